@@ -1,0 +1,227 @@
+"""Recipe file -> Airflow DAG.  Task wiring only: no data is read at parse time.
+
+Shape, per recipe::
+
+    gpu_preflight >> validate >> partitions_seg0 (mapped over execution groups)
+        [>> barrier_seg0 >> global_op<i>_<dedup> >> partitions_seg1 ...] >> export
+
+``register_recipe_dags`` builds one DAG per ``*.yaml``/``*.yml`` file in the
+recipes folder.  A broken recipe never hides its siblings: it becomes a
+placeholder DAG ``dj_broken__<file>`` whose description and single task
+carry the error, so the problem is visible in the UI next to the good DAGs.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+import yaml
+
+from airflow_provider_dj.engine.plan import build_plan
+from airflow_provider_dj.engine.recipe import RecipeError, load_recipe, sanitize_dag_id
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags", "recipes")
+START_DATE = pendulum.datetime(2024, 1, 1, tz="UTC")
+JOB_DIR_TEMPLATE = "{{ ti.xcom_pull(task_ids='validate', key='job_dir') }}"
+
+# Trigger-time schema for overrides.  Airflow validates dag_run.conf against
+# these before the run is created; the validate task then applies the
+# recipe's own, stricter validation (did-you-mean, ranges, cross-key rules).
+_NULL = "null"
+PARAM_SCHEMAS: dict[str, list[str]] = {
+    "dataset_path": ["string", _NULL],
+    "export_path": ["string", _NULL],
+    "work_dir": ["string", _NULL],
+    "job_id": ["string", _NULL],
+    "resume": ["string", _NULL],
+    "np": ["integer", _NULL],
+    "skip_op_error": ["boolean", _NULL],
+    "keep_stats_in_res_ds": ["boolean", _NULL],
+    "partition": ["object", _NULL],
+    "checkpoint": ["object", _NULL],
+    "intermediate_storage": ["object", _NULL],
+    "partition.mode": ["string", _NULL],
+    "partition.num_of_partitions": ["integer", _NULL],
+    "partition.size": ["integer", _NULL],
+    "partition.target_size_mb": ["number", _NULL],
+    "partition.max_size_mb": ["number", _NULL],
+    "partition.max_concurrent_partitions": ["integer", _NULL],
+    "checkpoint.enabled": ["boolean", _NULL],
+    "checkpoint.strategy": ["string", _NULL],
+    "checkpoint.n_ops": ["integer", _NULL],
+    "checkpoint.op_names": ["array", _NULL],
+    "intermediate_storage.format": ["string", _NULL],
+    "intermediate_storage.compression": ["string", _NULL],
+    "intermediate_storage.preserve_intermediate_data": ["boolean", _NULL],
+    "intermediate_storage.retention_policy": ["string", _NULL],
+}
+
+
+def _params() -> dict:
+    from airflow.sdk import Param
+
+    return {
+        key: Param(None, type=types, description=f"override the recipe's {key} for this run")
+        for key, types in PARAM_SCHEMAS.items()
+    }
+
+
+def _doc(recipe, plan) -> str:
+    ops = "\n".join(f"{o.index}. `{o.name}` {o.args or ''}" for o in plan.ops)
+    return (
+        f"### Data-Juicer recipe `{recipe.project_name}`\n\nRecipe file: `{recipe.source_file}`\n\n"
+        f"Input: `{recipe.dataset_path}`  \nExport: `{recipe.export_path}`  \nWork dir: `{recipe.work_dir}`\n\n"
+        f"Ops:\n{ops}\n\nCheckpoint strategy: {plan.strategy} (after ops {plan.checkpoint_points}).\n\n"
+        f"Override recipe values with `dag_run.conf`, e.g. `{{\"partition\": {{\"num_of_partitions\": 4}}}}` "
+        f"or `{{\"partition.num_of_partitions\": 4}}`; resume a job with `{{\"resume\": \"<job id>\"}}`."
+    )
+
+
+def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | None = None,
+              retry_delay: timedelta | None = None):
+    """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_dj.operators.export import ExportOperator
+    from airflow_provider_dj.operators.global_op import GlobalOpOperator
+    from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
+    from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
+    from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
+    from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
+
+    recipe_path = os.path.abspath(recipe_path)
+    recipe = load_recipe(recipe_path)
+    plan = build_plan(recipe)
+    dag_id = dag_id or sanitize_dag_id(recipe.project_name)
+    if retries is None:
+        retries = int(os.environ.get("DJ_TASK_RETRIES", "2"))
+    if retry_delay is None:
+        retry_delay = timedelta(seconds=float(os.environ.get("DJ_TASK_RETRY_DELAY_S", "10")))
+    group_size = int(recipe.partition.extra.get("execution_group_size") or 1) if isinstance(
+        recipe.partition.extra.get("execution_group_size"), int) else 1
+    with DAG(
+        dag_id=dag_id,
+        schedule=recipe.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        params=_params(),
+        default_args={"retries": retries, "retry_delay": retry_delay},
+        tags=["data-juicer", "airflow-provider-dj"],
+        description=f"Data-Juicer recipe {os.path.basename(recipe_path)}",
+        doc_md=_doc(recipe, plan),
+    ) as dag:
+        preflight = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe_path)
+        validate = ResumeValidatorOperator(task_id="validate", recipe_path=recipe_path, group_size=group_size)
+        preflight >> validate
+        upstream = validate
+        for seg in plan.segments:
+            seg_task = PartitionGroupOperator.partial(
+                task_id=seg.task_id(),
+                job_dir=JOB_DIR_TEMPLATE,
+                segment_index=seg.index,
+                map_index_template=MAP_INDEX_TEMPLATE,
+                trigger_rule="none_failed",
+            ).expand(execution_group=validate.output)
+            upstream >> seg_task
+            upstream = seg_task
+            if seg.keys_for_global is not None:
+                barrier = CheckpointSensor(task_id=plan.barrier_task_id(seg.index), job_dir=JOB_DIR_TEMPLATE,
+                                           segment_index=seg.index, trigger_rule="none_failed", poke_interval=2)
+                glob_task = GlobalOpOperator(task_id=plan.global_task_id(seg.keys_for_global),
+                                             job_dir=JOB_DIR_TEMPLATE, op_index=seg.keys_for_global,
+                                             trigger_rule="none_failed")
+                upstream >> barrier >> glob_task
+                upstream = glob_task
+        export = ExportOperator(task_id="export", job_dir=JOB_DIR_TEMPLATE, trigger_rule="none_failed")
+        upstream >> export
+    return dag
+
+
+def _broken_dag(dag_id: str, path: str, message: str):
+    from airflow.sdk import DAG
+    from airflow.sdk.bases.operator import BaseOperator
+
+    class RecipeErrorOperator(BaseOperator):
+        """Fails with the recipe's error so triggering the placeholder explains itself."""
+
+        def __init__(self, *, error: str, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.error = error
+
+        def execute(self, context: Any) -> None:
+            raise RecipeError(self.error)
+
+    with DAG(dag_id=dag_id, schedule=None, start_date=START_DATE, catchup=False,
+             tags=["data-juicer", "broken-recipe"], description=f"BROKEN RECIPE {os.path.basename(path)}",
+             doc_md=f"### This recipe failed to load\n\n`{path}`\n\n```\n{message}\n```") as dag:
+        RecipeErrorOperator(task_id="recipe_error", error=message)
+    return dag
+
+
+def recipes_dir() -> str:
+    return os.environ.get("DJ_RECIPES_DIR") or DEFAULT_RECIPES_DIR
+
+
+def list_recipe_files(directory: str) -> list[str]:
+    files = glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml"))
+    return sorted(files)
+
+
+def _peek_dag_id(path: str) -> str:
+    """The DAG id a recipe file would get, from its YAML alone (cheap; no validation)."""
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    name = data.get("project_name") if isinstance(data, dict) else None
+    return sanitize_dag_id(str(name) if name else os.path.splitext(os.path.basename(path))[0])
+
+
+def register_recipe_dags(namespace: dict, directory: str | None = None, only_dag_id: str | None = None) -> dict:
+    """Build and register every recipe's DAG into ``namespace`` (a DAG file's globals()).
+
+    Returns {dag_id: dag}.  ``only_dag_id`` (Airflow's parsing context when a
+    task runs) builds just that DAG.
+    """
+    directory = directory or recipes_dir()
+    files = list_recipe_files(directory)
+    ids: dict[str, list[str]] = {}
+    peek_errors: dict[str, str] = {}
+    for path in files:
+        try:
+            ids.setdefault(_peek_dag_id(path), []).append(path)
+        except Exception as exc:  # noqa: BLE001 - reported as a broken recipe
+            peek_errors[path] = f"{path}: cannot read YAML: {exc}"
+    built: dict[str, Any] = {}
+
+    def broken(path: str, message: str) -> None:
+        bid = "dj_broken__" + sanitize_dag_id(os.path.splitext(os.path.basename(path))[0])
+        if only_dag_id and only_dag_id != bid:
+            return
+        log.error("recipe %s is broken: %s", path, message)
+        built[bid] = _broken_dag(bid, path, message)
+
+    for path, message in peek_errors.items():
+        broken(path, message)
+    for dag_id, paths in ids.items():
+        if len(paths) > 1:
+            for p in paths:
+                others = [o for o in paths if o != p]
+                broken(p, f"{p}: dag_id {dag_id!r} is also produced by {', '.join(others)}; "
+                          f"give each recipe a distinct project_name")
+            continue
+        if only_dag_id and only_dag_id != dag_id:
+            continue
+        path = paths[0]
+        try:
+            built[dag_id] = build_dag(path, dag_id=dag_id)
+        except Exception as exc:  # noqa: BLE001 - one bad recipe must not hide the others
+            broken(path, str(exc))
+    namespace.update({f"dag__{k}": v for k, v in built.items()})
+    return built

@@ -1,0 +1,219 @@
+"""Per-op, per-partition checkpoints that are either absent or complete (invariant 1).
+
+Layout under ``{job}/checkpoints/``::
+
+    checkpoint_op_{i:03d}_{op_name}/partition_{p:05d}.{parquet|arrow|jsonl[.gz]}
+    checkpoint_op_{i:03d}_{op_name}/partition_{p:05d}.commit.json
+
+The data file is written first (atomically), the commit marker last.  The
+marker records the byte size and xxh3 checksum of the data file, the op
+index it follows, the partition's input hash, the pipeline fingerprint of
+ops 0..i, and the row accounting so far.  A checkpoint is trusted only if
+its marker exists, parses, matches the expected partition hash and
+fingerprint, and the data file's size and checksum match: a truncated file,
+a missing marker or a checkpoint from a different input or recipe are all
+ignored (and recomputed), never loaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+
+from airflow_provider_dj.engine import hashing, storage
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS_DIR = "checkpoints"
+MARKER_SUFFIX = ".commit.json"
+
+
+@dataclass(frozen=True)
+class StorageFormat:
+    format: str = "parquet"  # parquet | arrow | jsonl
+    compression: str = "snappy"  # parquet: snappy|gzip|zstd|none; arrow: zstd|none; jsonl: gzip|zstd|none
+
+    @property
+    def extension(self) -> str:
+        if self.format == "jsonl":
+            return {"gzip": "jsonl.gz", "zstd": "jsonl.zst"}.get(self.compression, "jsonl")
+        return self.format
+
+    def encode(self, table: pa.Table) -> bytes:
+        buf = io.BytesIO()
+        if self.format == "parquet":
+            comp = None if self.compression == "none" else self.compression
+            pq.write_table(table, buf, compression=comp)
+        elif self.format == "arrow":
+            comp = "uncompressed" if self.compression == "none" else self.compression
+            feather.write_feather(table, buf, compression=comp)
+        elif self.format == "jsonl":
+            from airflow_provider_dj.engine.jsonl_writer import write_jsonl
+
+            write_jsonl(table, buf)
+            if self.compression == "gzip":
+                import gzip
+
+                return gzip.compress(buf.getvalue(), mtime=0)
+            if self.compression == "zstd":
+                import zstandard
+
+                return zstandard.ZstdCompressor().compress(buf.getvalue())
+        else:  # pragma: no cover - validated in the recipe
+            raise ValueError(f"unknown checkpoint format {self.format!r}")
+        return buf.getvalue()
+
+    def decode(self, data: bytes) -> pa.Table:
+        if self.format == "parquet":
+            return pq.read_table(pa.BufferReader(data))
+        if self.format == "arrow":
+            return feather.read_table(pa.BufferReader(data))
+        import gzip
+
+        import pyarrow.json as pajson
+
+        if self.compression == "gzip":
+            raw = gzip.decompress(data)
+        elif self.compression == "zstd":
+            import zstandard
+
+            raw = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        else:
+            raw = data
+        if not raw.strip():
+            return pa.table({})
+        return pajson.read_json(io.BytesIO(raw))
+
+
+@dataclass
+class LoadedCheckpoint:
+    op_index: int
+    table: pa.Table
+    marker: dict
+
+
+class CheckpointStore:
+    def __init__(self, job_dir: str, fmt: StorageFormat | None = None, prefix: str = "checkpoint_op") -> None:
+        """``prefix`` separates kinds of per-partition state: op outputs
+        (``checkpoint_op``), deduplicator keys (``dedup_keys_op``) and the
+        global step's keep masks (``dedup_mask_op``) share the same commit
+        protocol."""
+        self.job_dir = job_dir
+        self.root = storage.join(job_dir, CHECKPOINTS_DIR)
+        self.fmt = fmt or StorageFormat()
+        self.prefix = prefix
+
+    # -- paths ------------------------------------------------------------
+    def op_dir(self, op_index: int, op_name: str) -> str:
+        return storage.join(self.root, f"{self.prefix}_{op_index:03d}_{op_name}")
+
+    def data_path(self, op_index: int, op_name: str, partition_id: int) -> str:
+        return storage.join(self.op_dir(op_index, op_name), f"partition_{partition_id:05d}.{self.fmt.extension}")
+
+    def marker_path(self, op_index: int, op_name: str, partition_id: int) -> str:
+        return storage.join(self.op_dir(op_index, op_name), f"partition_{partition_id:05d}{MARKER_SUFFIX}")
+
+    # -- write ------------------------------------------------------------
+    def save(
+        self,
+        *,
+        op_index: int,
+        op_name: str,
+        partition_id: int,
+        table: pa.Table,
+        partition_hash: str,
+        fingerprint: str,
+        accounting: list[dict],
+        extra: dict | None = None,
+    ) -> str:
+        data = self.fmt.encode(table)
+        path = self.data_path(op_index, op_name, partition_id)
+        storage.atomic_write_bytes(path, data)
+        marker = {
+            "op_index": op_index,
+            "op_name": op_name,
+            "partition_id": partition_id,
+            "partition_hash": partition_hash,
+            "pipeline_fingerprint": fingerprint,
+            "format": self.fmt.format,
+            "compression": self.fmt.compression,
+            "data_file": storage.basename(path),
+            "size": len(data),
+            "checksum": hashing.file_digest(data),
+            "num_rows": table.num_rows,
+            "accounting": accounting,
+            "committed_at": time.time(),
+        }
+        if extra:
+            marker.update(extra)
+        storage.atomic_write_bytes(self.marker_path(op_index, op_name, partition_id), json.dumps(marker).encode())
+        return path
+
+    # -- read -------------------------------------------------------------
+    def read_marker(self, op_index: int, op_name: str, partition_id: int) -> dict | None:
+        mpath = self.marker_path(op_index, op_name, partition_id)
+        try:
+            return json.loads(storage.read_bytes(mpath))
+        except FileNotFoundError:
+            return None
+        except (ValueError, OSError) as exc:
+            log.warning("ignoring unreadable checkpoint marker %s: %s", mpath, exc)
+            return None
+
+    def load_valid(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str
+    ) -> LoadedCheckpoint | None:
+        """The checkpoint if it is complete and derives from this input and pipeline, else None."""
+        marker = self.read_marker(op_index, op_name, partition_id)
+        if marker is None:
+            return None
+        where = f"checkpoint op {op_index} ({op_name}) partition {partition_id}"
+        if marker.get("partition_hash") != partition_hash:
+            log.warning("ignoring %s: it derives from a different partition content", where)
+            return None
+        if marker.get("pipeline_fingerprint") != fingerprint:
+            log.warning("ignoring %s: it was written by a different op pipeline", where)
+            return None
+        path = storage.join(self.op_dir(op_index, op_name), marker.get("data_file", ""))
+        try:
+            data = storage.read_bytes(path)
+        except FileNotFoundError:
+            log.warning("ignoring %s: data file missing", where)
+            return None
+        if len(data) != marker.get("size") or hashing.file_digest(data) != marker.get("checksum"):
+            log.warning("ignoring %s: data file is torn (size/checksum mismatch)", where)
+            return None
+        try:
+            table = StorageFormat(marker["format"], marker["compression"]).decode(data)
+        except Exception as exc:  # corrupt despite matching checksum: treat as absent
+            log.warning("ignoring %s: cannot decode (%s)", where, exc)
+            return None
+        if table.num_rows != marker.get("num_rows"):
+            log.warning("ignoring %s: row count mismatch", where)
+            return None
+        return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
+
+    def is_committed(self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str) -> bool:
+        """Cheap check (marker only) used by sensors and planners."""
+        m = self.read_marker(op_index, op_name, partition_id)
+        return bool(
+            m and m.get("partition_hash") == partition_hash and m.get("pipeline_fingerprint") == fingerprint
+        )
+
+    def list_op_dirs(self) -> list[str]:
+        return [d for d in storage.listdir(self.root) if d.startswith(self.prefix + "_")]
+
+    def remove_op_dir(self, op_index: int, op_name: str) -> None:
+        storage.remove_tree(self.op_dir(op_index, op_name))
+
+
+def marker_accounting(marker: dict[str, Any]) -> list[dict]:
+    return list(marker.get("accounting") or [])

@@ -1,0 +1,202 @@
+"""Export, row accounting, job summary and retention.
+
+The export concatenates each partition's final checkpoint in partition
+order — partitions are contiguous row ranges and every op preserves order,
+so the result is in input order whatever the partition count (invariant 5).
+It is written atomically: a crash mid-export leaves the previous export (or
+nothing), never half a file.  Before writing anything the accounting of
+every op is checked (invariant 6); a mismatch fails the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from airflow_provider_dj.engine import storage
+from airflow_provider_dj.engine.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.job import JOB_SUMMARY, JobContext, write_json
+from airflow_provider_dj.engine.jsonl_writer import write_jsonl
+from airflow_provider_dj.ops.base import STATS_COLUMN
+
+log = logging.getLogger(__name__)
+
+
+class AccountingError(RuntimeError):
+    """Rows appeared or vanished between ops: the job must not export."""
+
+
+class MissingFinalCheckpointError(RuntimeError):
+    pass
+
+
+def check_accounting(per_partition: dict[int, list[dict]], num_ops: int, part_rows: dict[int, int]) -> list[dict]:
+    """Verify each partition's op chain and return per-op totals."""
+    totals = []
+    for i in range(num_ops):
+        totals.append({"op_index": i, "rows_in": 0, "rows_out": 0, "filtered": 0, "duplicates": 0, "failed": 0,
+                       "duration_s": 0.0})
+    for pid, acct in per_partition.items():
+        if [a["op_index"] for a in acct] != list(range(num_ops)):
+            raise AccountingError(f"partition {pid}: accounting covers ops {[a['op_index'] for a in acct]}, expected 0..{num_ops - 1}")
+        expected_in = part_rows[pid]
+        for a in acct:
+            lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
+            if a["rows_in"] != expected_in or lost != 0:
+                raise AccountingError(
+                    f"partition {pid} op {a['op_index']} ({a['op_name']}): rows_in={a['rows_in']} (expected {expected_in}), "
+                    f"out={a['rows_out']} filtered={a['filtered']} duplicates={a['duplicates']} failed={a['failed']}"
+                )
+            expected_in = a["rows_out"]
+            t = totals[a["op_index"]]
+            t["op_name"] = a["op_name"]
+            for k in ("rows_in", "rows_out", "filtered", "duplicates", "failed"):
+                t[k] += a[k]
+            t["duration_s"] = round(t["duration_s"] + a.get("duration_s", 0.0), 6)
+    return totals
+
+
+class _HashingWriter:
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.h = xxhash.xxh3_128()
+        self.n = 0
+
+    def write(self, b) -> int:
+        self.h.update(b)
+        self.n += len(b)
+        return self.fh.write(b)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def tell(self) -> int:
+        return self.n
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+
+def _clean(table: pa.Table, keep_stats: bool) -> pa.Table:
+    drop = [c for c in table.column_names if c.startswith("__dj__") and not (keep_stats and c == STATS_COLUMN)]
+    return table.drop_columns(drop) if drop else table
+
+
+def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None) -> dict:
+    ctx = JobContext(job_dir)
+    recipe, plan = ctx.recipe, ctx.plan
+    parts = ctx.partitioning_info["partitions"]
+    store = CheckpointStore(job_dir, ctx.storage_format)
+    events = EventLog(job_dir, ctx.job_id, defaults=event_defaults)
+    final = plan.final_op_index
+    t0 = time.perf_counter()
+    events.emit("export_start", export_path=recipe.export_path, partitions=len(parts))
+
+    markers: dict[int, dict] = {}
+    for p in parts:
+        pid = p["partition_id"]
+        if not store.is_committed(final, plan.ops[final].name, pid, p["content_hash"], plan.ops[final].fingerprint):
+            raise MissingFinalCheckpointError(
+                f"partition {pid} (rows {p['start_row']}-{p['end_row'] - 1}) has no committed final output; "
+                f"clear its partition task to compute it"
+            )
+        markers[pid] = store.read_marker(final, plan.ops[final].name, pid)
+    per_op = check_accounting({pid: m["accounting"] for pid, m in markers.items()}, len(plan.ops),
+                              {p["partition_id"]: p["num_rows"] for p in parts})
+
+    def tables():
+        for p in parts:
+            cp = store.load_valid(final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint)
+            if cp is None:
+                raise MissingFinalCheckpointError(f"partition {p['partition_id']}: final checkpoint is torn; clear its task")
+            yield _clean(cp.table, recipe.keep_stats_in_res_ds)
+
+    rows = 0
+    with storage.AtomicFileWriter(recipe.export_path) as raw:
+        out = _HashingWriter(raw)
+        if recipe.export_path.endswith(".parquet"):
+            loaded = [t for t in tables()]
+            table = pa.concat_tables(loaded, promote_options="permissive") if loaded else pa.table({})
+            pq.write_table(table, out, compression="snappy")
+            rows = table.num_rows
+        else:
+            for t in tables():
+                write_jsonl(t, out)
+                rows += t.num_rows
+    checksum, nbytes = out.h.hexdigest(), out.n
+    expected = per_op[-1]["rows_out"] if per_op else 0
+    if rows != expected:
+        raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
+    duration = time.perf_counter() - t0
+    events.emit("export_complete", export_path=recipe.export_path, output_rows=rows, duration=round(duration, 6),
+                checksum=checksum)
+    summary = {
+        "job_id": ctx.job_id,
+        "status": "completed",
+        "project_name": recipe.project_name,
+        "start_time": started_at,
+        "end_time": time.time(),
+        "duration_s": (time.time() - started_at) if started_at else None,
+        "input": {"dataset_path": recipe.dataset_path, "total_rows": ctx.partitioning_info["total_rows"],
+                  "partitions": len(parts), "hash_algorithm": ctx.partitioning_info["algorithm"]},
+        "export": {"path": recipe.export_path, "rows": rows, "bytes": nbytes, "checksum_xxh3_128": checksum,
+                   "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds},
+        "ops": per_op,
+        "partitions": [
+            {"partition_id": pid, "input_rows": parts[pid]["num_rows"], "output_rows": markers[pid]["num_rows"],
+             "accounting": markers[pid]["accounting"]}
+            for pid in sorted(markers)
+        ],
+        "failed_samples": sum(o["failed"] for o in per_op),
+        "checkpoint_strategy": plan.strategy,
+        "checkpoint_points": plan.checkpoint_points,
+        "effective_config": ctx.effective_config,
+        "resume_command": f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+    }
+    summary["retention"] = apply_retention(ctx, markers)
+    write_json(ctx.path(JOB_SUMMARY), summary)
+    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
+    return summary
+
+
+def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
+    """Delete intermediate state after a *successful* export, as the recipe asks.
+
+    keep_all keeps everything; keep_failed_only keeps the checkpoints of
+    partitions that set samples aside in failed/ (so they can be inspected or
+    reprocessed) and removes the rest; cleanup_all removes all op checkpoints,
+    dedup keys and masks.  partitioning_info.json, failed/ samples, events and
+    the summary are always kept, and preserve_intermediate_data: true keeps
+    everything.  A failed or stopped job never reaches this point, so resume
+    state is never deleted by a failure (invariant 7).
+    """
+    st = ctx.recipe.intermediate_storage
+    policy = "keep_all" if st.preserve_intermediate_data else st.retention_policy
+    if policy == "keep_all":
+        return {"policy": policy, "removed": []}
+    root = storage.join(ctx.job_dir, "checkpoints")
+    removed = []
+    keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
+    for d in storage.listdir(root):
+        full = storage.join(root, d)
+        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_")):
+            continue
+        if policy == "cleanup_all" or not keep_pids:
+            storage.remove_tree(full)
+            removed.append(d)
+            continue
+        for name in storage.listdir(full):
+            try:
+                pid = int(name.split("_")[1].split(".")[0])
+            except (IndexError, ValueError):
+                continue
+            if pid not in keep_pids:
+                storage.remove(storage.join(full, name))
+        removed.append(f"{d} (except partitions {sorted(keep_pids)})")
+    return {"policy": policy, "removed": removed}

@@ -1,0 +1,71 @@
+"""The global phase of a deduplicator: all partitions' keys -> per-partition keep masks.
+
+Runs once per global op, after the barrier.  It reads only the 16-byte keys
+each partition task committed (memory bounded by the number of rows, not
+the text size), walks them in input order keeping each key's first
+occurrence — exactly what a single-process deduplicator over the whole
+dataset keeps — and commits one keep mask per partition.  Re-running it is
+idempotent: masks already committed for the same keys are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.job import JobContext
+from airflow_provider_dj.engine.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+
+log = logging.getLogger(__name__)
+
+
+class MissingKeysError(RuntimeError):
+    pass
+
+
+def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | None = None) -> dict:
+    ctx = JobContext(job_dir)
+    plan = ctx.plan
+    op = plan.ops[op_index]
+    if not op.is_global:
+        raise ValueError(f"op {op_index} ({op.name}) is not a global op")
+    parts = ctx.partitioning_info["partitions"]
+    ks, ms = keys_store(job_dir), mask_store(job_dir)
+    events = EventLog(job_dir, ctx.job_id, defaults=event_defaults)
+    t0 = time.perf_counter()
+    events.emit("global_op_start", op_index=op_index, op_name=op.name, partitions=len(parts))
+
+    if parts and all(ms.is_committed(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint) for p in parts):
+        log.info("global op %d (%s): keep masks already committed for all %d partitions", op_index, op.name, len(parts))
+        events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
+        return {"op_index": op_index, "skipped": True}
+
+    keys: list[pa.Array] = []
+    for p in parts:
+        cp = ks.load_valid(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint)
+        if cp is None:
+            raise MissingKeysError(
+                f"global op {op_index} ({op.name}): keys of partition {p['partition_id']} "
+                f"(rows {p['start_row']}-{p['end_row'] - 1}) are missing; clear that partition's segment task"
+            )
+        keys.append(cp.table.column(KEYS_COLUMN).combine_chunks())
+    total = int(sum(len(k) for k in keys))
+    mask = first_occurrence_mask(keys) if total else np.zeros(0, dtype=bool)
+    offset = 0
+    for p, k in zip(parts, keys):
+        part_mask = mask[offset : offset + len(k)]
+        offset += len(k)
+        ms.save(op_index=op_index, op_name=op.name, partition_id=p["partition_id"],
+                table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
+                partition_hash=p["content_hash"], fingerprint=op.fingerprint, accounting=[])
+    kept = int(mask.sum())
+    dur = time.perf_counter() - t0
+    log.info("global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur)
+    events.emit("global_op_complete", op_index=op_index, op_name=op.name, input_rows=total, output_rows=kept,
+                duplicates=total - kept, duration=round(dur, 6), status="success")
+    return {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}

@@ -1,0 +1,236 @@
+"""Run one segment of the pipeline on one partition, resuming from checkpoints.
+
+This is the function a Ray task executes (or the operator in-process).  On
+every call — first try, retry, UI clear — it looks for the partition's
+latest valid checkpoint inside the segment, loads it, and runs only the
+ops after it.  A partition whose segment output is already committed does
+no work at all.  Because a checkpoint is only trusted when it derives from
+the same partition content and op pipeline, resuming can never mix rows of
+different inputs or recipes (invariant 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from airflow_provider_dj.engine import faults, storage
+from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.job import JobContext
+from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op
+from airflow_provider_dj.engine.partitioning import read_partition
+from airflow_provider_dj.ops.registry import create_op
+
+log = logging.getLogger(__name__)
+
+KEYS_COLUMN = "key"
+MASK_COLUMN = "keep"
+KEYS_FORMAT = StorageFormat("arrow", "none")
+
+
+def keys_store(job_dir: str) -> CheckpointStore:
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_keys_op")
+
+
+def mask_store(job_dir: str) -> CheckpointStore:
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
+
+
+class MissingUpstreamStateError(RuntimeError):
+    """The state this segment starts from is gone; an upstream task must be re-run."""
+
+
+@dataclass
+class SegmentResult:
+    partition_id: int
+    segment_index: int
+    resumed_from_op: int | None  # op index of the checkpoint loaded; -1 = input; None = nothing to do
+    ops_run: list[int] = field(default_factory=list)
+    rows_out: int = 0
+    failed_rows: int = 0
+    skipped: bool = False
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> None:
+    from airflow_provider_dj.engine.jsonl_writer import write_jsonl
+
+    rows = rows.append_column("__dj__error__", pa.array(reasons, type=pa.string()))
+    rows = rows.append_column("__dj__failed_op__", pa.array([op_name] * rows.num_rows, type=pa.string()))
+    import io
+
+    buf = io.BytesIO()
+    write_jsonl(rows, buf)
+    path = storage.join(ctx.job_dir, "failed", f"op_{op_index:03d}_{op_name}", f"partition_{pid:05d}.jsonl")
+    storage.atomic_write_bytes(path, buf.getvalue())
+
+
+def run_segment(
+    job_dir: str,
+    segment_index: int,
+    partition_id: int,
+    *,
+    try_number: int | None = None,
+    event_defaults: dict | None = None,
+    progress=None,
+) -> SegmentResult:
+    ctx = JobContext(job_dir)
+    plan = ctx.plan
+    seg = plan.segments[segment_index]
+    part = ctx.partition(partition_id)
+    phash = part["content_hash"]
+    recipe = ctx.recipe
+    store = CheckpointStore(job_dir, ctx.storage_format)
+    kstore = keys_store(job_dir)
+    ops_by_index = {o.index: o for o in plan.ops}
+    events = EventLog(job_dir, ctx.job_id, defaults=dict(event_defaults or {}, try_number=try_number))
+    points = set(plan.checkpoint_points)
+    fault_spec = faults.load_faults(job_dir)
+    target = seg.end - 1  # state index this segment must leave behind
+    result = SegmentResult(partition_id, segment_index, None)
+    label = f"partition {partition_id} (rows {part['start_row']}-{part['end_row'] - 1})"
+
+    def fp(i: int) -> str:
+        return plan.ops[i].fingerprint
+
+    # -- already done? ------------------------------------------------------
+    target_done = target < 0 or store.is_committed(target, ops_by_index[target].name, partition_id, phash, fp(target))
+    keys_done = seg.keys_for_global is None or kstore.is_committed(
+        seg.keys_for_global, ops_by_index[seg.keys_for_global].name, partition_id, phash, fp(seg.keys_for_global)
+    )
+    if target_done and keys_done and (target < 0 or store.load_valid(target, ops_by_index[target].name, partition_id, phash, fp(target))):
+        marker = store.read_marker(target, ops_by_index[target].name, partition_id) if target >= 0 else {}
+        result.skipped = True
+        result.rows_out = int((marker or {}).get("num_rows", part["num_rows"]))
+        events.emit("partition_complete", partition_id=partition_id, segment=segment_index, status="already_complete",
+                    output_rows=result.rows_out)
+        log.info("%s: segment %d already complete; nothing to do", label, segment_index)
+        return result
+
+    events.emit("partition_start", partition_id=partition_id, segment=segment_index,
+                start_row=part["start_row"], end_row=part["end_row"], input_rows=part["num_rows"])
+    t_start = time.perf_counter()
+
+    # -- find the latest valid checkpoint inside this segment ----------------
+    table: pa.Table | None = None
+    accounting: list[dict] = []
+    state = None  # op index of the state held in `table` (-1 = input rows)
+    lowest = seg.start - 1
+    for k in range(target, lowest - 1, -1):
+        if k < 0 or k not in points:
+            continue
+        loaded = store.load_valid(k, ops_by_index[k].name, partition_id, phash, fp(k))
+        if loaded is not None:
+            table, accounting, state = loaded.table, list(loaded.marker.get("accounting", [])), k
+            events.emit("checkpoint_load", partition_id=partition_id, op_index=k, op_name=ops_by_index[k].name,
+                        output_rows=table.num_rows, checkpoint_path=store.data_path(k, ops_by_index[k].name, partition_id))
+            events.emit("partition_resume", partition_id=partition_id, segment=segment_index, resumed_after_op=k)
+            log.info("%s: resuming from checkpoint after op %d (%s), %d rows", label, k, ops_by_index[k].name, table.num_rows)
+            break
+
+    if table is None:
+        g = seg.applies_global
+        if g is not None:
+            # Start from the previous segment's output and apply the global keep mask.
+            base_idx = g - 1
+            if base_idx >= 0:
+                base = store.load_valid(base_idx, ops_by_index[base_idx].name, partition_id, phash, fp(base_idx))
+                if base is None:
+                    raise MissingUpstreamStateError(
+                        f"{label}: the output of op {base_idx} ({ops_by_index[base_idx].name}) is missing or invalid; "
+                        f"clear the upstream segment task for this partition (with downstream) to recompute it"
+                    )
+                table, accounting = base.table, list(base.marker.get("accounting", []))
+                events.emit("checkpoint_load", partition_id=partition_id, op_index=base_idx,
+                            op_name=ops_by_index[base_idx].name, output_rows=table.num_rows)
+            else:
+                table, accounting = read_partition(ctx.partitioning_info, partition_id), []
+            mask_cp = mask_store(job_dir).load_valid(g, ops_by_index[g].name, partition_id, phash, fp(g))
+            if mask_cp is None:
+                raise MissingUpstreamStateError(
+                    f"{label}: the keep mask of global op {g} ({ops_by_index[g].name}) is missing; "
+                    f"clear the task {plan.global_task_id(g)} to recompute it"
+                )
+            op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
+            events.emit("op_start", partition_id=partition_id, op_index=g, op_name=op.name, input_rows=table.num_rows)
+            outcome = apply_keep_mask(op, g, table, mask_cp.table.column(MASK_COLUMN).combine_chunks())
+            table = outcome.table
+            accounting.append(outcome.accounting)
+            events.emit("op_complete", partition_id=partition_id, op_index=g, op_name=op.name,
+                        input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
+                        duration=outcome.accounting["duration_s"], status="success")
+            result.ops_run.append(g)
+            state = g
+            if g in points:
+                _save(store, events, g, ops_by_index[g].name, partition_id, table, phash, fp(g), accounting)
+            faults.maybe_fail(job_dir, fault_spec, partition_id, g)
+        else:
+            table = read_partition(ctx.partitioning_info, partition_id)
+            state = -1
+        result.resumed_from_op = -1 if seg.applies_global is None else seg.applies_global - 1
+    else:
+        result.resumed_from_op = state
+
+    # -- run the remaining ops of this segment --------------------------------
+    total_ops = target - state
+    for n, i in enumerate(range(state + 1, target + 1), start=1):
+        spec = ops_by_index[i]
+        op = create_op(spec.name, spec.args, recipe.text_key)
+        events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows)
+        try:
+            outcome = apply_op(op, i, table, recipe.skip_op_error)
+        except Exception as exc:
+            events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name,
+                        input_rows=table.num_rows, error_message=f"{type(exc).__name__}: {exc}", status="failed")
+            events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
+                        error_message=f"op {i} ({op.name}): {type(exc).__name__}: {exc}", status="failed")
+            raise
+        if outcome.failed_rows is not None:
+            _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows, outcome.failed_reasons)
+        table = outcome.table
+        accounting.append(outcome.accounting)
+        result.ops_run.append(i)
+        result.failed_rows += outcome.accounting["failed"]
+        events.emit("op_complete", partition_id=partition_id, op_index=i, op_name=op.name,
+                    input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
+                    filtered=outcome.accounting["filtered"], failed=outcome.accounting["failed"],
+                    duration=outcome.accounting["duration_s"], status="success")
+        log.info("%s: op %d/%d %s done: %d -> %d rows in %.3fs (ops %d/%d of this segment)",
+                 label, i, plan.final_op_index, op.name, outcome.accounting["rows_in"], table.num_rows,
+                 outcome.accounting["duration_s"], n, total_ops)
+        if progress is not None:
+            progress(partition_id, i, n, total_ops)
+        if i in points:
+            _save(store, events, i, op.name, partition_id, table, phash, fp(i), accounting)
+        faults.maybe_fail(job_dir, fault_spec, partition_id, i)
+
+    # -- per-partition key phase of the global op that ends this segment ------
+    if seg.keys_for_global is not None:
+        g = seg.keys_for_global
+        op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
+        t0 = time.perf_counter()
+        keys = op.compute_hash(table)
+        keys_table = pa.table({KEYS_COLUMN: keys})
+        kstore.save(op_index=g, op_name=op.name, partition_id=partition_id, table=keys_table, partition_hash=phash,
+                    fingerprint=fp(g), accounting=[], extra={"duration_s": round(time.perf_counter() - t0, 6)})
+        events.emit("checkpoint_save", partition_id=partition_id, op_index=g, op_name=op.name,
+                    output_rows=keys_table.num_rows, checkpoint_path=kstore.data_path(g, op.name, partition_id),
+                    note="dedup keys")
+
+    result.rows_out = table.num_rows
+    events.emit("partition_complete", partition_id=partition_id, segment=segment_index, output_rows=table.num_rows,
+                duration=round(time.perf_counter() - t_start, 6), status="success", ops_run=result.ops_run)
+    return result
+
+
+def _save(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting) -> None:
+    path = store.save(op_index=op_index, op_name=op_name, partition_id=pid, table=table,
+                      partition_hash=phash, fingerprint=fingerprint, accounting=accounting)
+    events.emit("checkpoint_save", partition_id=pid, op_index=op_index, op_name=op_name,
+                output_rows=table.num_rows, checkpoint_path=path)

@@ -1,0 +1,184 @@
+"""RayHook: where partition work runs.
+
+Resolution order for the cluster address:
+
+1. the Airflow connection (``conn_id``, default ``ray_default``) if it exists:
+   its host/port (``ray://host:10001`` for Ray Client, or ``host:6379`` for
+   a GCS address), or ``extra.address``;
+2. the ``RAY_ADDRESS`` environment variable;
+3. otherwise an *embedded* local Ray.
+
+Embedded Ray must not cost a full start-up in every task.  If Ray is
+already initialised in this process (``dj-airflow run``, ``dag.test()``),
+it is reused.  Otherwise (scheduler tasks, one process per task) the hook
+starts one local head node the first time — guarded by a file lock, so
+parallel tasks do not start several — records its address under
+``DJ_RAY_STATE_DIR`` (default ``~/.cache/airflow-provider-dj``), and every
+later task only connects to it (about a second instead of several).
+
+Only allowlisted connection extras reach ``ray.init`` (never the whole
+extra dict): ``namespace``, ``runtime_env``, ``num_cpus`` (embedded only),
+``object_store_memory`` (embedded only), ``address``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ALLOWED_EXTRAS = frozenset({"address", "namespace", "runtime_env", "num_cpus", "object_store_memory"})
+
+try:  # Airflow is optional for the engine; the hook is usable without it in scripts.
+    from airflow.sdk.bases.hook import BaseHook  # type: ignore[import-not-found]
+except Exception:  # pragma: no cover
+    try:
+        from airflow.hooks.base import BaseHook  # type: ignore
+    except Exception:  # pragma: no cover
+        BaseHook = object  # type: ignore[misc,assignment]
+
+
+def _state_dir() -> str:
+    return os.environ.get("DJ_RAY_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "airflow-provider-dj")
+
+
+class RayConnectionError(RuntimeError):
+    pass
+
+
+class RayHook(BaseHook):  # type: ignore[misc]
+    conn_name_attr = "ray_conn_id"
+    default_conn_name = "ray_default"
+    conn_type = "ray"
+    hook_name = "Ray"
+
+    def __init__(self, ray_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
+        if BaseHook is not object:
+            super().__init__(**kwargs)
+        self.ray_conn_id = ray_conn_id
+
+    # -- configuration -------------------------------------------------------
+    def _connection_settings(self) -> dict[str, Any]:
+        if not self.ray_conn_id or BaseHook is object:
+            return {}
+        try:
+            conn = self.get_connection(self.ray_conn_id)
+        except Exception:  # connection not defined: fall through to env / embedded
+            return {}
+        extra = conn.extra_dejson or {}
+        unknown = sorted(set(extra) - ALLOWED_EXTRAS)
+        if unknown:
+            log.warning("ignoring unsupported Ray connection extras %s (allowed: %s)", unknown, sorted(ALLOWED_EXTRAS))
+        settings = {k: v for k, v in extra.items() if k in ALLOWED_EXTRAS}
+        if conn.host and "address" not in settings:
+            host = conn.host
+            if "://" not in host and conn.port:
+                host = f"{host}:{conn.port}"
+            elif conn.port and host.count(":") < 2:
+                host = f"{host}:{conn.port}"
+            settings["address"] = host
+        return settings
+
+    def resolve(self) -> dict[str, Any]:
+        """{'mode': 'cluster'|'embedded', 'address': ..., 'init_kwargs': {...}} without connecting."""
+        settings = self._connection_settings()
+        address = settings.pop("address", None) or os.environ.get("RAY_ADDRESS") or None
+        init_kwargs: dict[str, Any] = {}
+        if settings.get("namespace"):
+            init_kwargs["namespace"] = settings["namespace"]
+        if settings.get("runtime_env"):
+            init_kwargs["runtime_env"] = settings["runtime_env"]
+        if address:
+            return {"mode": "cluster", "address": address, "init_kwargs": init_kwargs}
+        embedded = {k: settings[k] for k in ("num_cpus", "object_store_memory") if k in settings}
+        return {"mode": "embedded", "address": None, "init_kwargs": init_kwargs, "embedded": embedded}
+
+    # -- connecting ----------------------------------------------------------
+    def get_client(self):
+        """Return the ``ray`` module, connected.  Cheap when already connected."""
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        cfg = self.resolve()
+        t0 = time.perf_counter()
+        if cfg["mode"] == "cluster":
+            log.info("connecting to Ray cluster at %s", cfg["address"])
+            ray.init(address=cfg["address"], ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])
+        else:
+            address = ensure_local_head(**cfg.get("embedded", {}))
+            log.info("connecting to the embedded local Ray head at %s", address)
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])
+        log.info("Ray ready in %.2fs", time.perf_counter() - t0)
+        return ray
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            ray = self.get_client()
+            return True, f"connected; cluster resources: {ray.cluster_resources()}"
+        except Exception as exc:  # pragma: no cover - depends on the cluster
+            return False, str(exc)
+
+
+def _head_file() -> str:
+    return os.path.join(_state_dir(), "ray-head.json")
+
+
+def _head_alive(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    import socket
+
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | None = None) -> str:
+    """Start (once) and return the address of a local Ray head shared by all tasks on this machine."""
+    import fcntl
+
+    os.makedirs(_state_dir(), exist_ok=True)
+    lock_path = os.path.join(_state_dir(), "ray-head.lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(_head_file()) as fh:
+                address = json.load(fh)["address"]
+            if _head_alive(address):
+                return address
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+        port = int(os.environ.get("DJ_RAY_HEAD_PORT", "26379"))
+        ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+        cmd = [ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false", "--disable-usage-stats"]
+        if num_cpus:
+            cmd.append(f"--num-cpus={int(num_cpus)}")
+        if object_store_memory:
+            cmd.append(f"--object-store-memory={int(object_store_memory)}")
+        log.info("starting the embedded local Ray head: %s", " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RayConnectionError(f"could not start a local Ray head (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        address = f"127.0.0.1:{port}"
+        with open(_head_file(), "w") as fh:
+            json.dump({"address": address, "started_at": time.time(), "pid": os.getpid()}, fh)
+        return address
+
+
+def stop_local_head() -> bool:
+    """Stop the shared embedded head, if this machine runs one (``dj-airflow ray-stop``)."""
+    try:
+        os.remove(_head_file())
+    except FileNotFoundError:
+        return False
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+    return True

@@ -1,0 +1,27 @@
+"""Small helpers shared by the operators: Airflow context -> engine arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def event_defaults(context: Any) -> dict:
+    """Fields every event written on behalf of this task instance carries."""
+    ti = context.get("ti") or context.get("task_instance")
+    out: dict = {}
+    if ti is not None:
+        out.update(
+            {
+                "airflow_dag_id": getattr(ti, "dag_id", None),
+                "airflow_run_id": getattr(ti, "run_id", None),
+                "airflow_task_id": getattr(ti, "task_id", None),
+                "airflow_map_index": getattr(ti, "map_index", None),
+                "try_number": getattr(ti, "try_number", None),
+            }
+        )
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def try_number(context: Any) -> int | None:
+    ti = context.get("ti") or context.get("task_instance")
+    return getattr(ti, "try_number", None)

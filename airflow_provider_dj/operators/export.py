@@ -1,0 +1,43 @@
+"""ExportOperator: the job's last task — atomic export in input order, then the summary."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_dj.engine.events import EventLog, read_events
+from airflow_provider_dj.engine.export import export_job
+from airflow_provider_dj.engine.job import JobContext
+from airflow_provider_dj.operators._common import event_defaults
+
+
+class ExportOperator(BaseOperator):
+    template_fields: Sequence[str] = ("job_dir",)
+    ui_color = "#e3e3f7"
+
+    def __init__(self, *, job_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_dir = job_dir
+
+    def execute(self, context: Any) -> dict:
+        defaults = event_defaults(context)
+        starts = read_events(self.job_dir, "job_start")
+        started_at = starts[0]["timestamp"] if starts else None
+        ctx = JobContext(self.job_dir)
+        try:
+            summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at)
+        except Exception as exc:
+            EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
+                "job_failed", status="failed", error_message=f"{type(exc).__name__}: {exc}")
+            raise
+        EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
+            "job_complete", status="completed", output_rows=summary["export"]["rows"],
+            duration=summary.get("duration_s"))
+        for op in summary["ops"]:
+            self.log.info("op %d %-32s in=%d out=%d filtered=%d duplicates=%d failed=%d", op["op_index"],
+                          op.get("op_name", ""), op["rows_in"], op["rows_out"], op["filtered"], op["duplicates"],
+                          op["failed"])
+        self.log.info("Exported %d rows to %s", summary["export"]["rows"], summary["export"]["path"])
+        return {"export_path": summary["export"]["path"], "rows": summary["export"]["rows"],
+                "checksum": summary["export"]["checksum_xxh3_128"], "job_id": summary["job_id"]}

@@ -1,0 +1,31 @@
+"""GlobalOpOperator: the whole-dataset step of a deduplicator.
+
+Runs after the barrier, over the keys every partition committed, and
+commits one keep mask per partition.  It reads only fixed-size keys, so it
+runs in the task process itself; its result is durable in the job
+directory, so re-running it (retry or clear) is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_dj.engine.global_ops import resolve_global_op
+from airflow_provider_dj.operators._common import event_defaults
+
+
+class GlobalOpOperator(BaseOperator):
+    template_fields: Sequence[str] = ("job_dir",)
+    ui_color = "#f6d9e8"
+
+    def __init__(self, *, job_dir: str, op_index: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_dir = job_dir
+        self.op_index = op_index
+
+    def execute(self, context: Any) -> dict:
+        result = resolve_global_op(self.job_dir, self.op_index, event_defaults=event_defaults(context))
+        self.log.info("global op %d: %s", self.op_index, result)
+        return result

@@ -1,0 +1,198 @@
+"""Base classes for the operator library.
+
+Ops follow Data-Juicer's names, arguments and semantics but work on whole
+Arrow tables (one partition, or one batch of it) so that vectorized kernels
+(pyarrow.compute, RE2) do the per-row work instead of Python loops.
+
+Three kinds exist, mirroring Data-Juicer:
+
+* ``Mapper.process_table(table) -> table``: same row count, same order.
+* ``Filter.compute_stats(table) -> table`` adds this op's statistic to the
+  ``__dj__stats__`` struct column; ``Filter.keep_mask(table)`` then returns
+  one boolean per row (True = keep).  The engine drops the rows.
+* ``Deduplicator.compute_hash(table) -> pa.Array``: one fixed-size binary key
+  per row.  Duplicate resolution is *global* (the engine sees all
+  partitions' keys in input order and keeps the first occurrence), which is
+  what makes the result independent of the partition count.
+
+Argument validation happens in ``validate_args`` at recipe-validation time,
+before any task runs, so a typo in a recipe never surfaces mid-run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import typing
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+STATS_COLUMN = "__dj__stats__"
+
+# Arguments Data-Juicer's base OP accepts for every op.  They are accepted
+# here so existing recipes validate unchanged; the ones that matter to this
+# engine (text_key) are used, the rest are scheduling hints we ignore.
+COMMON_OP_ARGS: dict[str, Any] = {
+    "text_key": str,
+    "image_key": str,
+    "audio_key": str,
+    "video_key": str,
+    "query_key": str,
+    "response_key": str,
+    "history_key": str,
+    "batch_size": int,
+    "num_proc": (int, type(None)),
+    "accelerator": (str, type(None)),
+    "cpu_required": (int, float),
+    "mem_required": (int, float, str),
+    "turbo": bool,
+    "skip_op_error": bool,
+    "work_dir": (str, type(None)),
+    "index_key": (str, type(None)),
+    "num_cpus": (int, float, type(None)),
+    "num_gpus": (int, float, type(None)),
+    "memory": (int, float, str, type(None)),
+}
+
+
+class OpArgumentError(ValueError):
+    """A recipe gave an op an argument it does not accept or a bad value.
+
+    ``key`` is the argument name so the recipe loader can build the full key
+    path (``process[2].words_num_filter.min_num``).
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _type_ok(value: Any, expected: Any) -> bool:
+    """Loose isinstance over annotation-like specs (tuples, Optional, int-for-float)."""
+    if expected is Any or expected is None:
+        return True
+    if isinstance(expected, tuple):
+        return any(_type_ok(value, e) for e in expected)
+    origin = typing.get_origin(expected)
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        return any(_type_ok(value, e) for e in typing.get_args(expected))
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict:
+        return isinstance(value, dict)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(expected, type):
+        return isinstance(value, expected)
+    return True
+
+
+def _type_name(expected: Any) -> str:
+    if isinstance(expected, tuple):
+        return " or ".join(_type_name(e) for e in expected)
+    if expected is type(None):
+        return "null"
+    return getattr(expected, "__name__", str(expected))
+
+
+class Op:
+    """One recipe operator.  Subclasses set ``name`` and ``kind``."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    #: True for ops whose result depends on the whole dataset (deduplicators):
+    #: the DAG factory puts a barrier and a global step at them.
+    is_global: ClassVar[bool] = False
+    #: True for ops that need a GPU (used by the GPU preflight).
+    uses_cuda: ClassVar[bool] = False
+
+    def __init__(self, *, text_key: str = "text", **common: Any) -> None:
+        self.text_key = text_key
+        self.common_args = common
+
+    # -- validation -----------------------------------------------------
+    @classmethod
+    def own_args(cls) -> dict[str, inspect.Parameter]:
+        """The keyword arguments this op's ``__init__`` declares (not common ones)."""
+        sig = inspect.signature(cls.__init__)
+        return {
+            name: p
+            for name, p in sig.parameters.items()
+            if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+
+    @classmethod
+    def validate_args(cls, args: dict[str, Any]) -> None:
+        """Raise OpArgumentError for an unknown argument or a value of the wrong type."""
+        own = cls.own_args()
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # pragma: no cover - annotations that don't resolve
+            hints = {}
+        for key, value in args.items():
+            if key in own:
+                expected = hints.get(key, Any)
+                if not _type_ok(value, expected):
+                    raise OpArgumentError(
+                        key,
+                        f"argument {key!r} of {cls.name} must be {_type_name(expected)}, "
+                        f"got {value!r} ({type(value).__name__})",
+                    )
+                continue
+            if key in COMMON_OP_ARGS:
+                if not _type_ok(value, COMMON_OP_ARGS[key]):
+                    raise OpArgumentError(
+                        key,
+                        f"argument {key!r} must be {_type_name(COMMON_OP_ARGS[key])}, got {value!r}",
+                    )
+                continue
+            allowed = sorted(set(own) | set(COMMON_OP_ARGS))
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise OpArgumentError(
+                key,
+                f"{cls.name} has no argument {key!r}.{hint} Its arguments: {', '.join(sorted(own)) or '(none)'}",
+            )
+        cls.check_values(args)
+
+    @classmethod
+    def check_values(cls, args: dict[str, Any]) -> None:
+        """Hook for value checks beyond types (ranges, regex compiles). Raise OpArgumentError."""
+
+    def fingerprint_args(self) -> dict[str, Any]:
+        """What identifies this op's behaviour, for checkpoint and config fingerprints."""
+        return {"text_key": self.text_key}
+
+
+class Mapper(Op):
+    kind: ClassVar[str] = "mapper"
+
+    def process_table(self, table: pa.Table) -> pa.Table:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Filter(Op):
+    kind: ClassVar[str] = "filter"
+
+    def compute_stats(self, table: pa.Table) -> pa.Table:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def keep_mask(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Deduplicator(Op):
+    kind: ClassVar[str] = "deduplicator"
+    is_global: ClassVar[bool] = True
+
+    def compute_hash(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def suggest(name: str, choices: list[str] | set[str]) -> str:
+    """' Did you mean X?' or '' — shared by the registry and the recipe loader."""
+    close = difflib.get_close_matches(name, sorted(choices), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""

@@ -1,0 +1,69 @@
+"""Name -> op class registry.
+
+Ops register themselves with ``@register``; ``load_builtin_ops`` imports the
+modules that hold them so the registry is complete whenever it is consulted.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from airflow_provider_dj.ops.base import Op, suggest
+
+_REGISTRY: dict[str, type[Op]] = {}
+_BUILTIN_MODULES = (
+    "airflow_provider_dj.ops.mappers",
+    "airflow_provider_dj.ops.filters",
+    "airflow_provider_dj.ops.deduplicators",
+)
+_loaded = False
+
+
+class UnknownOpError(KeyError):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def register(cls: type[Op]) -> type[Op]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"op {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def load_builtin_ops() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for mod in _BUILTIN_MODULES:
+        importlib.import_module(mod)
+    _loaded = True
+
+
+def op_names() -> list[str]:
+    load_builtin_ops()
+    return sorted(_REGISTRY)
+
+
+def get_op_class(name: str) -> type[Op]:
+    load_builtin_ops()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownOpError(name, f"unknown op {name!r}.{suggest(name, _REGISTRY)}") from None
+
+
+def create_op(name: str, args: dict[str, Any] | None, text_key: str = "text") -> Op:
+    """Instantiate an op; ``args`` as written in the recipe (already validated)."""
+    cls = get_op_class(name)
+    kwargs = dict(args or {})
+    kwargs.setdefault("text_key", text_key)
+    return cls(**kwargs)
