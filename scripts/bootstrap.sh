@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create/refresh the project's virtualenv (.venv) with the package and its test tools.
+# Idempotent: re-installs only when pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${DJ_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[bootstrap] creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.dj_installed"
+WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "[bootstrap] installing airflow-provider-dj[test] into $VENV (about a minute on a fresh machine)" >&2
+  "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -c "import airflow_provider_dj, airflow, ray, pyarrow, xxhash, orjson" \
+    || { echo "[bootstrap] install failed" >&2; exit 1; }
+  echo "$WANT" > "$STAMP"
+fi
