@@ -1,0 +1,133 @@
+"""Checkpoints are absent or complete (invariant 1): torn ones are ignored and recomputed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.events import read_events
+from airflow_provider_dj.engine.export import export_job
+from airflow_provider_dj.engine.global_ops import resolve_global_op
+from airflow_provider_dj.engine.job_setup import prepare_job
+from airflow_provider_dj.engine.recipe import load_recipe
+from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.sample_corpus import write_corpus
+
+T = pa.table({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
+
+
+@pytest.mark.parametrize("fmt", [StorageFormat("parquet", "snappy"), StorageFormat("parquet", "zstd"),
+                                 StorageFormat("arrow", "zstd"), StorageFormat("arrow", "none"),
+                                 StorageFormat("jsonl", "gzip"), StorageFormat("jsonl", "zstd"),
+                                 StorageFormat("jsonl", "none")])
+def test_round_trip_in_every_format(tmp_path, fmt):
+    s = CheckpointStore(str(tmp_path), fmt)
+    s.save(op_index=0, op_name="m", partition_id=3, table=T, partition_hash="h", fingerprint="f", accounting=[])
+    got = s.load_valid(0, "m", 3, "h", "f")
+    assert got is not None and got.table.to_pylist() == T.to_pylist()
+    assert s.data_path(0, "m", 3).endswith(f"partition_00003.{fmt.extension}")
+
+
+def _saved(tmp_path):
+    s = CheckpointStore(str(tmp_path))
+    s.save(op_index=1, op_name="m", partition_id=0, table=T, partition_hash="h", fingerprint="f",
+           accounting=[{"op_index": 0}])
+    return s
+
+
+def test_truncated_file_is_ignored(tmp_path):
+    s = _saved(tmp_path)
+    path = s.data_path(1, "m", 0)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    assert s.load_valid(1, "m", 0, "h", "f") is None
+
+
+def test_same_size_corruption_is_ignored(tmp_path):
+    s = _saved(tmp_path)
+    path = s.data_path(1, "m", 0)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    assert s.load_valid(1, "m", 0, "h", "f") is None
+
+
+def test_missing_commit_marker_means_absent(tmp_path):
+    s = _saved(tmp_path)
+    os.remove(s.marker_path(1, "m", 0))
+    assert s.load_valid(1, "m", 0, "h", "f") is None
+    assert not s.is_committed(1, "m", 0, "h", "f")
+
+
+def test_checkpoint_of_other_input_or_pipeline_is_ignored(tmp_path):
+    s = _saved(tmp_path)
+    assert s.load_valid(1, "m", 0, "other-hash", "f") is None
+    assert s.load_valid(1, "m", 0, "h", "other-pipeline") is None
+    assert s.load_valid(1, "m", 0, "h", "f") is not None
+
+
+def test_no_temp_files_left_after_save(tmp_path):
+    s = _saved(tmp_path)
+    assert sorted(os.listdir(os.path.dirname(s.data_path(1, "m", 0)))) == [
+        "partition_00000.commit.json", "partition_00000.parquet"]
+
+
+RECIPE = """\
+project_name: torn
+dataset_path: {data}
+export_path: {out}
+partition: {{mode: manual, num_of_partitions: 2}}
+checkpoint: {{strategy: every_op}}
+process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {{min_num: 5}}
+  - document_deduplicator:
+"""
+
+
+def _run_all(job_dir, n_parts):
+    for pid in range(n_parts):
+        run_segment(job_dir, 0, pid)
+    resolve_global_op(job_dir, 3)
+    for pid in range(n_parts):
+        run_segment(job_dir, 1, pid)
+    return export_job(job_dir)
+
+
+def test_torn_checkpoint_is_recomputed_by_the_runner_and_export_unchanged(tmp_path):
+    data = write_corpus(str(tmp_path / "in.jsonl"), 200, seed=3)
+    (tmp_path / "r.yaml").write_text(RECIPE.format(data=data, out=tmp_path / "out.jsonl"))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    job = prepare_job(recipe, job_id="j1")
+    first = _run_all(job.job_dir, 2)
+    clean_bytes = (tmp_path / "out.jsonl").read_bytes()
+
+    store = CheckpointStore(job.job_dir)
+    # tear the final checkpoint of op 2 for partition 1 and remove op 1's marker
+    p2 = store.data_path(2, "words_num_filter", 1)
+    open(p2, "wb").write(open(p2, "rb").read()[:100])
+    os.remove(store.marker_path(1, "whitespace_normalization_mapper", 1))
+    result = run_segment(job.job_dir, 0, 1)
+    assert result.resumed_from_op == 0  # op 0's checkpoint is still valid; 1 and 2 recomputed
+    assert result.ops_run == [1, 2]
+    second = _run_all(job.job_dir, 2)
+    assert (tmp_path / "out.jsonl").read_bytes() == clean_bytes
+    assert second["export"]["checksum_xxh3_128"] == first["export"]["checksum_xxh3_128"]
+    marker = json.load(open(store.marker_path(2, "words_num_filter", 1)))
+    assert marker["op_index"] == 2 and marker["partition_hash"]  # records what it follows and derives from
+
+
+def test_finished_partition_does_no_work(tmp_path):
+    data = write_corpus(str(tmp_path / "in.jsonl"), 50, seed=3)
+    (tmp_path / "r.yaml").write_text(RECIPE.format(data=data, out=tmp_path / "out.jsonl"))
+    job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id="j2")
+    _run_all(job.job_dir, 2)
+    n_before = len(read_events(job.job_dir, "op_start"))
+    r = run_segment(job.job_dir, 1, 0)
+    assert r.skipped and r.ops_run == []
+    assert len(read_events(job.job_dir, "op_start")) == n_before

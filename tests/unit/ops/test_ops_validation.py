@@ -1,0 +1,145 @@
+"""Recipe-time validation of the five text ops: names, types, ranges, regexes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.registry import create_op, get_op_class, op_names
+
+OPS = [
+    "clean_email_mapper",
+    "whitespace_normalization_mapper",
+    "words_num_filter",
+    "text_length_filter",
+    "document_deduplicator",
+]
+
+
+def validate(name: str, args: dict) -> None:
+    get_op_class(name).validate_args(args)
+
+
+def test_all_registered() -> None:
+    assert set(OPS) <= set(op_names())
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_defaults_validate_and_instantiate(name: str) -> None:
+    validate(name, {})
+    op = create_op(name, {})
+    assert op.text_key == "text"
+    assert op.fingerprint_args()["text_key"] == "text"
+
+
+@pytest.mark.parametrize(
+    "name,args,key,hint",
+    [
+        ("words_num_filter", {"min_nun": 3}, "min_nun", "'min_num'"),
+        ("text_length_filter", {"maxlen": 3}, "maxlen", "'max_len'"),
+        ("document_deduplicator", {"lower_case": True}, "lower_case", "'lowercase'"),
+        ("clean_email_mapper", {"patern": "x"}, "patern", "'pattern'"),
+    ],
+)
+def test_unknown_argument_suggests(name: str, args: dict, key: str, hint: str) -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate(name, args)
+    assert err.value.key == key
+    assert f"Did you mean {hint}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "name,args,key",
+    [
+        ("words_num_filter", {"min_num": "10"}, "min_num"),
+        ("words_num_filter", {"max_num": 1.5}, "max_num"),
+        ("words_num_filter", {"min_num": True}, "min_num"),
+        ("words_num_filter", {"lang": 3}, "lang"),
+        ("text_length_filter", {"min_len": None}, "min_len"),
+        ("text_length_filter", {"reversed_range": "yes"}, "reversed_range"),
+        ("document_deduplicator", {"lowercase": "true"}, "lowercase"),
+        ("clean_email_mapper", {"pattern": 5}, "pattern"),
+        ("clean_email_mapper", {"repl": None}, "repl"),
+    ],
+)
+def test_wrong_type(name: str, args: dict, key: str) -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate(name, args)
+    assert err.value.key == key
+
+
+def test_optional_pattern_accepts_null() -> None:
+    validate("clean_email_mapper", {"pattern": None})
+
+
+@pytest.mark.parametrize(
+    "name,args,key",
+    [
+        ("words_num_filter", {"min_num": 9, "max_num": 3}, "min_num"),
+        ("words_num_filter", {"min_num": sys.maxsize, "max_num": 3}, "min_num"),
+        ("text_length_filter", {"min_len": 50, "max_len": 49}, "min_len"),
+        ("text_length_filter", {"max_len": 5}, "min_len"),  # default min_len 10 > 5
+    ],
+)
+def test_min_greater_than_max(name: str, args: dict, key: str) -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate(name, args)
+    assert err.value.key == key
+    assert "greater than" in str(err.value)
+
+
+def test_equal_bounds_are_fine() -> None:
+    validate("text_length_filter", {"min_len": 7, "max_len": 7})
+
+
+def test_tokenization_rejected() -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate("words_num_filter", {"tokenization": True, "lang": "zh"})
+    assert err.value.key == "tokenization"
+    assert "tokenization" in str(err.value) and "false" in str(err.value)
+    validate("words_num_filter", {"tokenization": False})
+
+
+@pytest.mark.parametrize("pattern", ["[a-z", "(?<=a+)b", "a{2,1}", "\\p{L}+@x"])
+def test_bad_pattern(pattern: str) -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate("clean_email_mapper", {"pattern": pattern})
+    assert err.value.key == "pattern"
+    assert "fix the pattern" in str(err.value)
+
+
+def test_bad_repl_group_reference() -> None:
+    with pytest.raises(OpArgumentError) as err:
+        validate("clean_email_mapper", {"pattern": "(a)@", "repl": "\\2"})
+    assert err.value.key == "repl"
+    validate("clean_email_mapper", {"pattern": "(a)@", "repl": "\\1"})
+
+
+def test_raw_wrapped_pattern_is_unwrapped() -> None:
+    validate("clean_email_mapper", {"pattern": "r'[a-z]+@x\\.com'"})
+    op = create_op("clean_email_mapper", {"pattern": 'r"[a-z]+@x\\.com"'})
+    assert op.pattern == "[a-z]+@x\\.com"
+    # too short to be a wrapper: kept as is (DJ needs len > 2)
+    assert create_op("clean_email_mapper", {"pattern": "r'"}).pattern == "r'"
+
+
+def test_common_args_accepted() -> None:
+    validate("words_num_filter", {"text_key": "content", "batch_size": 100, "num_proc": 4})
+    with pytest.raises(OpArgumentError):
+        validate("words_num_filter", {"batch_size": "big"})
+
+
+def test_fingerprints_cover_behaviour() -> None:
+    fp = create_op("words_num_filter", {"min_num": 3, "reversed_range": True}).fingerprint_args()
+    assert fp["min_num"] == 3 and fp["max_num"] == sys.maxsize and fp["reversed_range"] is True
+    assert fp["tokenization"] is False and fp["lang"] == "en"
+    fp = create_op("text_length_filter", {"max_len": 99, "max_closed_interval": False}).fingerprint_args()
+    assert fp["max_len"] == 99 and fp["min_len"] == 10 and fp["max_closed_interval"] is False
+    fp = create_op("document_deduplicator", {"lowercase": True}).fingerprint_args()
+    assert fp == {"text_key": "text", "lowercase": True, "ignore_non_character": False}
+    a = create_op("clean_email_mapper", {"repl": "X"}).fingerprint_args()
+    b = create_op("clean_email_mapper", {"repl": "Y"}).fingerprint_args()
+    assert a != b and a["pattern"] == b["pattern"]
+    assert create_op("clean_email_mapper", {}, text_key="body").fingerprint_args()["text_key"] == "body"
