@@ -77,7 +77,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
+        # address="local": always a private in-process cluster, never whatever
+        # Ray cluster happens to be running on this machine.
+        ray.init(address="local", num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
                  configure_logging=False)
     from airflow_provider_dj.dag_factory import build_dag
 

@@ -102,11 +102,17 @@ class RayHook(BaseHook):  # type: ignore[misc]
     # -- connecting ----------------------------------------------------------
     def get_client(self):
         """Return the ``ray`` module, connected.  Cheap when already connected."""
+        cfg = self.resolve()
+        if cfg["mode"] == "embedded":
+            # Ray 2.5x+ turns token auth on for `ray start` whenever
+            # ~/.ray/auth_token exists, and reads the mode when `ray` is first
+            # imported: set it before the import so the head we start and
+            # every task connecting to it agree.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         import ray
 
         if ray.is_initialized():
             return ray
-        cfg = self.resolve()
         t0 = time.perf_counter()
         if cfg["mode"] == "cluster":
             log.info("connecting to Ray cluster at %s", cfg["address"])
@@ -164,7 +170,11 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
         if object_store_memory:
             cmd.append(f"--object-store-memory={int(object_store_memory)}")
         log.info("starting the embedded local Ray head: %s", " ".join(cmd))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        # Ray 2.5x+ turns token auth on whenever ~/.ray/auth_token exists; be
+        # explicit so the head and every connecting task agree on the mode.
+        env = dict(os.environ)
+        env.setdefault("RAY_AUTH_MODE", "token")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
         if proc.returncode != 0:
             raise RayConnectionError(f"could not start a local Ray head (exit {proc.returncode}): {proc.stderr[-2000:]}")
         address = f"127.0.0.1:{port}"

@@ -38,7 +38,7 @@ class CleanEmailMapper(Mapper):
     ``r'...'`` (DJ strips the wrapper) and is matched with DOTALL, as in DJ.
 
     Execution: DJ matches with the ``regex`` module.  When the pattern only
-    uses constructs on which RE2 provably agrees (see
+    uses constructs on which RE2 and ``regex`` agree (see
     ``text_kernels.translate_to_re2``: literals, sets, ``.``, \\d, \\s, groups,
     alternation, repeats, ``^``) and ``repl`` has no backslash, the
     substitution runs as one vectorized RE2 kernel; the default pattern always

@@ -15,7 +15,7 @@ with Python, so every kernel here is pinned to the exact Python behaviour:
   Python lowercase differs (U+0130, final sigma, Unicode-version drift), which
   are lowered by Python itself;
 * ``translate_to_re2`` turns a Python regex into an equivalent RE2 pattern
-  only when the two engines provably agree, else returns None so callers fall
+  only for constructs on which the two engines agree, else returns None so callers fall
   back to Python's ``re``.
 """
 

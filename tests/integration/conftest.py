@@ -22,7 +22,7 @@ def airflow_home():
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
