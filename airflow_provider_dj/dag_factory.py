@@ -122,9 +122,14 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         validate = ResumeValidatorOperator(task_id="validate", recipe_path=recipe_path, group_size=group_size)
         preflight >> validate
         upstream = validate
+        # partition.max_concurrent_partitions caps how many partition tasks of
+        # one run execute at once (fixed at parse time; None = no cap).
+        concurrency = {"max_active_tis_per_dagrun": recipe.partition.max_concurrent_partitions} \
+            if recipe.partition.max_concurrent_partitions else {}
         for seg in plan.segments:
             seg_task = PartitionGroupOperator.partial(
                 task_id=seg.task_id(),
+                **concurrency,
                 job_dir=JOB_DIR_TEMPLATE,
                 segment_index=seg.index,
                 map_index_template=MAP_INDEX_TEMPLATE,

@@ -43,11 +43,12 @@ def test_recipe_without_global_ops_has_one_segment_and_no_barrier(tmp_path):
 
     p = tmp_path / "r.yaml"
     p.write_text("project_name: 'my recipe/v2'\ndataset_path: in.jsonl\nexport_path: out.jsonl\nschedule: '0 3 * * *'\n"
-                 "process:\n  - text_length_filter:\n")
+                 "partition: {max_concurrent_partitions: 3}\nprocess:\n  - text_length_filter:\n")
     dag = build_dag(str(p))
     assert dag.dag_id == "my_recipe_v2"
     assert set(dag.task_ids) == {"gpu_preflight", "validate", "partitions_seg0", "export"}
     assert dag.schedule == "0 3 * * *"
+    assert dag.task_dict["partitions_seg0"].partial_kwargs["max_active_tis_per_dagrun"] == 3
 
 
 def test_broken_recipe_beside_good_ones_leaves_them_loadable(tmp_path, monkeypatch):
