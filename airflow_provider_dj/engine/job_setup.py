@@ -75,6 +75,10 @@ def _verify_existing(recipe, paths: JobPaths, info: dict, events: EventLog) -> N
             f"job {paths.job_id}: the recipe changed in keys that affect results:\n" + "\n".join(diff)
             + "\nRevert them to resume, or start a new job (omit job_id/resume)."
         )
+    new_cfg = recipe.to_dict()
+    if json.dumps(old_cfg.get("partition"), sort_keys=True) != json.dumps(new_cfg.get("partition"), sort_keys=True):
+        log.warning("job %s: partition settings differ from the ones it was planned with; the saved %d "
+                    "partition boundaries are used", paths.job_id, len(info["partitions"]))
     events.emit("validation_step", step="config_matches", status="ok")
     for part in info["partitions"]:
         try:
