@@ -36,6 +36,7 @@ def run_partitions(
     event_defaults: dict | None = None,
     num_cpus: float = 1,
     on_progress: Callable[[str], None] | None = None,
+    rows_by_partition: dict[int, int] | None = None,
 ) -> list[dict]:
     remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_segment_task)
     refs = {remote.remote(job_dir, segment_index, pid, try_number, dict(event_defaults or {})): pid for pid in partition_ids}
@@ -51,9 +52,8 @@ def run_partitions(
                 results[pid] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - re-raised below after siblings finish
                 errors.append((pid, exc))
-        msg = (f"segment {segment_index}: {len(results)}/{len(partition_ids)} partitions done, "
-               f"{len(errors)} failed, {time.perf_counter() - t0:.1f}s")
-        (on_progress or log.info)(msg)
+        (on_progress or log.info)(_progress_line(segment_index, partition_ids, results, errors, rows_by_partition,
+                                                 time.perf_counter() - t0))
     if errors:
         pid, exc = errors[0]
         cause = getattr(exc, "cause", None) or exc
@@ -63,3 +63,17 @@ def run_partitions(
 
 class PartitionFailedError(RuntimeError):
     pass
+
+
+def _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, elapsed) -> str:
+    """'segment 0: 3/4 partitions (750/1,000 rows) done, 0 failed, 2.1s, 357 rows/s, ETA 0.7s'."""
+    line = f"segment {segment_index}: {len(results)}/{len(partition_ids)} partitions"
+    if rows_by_partition:
+        total = sum(rows_by_partition.get(p, 0) for p in partition_ids)
+        done = sum(rows_by_partition.get(p, 0) for p in results)
+        line += f" ({done:,}/{total:,} rows)"
+        if done and elapsed > 0:
+            rate = done / elapsed
+            line += f" done, {len(errors)} failed, {elapsed:.1f}s, {rate:,.0f} rows/s, ETA {(total - done) / rate:.1f}s"
+            return line
+    return line + f" done, {len(errors)} failed, {elapsed:.1f}s"

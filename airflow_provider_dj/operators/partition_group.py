@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.ray_dispatch import run_partitions
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators._common import event_defaults, try_number
@@ -48,6 +49,8 @@ class PartitionGroupOperator(BaseOperator):
         self.log.info("Segment %d, execution group %s: partitions %s (%s)", self.segment_index, group["group_id"],
                       group["partition_ids"], group["label"])
         ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        parts = JobContext(self.job_dir).partitioning_info["partitions"]
+        rows = {p["partition_id"]: p["num_rows"] for p in parts}
         results = run_partitions(
             ray,
             self.job_dir,
@@ -57,6 +60,7 @@ class PartitionGroupOperator(BaseOperator):
             event_defaults=event_defaults(context),
             num_cpus=self.cpus_per_partition,
             on_progress=lambda msg: self.log.info("%s", msg),
+            rows_by_partition=rows,
         )
         for r in results:
             if r["skipped"]:
