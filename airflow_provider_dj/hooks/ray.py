@@ -164,7 +164,8 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
             pass
         port = int(os.environ.get("DJ_RAY_HEAD_PORT", "26379"))
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-        cmd = [ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false", "--disable-usage-stats"]
+        cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
+               "--disable-usage-stats"]
         if num_cpus:
             cmd.append(f"--num-cpus={int(num_cpus)}")
         if object_store_memory:
@@ -174,21 +175,48 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
         # explicit so the head and every connecting task agree on the mode.
         env = dict(os.environ)
         env.setdefault("RAY_AUTH_MODE", "token")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-        if proc.returncode != 0:
-            raise RayConnectionError(f"could not start a local Ray head (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        # --block in its own session: the head's processes form one process
+        # group that stop_local_head() can end without touching any other Ray
+        # on this machine (`ray stop` would kill them all).
+        log_path = os.path.join(_state_dir(), "ray-head.log")
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         address = f"127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while not _head_alive(address):
+            if proc.poll() is not None or time.time() > deadline:
+                raise RayConnectionError(
+                    f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
+            time.sleep(0.2)
         with open(_head_file(), "w") as fh:
-            json.dump({"address": address, "started_at": time.time(), "pid": os.getpid()}, fh)
+            json.dump({"address": address, "started_at": time.time(), "pid": proc.pid}, fh)
         return address
 
 
-def stop_local_head() -> bool:
-    """Stop the shared embedded head, if this machine runs one (``dj-airflow ray-stop``)."""
+def stop_local_head(timeout: float = 30.0) -> bool:
+    """Stop the shared embedded head, if this machine runs one (``dj-airflow ray-stop``).
+
+    Only the head's own process group is signalled; other Ray clusters on
+    the machine are left alone.
+    """
+    import signal
+
     try:
-        os.remove(_head_file())
-    except FileNotFoundError:
+        with open(_head_file()) as fh:
+            pid = int(json.load(fh)["pid"])
+    except (FileNotFoundError, ValueError, KeyError):
         return False
-    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+    os.remove(_head_file())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.2)
     return True

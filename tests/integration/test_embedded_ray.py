@@ -21,7 +21,7 @@ print("RESULT", sum(ray.get([square.remote(i) for i in range(5)])))
 """
 
 
-def test_two_task_processes_share_one_started_head(tmp_path):
+def test_two_task_processes_share_one_started_head(tmp_path, ray_cluster):
     env = dict(os.environ, DJ_RAY_STATE_DIR=str(tmp_path), DJ_RAY_HEAD_PORT="26391")
     env.pop("RAY_ADDRESS", None)
     try:
@@ -37,3 +37,6 @@ def test_two_task_processes_share_one_started_head(tmp_path):
     finally:
         subprocess.run([sys.executable, "-c", "from airflow_provider_dj.hooks.ray import stop_local_head; stop_local_head()"],
                        env=env, timeout=120)
+    assert not (tmp_path / "ray-head.json").exists()
+    # stopping the shared head leaves every other Ray on the machine running (here: the test session's own)
+    assert ray_cluster.get(ray_cluster.remote(lambda: 42).remote()) == 42
