@@ -65,7 +65,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     job_id = recipe.job_id or recipe.resume or new_job_id()
-    overrides["job_id"] = job_id
+    if not recipe.resume:
+        overrides["job_id"] = job_id
+    # This process lives as long as the run: its pid in the runner lock lets a
+    # later --resume detect a crashed (kill -9) run at once.
+    os.environ["DJ_RUN_OWNER_PID"] = str(os.getpid())
     dag_id = sanitize_dag_id(recipe.project_name)
     home = configure_airflow_env()
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = write_cli_dag_stub(home, recipe_path, dag_id)
@@ -84,7 +88,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.dag_factory import build_dag
 
     dag = build_dag(recipe_path, dag_id=dag_id)
-    dr = dag.test(run_conf=overrides)
+    try:
+        dr = dag.test(run_conf=overrides)
+    finally:
+        os.environ.pop("DJ_RUN_OWNER_PID", None)
     state = str(getattr(dr, "state", "unknown"))
     wall = time.perf_counter() - t0
     job_dir = os.path.join(recipe.work_dir, job_id)
@@ -103,6 +110,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\nDAG run {getattr(dr, 'run_id', '?')}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
     print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
     return 1
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine import job_lock
+    from airflow_provider_dj.engine.job import validate_job_id
+
+    validate_job_id(args.job_id)
+    job_dir = os.path.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
+    lock = job_lock.force_unlock(job_dir)
+    print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
+    return 0
 
 
 def cmd_ray_stop(args: argparse.Namespace) -> int:
@@ -127,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--set", action="append", metavar="KEY=VALUE")
     val.add_argument("--check-input", action="store_true", help="also check that dataset_path matches files")
     val.set_defaults(func=cmd_validate)
+    unlock = sub.add_parser("unlock", help="remove a job's runner lock by hand (after making sure it is not running)")
+    unlock.add_argument("job_id")
+    unlock.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR or .)")
+    unlock.set_defaults(func=cmd_unlock)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
     return p

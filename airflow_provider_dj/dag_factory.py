@@ -90,6 +90,7 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
     from airflow.sdk import DAG
 
     from airflow_provider_dj.operators.export import ExportOperator
+    from airflow_provider_dj.operators._common import release_lock_on_failure
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
     from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
@@ -113,7 +114,8 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         catchup=False,
         max_active_runs=1,
         params=_params(),
-        default_args={"retries": retries, "retry_delay": retry_delay},
+        default_args={"retries": retries, "retry_delay": retry_delay,
+                      "on_failure_callback": release_lock_on_failure},
         tags=["data-juicer", "airflow-provider-dj"],
         description=f"Data-Juicer recipe {os.path.basename(recipe_path)}",
         doc_md=_doc(recipe, plan),

@@ -110,6 +110,7 @@ class CheckpointStore:
         self.root = storage.join(job_dir, CHECKPOINTS_DIR)
         self.fmt = fmt or StorageFormat()
         self.prefix = prefix
+        self._faults: list[dict] | None = None
 
     # -- paths ------------------------------------------------------------
     def op_dir(self, op_index: int, op_name: str) -> str:
@@ -137,6 +138,14 @@ class CheckpointStore:
         data = self.fmt.encode(table)
         path = self.data_path(op_index, op_name, partition_id)
         storage.atomic_write_bytes(path, data)
+        if self._faults is None:
+            from airflow_provider_dj.engine import faults as _f
+
+            self._faults = _f.load_faults(self.job_dir)
+        if self._faults:
+            from airflow_provider_dj.engine import faults as _f
+
+            _f.maybe_fail(self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write")
         marker = {
             "op_index": op_index,
             "op_name": op_name,

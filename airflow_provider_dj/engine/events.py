@@ -88,6 +88,13 @@ class EventLog:
         return event
 
 
+def write_buffered(log: "EventLog", events: list[dict]) -> None:
+    """Write events collected before the job directory could be touched (resume validation)."""
+    for ev in events:
+        fields = {k: v for k, v in ev.items() if k not in ("event_type", "timestamp")}
+        log.emit(ev["event_type"], **fields)
+
+
 def iter_event_files(job_dir: str) -> list[str]:
     return [storage.join(job_dir, n) for n in storage.listdir(job_dir) if n.startswith("events_") and n.endswith(".jsonl")]
 

@@ -21,6 +21,7 @@ from airflow_provider_dj.engine import storage
 from airflow_provider_dj.engine.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import JOB_SUMMARY, JobContext, write_json
+from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jsonl_writer import write_jsonl
 from airflow_provider_dj.ops.base import STATS_COLUMN
 
@@ -126,9 +127,13 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             pq.write_table(table, out, compression="snappy")
             rows = table.num_rows
         else:
-            for t in tables():
+            fault_spec = load_faults(job_dir)
+            for n, t in enumerate(tables()):
                 write_jsonl(t, out)
                 rows += t.num_rows
+                if n == 0:
+                    out.flush()
+                    maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
     checksum, nbytes = out.h.hexdigest(), out.n
     expected = per_op[-1]["rows_out"] if per_op else 0
     if rows != expected:
@@ -200,3 +205,39 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
                 storage.remove(storage.join(full, name))
         removed.append(f"{d} (except partitions {sorted(keep_pids)})")
     return {"policy": policy, "removed": removed}
+
+
+class ExportMismatchError(RuntimeError):
+    """A completed job's export no longer matches its summary; nothing is rewritten."""
+
+
+def is_job_complete(job_dir: str) -> bool:
+    path = storage.join(job_dir, JOB_SUMMARY)
+    if not storage.exists(path):
+        return False
+    try:
+        import json
+
+        return json.loads(storage.read_bytes(path)).get("status") == "completed"
+    except ValueError:
+        return False
+
+
+def verify_completed_export(job_dir: str) -> dict:
+    """Re-check a completed job's export against its summary (size and xxh3 checksum)."""
+    import json
+
+    summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
+    exp = summary["export"]
+    try:
+        data = storage.read_bytes(exp["path"])
+    except FileNotFoundError:
+        raise ExportMismatchError(f"job {summary['job_id']} completed, but its export {exp['path']} is missing; "
+                                  f"restore it or start a new job") from None
+    got = xxhash.xxh3_128_hexdigest(data)
+    if len(data) != exp["bytes"] or got != exp["checksum_xxh3_128"]:
+        raise ExportMismatchError(
+            f"job {summary['job_id']} completed, but its export {exp['path']} changed since "
+            f"({len(data)} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
+            f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job")
+    return summary

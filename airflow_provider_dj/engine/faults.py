@@ -1,19 +1,34 @@
 """Deterministic fault injection, for tests and fire drills.
 
-A job directory may hold ``_fault_injection.json``: a list of
-``{"partition_id": P, "after_op": I, "times": N, "kind": "raise"|"exit"}``.
-When partition P finishes op I (and its checkpoint, if any, is committed),
-the runner fails — raising, or killing its own process with ``exit`` to
-simulate a crashed worker — at most N times in total.  Firings are counted
-with marker files in the job directory, so the count survives retries,
-process restarts and other nodes.  Without the file this costs one stat per
-partition run.
+A job directory may hold ``_fault_injection.json``, a list of faults::
+
+    {"point": "after_op", "partition_id": 1, "op_index": 2, "times": 1, "kind": "raise"}
+
+``point`` is where it fires (default ``after_op``; ``after_op`` also accepts
+the older key ``after_op: <op index>``):
+
+=========================  ===================================================
+``plan``                   after the input is indexed, before the job's metadata is written
+``op_start``               before an op runs on a partition
+``after_op``               after an op (and its checkpoint, if any) is committed
+``checkpoint_mid_write``   after a checkpoint's data file, before its commit marker
+``global_mid``             after the first keep mask of a global op is committed
+``export_mid``             after the first partition is written to the export's temp file
+=========================  ===================================================
+
+``kind``: ``raise`` (an exception: the task fails and Airflow retries),
+``exit`` (this process dies: a crashed worker), or ``kill_run`` (SIGKILL to
+every process of this run's session — the CLI, Ray and its workers — like a
+``kill -9`` of the whole run or a machine going down).  Firings are counted
+with marker files in the job directory, so ``times`` holds across retries,
+restarts and nodes.  Without the file this costs one stat per call site.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 
 from airflow_provider_dj.engine import storage
 
@@ -33,9 +48,38 @@ def load_faults(job_dir: str) -> list[dict]:
         return []
 
 
-def maybe_fail(job_dir: str, faults: list[dict], partition_id: int, op_index: int) -> None:
+def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None) -> bool:
+    fpoint = f.get("point", "after_op")
+    if fpoint != point:
+        return False
+    want_op = f.get("op_index", f.get("after_op"))
+    if want_op is not None and want_op != op_index:
+        return False
+    want_pid = f.get("partition_id")
+    return want_pid is None or want_pid == partition_id
+
+
+def _kill_session() -> None:
+    """SIGKILL every process in this process's session, this one last."""
+    sid = os.getsid(0)
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # field 6 of stat: session id
+                os.kill(int(name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue
+    os.kill(me, signal.SIGKILL)
+
+
+def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_index: int | None,
+               point: str = "after_op") -> None:
     for i, f in enumerate(faults):
-        if f.get("partition_id") != partition_id or f.get("after_op") != op_index:
+        if not _matches(f, point, partition_id, op_index):
             continue
         fired_dir = storage.join(job_dir, FIRED_DIR)
         prefix = f"fault{i}_"
@@ -43,7 +87,10 @@ def maybe_fail(job_dir: str, faults: list[dict], partition_id: int, op_index: in
         if len(fired) >= int(f.get("times", 1)):
             continue
         storage.atomic_write_bytes(storage.join(fired_dir, f"{prefix}{len(fired)}"), b"fired")
-        msg = f"injected fault: partition {partition_id} after op {op_index} (firing {len(fired) + 1})"
-        if f.get("kind") == "exit":
+        kind = f.get("kind", "raise")
+        if kind == "exit":
             os._exit(17)
-        raise InjectedFault(msg)
+        if kind == "kill_run":
+            _kill_session()
+        raise InjectedFault(f"injected fault at {point}: partition {partition_id} op {op_index} "
+                            f"(firing {len(fired) + 1})")

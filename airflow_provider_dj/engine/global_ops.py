@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
@@ -57,12 +58,15 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     total = int(sum(len(k) for k in keys))
     mask = first_occurrence_mask(keys) if total else np.zeros(0, dtype=bool)
     offset = 0
-    for p, k in zip(parts, keys):
+    fault_spec = load_faults(job_dir)
+    for n, (p, k) in enumerate(zip(parts, keys)):
         part_mask = mask[offset : offset + len(k)]
         offset += len(k)
         ms.save(op_index=op_index, op_name=op.name, partition_id=p["partition_id"],
                 table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
                 partition_hash=p["content_hash"], fingerprint=op.fingerprint, accounting=[])
+        if n == 0:
+            maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")
     kept = int(mask.sum())
     dur = time.perf_counter() - t0
     log.info("global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur)

@@ -2,45 +2,34 @@
 
 A new job: validate the effective recipe, check the input exists, plan
 partitions (scan + hash), and write the effective config, the partitioning
-info and the execution plan into the job directory.
+info and the execution plan into the job directory, then take the runner
+lock.
 
 An existing job directory (a retried/cleared run, or an explicit resume):
-never re-plan and never delete.  Check the recipe still describes the same
-computation and that every partition's content hash still matches the
-input; refuse with a specific message otherwise, leaving the job directory
-untouched (invariant 7).
+never re-plan and never delete.  ``engine.resume.validate_resume`` proves
+the job may be continued — or refuses with a specific reason, leaving the
+job directory byte-for-byte untouched (invariant 7).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
-from airflow_provider_dj.engine import storage
-from airflow_provider_dj.engine.events import EventLog
-from airflow_provider_dj.engine.job import (
-    EFFECTIVE_CONFIG,
-    EXECUTION_PLAN,
-    PARTITIONING_INFO,
-    JobPaths,
-    read_json,
-    validate_job_id,
-    write_json,
-)
+from airflow_provider_dj.engine import job_lock, storage
+from airflow_provider_dj.engine.events import EventLog, write_buffered
+from airflow_provider_dj.engine.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths, read_json
+from airflow_provider_dj.engine.job import validate_job_id, write_json
 from airflow_provider_dj.engine.partitioning import plan_partitions
 from airflow_provider_dj.engine.plan import build_plan, execution_groups
+from airflow_provider_dj.engine.resume import ResumeRefusedError, validate_resume
 
 log = logging.getLogger(__name__)
 
-# Keys whose change alters the rows a job produces: a resume across such a
-# change would mix two computations, so it is refused.
-RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error")
-
-
-class ResumeRefusedError(RuntimeError):
-    """Continuing this job would be wrong; nothing in the job directory was changed."""
+__all__ = ["PreparedJob", "ResumeRefusedError", "prepare_job"]
 
 
 @dataclass
@@ -51,77 +40,63 @@ class PreparedJob:
     resumed: bool
     num_partitions: int
     total_rows: int
+    job_complete: bool = False
+    accepted_changes: list[str] = field(default_factory=list)
+    lock_note: str = ""
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
 
 
-def _config_diff(old: dict, new: dict) -> list[str]:
-    lines = []
-    for key in RESULT_KEYS:
-        if json.dumps(old.get(key), sort_keys=True, default=str) != json.dumps(new.get(key), sort_keys=True, default=str):
-            lines.append(f"  {key}: {json.dumps(old.get(key), default=str)} -> {json.dumps(new.get(key), default=str)}")
-    return lines
-
-
-def _verify_existing(recipe, paths: JobPaths, info: dict, events: EventLog) -> None:
-    from airflow_provider_dj.engine.partitioning import InputChangedError
-    from airflow_provider_dj.engine.partitioning import read_partition
-
-    old_cfg = read_json(paths.path(EFFECTIVE_CONFIG))
-    diff = _config_diff(old_cfg, recipe.to_dict())
-    if diff:
-        raise ResumeRefusedError(
-            f"job {paths.job_id}: the recipe changed in keys that affect results:\n" + "\n".join(diff)
-            + "\nRevert them to resume, or start a new job (omit job_id/resume)."
-        )
-    new_cfg = recipe.to_dict()
-    if json.dumps(old_cfg.get("partition"), sort_keys=True) != json.dumps(new_cfg.get("partition"), sort_keys=True):
-        log.warning("job %s: partition settings differ from the ones it was planned with; the saved %d "
-                    "partition boundaries are used", paths.job_id, len(info["partitions"]))
-    events.emit("validation_step", step="config_matches", status="ok")
-    for part in info["partitions"]:
-        try:
-            read_partition(info, part["partition_id"], verify_hash=True)
-        except (InputChangedError, FileNotFoundError) as exc:
-            raise ResumeRefusedError(f"job {paths.job_id}: {exc}") from exc
-    events.emit("validation_step", step="partition_hashes_match", status="ok", partitions=len(info["partitions"]))
-
-
-def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dict | None = None) -> PreparedJob:
+def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dict | None = None,
+                airflow_run_id: str | None = None, log_step: Callable[[str], None] | None = None) -> PreparedJob:
     """``recipe`` is the effective engine.recipe.Recipe (overrides applied)."""
     from airflow_provider_dj.engine.recipe import check_input_exists
 
     validate_job_id(job_id)
+    say = log_step or log.info
     paths = JobPaths(recipe.work_dir, job_id)
-    events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
     info_path = paths.path(PARTITIONING_INFO)
-    plan = build_plan(recipe)  # validates op names again, cheaply
-    if storage.exists(info_path):
+    plan = build_plan(recipe)
+    owner = job_lock.owner_identity(airflow_run_id)
+    if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
+        # Everything before the lock is taken only reads the job directory.
+        job_lock.check(paths.job_dir, owner)
+        report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
         info = read_json(info_path)
-        log.info("job %s exists in %s: verifying before resuming", job_id, paths.job_dir)
-        _verify_existing(recipe, paths, info, events)
-        resumed = True
-    else:
-        if recipe.resume:
-            raise ResumeRefusedError(
-                f"resume={recipe.resume!r}: no job directory with partitioning info at {paths.job_dir}; "
-                f"check the token and work_dir"
-            )
-        check_input_exists(recipe)
-        t0 = time.perf_counter()
-        info = plan_partitions(recipe.dataset_path, recipe.partition)
-        storage.makedirs(paths.job_dir)
-        cfg = recipe.to_dict()
-        cfg["job_id"] = job_id
-        write_json(paths.path(EFFECTIVE_CONFIG), cfg)
-        write_json(info_path, info)
-        events.emit("plan_created", partitions=info["num_partitions"], input_rows=info["total_rows"],
-                    duration=round(time.perf_counter() - t0, 6), how=info["how_chosen"])
-        log.info("planned %d partitions over %d rows (%s) in %.2fs", info["num_partitions"], info["total_rows"],
-                 info["how_chosen"], time.perf_counter() - t0)
-        resumed = False
+        events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
+        write_buffered(events, report.events)
+        lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)
+        if lock_note:
+            say(f"runner lock {lock_note}")
+        groups = [] if report.job_complete else execution_groups(info, group_size)
+        for g in groups:
+            g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
+        plan.groups = groups
+        if not report.job_complete:
+            write_json(paths.path(EXECUTION_PLAN), plan.to_dict())
+        return PreparedJob(job_id, paths.job_dir, groups, True, info["num_partitions"], info["total_rows"],
+                           report.job_complete, report.accepted_changes, lock_note)
+    if recipe.resume:
+        raise ResumeRefusedError("metadata_missing", f"resume={recipe.resume!r}: there is no job directory at "
+                                 f"{paths.job_dir}; check the token and work_dir")
+    check_input_exists(recipe)
+    t0 = time.perf_counter()
+    info = plan_partitions(recipe.dataset_path, recipe.partition)
+    maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
+    storage.makedirs(paths.job_dir)
+    cfg = recipe.to_dict()
+    cfg["job_id"] = job_id
+    write_json(paths.path(EFFECTIVE_CONFIG), cfg)
+    lock_note = job_lock.acquire(paths.job_dir, owner)
+    write_json(info_path, info)  # last: its presence marks a planned job
+    events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
+    events.emit("plan_created", partitions=info["num_partitions"], input_rows=info["total_rows"],
+                duration=round(time.perf_counter() - t0, 6), how=info["how_chosen"])
+    say(f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
+        f"in {time.perf_counter() - t0:.2f}s")
     groups = execution_groups(info, group_size) if info["partitions"] else []
     plan.groups = groups
     write_json(paths.path(EXECUTION_PLAN), plan.to_dict())
-    return PreparedJob(job_id, paths.job_dir, groups, resumed, info["num_partitions"], info["total_rows"])
+    return PreparedJob(job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"],
+                       lock_note=lock_note)

@@ -183,6 +183,7 @@ def run_segment(
         spec = ops_by_index[i]
         op = create_op(spec.name, spec.args, recipe.text_key)
         events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows)
+        faults.maybe_fail(job_dir, fault_spec, partition_id, i, point="op_start")
         try:
             outcome = apply_op(op, i, table, recipe.skip_op_error)
         except Exception as exc:

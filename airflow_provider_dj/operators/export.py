@@ -7,7 +7,8 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.events import EventLog, read_events
-from airflow_provider_dj.engine.export import export_job
+from airflow_provider_dj.engine import job_lock
+from airflow_provider_dj.engine.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.operators._common import event_defaults
 
@@ -22,6 +23,14 @@ class ExportOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         defaults = event_defaults(context)
+        if is_job_complete(self.job_dir):
+            summary = verify_completed_export(self.job_dir)
+            self.log.info("Job %s was already complete; export %s verified against the summary (%d rows, xxh3 %s). "
+                          "Nothing was rewritten.", summary["job_id"], summary["export"]["path"],
+                          summary["export"]["rows"], summary["export"]["checksum_xxh3_128"])
+            return {"export_path": summary["export"]["path"], "rows": summary["export"]["rows"],
+                    "checksum": summary["export"]["checksum_xxh3_128"], "job_id": summary["job_id"],
+                    "already_complete": True}
         starts = read_events(self.job_dir, "job_start")
         started_at = starts[0]["timestamp"] if starts else None
         ctx = JobContext(self.job_dir)
@@ -31,6 +40,7 @@ class ExportOperator(BaseOperator):
             EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
                 "job_failed", status="failed", error_message=f"{type(exc).__name__}: {exc}")
             raise
+        job_lock.release(self.job_dir, context["dag_run"].run_id)
         EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
             "job_complete", status="completed", output_rows=summary["export"]["rows"],
             duration=summary.get("duration_s"))

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.engine.export import is_job_complete
 from airflow_provider_dj.engine.global_ops import resolve_global_op
 from airflow_provider_dj.operators._common import event_defaults
 
@@ -26,6 +27,9 @@ class GlobalOpOperator(BaseOperator):
         self.op_index = op_index
 
     def execute(self, context: Any) -> dict:
+        if is_job_complete(self.job_dir):
+            self.log.info("job already completed: nothing to do")
+            return {"op_index": self.op_index, "skipped": True}
         result = resolve_global_op(self.job_dir, self.op_index, event_defaults=event_defaults(context))
         self.log.info("global op %d: %s", self.op_index, result)
         return result

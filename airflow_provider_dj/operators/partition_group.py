@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.engine import job_lock
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.ray_dispatch import run_partitions
 from airflow_provider_dj.hooks.ray import RayHook
@@ -48,6 +49,8 @@ class PartitionGroupOperator(BaseOperator):
         group = self.execution_group
         self.log.info("Segment %d, execution group %s: partitions %s (%s)", self.segment_index, group["group_id"],
                       group["partition_ids"], group["label"])
+        # Refuses if another live runner owns this job; refreshes our heartbeat.
+        job_lock.heartbeat(self.job_dir, context["dag_run"].run_id)
         ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
         parts = JobContext(self.job_dir).partitioning_info["partitions"]
         rows = {p["partition_id"]: p["num_rows"] for p in parts}

@@ -19,7 +19,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.job_setup import prepare_job
+from airflow_provider_dj.engine.job_setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.overrides import normalize_overrides
 from airflow_provider_dj.engine.recipe import load_recipe
 from airflow_provider_dj.operators._common import event_defaults
@@ -52,14 +52,28 @@ class ResumeValidatorOperator(BaseOperator):
         self.log.info("Resume token: %s. Re-trigger with resume=%s (or dj-airflow run %s --resume %s) to resume this job.",
                       job_id, job_id, self.recipe_path, job_id)
         defaults = event_defaults(context)
-        prepared = prepare_job(recipe, job_id=job_id, group_size=self.group_size, event_defaults=defaults)
+        try:
+            prepared = prepare_job(recipe, job_id=job_id, group_size=self.group_size, event_defaults=defaults,
+                                   airflow_run_id=context["dag_run"].run_id,
+                                   log_step=lambda msg: self.log.info("%s", msg))
+        except ResumeRefusedError as exc:
+            self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
+            raise
+        ti = context["ti"]
+        ti.xcom_push(key="job_dir", value=prepared.job_dir)
+        ti.xcom_push(key="job_id", value=job_id)
+        ti.xcom_push(key="job_complete", value=prepared.job_complete)
+        if prepared.job_complete:
+            self.log.info("Job %s already completed: nothing to do; the export will be re-verified.", job_id)
+            return []
         EventLog(prepared.job_dir, job_id, defaults=defaults).emit(
             "job_start", status="resumed" if prepared.resumed else "new", partitions=prepared.num_partitions,
             input_rows=prepared.total_rows)
         self.log.info("Job %s in %s: %s, %d partitions, %d rows, %d execution groups", job_id, prepared.job_dir,
                       "resuming" if prepared.resumed else "new job", prepared.num_partitions, prepared.total_rows,
                       len(prepared.groups))
-        ti = context["ti"]
-        ti.xcom_push(key="job_dir", value=prepared.job_dir)
-        ti.xcom_push(key="job_id", value=job_id)
+        if prepared.resumed:
+            final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
+            self.log.info("%d/%d partitions already final; the rest resume from their last checkpoint", final,
+                          prepared.num_partitions)
         return prepared.groups

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from airflow_provider_dj.engine.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.export import is_job_complete
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.segment_runner import keys_store
 
@@ -49,6 +50,9 @@ class CheckpointSensor(BaseSensorOperator):
         self.segment_index = segment_index
 
     def poke(self, context: Any) -> bool:
+        if is_job_complete(self.job_dir):
+            self.log.info("job already completed: nothing to wait for")
+            return True
         done, missing = committed_partitions(self.job_dir, self.segment_index)
         total = len(done) + len(missing)
         self.log.info("segment %d: %d/%d partitions committed%s", self.segment_index, len(done), total,
