@@ -47,7 +47,7 @@ def new_job_id(now: datetime | None = None) -> str:
 
 def job_id_for_run(dag_id: str, run_id: str, when: datetime) -> str:
     """Deterministic id for an Airflow DAG run, so clearing the whole run resumes the same job."""
-    digest = xxhash.xxh3_64_hexdigest(f"{dag_id}\x00{run_id}")[:6]
+    digest = xxhash.xxh3_64_hexdigest(f"{dag_id}\x00{run_id}".encode())[:6]
     return f"{when.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{digest}"
 
 
