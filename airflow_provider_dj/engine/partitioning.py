@@ -40,10 +40,10 @@ class PartitioningError(ValueError):
 
 def row_boundaries(total_rows: int, num_partitions: int) -> list[tuple[int, int]]:
     """Split [0, total_rows) into ``num_partitions`` contiguous ranges differing by at most one row."""
+    if total_rows == 0:
+        return []  # an empty input has no partitions (and exports an empty file)
     if num_partitions < 1:
         raise PartitioningError(f"num_of_partitions must be at least 1, got {num_partitions}")
-    if total_rows == 0:
-        return []
     if num_partitions > total_rows:
         raise PartitioningError(
             f"num_of_partitions={num_partitions} but the input has only {total_rows} rows; "

@@ -42,6 +42,7 @@ def test_zero_partitions_is_an_error_and_empty_input_has_none():
     with pytest.raises(PartitioningError):
         row_boundaries(10, 0)
     assert row_boundaries(0, 3) == []
+    assert row_boundaries(0, 0) == []
 
 
 def _cfg(**kw):
