@@ -125,3 +125,14 @@ def test_more_partitions_than_rows_fails_before_partition_tasks(make_recipe, run
     dr = run_dag(recipe, {"job_id": "toomany"})
     assert _state(dr) == "failed"
     assert not os.path.exists(os.path.join(_job_dir(recipe, "toomany"), "checkpoints"))
+
+
+def test_empty_input_exports_an_empty_file(make_recipe, run_dag, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    recipe = make_recipe("it_empty", parts=4, data=str(empty))
+    dr = run_dag(recipe, {"job_id": "empty"})
+    assert _state(dr) == "success"
+    assert open(recipe.replace(".yaml", "_out.jsonl")).read() == ""
+    summary = json.load(open(os.path.join(_job_dir(recipe, "empty"), "job_summary.json")))
+    assert summary["export"]["rows"] == 0 and summary["input"]["partitions"] == 0
