@@ -61,6 +61,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         recipe, overrides = _load(recipe_path, args.set, args.job_id, args.resume)
         if not recipe.resume:
             check_input_exists(recipe)
+        else:
+            info = os.path.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
+            if not os.path.exists(info) and "://" not in recipe.work_dir:
+                print(f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {os.path.dirname(os.path.dirname(info))} "
+                      f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
+                      f"new job with --job-id", file=sys.stderr)
+                return 2
     except RecipeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -145,7 +145,8 @@ class CheckpointStore:
         if self._faults:
             from airflow_provider_dj.engine import faults as _f
 
-            _f.maybe_fail(self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write")
+            _f.maybe_fail(self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write",
+                          store=self.prefix)
         marker = {
             "op_index": op_index,
             "op_name": op_name,

@@ -119,7 +119,7 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             yield _clean(cp.table, recipe.keep_stats_in_res_ds)
 
     rows = 0
-    with storage.AtomicFileWriter(recipe.export_path) as raw:
+    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id) as raw:
         out = _HashingWriter(raw)
         if recipe.export_path.endswith(".parquet"):
             loaded = [t for t in tables()]

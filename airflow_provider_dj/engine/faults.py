@@ -16,6 +16,10 @@ the older key ``after_op: <op index>``):
 ``export_mid``             after the first partition is written to the export's temp file
 =========================  ===================================================
 
+``store`` (optional, with ``checkpoint_mid_write``) picks which kind of
+checkpoint: ``checkpoint_op`` (op outputs), ``dedup_keys_op`` or
+``dedup_mask_op``.
+
 ``kind``: ``raise`` (an exception: the task fails and Airflow retries),
 ``exit`` (this process dies: a crashed worker), or ``kill_run`` (SIGKILL to
 every process of this run's session — the CLI, Ray and its workers — like a
@@ -48,9 +52,11 @@ def load_faults(job_dir: str) -> list[dict]:
         return []
 
 
-def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None) -> bool:
+def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None, store: str | None) -> bool:
     fpoint = f.get("point", "after_op")
     if fpoint != point:
+        return False
+    if f.get("store") is not None and f.get("store") != store:
         return False
     want_op = f.get("op_index", f.get("after_op"))
     if want_op is not None and want_op != op_index:
@@ -77,9 +83,9 @@ def _kill_session() -> None:
 
 
 def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_index: int | None,
-               point: str = "after_op") -> None:
+               point: str = "after_op", store: str | None = None) -> None:
     for i, f in enumerate(faults):
-        if not _matches(f, point, partition_id, op_index):
+        if not _matches(f, point, partition_id, op_index, store):
             continue
         fired_dir = storage.join(job_dir, FIRED_DIR)
         prefix = f"fault{i}_"

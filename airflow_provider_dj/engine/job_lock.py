@@ -39,9 +39,11 @@ def owner_identity(airflow_run_id: str | None, pid: int | None = None) -> dict:
     as long as the whole run, so its death proves the run is gone; a scheduler
     task's pid does not (each task is a short-lived process)."""
     run_pid = os.environ.get("DJ_RUN_OWNER_PID")
+    the_pid = pid or (int(run_pid) if run_pid else os.getpid())
     return {
         "host": socket.gethostname(),
-        "pid": pid or (int(run_pid) if run_pid else os.getpid()),
+        "pid": the_pid,
+        "pid_start": _pid_start_time(the_pid),
         "pid_is_run": bool(run_pid),
         "airflow_run_id": airflow_run_id,
         "started_at": time.time(),
@@ -66,7 +68,20 @@ def read_lock(job_dir: str) -> dict | None:
         return {"corrupt": True, "heartbeat": 0}
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_start_time(pid: int) -> int | None:
+    """Kernel start time of a process (clock ticks since boot), to tell a reused pid from its holder."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int, start_time: int | None = None) -> bool:
+    if start_time is not None:
+        now = _pid_start_time(pid)
+        if now is not None and now != start_time:
+            return False  # the pid was reused by another process
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -80,7 +95,8 @@ def is_stale(lock: dict, stale_after: float | None = None) -> tuple[bool, str]:
     stale_after = default_stale_seconds() if stale_after is None else stale_after
     if lock.get("corrupt"):
         return True, "unreadable lock file"
-    if lock.get("host") == socket.gethostname() and lock.get("pid") and not _pid_alive(int(lock["pid"])):
+    if lock.get("host") == socket.gethostname() and lock.get("pid") and \
+            not _pid_alive(int(lock["pid"]), lock.get("pid_start")):
         # A dead process on this host cannot be working — unless it was only
         # one short-lived task process of a scheduler-driven Airflow run.
         if lock.get("pid_is_run") or not lock.get("airflow_run_id"):

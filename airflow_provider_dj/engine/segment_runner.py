@@ -159,6 +159,7 @@ def run_segment(
                 )
             op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
             events.emit("op_start", partition_id=partition_id, op_index=g, op_name=op.name, input_rows=table.num_rows)
+            faults.maybe_fail(job_dir, fault_spec, partition_id, g, point="op_start")
             outcome = apply_keep_mask(op, g, table, mask_cp.table.column(MASK_COLUMN).combine_chunks())
             table = outcome.table
             accounting.append(outcome.accounting)

@@ -164,8 +164,12 @@ class AtomicFileWriter:
     which is atomic there; on failure nothing is left behind.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, tmp_tag: str | None = None) -> None:
+        """``tmp_tag`` names the temp file deterministically (e.g. by job id), so a
+        crashed writer's leftover is replaced by the next attempt instead of
+        lingering under a random name."""
         self.path = path
+        self.tmp_tag = tmp_tag
         self._tmp: str | None = None
         self._fh: IO[bytes] | None = None
 
@@ -178,8 +182,9 @@ class AtomicFileWriter:
         else:
             directory = os.path.dirname(self.path) or "."
             os.makedirs(directory, exist_ok=True)
-            self._tmp = os.path.join(directory, f".{os.path.basename(self.path)}.tmp-{uuid.uuid4().hex[:12]}")
-            self._fh = open(self._tmp, "wb")
+            tag = self.tmp_tag or uuid.uuid4().hex[:12]
+            self._tmp = os.path.join(directory, f".{os.path.basename(self.path)}.tmp-{tag}")
+            self._fh = open(self._tmp, "wb")  # truncates a crashed attempt's leftover
         return self._fh
 
     def __exit__(self, exc_type, exc, tb) -> None:
