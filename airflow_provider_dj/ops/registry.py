@@ -16,6 +16,10 @@ _BUILTIN_MODULES = (
     "airflow_provider_dj.ops.mappers",
     "airflow_provider_dj.ops.filters",
     "airflow_provider_dj.ops.deduplicators",
+    "airflow_provider_dj.ops.mappers_text",
+    "airflow_provider_dj.ops.mappers_web",
+    "airflow_provider_dj.ops.filters_text",
+    "airflow_provider_dj.ops.filters_fields",
 )
 _loaded = False
 
