@@ -21,6 +21,7 @@ from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
         return {"op_index": op_index, "skipped": True}
 
-    keys: list[pa.Array] = []
+    keys: list[pa.Table] = []
     for p in parts:
         cp = ks.load_valid(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint)
         if cp is None:
@@ -54,14 +55,24 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
                 f"global op {op_index} ({op.name}): keys of partition {p['partition_id']} "
                 f"(rows {p['start_row']}-{p['end_row'] - 1}) are missing; clear that partition's segment task"
             )
-        keys.append(cp.table.column(KEYS_COLUMN).combine_chunks())
-    total = int(sum(len(k) for k in keys))
-    mask = first_occurrence_mask(keys) if total else np.zeros(0, dtype=bool)
+        keys.append(cp.table)
+    total = int(sum(k.num_rows for k in keys))
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    if not total:
+        mask = np.zeros(0, dtype=bool)
+    elif hasattr(op_impl, "resolve_global"):
+        # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
+        # partitions' signatures, in input order, themselves.
+        mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)
+    else:
+        mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+    if len(mask) != total:
+        raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
     offset = 0
     fault_spec = load_faults(job_dir)
     for n, (p, k) in enumerate(zip(parts, keys)):
-        part_mask = mask[offset : offset + len(k)]
-        offset += len(k)
+        part_mask = mask[offset : offset + k.num_rows]
+        offset += k.num_rows
         ms.save(op_index=op_index, op_name=op.name, partition_id=p["partition_id"],
                 table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
                 partition_hash=p["content_hash"], fingerprint=op.fingerprint, accounting=[])

@@ -218,7 +218,11 @@ def run_segment(
         op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
         t0 = time.perf_counter()
         keys = op.compute_hash(table)
-        keys_table = pa.table({KEYS_COLUMN: keys})
+        # One fixed-size key per row (exact dedup) or a table of per-row
+        # signatures (e.g. MinHash bands) that the op's resolve_global reads.
+        keys_table = keys if isinstance(keys, pa.Table) else pa.table({KEYS_COLUMN: keys})
+        if keys_table.num_rows != table.num_rows:
+            raise RuntimeError(f"{op.name}.compute_hash returned {keys_table.num_rows} rows for {table.num_rows}")
         kstore.save(op_index=g, op_name=op.name, partition_id=partition_id, table=keys_table, partition_hash=phash,
                     fingerprint=fp(g), accounting=[], extra={"duration_s": round(time.perf_counter() - t0, 6)})
         events.emit("checkpoint_save", partition_id=partition_id, op_index=g, op_name=op.name,

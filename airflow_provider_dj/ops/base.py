@@ -185,10 +185,17 @@ class Filter(Op):
 
 
 class Deduplicator(Op):
+    """Global op in three phases.  ``compute_hash`` runs per partition and returns
+    either one fixed-size key per row (exact duplicates: the engine keeps each
+    key's first occurrence) or a ``pa.Table`` of per-row signatures, in which
+    case the op also defines ``resolve_global(tables) -> bool mask``: the
+    partitions' signature tables in input order in, one keep flag per row out
+    (for near-duplicates: cluster, keep the lowest row of each cluster)."""
+
     kind: ClassVar[str] = "deduplicator"
     is_global: ClassVar[bool] = True
 
-    def compute_hash(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
+    def compute_hash(self, table: pa.Table) -> pa.Array | pa.Table:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
