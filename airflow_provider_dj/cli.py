@@ -85,13 +85,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     ensure_db(home)
 
-    import ray
-
-    if not ray.is_initialized():
-        # address="local": always a private in-process cluster, never whatever
-        # Ray cluster happens to be running on this machine.
-        ray.init(address="local", num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
-                 configure_logging=False)
+    # Ray starts lazily, in this process, when the first partition task needs
+    # it (RayHook): a private cluster, never whatever Ray runs on the machine.
+    os.environ["DJ_RAY_IN_PROCESS"] = str(args.num_cpus or os.cpu_count() or 1)
     from airflow_provider_dj.dag_factory import build_dag
 
     dag = build_dag(recipe_path, dag_id=dag_id)
@@ -99,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dr = dag.test(run_conf=overrides)
     finally:
         os.environ.pop("DJ_RUN_OWNER_PID", None)
+        os.environ.pop("DJ_RAY_IN_PROCESS", None)
     state = str(getattr(dr, "state", "unknown"))
     wall = time.perf_counter() - t0
     job_dir = os.path.join(recipe.work_dir, job_id)

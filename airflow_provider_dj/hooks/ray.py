@@ -117,6 +117,13 @@ class RayHook(BaseHook):  # type: ignore[misc]
         if cfg["mode"] == "cluster":
             log.info("connecting to Ray cluster at %s", cfg["address"])
             ray.init(address=cfg["address"], ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])
+        elif os.environ.get("DJ_RAY_IN_PROCESS"):
+            # `dj-airflow run`: every task runs in this one process, so a private
+            # in-process cluster, started by the first task that needs Ray
+            # (a completed job, resumed, never starts it).
+            log.info("starting a private in-process Ray cluster")
+            ray.init(address="local", num_cpus=int(os.environ["DJ_RAY_IN_PROCESS"]) or None,
+                     include_dashboard=False, configure_logging=False, log_to_driver=True, **cfg["init_kwargs"])
         else:
             address = ensure_local_head(**cfg.get("embedded", {}))
             log.info("connecting to the embedded local Ray head at %s", address)

@@ -20,6 +20,7 @@ _BUILTIN_MODULES = (
     "airflow_provider_dj.ops.mappers_web",
     "airflow_provider_dj.ops.filters_text",
     "airflow_provider_dj.ops.filters_fields",
+    "airflow_provider_dj.ops.near_dedup",
 )
 _loaded = False
 
