@@ -1,0 +1,443 @@
+"""Per-op throughput: this provider's Arrow ops vs Data-Juicer 1.6.1's ops.
+
+Run with the project's virtualenv::
+
+    .venv/bin/python bench/ops/run_ops_bench.py [--rows 200000] [--skip-dj] ...
+
+Ours: the corpus is loaded once as a pyarrow Table and each registry op is
+timed in-process (best of --repeats): ``process_table`` for mappers,
+``compute_stats`` + ``keep_mask`` for filters, ``compute_hash`` +
+``first_occurrence_mask`` (or ``resolve_global`` when ``compute_hash``
+returns a signature table) for deduplicators.
+
+Data-Juicer: ``dj_ops_worker.py`` runs under Data-Juicer's python (--dj-python)
+in a subprocess and times the bare per-batch methods (see its docstring).
+
+Also measured: the exact dedup's global phase (``first_occurrence_mask``) on
+--dedup-rows 16-byte keys in 8 partitions, in a fresh subprocess (time, and
+peak memory as tracemalloc peak, pyarrow pool peak and RSS high-water delta).
+
+Writes <out>/ops_<timestamp>.json and, if matplotlib imports in either venv,
+<out>/ops_<timestamp>.png (speed-up bars, log scale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+SUFFIX_COL = "__dj__suffix__"
+
+# Arguments per op, used on both sides.  Defaults where DJ's defaults are
+# sensible; explicit values where an op needs one to do any work.
+OP_ARGS: dict[str, dict] = {
+    "alphanumeric_filter": {"tokenization": False, "min_ratio": 0.25},
+    "average_line_length_filter": {"min_len": 10},
+    "character_repetition_filter": {"rep_len": 10, "max_ratio": 0.5},
+    "clean_copyright_mapper": {},
+    "clean_email_mapper": {},
+    "clean_html_mapper": {},
+    "clean_ip_mapper": {},
+    "clean_links_mapper": {},
+    "document_deduplicator": {"lowercase": True, "ignore_non_character": True},
+    "fix_unicode_mapper": {"normalization": "NFC"},
+    "lowercase_mapper": {},
+    "maximum_line_length_filter": {"max_len": 1000},
+    "punctuation_normalization_mapper": {},
+    "remove_long_words_mapper": {"min_len": 1, "max_len": 25},
+    "remove_repeat_sentences_mapper": {"lowercase": False, "ignore_special_character": True},
+    "special_characters_filter": {"max_ratio": 0.25},
+    "specified_field_filter": {"field_key": "meta.source", "target_value": ["web", "books"]},
+    "suffix_filter": {"suffixes": [".jsonl"]},  # the table gets a __dj__suffix__ column
+    "text_length_filter": {"min_len": 10, "max_len": 10000},
+    "whitespace_normalization_mapper": {},
+    "word_repetition_filter": {"lang": "en", "tokenization": False, "rep_len": 10, "max_ratio": 0.5},
+    "words_num_filter": {"lang": "en", "tokenization": False, "min_num": 10},
+    # near-duplicate deduplicators, if/when the registry has them
+    "document_minhash_deduplicator": {
+        "tokenization": "space",
+        "window_size": 5,
+        "num_permutations": 256,
+        "jaccard_threshold": 0.7,
+    },
+    "document_simhash_deduplicator": {"tokenization": "space", "window_size": 6, "num_blocks": 6, "hamming_distance": 4},
+}
+
+
+def loadavg() -> list[float]:
+    try:
+        return [float(x) for x in open("/proc/loadavg").read().split()[:3]]
+    except OSError:
+        return []
+
+
+def corpus_path(out: str, rows: int, seed: int) -> str:
+    from airflow_provider_dj.sample_corpus import write_corpus
+
+    path = os.path.join(out, "data", f"corpus_{rows}_s{seed}.jsonl")
+    if not os.path.exists(path):
+        print(f"generating {path} ...", flush=True)
+        write_corpus(path, rows, seed=seed)
+    return path
+
+
+def load_table(path: str):
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    t = pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 24))
+    t = t.combine_chunks()
+    return t.append_column(SUFFIX_COL, pa.array([".jsonl"] * t.num_rows, pa.string()))
+
+
+# ----------------------------------------------------------------------------- ours
+def time_ours(name: str, args: dict, table, repeats: int, dj_rows: int | None) -> dict:
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+    from airflow_provider_dj.ops.registry import create_op
+
+    op = create_op(name, dict(args))
+    kind = op.kind
+
+    def once(t):
+        if kind == "mapper":
+            out = op.process_table(t)
+            return out.num_rows, None
+        if kind == "filter":
+            st = op.compute_stats(t)
+            mask = op.keep_mask(st)
+            mask = mask.to_numpy(zero_copy_only=False) if hasattr(mask, "to_numpy") else np.asarray(mask)
+            return t.num_rows, int(np.count_nonzero(mask))
+        if kind == "deduplicator":
+            keys = op.compute_hash(t)
+            if isinstance(keys, pa.Table):
+                mask = np.asarray(op.resolve_global([keys]), dtype=bool)
+            else:
+                mask = first_occurrence_mask([keys])
+            return t.num_rows, int(np.count_nonzero(mask))
+        raise ValueError(kind)
+
+    times, kept = [], None
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        _, kept = once(table)
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    rec = {"kind": kind, "args": args, "rows": table.num_rows, "runs": times, "seconds": best,
+           "rows_per_s": table.num_rows / best, "kept": kept}
+    if kept is not None and dj_rows is not None and dj_rows < table.num_rows:
+        rec["kept_on_dj_rows"] = once(table.slice(0, dj_rows))[1]
+    return rec
+
+
+# ----------------------------------------------------------------------------- DJ
+def run_dj(dj_python: str, corpus: str, rows: int, ops: list[dict], repeats: int, budget: float,
+           timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="dj_ops_bench_") as tmp:
+        spec = os.path.join(tmp, "spec.json")
+        out = os.path.join(tmp, "out.json")
+        json.dump({"corpus": corpus, "rows": rows, "ops": ops, "repeats": repeats, "budget_s": budget,
+                   "probe_rows": 2000}, open(spec, "w"))
+        env = dict(os.environ)
+        env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   HF_HOME=os.path.join(tmp, "hf"), DATA_JUICER_CACHE_HOME=os.path.join(tmp, "djcache"),
+                   PYTHONWARNINGS="ignore")
+        env.pop("PYTHONPATH", None)
+        cmd = [dj_python, os.path.join(HERE, "dj_ops_worker.py"), spec, out]
+        print(f"running Data-Juicer worker: {' '.join(cmd)}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, cwd=tmp)
+            tail = proc.stdout[-4000:]
+            rc = proc.returncode
+        except subprocess.TimeoutExpired as e:
+            tail = (e.stdout or b"")[-4000:] if isinstance(e.stdout, bytes) else (e.stdout or "")[-4000:]
+            tail = tail.decode() if isinstance(tail, bytes) else tail
+            rc = "timeout"
+        for line in tail.splitlines():
+            if line.startswith("[dj-worker]"):
+                print("  " + line, flush=True)
+        res = json.load(open(out)) if os.path.exists(out) else {}
+        res.setdefault("_meta", {})
+        res["_meta"].update(rc=rc, wall_s=time.perf_counter() - t0)
+        if rc != 0:
+            res["_meta"]["log_tail"] = tail
+        return res
+
+
+# ----------------------------------------------------------------------------- dedup memory
+def dedup_mem_worker(n: int, parts: int, repeats: int) -> dict:
+    """Runs in a fresh process: time and memory of first_occurrence_mask on n keys."""
+    import tracemalloc
+
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+
+    def status(key: str) -> int:
+        for line in open("/proc/self/status"):
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+        return -1
+
+    rng = np.random.default_rng(42)
+    words = rng.integers(0, 2**63, size=(n, 2), dtype=np.uint64)
+    dup = rng.random(n) < 0.08  # ~8% exact duplicates of an earlier row, like the corpus
+    idx = np.nonzero(dup)[0]
+    idx = idx[idx > 0]
+    words[idx] = words[(rng.random(len(idx)) * idx).astype(np.int64)]
+    bounds = np.linspace(0, n, parts + 1).astype(int)
+    keys = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        buf = pa.py_buffer(np.ascontiguousarray(words[a:b]).tobytes())
+        keys.append(pa.Array.from_buffers(pa.binary(16), int(b - a), [None, buf]))
+    del words
+    gc.collect()
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        mask = first_occurrence_mask(keys)
+        times.append(time.perf_counter() - t0)
+        kept = int(mask.sum())
+        del mask
+    gc.collect()
+    # RSS high-water delta: reset VmHWM (clear_refs 5), then one call
+    rss_before = status("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        hwm_reset = True
+    except OSError:
+        hwm_reset = False
+    pool = pa.default_memory_pool()
+    pool_before = pool.bytes_allocated()
+    mask = first_occurrence_mask(keys)
+    rss_peak = status("VmHWM")
+    pool_peak = pool.max_memory()
+    del mask
+    gc.collect()
+    # tracemalloc peak (numpy registers its buffers with tracemalloc; Arrow's pool does not)
+    tracemalloc.start()
+    mask = first_occurrence_mask(keys)
+    _, tm_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "rows": n, "partitions": parts, "key_bytes": 16 * n, "kept": kept,
+        "runs": times, "seconds": min(times), "rows_per_s": n / min(times),
+        "tracemalloc_peak_bytes": tm_peak,
+        "rss_before_bytes": rss_before, "rss_peak_bytes": rss_peak if hwm_reset else None,
+        "rss_peak_delta_bytes": (rss_peak - rss_before) if hwm_reset else None,
+        "arrow_pool_bytes_before": pool_before, "arrow_pool_max_bytes": pool_peak,
+        "loadavg": loadavg(),
+    }
+
+
+def run_dedup_mem(n: int, parts: int, repeats: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--_dedup-mem-worker", str(n), str(parts), str(repeats)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- report
+def fmt_rate(v) -> str:
+    return f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a"
+
+
+def render(res: dict) -> str:
+    lines = []
+    m = res["meta"]
+    lines.append(f"per-op throughput, {m['rows']:,} rows ({os.path.basename(m['corpus'])}), "
+                 f"ours best of {m['repeats']}, DJ {m['dj_version'] or 'skipped'} best of {m['dj_repeats']} "
+                 f"(bare methods, per-op budget {m['dj_budget_s']:.0f}s)")
+    lines.append(f"machine: {m['cpus']} cpus; loadavg start {m['loadavg_start']} end {m['loadavg_end']}")
+    hdr = f"{'op':34} {'kind':6} {'ours rows/s':>13} {'DJ rows/s':>11} {'speed-up':>9}  {'DJ rows':>8}  kept ours/DJ"
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for name, r in res["ops"].items():
+        o, d = r.get("ours", {}), r.get("dj", {})
+        ours = o.get("rows_per_s")
+        djr = d.get("rows_per_s")
+        sp = f"{ours / djr:8.1f}x" if ours and djr else "      n/a"
+        kept = ""
+        if d.get("kept") is not None and o.get("kept") is not None:
+            ok = o.get("kept_on_dj_rows", o["kept"])
+            kept = f"{ok}/{d['kept']}" + ("" if ok == d["kept"] else " DIFF")
+        note = d.get("error", "")[:40] if d.get("error") else ""
+        err = o.get("error", "")[:40] if o.get("error") else ""
+        lines.append(f"{name:34} {(o.get('kind') or d.get('kind') or '?')[:6]:6} {fmt_rate(ours):>13} "
+                     f"{fmt_rate(djr):>11} {sp}  {d.get('rows', '') if djr else '':>8}  {kept} {err or note}".rstrip())
+    dm = res.get("dedup_global")
+    if dm and "error" not in dm:
+        mb = 1 / 2**20
+        lines.append("")
+        lines.append(f"exact dedup global phase (first_occurrence_mask), {dm['rows']:,} 16-byte keys in "
+                     f"{dm['partitions']} partitions: best {dm['seconds'] * 1000:.0f} ms "
+                     f"({fmt_rate(dm['rows_per_s'])} keys/s), kept {dm['kept']:,}")
+        rss = dm.get("rss_peak_delta_bytes")
+        lines.append(f"  peak memory: tracemalloc {dm['tracemalloc_peak_bytes'] * mb:.1f} MiB, "
+                     f"RSS high-water delta {rss * mb:.1f} MiB" if rss is not None else "  RSS: n/a")
+        lines.append(f"  (keys themselves {dm['key_bytes'] * mb:.1f} MiB; arrow pool peak "
+                     f"{dm['arrow_pool_max_bytes'] * mb:.1f} MiB)")
+    elif dm:
+        lines.append(f"dedup global phase: ERROR {dm['error'][-300:]}")
+    return "\n".join(lines)
+
+
+PLOT_CODE = r"""
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+res = json.load(open(sys.argv[1]))
+rows = [(n, r["ours"]["rows_per_s"] / r["dj"]["rows_per_s"]) for n, r in res["ops"].items()
+        if r.get("ours", {}).get("rows_per_s") and r.get("dj", {}).get("rows_per_s")]
+rows.sort(key=lambda x: x[1])
+fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.5))
+ax.barh([n for n, _ in rows], [s for _, s in rows], color=["tab:green" if s >= 1 else "tab:red" for _, s in rows])
+ax.set_xscale("log"); ax.axvline(1, color="k", lw=0.8)
+ax.set_xlabel("speed-up, ours / Data-Juicer (rows/s, log scale)")
+ax.set_title("per-op throughput, %d rows" % res["meta"]["rows"])
+for i, (_, s) in enumerate(rows):
+    ax.text(s, i, " %.1fx" % s, va="center", fontsize=8)
+fig.tight_layout(); fig.savefig(sys.argv[2], dpi=120)
+"""
+
+
+def plot(json_path: str, png_path: str, dj_python: str | None) -> str:
+    for py in [sys.executable] + ([dj_python] if dj_python else []):
+        try:
+            ok = subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0
+        except OSError:
+            ok = False
+        if ok:
+            p = subprocess.run([py, "-c", PLOT_CODE, json_path, png_path], capture_output=True, text=True)
+            if p.returncode == 0:
+                return f"plot written: {png_path} (matplotlib from {py})"
+            return f"plot failed with {py}: {p.stderr[-300:]}"
+    return "matplotlib is not importable in either venv: plot skipped"
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--_dedup-mem-worker":
+        n, parts, reps = map(int, sys.argv[2:5])
+        print(json.dumps(dedup_mem_worker(n, parts, reps)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    ap.add_argument("--repeats", type=int, default=3, help="ours: best of N (default 3)")
+    ap.add_argument("--dj-repeats", type=int, default=2, help="DJ: best of N when it fits the budget (default 2)")
+    ap.add_argument("--dj-budget", type=float, default=30.0,
+                    help="DJ seconds per op; slower ops are measured on a corpus prefix (default 30)")
+    ap.add_argument("--dj-python", default=os.environ.get("DJ_PYTHON", "/work/djvenv/bin/python"))
+    ap.add_argument("--dj-timeout", type=float, default=1800.0)
+    ap.add_argument("--skip-dj", action="store_true")
+    ap.add_argument("--ops", nargs="*", help="only these ops (default: the whole registry)")
+    ap.add_argument("--dedup-rows", type=int, default=1_000_000)
+    ap.add_argument("--dedup-partitions", type=int, default=8)
+    ap.add_argument("--skip-dedup-mem", action="store_true")
+    ap.add_argument("--render", metavar="JSON", help="only re-print the table of an earlier ops_<ts>.json")
+    a = ap.parse_args(argv)
+
+    if a.render:
+        print(render(json.load(open(a.render))))
+        return 0
+
+    from airflow_provider_dj.ops.registry import get_op_class, op_names
+
+    names = a.ops or op_names()
+    specs = []
+    for n in names:
+        args = OP_ARGS.get(n)
+        if args is None:
+            print(f"note: no benchmark args for {n!r}; using its defaults", flush=True)
+            args = {}
+        get_op_class(n).validate_args(args)
+        specs.append({"name": n, "args": args})
+
+    os.makedirs(a.out, exist_ok=True)
+    ts = _dt.datetime.now().strftime("%Y%m%d_%H%M%S")
+    la0 = loadavg()
+    corpus = corpus_path(a.out, a.rows, a.seed)
+    t0 = time.perf_counter()
+    table = load_table(corpus)
+    print(f"loaded {table.num_rows:,} rows as a pyarrow Table in {time.perf_counter() - t0:.1f}s "
+          f"(loadavg {la0})", flush=True)
+
+    res: dict = {"meta": {"timestamp": ts, "rows": table.num_rows, "corpus": corpus, "repeats": a.repeats,
+                          "dj_repeats": a.dj_repeats, "dj_budget_s": a.dj_budget, "cpus": os.cpu_count(),
+                          "python": platform.python_version(), "loadavg_start": la0, "dj_version": None,
+                          "dj_timing": "bare runtime methods (op.process / op.compute_stats / op.compute_hash "
+                                       "+ op.process(HF dataset)) on dict-of-lists batches as NestedDataset.map "
+                                       "cuts them; no HF map, no multiprocessing"},
+           "ops": {}}
+
+    # DJ first (it is the long part), then ours; never both at once on 2 cores.
+    dj = {}
+    if not a.skip_dj:
+        dj = run_dj(a.dj_python, corpus, table.num_rows, specs, a.dj_repeats, a.dj_budget, a.dj_timeout)
+        res["meta"]["dj_version"] = dj.get("_meta", {}).get("dj_version")
+        res["meta"]["dj_worker"] = dj.get("_meta")
+        res["meta"]["loadavg_after_dj"] = loadavg()
+
+    for s in specs:
+        n = s["name"]
+        d = dj.get(n, {}) if dj else {}
+        dj_rows = d.get("rows") if d.get("rows_per_s") else None
+        try:
+            o = time_ours(n, s["args"], table, a.repeats, dj_rows)
+            o["loadavg"] = loadavg()[0]
+            print(f"ours {n}: best {o['seconds']:.3f}s -> {o['rows_per_s']:,.0f} rows/s", flush=True)
+        except Exception as e:
+            o = {"error": f"{type(e).__name__}: {e}"}
+            print(f"ours {n}: ERROR {o['error']}", flush=True)
+        entry = {"ours": o}
+        if dj:
+            entry["dj"] = {k: v for k, v in d.items() if k != "traceback"} or {"error": "no result"}
+            if o.get("rows_per_s") and d.get("rows_per_s"):
+                entry["speedup"] = o["rows_per_s"] / d["rows_per_s"]
+        res["ops"][n] = entry
+
+    del table
+    gc.collect()
+    if not a.skip_dedup_mem:
+        print(f"dedup global phase: {a.dedup_rows:,} keys in {a.dedup_partitions} partitions ...", flush=True)
+        res["dedup_global"] = run_dedup_mem(a.dedup_rows, a.dedup_partitions, 3)
+    res["meta"]["loadavg_end"] = loadavg()
+
+    json_path = os.path.join(a.out, f"ops_{ts}.json")
+    with open(json_path, "w") as fh:
+        json.dump(res, fh, indent=1)
+    print()
+    print(render(res))
+    print()
+    print(f"JSON: {json_path}")
+    print(plot(json_path, os.path.join(a.out, f"ops_{ts}.png"), None if a.skip_dj else a.dj_python))
+    bad = [n for n, r in res["ops"].items() if r["ours"].get("error")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
