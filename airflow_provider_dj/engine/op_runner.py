@@ -26,12 +26,23 @@ class OpOutcome:
     failed_reasons: list[str] = field(default_factory=list)
 
 
+class InvalidOutputError(ValueError):
+    """An op returned an empty/invalid value where a value is required."""
+
+
 def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
     """Returns (output, filtered count)."""
     if isinstance(op, Mapper):
         out = op.process_table(table)
         if out.num_rows != table.num_rows:
             raise RuntimeError(f"{op.name} changed the row count ({table.num_rows} -> {out.num_rows})")
+        key = op.text_key
+        if key in table.column_names and key in out.column_names:
+            lost = pc.and_(pc.is_valid(table.column(key)), pc.is_null(out.column(key)))
+            if pc.any(lost).as_py():
+                # A value where one is required came back empty: a failure,
+                # never a success that quietly exports a null.
+                raise InvalidOutputError(f"{op.name} returned no value for field {key!r}")
         return out, 0
     if isinstance(op, Filter):
         with_stats = op.compute_stats(table)

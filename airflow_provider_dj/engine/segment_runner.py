@@ -58,11 +58,30 @@ class SegmentResult:
         return self.__dict__.copy()
 
 
+INPUT_ROW_COLUMN = "__dj__input_row__"
+
+
+def _read_input(ctx: JobContext, pid: int) -> pa.Table:
+    """The partition's rows plus their input row numbers, which travel through
+    every op (and are dropped at export) so a failed sample names its row."""
+    import numpy as np
+
+    part = ctx.partition(pid)
+    table = read_partition(ctx.partitioning_info, pid)
+    rows = pa.array(np.arange(part["start_row"], part["end_row"], dtype=np.int64))
+    return table.append_column(INPUT_ROW_COLUMN, rows)
+
+
 def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> None:
+    """failed/op_<i>_<op>/partition_<p>.jsonl: the sample, its input row, the op and the error."""
     from airflow_provider_dj.engine.jsonl_writer import write_jsonl
 
+    n = rows.num_rows
+    rows = rows.append_column("__dj__error_type__", pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string()))
     rows = rows.append_column("__dj__error__", pa.array(reasons, type=pa.string()))
-    rows = rows.append_column("__dj__failed_op__", pa.array([op_name] * rows.num_rows, type=pa.string()))
+    rows = rows.append_column("__dj__failed_op__", pa.array([op_name] * n, type=pa.string()))
+    rows = rows.append_column("__dj__failed_op_index__", pa.array([op_index] * n, type=pa.int64()))
+    rows = rows.append_column("__dj__partition__", pa.array([pid] * n, type=pa.int64()))
     import io
 
     buf = io.BytesIO()
@@ -150,7 +169,7 @@ def run_segment(
                 events.emit("checkpoint_load", partition_id=partition_id, op_index=base_idx,
                             op_name=ops_by_index[base_idx].name, output_rows=table.num_rows)
             else:
-                table, accounting = read_partition(ctx.partitioning_info, partition_id), []
+                table, accounting = _read_input(ctx, partition_id), []
             mask_cp = mask_store(job_dir).load_valid(g, ops_by_index[g].name, partition_id, phash, fp(g))
             if mask_cp is None:
                 raise MissingUpstreamStateError(
@@ -172,7 +191,7 @@ def run_segment(
                 _save(store, events, g, ops_by_index[g].name, partition_id, table, phash, fp(g), accounting)
             faults.maybe_fail(job_dir, fault_spec, partition_id, g)
         else:
-            table = read_partition(ctx.partitioning_info, partition_id)
+            table = _read_input(ctx, partition_id)
             state = -1
         result.resumed_from_op = -1 if seg.applies_global is None else seg.applies_global - 1
     else:

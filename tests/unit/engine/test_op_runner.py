@@ -85,3 +85,44 @@ def test_progress_line_shows_rows_rate_and_eta():
 
     line = _progress_line(0, [0, 1, 2, 3], {0: {}, 1: {}}, [], {0: 250, 1: 250, 2: 250, 3: 250}, 2.0)
     assert line == "segment 0: 2/4 partitions (500/1,000 rows) done, 0 failed, 2.0s, 250 rows/s, ETA 2.0s"
+
+
+class NullingMapper(Mapper):
+    """Returns no value for texts containing 'x' (like an LLM's empty answer)."""
+
+    name = "nulling_mapper_for_tests"
+
+    def process_table(self, table):
+        texts = table.column("text")
+        out = pc.if_else(pc.match_substring(texts, "x"), pa.scalar(None, pa.string()), texts)
+        return table.set_column(table.column_names.index("text"), "text", out)
+
+
+def test_a_missing_value_is_a_failure_not_a_success():
+    t = pa.table({"id": [0, 1, 2], "text": ["a", "x", None]})
+    out = apply_op(NullingMapper(), 0, t, skip_op_error=True)
+    assert out.table.column("id").to_pylist() == [0, 2]  # a null that was null already is not a failure
+    assert out.failed_rows.column("id").to_pylist() == [1]
+    assert out.failed_reasons[0].startswith("InvalidOutputError: nulling_mapper_for_tests returned no value")
+    with pytest.raises(Exception, match="returned no value"):
+        apply_op(NullingMapper(), 0, t, skip_op_error=False)
+
+
+def test_failed_samples_record_op_partition_input_row_and_error(tmp_path):
+    import json
+
+    from airflow_provider_dj.engine.job_setup import prepare_job
+    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.segment_runner import _write_failed
+    from airflow_provider_dj.engine.job import JobContext
+
+    rows = pa.table({"text": ["bad"], "__dj__input_row__": pa.array([41], pa.int64())})
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a"}\n')
+    (tmp_path / "r.yaml").write_text(f"dataset_path: {data}\nexport_path: {tmp_path / 'o.jsonl'}\n"
+                                     "process:\n  - whitespace_normalization_mapper:\n")
+    job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id="f")
+    _write_failed(JobContext(job.job_dir), 0, "whitespace_normalization_mapper", 0, rows, ["ValueError: boom"])
+    rec = json.loads(open(tmp_path / "f" / "failed" / "op_000_whitespace_normalization_mapper" / "partition_00000.jsonl").readline())
+    assert rec["__dj__input_row__"] == 41 and rec["__dj__error_type__"] == "ValueError"
+    assert rec["__dj__failed_op__"] == "whitespace_normalization_mapper" and rec["__dj__partition__"] == 0
