@@ -103,14 +103,43 @@ def parse_dj_log(path: str) -> dict:
 
 
 def last_error_line(path: str) -> str | None:
-    """The last line that looks like an exception message (for a failed run's summary)."""
+    """The last exception line of the last traceback (or an ``error:`` line), for a failed run's summary."""
     found = None
+    in_tb = False
     try:
         with open(path, errors="replace") as fh:
             for line in fh:
-                s = line.strip()
-                if re.match(r"^[\w.]+(Error|Exception)\b.*:", s) or s.startswith("error:"):
-                    found = s
+                s = line.rstrip("\n")
+                if s.startswith("Traceback (most recent call last)"):
+                    in_tb = True
+                    continue
+                if in_tb and s and not s[0].isspace():
+                    found, in_tb = s.strip(), False
+                elif s.startswith("error:"):
+                    found = s.strip()
     except OSError:
         return None
     return found[:400] if found else None
+
+
+_RAY_INFRA = (
+    "raylet died",
+    "raylet is unavailable",
+    "timed out during startup",
+    "Failed to connect to GCS",
+    "GCS has become overloaded",
+    "When connecting to an existing cluster",
+)
+
+
+def ray_infra_failure(path: str) -> str | None:
+    """A failure of Ray itself (killed raylet/GCS), as opposed to a failure of the job."""
+    try:
+        with open(path, errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    for pat in _RAY_INFRA:
+        if pat in text:
+            return pat
+    return None

@@ -30,10 +30,13 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 try:
+    import importlib.util
+
     import psutil  # noqa: F401
     import yaml  # noqa: F401
 
-    from airflow_provider_dj.sample_corpus import write_corpus
+    if importlib.util.find_spec("airflow_provider_dj") is None:
+        raise ImportError("No module named 'airflow_provider_dj'")
 except ImportError as _exc:  # pragma: no cover - wrong interpreter
     sys.exit(f"error: {_exc}. Run this script with the project's virtualenv: {REPO}/.venv/bin/python bench/run_bench.py")
 
@@ -78,6 +81,7 @@ def machine_info() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return {
+        "git": git_info(),
         "hostname": platform.node(),
         "platform": platform.platform(),
         "cpu_model": cpu_model,
@@ -87,6 +91,20 @@ def machine_info() -> dict:
         "versions": versions,
         "gnu_time": _measure.has_gnu_time(),
     }
+
+
+def git_info() -> dict:
+    """The code under test (read-only git queries)."""
+    out: dict = {}
+    try:
+        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                       timeout=30).stdout.strip() or None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True, timeout=30).stdout
+        out["modified_tracked_files"] = len([line for line in status.splitlines() if line.strip()])
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
 
 
 def default_dj_venv() -> str:
@@ -125,6 +143,19 @@ def dj_version(venv: str) -> str | None:
         return None
 
 
+def predict_dj_wall(points: list[tuple[int, float]], n: int) -> float | None:
+    """Data-Juicer's wall time at ``n`` rows, extrapolated from its earlier sizes (None: no data)."""
+    if not points:
+        return None
+    if len(points) == 1:
+        n1, t1 = points[0]
+        return t1 * n / n1  # proportional: pessimistic about the fixed part, fine for a skip decision
+    (n1, t1), (n2, t2) = sorted(points)[-2:]
+    if t2 <= t1:
+        return t2
+    return t2 + (n - n2) * (t2 - t1) / (n2 - n1)
+
+
 def corpus_path(data_dir: str, n: int, seed: int) -> str:
     return os.path.join(data_dir, f"corpus_{n}_s{seed}.jsonl")
 
@@ -138,6 +169,8 @@ def ensure_corpus(data_dir: str, n: int, seed: int) -> tuple[str, float | None]:
     if os.path.exists(path):
         return path, None
     t0 = time.perf_counter()
+    from airflow_provider_dj.sample_corpus import write_corpus
+
     write_corpus(path, n, seed)
     return path, time.perf_counter() - t0
 
@@ -145,9 +178,53 @@ def ensure_corpus(data_dir: str, n: int, seed: int) -> tuple[str, float | None]:
 # ---------------------------------------------------------------- runs
 
 
+# A private Ray temp dir: `ray.init()` without an address connects to whatever
+# cluster /tmp/ray/ray_current_cluster names (e.g. a head another process
+# started with `ray start`), and `dj-airflow run` then fails with "When
+# connecting to an existing cluster, num_cpus ... must not be provided".
+# Short path: Ray's unix sockets live under it (108-byte limit).
+RAY_TMPDIR = f"/tmp/djbench_ray_{os.getuid()}"
+
+
+# Set by --snapshot: a read-only copy of the committed provider code that our
+# runs import instead of the (possibly changing) working tree.
+SNAPSHOT_DIR: str | None = None
+
+
+def make_snapshot(out: str) -> dict:
+    """Extract HEAD's airflow_provider_dj/ with `git archive` (read-only for the repo) and use it."""
+    global SNAPSHOT_DIR
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            timeout=30, check=True).stdout.strip()
+    dest = os.path.join(out, "snapshot", commit[:12])
+    if not os.path.isdir(os.path.join(dest, "airflow_provider_dj")):
+        tmp = dest + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        archive = subprocess.run(["git", "archive", "--format=tar", commit, "airflow_provider_dj"], cwd=REPO,
+                                 capture_output=True, timeout=120, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True, timeout=120)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    env = dict(os.environ, PYTHONPATH=dest + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # cwd outside the repo, like the runs: `python -c` puts the cwd first on sys.path.
+    where = subprocess.run([sys.executable, "-c", "import airflow_provider_dj as m; print(m.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=120, cwd=out).stdout.strip()
+    if not where.startswith(dest):
+        raise RuntimeError(f"the snapshot at {dest} is not what gets imported ({where!r})")
+    SNAPSHOT_DIR = dest
+    sys.path.insert(0, dest)  # for the in-process hash measurement
+    return {"commit": commit, "path": dest}
+
+
 def base_env() -> dict:
+    os.makedirs(RAY_TMPDIR, exist_ok=True)
     env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    if SNAPSHOT_DIR:
+        env["PYTHONPATH"] = SNAPSHOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
     env.update({
+        "RAY_TMPDIR": RAY_TMPDIR,
         "PYTHONUNBUFFERED": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
         "HF_DATASETS_OFFLINE": "1",
@@ -184,11 +261,38 @@ class Bench:
             return [exe]
         return [sys.executable, "-m", "airflow_provider_dj.cli"]
 
+    def _quiet(self) -> dict | None:
+        if self.args.quiet_wait <= 0:
+            return None
+        q = _measure.wait_for_quiet(self.args.quiet_wait, self.args.quiet_threshold)
+        if not q["quiet"]:
+            log(f"      note: the machine is busy ({q['other_load_cores']:.2f} cores used by other processes after "
+                f"waiting {q['waited_s']:.0f}s); measuring anyway")
+        return q
+
     def _timeout(self, n: int, base: float, per_row: float) -> float:
         return (base + per_row * n) * self.args.timeout_scale
 
     # -- ours
     def run_ours(self, tag: str, dataset: str, n: int, partitions: str) -> dict:
+        """One measured run; retried (up to --infra-retries) when Ray itself died under it."""
+        failed: list[dict] = []
+        while True:
+            res = self._run_ours_once(tag, dataset, n, partitions)
+            reason = _logparse.ray_infra_failure(res["log_path"]) if res["rc"] != 0 else None
+            if not reason or len(failed) >= self.args.infra_retries:
+                break
+            log(f"      Ray infrastructure failure ({reason}), not a product result: retrying "
+                f"(another process may have run `ray stop`)")
+            kept = res["log_path"] + f".attempt{len(failed) + 1}"
+            shutil.move(res["log_path"], kept)
+            res["log_path"] = kept
+            failed.append({k: res[k] for k in ("wall_s", "rc", "error", "log_path")} | {"reason": reason})
+        if failed:
+            res["failed_attempts"] = failed
+        return res
+
+    def _run_ours_once(self, tag: str, dataset: str, n: int, partitions: str) -> dict:
         self.counter += 1
         job_id = f"bench_{tag}_{self.ts}_{self.counter}"
         name = f"bench_{tag}"
@@ -202,11 +306,15 @@ class Bench:
         log_path = os.path.join(self.logs, f"ours_{tag}.log")
         timeout = self._timeout(n, 300, 0.002)
         log(f"ours  {tag:>9}: dj-airflow run ({n} rows, partitions={partitions}, timeout {timeout:.0f}s) ...")
+        quiet = self._quiet()
         started = time.time()
-        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=REPO)
+        # Not the repo root: Ray puts the driver's cwd on its workers' sys.path (it would shadow --snapshot).
+        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch,
+                                    nice=self.args.nice)
         ended = time.time()
         res = r.to_dict()
         res.update({"rows_in": n, "recipe": recipe, "export": export, "job_id": job_id, "partitions": partitions,
+                    "quiet_wait": quiet,
                     "breakdown": _logparse.parse_ours_log(log_path, started, ended)})
         job_dir = os.path.join(self.work, job_id)
         summary = os.path.join(job_dir, "job_summary.json")
@@ -221,7 +329,8 @@ class Bench:
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
             log(f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
-                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}")
+                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
+                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores")
         if not self.args.keep_work and os.path.isdir(job_dir):
             shutil.rmtree(job_dir, ignore_errors=True)
         return res
@@ -247,9 +356,11 @@ class Bench:
         log_path = os.path.join(self.logs, f"dj_{tag}.log")
         timeout = self._timeout(n, 600, 0.006)
         log(f"DJ    {tag:>9}: dj-process ({n} rows, np={self.args.dj_np}, timeout {timeout:.0f}s) ...")
-        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch)
+        quiet = self._quiet()
+        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch,
+                                    nice=self.args.nice)
         res = r.to_dict()
-        res.update({"rows_in": n, "recipe": recipe, "export": export, "breakdown": _logparse.parse_dj_log(log_path)})
+        res.update({"rows_in": n, "recipe": recipe, "export": export, "quiet_wait": quiet, "breakdown": _logparse.parse_dj_log(log_path)})
         if os.path.exists(export):
             with open(export, "rb") as fh:
                 res["rows_out"] = sum(1 for line in fh if line.strip())
@@ -258,7 +369,8 @@ class Bench:
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
             log(f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
-                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}")
+                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
+                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores")
         if not self.args.keep_work:
             for d in (work, hf):
                 shutil.rmtree(d, ignore_errors=True)
@@ -276,7 +388,7 @@ class Bench:
             try:
                 p = subprocess.run([sys.executable, os.path.join(HERE, "_parsebench.py"), out_json, dataset,
                                     str(self.args.parse_recipes)], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                   timeout=600, cwd=REPO)
+                                   timeout=600, cwd=self.scratch)
                 rc = p.returncode
             except subprocess.TimeoutExpired:
                 rc = None
@@ -291,11 +403,14 @@ class Bench:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Results: <out>/bench_<timestamp>.json (+ .md, + .png when matplotlib is available)")
+                                epilog="Results: <out>/bench_<timestamp>.json (+ .txt table, + .png when matplotlib is available)")
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000], help="corpus sizes in rows")
     p.add_argument("--quick", action="store_true", help="sizes 20000 and 100000 (overrides --sizes)")
     p.add_argument("--skip-dj", action="store_true", help="do not run Data-Juicer")
     p.add_argument("--dj-max-rows", type=int, default=1_000_000, help="skip Data-Juicer above this many rows")
+    p.add_argument("--dj-max-minutes", type=float, default=15.0,
+                   help="skip a Data-Juicer run whose wall time, extrapolated from the smaller sizes, exceeds this "
+                        "(0: never skip)")
     p.add_argument("--dj-venv", default=default_dj_venv(),
                    help="virtualenv with py-data-juicer (default: $DJ_VENV, /work/djvenv, else bench/.djvenv, created)")
     p.add_argument("--dj-np", type=int, default=2, help="Data-Juicer np (worker processes)")
@@ -307,8 +422,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hash-repeats", type=int, default=3)
     p.add_argument("--skip-hash", action="store_true")
     p.add_argument("--skip-parse", action="store_true")
+    p.add_argument("--startup-repeats", type=int, default=1,
+                   help="run our 1-row start-up measurement N times and report the fastest (and all)")
     p.add_argument("--skip-startup", action="store_true", help="skip the 1-row / 0-row start-up runs")
+    p.add_argument("--snapshot", action="store_true",
+                   help="benchmark the committed code: extract HEAD's airflow_provider_dj/ (git archive) and put it "
+                        "first on PYTHONPATH, so edits made to the working tree during the run do not leak in")
+    p.add_argument("--nice", type=int, default=0,
+                   help="scheduling priority of every measured run (both executors alike): each run is its own "
+                        "session, whose autogroup nice is set to N (and this script's nice changed by N); e.g. -10 "
+                        "(needs root) makes the timings less sensitive to other load on a shared machine")
+    p.add_argument("--infra-retries", type=int, default=2,
+                   help="re-run one of our runs when Ray itself died under it (e.g. a `ray stop` elsewhere)")
+    p.add_argument("--quiet-wait", type=float, default=120.0,
+                   help="before each run, wait up to this many seconds for other processes' CPU load to drop "
+                        "(0: do not wait)")
+    p.add_argument("--quiet-threshold", type=float, default=0.25, help="'quiet' = other load below this many cores")
     p.add_argument("--keep-work", action="store_true", help="keep job directories (checkpoints) after each run")
+    p.add_argument("--render", metavar="JSON", help="only re-print the table of an earlier bench_<ts>.json")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes = [20_000, 100_000]
@@ -320,20 +451,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def render(path: str) -> int:
+    """Re-print the table of an earlier run from its JSON (with this version's summary code)."""
+    with open(path) as fh:
+        results = json.load(fh)
+    print(_report.render_table(results, _report.summarize(results)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return render(args.render)
+    nice_note = None
+    if args.nice:
+        # Inherited by every measured process (both executors alike): on a shared
+        # machine, other users' load then disturbs the timings much less.
+        try:
+            os.nice(args.nice)
+        except OSError as exc:
+            nice_note = f"could not change the scheduling priority by {args.nice}: {exc}; running at the default"
     b = Bench(args)
     t_start = time.perf_counter()
+    snapshot = None
+    if args.snapshot:
+        try:
+            snapshot = make_snapshot(b.out)
+        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+            sys.exit(f"error: --snapshot failed: {exc}")
     results: dict = {
         "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
         "argv": sys.argv[1:] if argv is None else argv,
         "machine": machine_info(),
         "config": {
             "sizes": args.sizes, "partitions": args.partitions, "seed": args.seed, "dj_np": args.dj_np,
-            "dj_max_rows": args.dj_max_rows, "ops": _recipes.OPS, "memory_poll_s": 0.25,
+            "nice": os.nice(0),
+            "snapshot": snapshot,
+            "dj_max_rows": args.dj_max_rows, "dj_max_minutes": args.dj_max_minutes, "ops": _recipes.OPS, "memory_poll_s": 0.25,
         },
         "notes": [],
     }
+    if nice_note:
+        results["notes"].append(nice_note)
+        log(f"note: {nice_note}")
     m = results["machine"]
     log(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['ram_bytes'] / 2**30:.1f} GiB RAM; results in {b.out}")
 
@@ -370,7 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     # Fixed start-up cost
     startup: dict = {}
     if not args.skip_startup:
-        startup["ours_1row"] = b.run_ours("1row", corpora[1], 1, "1")
+        reps = [b.run_ours("1row" if k == 0 else f"1row_r{k + 1}", corpora[1], 1, "1")
+                for k in range(max(1, args.startup_repeats))]
+        ok = [r for r in reps if r["rc"] == 0]
+        # The fastest successful repeat: the least disturbed by other load.
+        startup["ours_1row"] = min(ok, key=lambda r: r["wall_s"]) if ok else reps[0]
+        if len(reps) > 1:
+            startup["ours_1row_repeats"] = [{"wall_s": r["wall_s"], "rc": r["rc"], "foreign_cpu_s": r["foreign_cpu_s"],
+                                             "log_path": r["log_path"]} for r in reps]
         startup["ours_0row"] = b.run_ours("0row", corpora[0], 0, "1")
         if dj_exe:
             startup["dj_1row"] = b.run_dj("1row", corpora[1], 1, dj_exe)
@@ -382,15 +549,25 @@ def main(argv: list[str] | None = None) -> int:
 
     # Main runs
     runs: dict = {}
+    dj_points: list[tuple[int, float]] = []
     for n in args.sizes:
         entry: dict = {}
         entry["ours"] = b.run_ours(str(n), corpora[n], n, args.partitions)
         if dj_exe:
+            predicted = predict_dj_wall(dj_points, n)
             if n > args.dj_max_rows:
                 entry["dj_skipped"] = f"{n} rows > --dj-max-rows {args.dj_max_rows}"
+            elif predicted is not None and args.dj_max_minutes > 0 and predicted > args.dj_max_minutes * 60:
+                entry["dj_skipped"] = (f"predicted {predicted:.0f} s from the smaller sizes' marginal rate > "
+                                       f"--dj-max-minutes {args.dj_max_minutes:g}")
+                entry["dj_predicted_wall_s"] = predicted
+            if entry.get("dj_skipped"):
                 log(f"DJ    {n:>9}: skipped ({entry['dj_skipped']})")
+                results["notes"].append(f"Data-Juicer at {n} rows skipped: {entry['dj_skipped']}")
             else:
                 entry["dj"] = b.run_dj(str(n), corpora[n], n, dj_exe)
+                if entry["dj"]["rc"] == 0:
+                    dj_points.append((n, entry["dj"]["wall_s"]))
             if "dj" in entry and entry["ours"]["rc"] == 0 and entry["dj"]["rc"] == 0:
                 entry["check"] = _compare.compare_exports(entry["ours"]["export"], entry["dj"]["export"])
                 print(_compare.format_compare(n, entry["check"]), flush=True)
@@ -407,14 +584,18 @@ def main(argv: list[str] | None = None) -> int:
         log(f"hash: kernels on the {largest}-row corpus ({os.path.getsize(corpora[largest]) / 1e6:.0f} MB) ...")
         try:
             pcfg = load_recipe(rpath).partition
+            q = b._quiet()
             results["hash"] = _hashbench.run_hash_bench(corpora[largest], pcfg, repeats=args.hash_repeats)
+            results["hash"]["quiet_wait"] = q
         except Exception as exc:  # noqa: BLE001 - report, keep the other figures
             results["hash"] = {"error": f"{type(exc).__name__}: {exc}"}
             log(f"      hash bench failed: {exc}")
 
     # DAG parse time
     if not args.skip_parse:
+        q = b._quiet()
         results["parse"] = b.run_parse(corpora[1])
+        results["parse"]["quiet_wait"] = q
 
     return _report.finish(b, results, t_start)
 
