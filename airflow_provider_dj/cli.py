@@ -88,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Ray starts lazily, in this process, when the first partition task needs
     # it (RayHook): a private cluster, never whatever Ray runs on the machine.
     os.environ["DJ_RAY_IN_PROCESS"] = str(args.num_cpus or os.cpu_count() or 1)
+    os.environ.setdefault("DJ_DEFAULT_GROUP_SIZE", os.environ["DJ_RAY_IN_PROCESS"])
     from airflow_provider_dj.dag_factory import build_dag
 
     dag = build_dag(recipe_path, dag_id=dag_id)
@@ -96,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         os.environ.pop("DJ_RUN_OWNER_PID", None)
         os.environ.pop("DJ_RAY_IN_PROCESS", None)
+        os.environ.pop("DJ_DEFAULT_GROUP_SIZE", None)
     state = str(getattr(dr, "state", "unknown"))
     wall = time.perf_counter() - t0
     job_dir = os.path.join(recipe.work_dir, job_id)

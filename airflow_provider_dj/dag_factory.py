@@ -105,8 +105,14 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         retries = int(os.environ.get("DJ_TASK_RETRIES", "2"))
     if retry_delay is None:
         retry_delay = timedelta(seconds=float(os.environ.get("DJ_TASK_RETRY_DELAY_S", "10")))
-    group_size = int(recipe.partition.extra.get("execution_group_size") or 1) if isinstance(
-        recipe.partition.extra.get("execution_group_size"), int) else 1
+    # Partitions per mapped task.  The recipe's execution_group_size wins;
+    # otherwise one per task (the grain a person clears in the UI), except
+    # under `dj-airflow run`, whose in-process runner executes mapped tasks
+    # one after another: it sets DJ_DEFAULT_GROUP_SIZE to the CPU count so a
+    # task's partitions run as concurrent Ray tasks on every core.
+    configured = recipe.partition.extra.get("execution_group_size")
+    group_size = configured if isinstance(configured, int) and not isinstance(configured, bool) and configured > 0 \
+        else int(os.environ.get("DJ_DEFAULT_GROUP_SIZE", "1"))
     with DAG(
         dag_id=dag_id,
         schedule=recipe.schedule,
