@@ -122,7 +122,13 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine import job_lock
     from airflow_provider_dj.engine.job import validate_job_id
 
-    validate_job_id(args.job_id)
+    from airflow_provider_dj.engine.job import JobIdError
+
+    try:
+        validate_job_id(args.job_id)
+    except JobIdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     job_dir = os.path.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
     lock = job_lock.force_unlock(job_dir)
     print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+
 
 import pyarrow as pa
 import pyarrow.feather as feather
@@ -223,7 +223,3 @@ class CheckpointStore:
 
     def remove_op_dir(self, op_index: int, op_name: str) -> None:
         storage.remove_tree(self.op_dir(op_index, op_name))
-
-
-def marker_accounting(marker: dict[str, Any]) -> list[dict]:
-    return list(marker.get("accounting") or [])

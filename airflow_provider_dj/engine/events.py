@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
 from airflow_provider_dj.engine import storage
 
@@ -116,7 +116,3 @@ def read_events(job_dir: str, event_type: str | None = None) -> list[dict]:
                 events.append(ev)
     events.sort(key=lambda e: e.get("timestamp", 0))
     return events
-
-
-def iter_events(job_dir: str) -> Iterator[dict]:
-    yield from read_events(job_dir)

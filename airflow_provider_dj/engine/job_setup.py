@@ -21,7 +21,7 @@ from typing import Callable
 from airflow_provider_dj.engine import job_lock, storage
 from airflow_provider_dj.engine.events import EventLog, write_buffered
 from airflow_provider_dj.engine.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths, read_json
+from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths
 from airflow_provider_dj.engine.job import validate_job_id, write_json
 from airflow_provider_dj.engine.partitioning import plan_partitions
 from airflow_provider_dj.engine.plan import build_plan, execution_groups
@@ -63,7 +63,7 @@ def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dic
         # Everything before the lock is taken only reads the job directory.
         job_lock.check(paths.job_dir, owner)
         report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
-        info = read_json(info_path)
+        info = report.info
         events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
         write_buffered(events, report.events)
         lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)

@@ -128,18 +128,25 @@ def _segments_for(files: list[InputFile], file_row_offsets: np.ndarray, start: i
     return segs
 
 
-def _hash_partition(files: list[InputFile], segments: list[dict]) -> tuple[str, int]:
-    if files[0].format == "jsonl":
+def hash_recorded_partition(algorithm: str, input_files: list[dict], segments: list[dict]) -> tuple[str, int]:
+    """(content hash, bytes hashed) of a partition as it is on disk now.
+
+    Used both when planning and when a resume re-verifies a job: JSONL is
+    hashed from its bytes without parsing, Parquet from its Arrow columns.
+    """
+    if algorithm == hashing.JSONL_ALGORITHM:
         h = hashing.ByteStreamHasher()
         for seg in segments:
-            for block in iter_stream(files[seg["file"]], seg["byte_start"], seg["byte_end"]):
+            f = input_files[seg["file"]]
+            src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
+            for block in iter_stream(src, seg["byte_start"], seg["byte_end"]):
                 h.update(block)
         return h.hexdigest(), h.nbytes
     ah = hashing.ArrowTableHasher()
     nbytes = 0
     for seg in segments:
-        f = files[seg["file"]]
-        t = read_parquet_range(f.describe(), seg["row_start"], seg["row_end"], f.row_group_rows or [])
+        f = input_files[seg["file"]]
+        t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
         ah.update(t)
         nbytes += t.nbytes
     return ah.hexdigest(), nbytes
@@ -160,15 +167,6 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
     bounds = row_boundaries(total_rows, count)
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
     t_index = time.perf_counter() - t0
-    parts = []
-    hashed_bytes = 0
-    t1 = time.perf_counter()
-    for pid, (s, e) in enumerate(bounds):
-        segs = _segments_for(files, offsets, s, e)
-        digest, nbytes = _hash_partition(files, segs)
-        hashed_bytes += nbytes
-        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
-    t_hash = time.perf_counter() - t1
     file_descr = []
     for f in files:
         d = f.describe()
@@ -177,9 +175,19 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
         else:
             d["stream_len"] = f.stream_len
         file_descr.append(d)
+    algorithm = algorithm_for(files)
+    parts = []
+    hashed_bytes = 0
+    t1 = time.perf_counter()
+    for pid, (s, e) in enumerate(bounds):
+        segs = _segments_for(files, offsets, s, e)
+        digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
+        hashed_bytes += nbytes
+        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
+    t_hash = time.perf_counter() - t1
     return {
         "version": PARTITIONING_INFO_VERSION,
-        "algorithm": algorithm_for(files),
+        "algorithm": algorithm,
         "dataset_path": dataset_path,
         "input_files": file_descr,
         "total_rows": total_rows,

@@ -29,10 +29,9 @@ from typing import Any, Callable
 
 from airflow_provider_dj.engine import hashing, storage
 from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
-from airflow_provider_dj.engine.input_source import InputError, index_inputs, iter_stream, list_input_files
-from airflow_provider_dj.engine.input_source import read_parquet_range
+from airflow_provider_dj.engine.input_source import InputError, index_inputs, list_input_files
 from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, PARTITIONING_INFO, JOB_SUMMARY, read_json
-from airflow_provider_dj.engine.partitioning import PARTITIONING_INFO_VERSION, algorithm_for
+from airflow_provider_dj.engine.partitioning import PARTITIONING_INFO_VERSION, algorithm_for, hash_recorded_partition
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +60,7 @@ class ResumeReport:
     accepted_changes: list[str]
     completed: dict[int, dict]  # partition id -> {"last_op": i or -1, "final": bool}
     job_complete: bool
+    info: dict = field(default_factory=dict)  # the verified partitioning_info
     hashed_bytes: int = 0
     hash_seconds: float = 0.0
     events: list[dict] = field(default_factory=list)
@@ -118,29 +118,6 @@ def _check_boundaries(info: dict) -> None:
     if expected_start != total:
         raise ResumeRefusedError("boundaries_invalid", f"partitions cover rows 0-{expected_start} but the job "
                                  f"recorded {total} input rows")
-
-
-def _hash_saved_partition(info: dict, part: dict) -> tuple[str, int]:
-    """Hash a partition as it is on disk now, without parsing (JSONL) — validation only reads bytes."""
-    files = info["input_files"]
-    if info["algorithm"] == hashing.JSONL_ALGORITHM:
-        from airflow_provider_dj.engine.input_source import InputFile
-
-        h = hashing.ByteStreamHasher()
-        for seg in part["segments"]:
-            f = files[seg["file"]]
-            src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
-            for block in iter_stream(src, seg["byte_start"], seg["byte_end"]):
-                h.update(block)
-        return h.hexdigest(), h.nbytes
-    ah = hashing.ArrowTableHasher()
-    nbytes = 0
-    for seg in part["segments"]:
-        f = files[seg["file"]]
-        t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
-        ah.update(t)
-        nbytes += t.nbytes
-    return ah.hexdigest(), nbytes
 
 
 def _compare_inputs(saved: dict, dataset_path: str) -> None:
@@ -236,7 +213,7 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     t0 = time.perf_counter()
     nbytes = 0
     for p in info["partitions"]:
-        digest, n = _hash_saved_partition(info, p)
+        digest, n = hash_recorded_partition(info["algorithm"], info["input_files"], p["segments"])
         nbytes += n
         if digest != p["content_hash"]:
             raise ResumeRefusedError("hash_mismatch", f"partition {p['partition_id']} (rows {p['start_row']}-"
@@ -253,4 +230,4 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     complete = storage.exists(summary_path) and read_json(summary_path).get("status") == "completed"
     step(6, "completed_checkpoints", detail=f"{n_final}/{len(done)} partitions final"
          + ("; job already completed" if complete else ""), completed={str(k): v for k, v in done.items()})
-    return ResumeReport(job_dir, len(info["partitions"]), accepted, done, complete, nbytes, secs, events)
+    return ResumeReport(job_dir, len(info["partitions"]), accepted, done, complete, info, nbytes, secs, events)

@@ -57,3 +57,8 @@ def test_run_rejects_bad_override_before_starting_anything(make_recipe, capsys):
     recipe = make_recipe("cli_bad")
     assert main(["run", recipe, "--set", "job_id=../escape"]) == 2
     assert "job_id" in capsys.readouterr().err
+
+
+def test_unlock_rejects_an_unsafe_job_id(capsys, tmp_path):
+    assert main(["unlock", "../etc", "--work-dir", str(tmp_path)]) == 2
+    assert "not a safe job id" in capsys.readouterr().err
