@@ -162,6 +162,23 @@ class Op:
     def check_values(cls, args: dict[str, Any]) -> None:
         """Hook for value checks beyond types (ranges, regex compiles). Raise OpArgumentError."""
 
+    #: True for ops whose per-row work is costly (model inference, API calls):
+    #: the engine runs them in batches of ``batch_size`` rows and commits each
+    #: batch durably with a cursor, so a crash or stop loses at most one batch.
+    expensive: ClassVar[bool] = False
+    #: Default batch size for expensive ops (a recipe's ``batch_size`` wins).
+    default_batch_size: ClassVar[int] = 1000
+
+    def bind_run_context(self, *, job_dir: str, op_index: int, partition_id: int) -> None:
+        """Called by the engine before an op processes a partition's rows.
+
+        Ops that keep durable state of their own (an LLM op's record of paid
+        calls) key it by these; most ops ignore them.
+        """
+        self.job_dir = job_dir
+        self.op_index = op_index
+        self.partition_id = partition_id
+
     def fingerprint_args(self) -> dict[str, Any]:
         """What identifies this op's behaviour, for checkpoint and config fingerprints."""
         return {"text_key": self.text_key}
