@@ -14,6 +14,8 @@ the older key ``after_op: <op index>``):
 ``checkpoint_mid_write``   after a checkpoint's data file, before its commit marker
 ``global_mid``             after the first keep mask of a global op is committed
 ``export_mid``             after the first partition is written to the export's temp file
+``batch_commit``           after batch ``batch`` (0-based; any batch if omitted) of an
+                           expensive op is committed to its batch cursor
 =========================  ===================================================
 
 ``store`` (optional, with ``checkpoint_mid_write``) picks which kind of
@@ -25,7 +27,9 @@ checkpoint: ``checkpoint_op`` (op outputs), ``dedup_keys_op`` or
 every process of this run's session — the CLI, Ray and its workers — like a
 ``kill -9`` of the whole run or a machine going down).  Firings are counted
 with marker files in the job directory, so ``times`` holds across retries,
-restarts and nodes.  Without the file this costs one stat per call site.
+restarts and nodes.  ``delay`` (with ``seconds``) only sleeps there and goes on:
+it holds a job mid-run so a test can kill a node, stop the job or kill a
+task at a known point.  Without the file this costs one stat per call site.
 """
 
 from __future__ import annotations
@@ -52,9 +56,12 @@ def load_faults(job_dir: str) -> list[dict]:
         return []
 
 
-def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None, store: str | None) -> bool:
+def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None, store: str | None,
+             batch: int | None = None) -> bool:
     fpoint = f.get("point", "after_op")
     if fpoint != point:
+        return False
+    if f.get("batch") is not None and f.get("batch") != batch:
         return False
     if f.get("store") is not None and f.get("store") != store:
         return False
@@ -83,9 +90,9 @@ def _kill_session() -> None:
 
 
 def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_index: int | None,
-               point: str = "after_op", store: str | None = None) -> None:
+               point: str = "after_op", store: str | None = None, batch: int | None = None) -> None:
     for i, f in enumerate(faults):
-        if not _matches(f, point, partition_id, op_index, store):
+        if not _matches(f, point, partition_id, op_index, store, batch):
             continue
         fired_dir = storage.join(job_dir, FIRED_DIR)
         prefix = f"fault{i}_"
@@ -94,6 +101,11 @@ def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_in
             continue
         storage.atomic_write_bytes(storage.join(fired_dir, f"{prefix}{len(fired)}"), b"fired")
         kind = f.get("kind", "raise")
+        if kind == "delay":
+            import time
+
+            time.sleep(float(f.get("seconds", 1.0)))
+            continue
         if kind == "exit":
             os._exit(17)
         if kind == "kill_run":
