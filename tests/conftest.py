@@ -17,6 +17,7 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_SESSION_DIR, "airflow", "dj_cli_dags")
 os.environ["DJ_TASK_RETRY_DELAY_S"] = "0"
 os.environ["DJ_RAY_STATE_DIR"] = os.path.join(_SESSION_DIR, "ray-state")
+os.environ["DJ_STATE_DIR"] = os.path.join(_SESSION_DIR, "dj-state")  # the recent-jobs registry, not ~/.cache
 os.environ.pop("RAY_ADDRESS", None)
 os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 

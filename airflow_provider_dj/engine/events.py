@@ -4,7 +4,19 @@ Many writers run at once (Airflow tasks, Ray workers on several nodes), so
 each process writes its own file: no two writers ever append to the same
 file, so lines cannot interleave.  Each event is one ``write`` of one
 complete line; a writer killed mid-write can leave at most a torn last
-line, which readers skip.  Readers merge all files ordered by timestamp.
+line, which readers skip (a later writer that reuses the file — same host,
+recycled pid — first terminates the torn line so it cannot swallow the
+next event).  Readers merge all files ordered by (timestamp, writer, seq):
+``seq`` counts events per writer, so two events of one writer in the same
+clock tick keep their order.
+
+Fields every event may carry (absent when unknown, never null):
+``event_type``, ``timestamp`` (epoch s), ``time_utc`` (ISO 8601),
+``job_id``, ``writer``, ``seq``, ``partition_id``, ``segment``,
+``op_index``, ``op_name``, ``status``, ``duration`` (s), ``input_rows``,
+``output_rows``, ``filtered``, ``duplicates``, ``failed``,
+``error_message``, ``try_number``, ``airflow_dag_id``, ``airflow_run_id``,
+``airflow_task_id``, ``airflow_map_index``, ``checkpoint_path``.
 """
 
 from __future__ import annotations
@@ -34,12 +46,20 @@ EVENT_TYPES = frozenset(
         "checkpoint_save",
         "checkpoint_load",
         "plan_created",
+        "execution_planning",  # group size, actor plan, concurrency (engine/gpu/decisions.py)
         "validation_step",
         "global_op_start",
         "global_op_complete",
         "export_start",
         "export_complete",
         "stop_requested",
+        "job_stopped",
+        "partition_stopped",
+        "stop_cleared",
+        "batch_commit",  # an expensive op's batch committed to its cursor (engine/batch_cursor.py)
+        "batch_resume",  # an expensive op resumed from its batch cursor
+        "actor_start",  # an actor of a group's pool started (engine/actor_pool.py)
+        "op_init",  # a kept (stateful) op instance was created and set up, with its duration
     }
 )
 
@@ -55,6 +75,8 @@ class EventLog:
         self.path = storage.join(job_dir, f"events_{self.writer}.jsonl")
         self.defaults = dict(defaults or {})
         self._local = not storage.is_url(job_dir)
+        self._seq = 0
+        self._checked_tail = False
 
     def emit(self, event_type: str, **fields: Any) -> dict:
         if event_type not in EVENT_TYPES:
@@ -65,16 +87,22 @@ class EventLog:
             "timestamp": now,
             "time_utc": datetime.fromtimestamp(now, tz=timezone.utc).isoformat(),
             "job_id": self.job_id,
+            "writer": self.writer,
             **self.defaults,
             **{k: v for k, v in fields.items() if v is not None},
         }
-        line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
         with _lock:
+            self._seq += 1
+            event["seq"] = self._seq
+            line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
             if self._local:
                 os.makedirs(self.job_dir, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    os.write(fd, line)
+                    if not self._checked_tail:
+                        line = _terminate_torn_tail(fd) + line
+                        self._checked_tail = True
+                    _write_all(fd, line)
                 finally:
                     os.close(fd)
             else:
@@ -88,6 +116,22 @@ class EventLog:
         return event
 
 
+def _terminate_torn_tail(fd: int) -> bytes:
+    """A newline to prepend when the file ends mid-line (a writer killed mid-write)."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    if end == 0:
+        return b""
+    return b"" if os.pread(fd, 1, end - 1) == b"\n" else b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One write() per line; loop only if the kernel wrote part of it (disk full, signal)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
 def write_buffered(log: "EventLog", events: list[dict]) -> None:
     """Write events collected before the job directory could be touched (resume validation)."""
     for ev in events:
@@ -99,20 +143,48 @@ def iter_event_files(job_dir: str) -> list[str]:
     return [storage.join(job_dir, n) for n in storage.listdir(job_dir) if n.startswith("events_") and n.endswith(".jsonl")]
 
 
-def read_events(job_dir: str, event_type: str | None = None) -> list[dict]:
-    """All events of a job, merged across writers, ordered by time; torn lines skipped."""
+def parse_event_lines(data: bytes) -> list[dict]:
+    """Whole events of one writer's file.  A line counts only if it is
+    newline-terminated and parses as a JSON object: a torn last line (writer
+    killed mid-write) is skipped even if its prefix happens to parse."""
+    out: list[dict] = []
+    lines = data.split(b"\n")
+    for line in lines[:-1]:  # the piece after the last newline is torn (or empty)
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict) and "event_type" in ev:
+            out.append(ev)
+    return out
+
+
+def _order(ev: dict) -> tuple:
+    return (ev.get("timestamp", 0), str(ev.get("writer", "")), ev.get("seq", 0))
+
+
+def read_events(job_dir: str, event_type: str | None = None, since: float | None = None) -> list[dict]:
+    """All events of a job, merged across writers, ordered by time; torn lines skipped.
+
+    ``event_type`` keeps one type; ``since`` keeps events at or after an epoch time.
+    """
     events: list[dict] = []
-    for path in iter_event_files(job_dir):
+    try:
+        paths = iter_event_files(job_dir)
+    except FileNotFoundError:
+        return []
+    for path in paths:
         try:
             data = storage.read_bytes(path)
         except FileNotFoundError:
             continue
-        for line in data.splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
+        for ev in parse_event_lines(data):
+            if event_type is not None and ev.get("event_type") != event_type:
                 continue
-            if event_type is None or ev.get("event_type") == event_type:
-                events.append(ev)
-    events.sort(key=lambda e: e.get("timestamp", 0))
+            if since is not None and ev.get("timestamp", 0) < since:
+                continue
+            events.append(ev)
+    events.sort(key=_order)
     return events

@@ -164,8 +164,16 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
         "effective_config": ctx.effective_config,
         "resume_command": f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
     }
+    if recipe.tracer.open_tracer:  # merge per-partition trace candidates into trace/*.jsonl (engine.tracer)
+        from airflow_provider_dj.engine.tracer import merge_traces
+
+        summary["trace"] = merge_traces(job_dir)
+    from airflow_provider_dj.engine.job_summary import after_summary_written, enrich_completed_summary
+
+    summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
     summary["retention"] = apply_retention(ctx, markers)
     write_json(ctx.path(JOB_SUMMARY), summary)
+    after_summary_written(job_dir, summary)
     log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
     return summary
 

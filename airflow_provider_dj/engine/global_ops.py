@@ -20,6 +20,7 @@ from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.tracer import write_duplicate_trace
 from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
 
@@ -68,6 +69,9 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
     if len(mask) != total:
         raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
+    # Tracer (open_tracer): duplicate pairs, written before the masks commit so a
+    # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
+    write_duplicate_trace(ctx, op_index, op_impl, keys, mask)
     offset = 0
     fault_spec = load_faults(job_dir)
     for n, (p, k) in enumerate(zip(parts, keys)):

@@ -20,6 +20,7 @@ from typing import Callable
 
 from airflow_provider_dj.engine import job_lock, storage
 from airflow_provider_dj.engine.events import EventLog, write_buffered
+from airflow_provider_dj.engine.execution_plan import plan_document
 from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths
 from airflow_provider_dj.engine.job import validate_job_id, write_json
@@ -48,9 +49,14 @@ class PreparedJob:
         return self.__dict__.copy()
 
 
-def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dict | None = None,
+def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], int] = 1,
+                event_defaults: dict | None = None,
                 airflow_run_id: str | None = None, log_step: Callable[[str], None] | None = None) -> PreparedJob:
-    """``recipe`` is the effective engine.recipe.Recipe (overrides applied)."""
+    """``recipe`` is the effective engine.recipe.Recipe (overrides applied).
+
+    ``group_size`` may be a callable (partitioning_info, job_dir) -> int: the
+    ``auto`` size needs the partitions and the probe report (engine.gpu).
+    """
     from airflow_provider_dj.engine.recipe import check_input_exists
 
     validate_job_id(job_id)
@@ -69,12 +75,19 @@ def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dic
         lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)
         if lock_note:
             say(f"runner lock {lock_note}")
-        groups = [] if report.job_complete else execution_groups(info, group_size)
+        if not report.job_complete:
+            from airflow_provider_dj.engine.job_summary import mark_resumed
+
+            if mark_resumed(paths.job_dir):
+                say("job_summary.json of the previous (failed/stopped) run now says running")
+        size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
+        groups = [] if report.job_complete else execution_groups(info, size, report.completed)
         for g in groups:
             g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
         plan.groups = groups
         if not report.job_complete:
-            write_json(paths.path(EXECUTION_PLAN), plan.to_dict())
+            write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+            _register(job_id, paths.job_dir)
         return PreparedJob(job_id, paths.job_dir, groups, True, info["num_partitions"], info["total_rows"],
                            report.job_complete, report.accepted_changes, lock_note)
     if recipe.resume:
@@ -95,8 +108,20 @@ def prepare_job(recipe, *, job_id: str, group_size: int = 1, event_defaults: dic
                 duration=round(time.perf_counter() - t0, 6), how=info["how_chosen"])
     say(f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
         f"in {time.perf_counter() - t0:.2f}s")
-    groups = execution_groups(info, group_size) if info["partitions"] else []
+    size = group_size(info, paths.job_dir) if callable(group_size) else group_size
+    groups = execution_groups(info, size) if info["partitions"] else []
     plan.groups = groups
-    write_json(paths.path(EXECUTION_PLAN), plan.to_dict())
+    write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+    _register(job_id, paths.job_dir)
     return PreparedJob(job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"],
                        lock_note=lock_note)
+
+
+def _register(job_id: str, job_dir: str) -> None:
+    """Record the job in this machine's recent-jobs registry (for ``dj-airflow monitor``); never fails the job."""
+    try:
+        from airflow_provider_dj.engine.job_registry import register_job
+
+        register_job(job_id, job_dir, status="running")
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not update the recent-jobs registry: %s", exc)

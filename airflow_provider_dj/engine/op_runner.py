@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Deduplicator, Filter, Mapper, Op
+from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
 
 
 @dataclass
@@ -39,6 +39,8 @@ def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
         key = op.text_key
         if key in table.column_names and key in out.column_names:
             lost = pc.and_(pc.is_valid(table.column(key)), pc.is_null(out.column(key)))
+            if ROW_ERROR_COLUMN in out.column_names:  # flagged rows fail anyway, with their own reason
+                lost = pc.and_(lost, pc.is_null(out.column(ROW_ERROR_COLUMN)))
             if pc.any(lost).as_py():
                 # A value where one is required came back empty: a failure,
                 # never a success that quietly exports a null.
@@ -55,6 +57,26 @@ def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
     raise TypeError(f"{op.name}: {type(op).__name__} is not a per-row op")
 
 
+def _split_flagged_rows(out: pa.Table, failed: list[pa.Table], reasons: list[str]) -> pa.Table:
+    """Move rows a Mapper flagged in ``ROW_ERROR_COLUMN`` to ``failed``; return the rest.
+
+    Flagged rows fail whether or not ``skip_op_error`` is set: the op ran
+    fine and judged those samples bad (an LLM's empty answer), which is a
+    per-sample outcome like a filter's, not an op crash to be tolerated or
+    not.  The failed rows are the op's output rows (input columns unchanged
+    by convention), so the sample and its input row id are kept.
+    """
+    if ROW_ERROR_COLUMN not in out.column_names:
+        return out
+    flags = out.column(ROW_ERROR_COLUMN)
+    bad = pc.is_valid(flags)
+    if pc.any(bad).as_py():
+        failed.append(out.filter(bad).drop_columns([ROW_ERROR_COLUMN]))
+        reasons.extend(str(r) for r in flags.filter(bad).to_pylist())
+        out = out.filter(pc.invert(bad))
+    return out.drop_columns([ROW_ERROR_COLUMN])
+
+
 def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpOutcome:
     t0 = time.perf_counter()
     rows_in = table.num_rows
@@ -62,8 +84,8 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpO
     reasons: list[str] = []
     try:
         out, filtered = _apply_whole(op, table)
-    except Exception:
-        if not skip_op_error:
+    except Exception as exc:
+        if not skip_op_error or isinstance(exc, OpFatalError):
             raise
         # Isolate the failing rows: process one row at a time.
         pieces: list[pa.Table] = []
@@ -79,6 +101,7 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpO
                 reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
         pieces = [p for p in pieces if p.num_rows]
         out = pa.concat_tables(pieces, promote_options="permissive") if pieces else table.slice(0, 0)
+    out = _split_flagged_rows(out, failed, reasons)
     n_failed = sum(t.num_rows for t in failed)
     acct = {
         "op_index": op_index,

@@ -164,8 +164,17 @@ def build_plan(recipe) -> ExecutionPlan:
     return ExecutionPlan(ops=ops, segments=segments, checkpoint_points=points, strategy=strategy, text_key=recipe.text_key)
 
 
-def execution_groups(partitioning_info: dict, group_size: int = 1) -> list[dict]:
-    """Consecutive partitions grouped for one mapped task each (one per group by default)."""
+def execution_groups(partitioning_info: dict, group_size: int = 1, completed: dict | None = None) -> list[dict]:
+    """Consecutive partitions grouped for one mapped task each (one per group by default).
+
+    ``completed`` (on resume: partition id -> {"last_op", "final"}): when
+    unfinished partitions resume from different checkpoints, every group
+    holds one partition (why: ``engine.gpu.groups.uniform_positions``).
+    """
+    from airflow_provider_dj.engine.gpu.groups import uniform_positions
+
+    if completed and not uniform_positions(completed):
+        group_size = 1
     parts = partitioning_info["partitions"]
     groups = []
     for gi, i in enumerate(range(0, len(parts), max(1, group_size))):

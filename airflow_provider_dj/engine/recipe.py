@@ -382,6 +382,8 @@ class _Parser:
             raise self.err(key, f"must be an integer or null, got {value!r}")
         if kind == "opt_pos_number" and not (value is None or (number and value > 0)):
             raise self.err(key, f"must be a positive number of seconds or null, got {value!r}")
+        if kind == "opt_str" and not (value is None or (isinstance(value, str) and value.strip())):
+            raise self.err(key, f"must be a non-empty string (an Airflow pool name) or null, got {value!r}")
         if kind == "ratio" and not (number and 0 < value <= 1):
             raise self.err(key, f"must be a number in (0, 1], got {value!r}")
         return value
@@ -433,8 +435,8 @@ def check_input_exists(recipe: Recipe) -> None:
     is_glob = any(c in path for c in S.GLOB_CHARS)
     if "://" in path:
         try:
-            from fsspec.core import url_to_fs
-            fs, inner = url_to_fs(path)
+            from airflow_provider_dj.engine.storage import get_fs  # credentials/endpoint for s3:// URLs
+            fs, inner = get_fs(path)
         except (ImportError, ValueError):  # no fsspec, or no driver for this protocol here
             return
         if not (fs.glob(inner) if is_glob else fs.exists(inner)):

@@ -163,6 +163,8 @@ PARTITION_EXTRA: dict[str, tuple[Any, str]] = {
     "gpu_probe_sample_seed": (42, "opt_int"),
     "execution_group_size": ("auto", "auto_or_pos_int"),
     "max_initialization_overhead_ratio": (0.1, "ratio"),
+    # Airflow pool for the partition tasks (must exist); docs/gpu_planning.md.
+    "pool": (None, "opt_str"),
 }
 DEFAULT_MANUAL_PARTITIONS = 4  # Data-Juicer's count when manual mode gives neither count nor size
 

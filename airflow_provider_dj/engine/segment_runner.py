@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_dj.engine import faults, storage
+from airflow_provider_dj.engine import faults, stop_control, storage
+from airflow_provider_dj.engine.batch_cursor import discard_superseded, run_expensive_op
 from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op
+from airflow_provider_dj.engine.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.partitioning import read_partition
+from airflow_provider_dj.engine.tracer import tracer_for_partition
 from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger(__name__)
@@ -98,7 +101,11 @@ def run_segment(
     try_number: int | None = None,
     event_defaults: dict | None = None,
     progress=None,
+    op_factory=None,
 ) -> SegmentResult:
+    """``op_factory(planned_op, text_key) -> Op`` supplies op instances; None
+    creates a fresh one per call.  An actor of a group's pool passes one that
+    keeps stateful ops (models) alive across partitions (engine/actor_pool.py)."""
     ctx = JobContext(job_dir)
     plan = ctx.plan
     seg = plan.segments[segment_index]
@@ -114,9 +121,15 @@ def run_segment(
     target = seg.end - 1  # state index this segment must leave behind
     result = SegmentResult(partition_id, segment_index, None)
     label = f"partition {partition_id} (rows {part['start_row']}-{part['end_row'] - 1})"
+    tracer = tracer_for_partition(ctx, partition_id, phash)  # None when open_tracer is off: no tracing work
 
     def fp(i: int) -> str:
         return plan.ops[i].fingerprint
+
+    def make_op(i: int):
+        if op_factory is not None:
+            return op_factory(ops_by_index[i], recipe.text_key)
+        return create_op(ops_by_index[i].name, ops_by_index[i].args, recipe.text_key)
 
     # -- already done? ------------------------------------------------------
     target_done = target < 0 or store.is_committed(target, ops_by_index[target].name, partition_id, phash, fp(target))
@@ -132,8 +145,24 @@ def run_segment(
         log.info("%s: segment %d already complete; nothing to do", label, segment_index)
         return result
 
-    events.emit("partition_start", partition_id=partition_id, segment=segment_index,
+    def stop_point(after_op: int | None) -> None:
+        """A committed boundary: honour a pending stop request here (engine.stop_control)."""
+        try:
+            stop_control.check_stop(job_dir)
+        except stop_control.StopRequested as exc:
+            exc.partition_ids = [partition_id]
+            events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
+                        after_op=after_op, force=exc.force)
+            log.info("%s: stop requested (%s); stopping after op %s with its checkpoint committed", label,
+                     exc.request.get("requested_by"), after_op)
+            raise
+
+    stop_point(None)  # a stop pending before this partition started: do nothing at all
+    events.emit("partition_start", partition_id=partition_id, segment=segment_index, status="running",
                 start_row=part["start_row"], end_row=part["end_row"], input_rows=part["num_rows"])
+    plog = PartitionProgressLog(job_dir, partition_id, segment=segment_index, try_number=try_number)
+    plog.partition_start(start_row=part["start_row"], end_row=part["end_row"], input_rows=part["num_rows"],
+                         ops=len(seg.op_indices) + (seg.applies_global is not None))
     t_start = time.perf_counter()
 
     # -- find the latest valid checkpoint inside this segment ----------------
@@ -149,7 +178,9 @@ def run_segment(
             table, accounting, state = loaded.table, list(loaded.marker.get("accounting", [])), k
             events.emit("checkpoint_load", partition_id=partition_id, op_index=k, op_name=ops_by_index[k].name,
                         output_rows=table.num_rows, checkpoint_path=store.data_path(k, ops_by_index[k].name, partition_id))
-            events.emit("partition_resume", partition_id=partition_id, segment=segment_index, resumed_after_op=k)
+            events.emit("partition_resume", partition_id=partition_id, segment=segment_index, resumed_after_op=k,
+                        status="resumed", op_index=k, op_name=ops_by_index[k].name)
+            plog.resumed(k, ops_by_index[k].name, table.num_rows)
             log.info("%s: resuming from checkpoint after op %d (%s), %d rows", label, k, ops_by_index[k].name, table.num_rows)
             break
 
@@ -167,7 +198,8 @@ def run_segment(
                     )
                 table, accounting = base.table, list(base.marker.get("accounting", []))
                 events.emit("checkpoint_load", partition_id=partition_id, op_index=base_idx,
-                            op_name=ops_by_index[base_idx].name, output_rows=table.num_rows)
+                            op_name=ops_by_index[base_idx].name, output_rows=table.num_rows,
+                            checkpoint_path=store.data_path(base_idx, ops_by_index[base_idx].name, partition_id))
             else:
                 table, accounting = _read_input(ctx, partition_id), []
             mask_cp = mask_store(job_dir).load_valid(g, ops_by_index[g].name, partition_id, phash, fp(g))
@@ -176,15 +208,21 @@ def run_segment(
                     f"{label}: the keep mask of global op {g} ({ops_by_index[g].name}) is missing; "
                     f"clear the task {plan.global_task_id(g)} to recompute it"
                 )
-            op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
-            events.emit("op_start", partition_id=partition_id, op_index=g, op_name=op.name, input_rows=table.num_rows)
+            op = make_op(g)
+            op.bind_run_context(job_dir=job_dir, op_index=g, partition_id=partition_id)
+            events.emit("op_start", partition_id=partition_id, op_index=g, op_name=op.name, input_rows=table.num_rows,
+                        status="running")
             faults.maybe_fail(job_dir, fault_spec, partition_id, g, point="op_start")
             outcome = apply_keep_mask(op, g, table, mask_cp.table.column(MASK_COLUMN).combine_chunks())
             table = outcome.table
             accounting.append(outcome.accounting)
             events.emit("op_complete", partition_id=partition_id, op_index=g, op_name=op.name,
                         input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
+                        duplicates=outcome.accounting["duplicates"],
                         duration=outcome.accounting["duration_s"], status="success")
+            plog.op_done(g, op.name, rows_in=outcome.accounting["rows_in"], rows_out=table.num_rows,
+                         duration=outcome.accounting["duration_s"], n=1, total=1 + len(seg.op_indices),
+                         duplicates=outcome.accounting["duplicates"])
             result.ops_run.append(g)
             state = g
             if g in points:
@@ -200,20 +238,36 @@ def run_segment(
     # -- run the remaining ops of this segment --------------------------------
     total_ops = target - state
     for n, i in enumerate(range(state + 1, target + 1), start=1):
-        spec = ops_by_index[i]
-        op = create_op(spec.name, spec.args, recipe.text_key)
-        events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows)
+        op = make_op(i)
+        op.bind_run_context(job_dir=job_dir, op_index=i, partition_id=partition_id)
+        events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows,
+                    status="running")
+        plog.op_start(i, op.name, table.num_rows, n, total_ops)
         faults.maybe_fail(job_dir, fault_spec, partition_id, i, point="op_start")
         try:
-            outcome = apply_op(op, i, table, recipe.skip_op_error)
+            if op.expensive:  # batches committed with a cursor: a crash or stop loses at most one batch
+                outcome = run_expensive_op(op, i, table, job_dir=job_dir, partition_id=partition_id,
+                                           partition_hash=phash, fingerprint=fp(i),
+                                           skip_op_error=recipe.skip_op_error, events=events,
+                                           fault_spec=fault_spec, label=label)
+            else:
+                outcome = apply_op(op, i, table, recipe.skip_op_error)
+        except stop_control.StopRequested as exc:  # an op's batch loop committed its batch and saw a stop
+            exc.partition_ids = [partition_id]
+            events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
+                        op_index=i, op_name=op.name, force=exc.force, note="inside the op, at a batch boundary")
+            raise
         except Exception as exc:
             events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name,
                         input_rows=table.num_rows, error_message=f"{type(exc).__name__}: {exc}", status="failed")
             events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
                         error_message=f"op {i} ({op.name}): {type(exc).__name__}: {exc}", status="failed")
+            plog.partition_failed(f"op {i} ({op.name}): {type(exc).__name__}: {exc}")
             raise
         if outcome.failed_rows is not None:
             _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows, outcome.failed_reasons)
+        if tracer is not None:  # candidates are durable before any checkpoint after op i (engine.tracer)
+            tracer.observe(i, op, table, outcome)
         table = outcome.table
         accounting.append(outcome.accounting)
         result.ops_run.append(i)
@@ -225,16 +279,23 @@ def run_segment(
         log.info("%s: op %d/%d %s done: %d -> %d rows in %.3fs (ops %d/%d of this segment)",
                  label, i, plan.final_op_index, op.name, outcome.accounting["rows_in"], table.num_rows,
                  outcome.accounting["duration_s"], n, total_ops)
+        plog.op_done(i, op.name, rows_in=outcome.accounting["rows_in"], rows_out=table.num_rows,
+                     duration=outcome.accounting["duration_s"], n=n, total=total_ops,
+                     filtered=outcome.accounting["filtered"], failed=outcome.accounting["failed"])
         if progress is not None:
             progress(partition_id, i, n, total_ops)
         if i in points:
             _save(store, events, i, op.name, partition_id, table, phash, fp(i), accounting)
+            discard_superseded(job_dir, partition_id, i)  # batch cursors up to op i: only after the commit
         faults.maybe_fail(job_dir, fault_spec, partition_id, i)
+        if i in points and i != target:
+            stop_point(i)  # op i is committed; a resume restarts right after it
 
     # -- per-partition key phase of the global op that ends this segment ------
     if seg.keys_for_global is not None:
         g = seg.keys_for_global
-        op = create_op(ops_by_index[g].name, ops_by_index[g].args, recipe.text_key)
+        op = make_op(g)
+        op.bind_run_context(job_dir=job_dir, op_index=g, partition_id=partition_id)
         t0 = time.perf_counter()
         keys = op.compute_hash(table)
         # One fixed-size key per row (exact dedup) or a table of per-row
@@ -249,6 +310,7 @@ def run_segment(
                     note="dedup keys")
 
     result.rows_out = table.num_rows
+    plog.partition_done(table.num_rows)
     events.emit("partition_complete", partition_id=partition_id, segment=segment_index, output_rows=table.num_rows,
                 duration=round(time.perf_counter() - t_start, 6), status="success", ops_run=result.ops_run)
     return result

@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
-from typing import IO, Iterator
+from typing import IO, TYPE_CHECKING, Iterator
 
-import fsspec
-from fsspec.core import url_to_fs
+if TYPE_CHECKING:  # fsspec is imported when a URL is used, so local-only tools (the GPU probe) run without it
+    import fsspec
 
 
 def is_url(path: str) -> bool:
@@ -38,8 +38,15 @@ def basename(path: str) -> str:
 
 
 def get_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, path within it).  Local paths use fsspec's local fs too."""
-    fs, inner = url_to_fs(str(path))
+    """(filesystem, path within it).  Local paths use fsspec's local fs too.
+
+    Object-store URLs get their credentials, endpoint and a disabled
+    listings cache from ``storage_options`` (docs/object_store.md)."""
+    from fsspec.core import url_to_fs
+
+    from airflow_provider_dj.engine.storage_options import fs_kwargs
+
+    fs, inner = url_to_fs(str(path), **fs_kwargs(str(path)))
     return fs, inner
 
 

@@ -10,7 +10,7 @@ from airflow_provider_dj.engine.events import EventLog, read_events
 from airflow_provider_dj.engine import job_lock
 from airflow_provider_dj.engine.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.job import JobContext
-from airflow_provider_dj.operators._common import event_defaults
+from airflow_provider_dj.operators._common import event_defaults, run_stoppable
 
 
 class ExportOperator(BaseOperator):
@@ -22,6 +22,12 @@ class ExportOperator(BaseOperator):
         self.job_dir = job_dir
 
     def execute(self, context: Any) -> dict:
+        if is_job_complete(self.job_dir):
+            return self._export(context)
+        # A stopped job never exports: a pending stop ends this task first (docs/stop_and_kill.md).
+        return run_stoppable(self, context, self.job_dir, lambda: self._export(context))
+
+    def _export(self, context: Any) -> dict:
         defaults = event_defaults(context)
         if is_job_complete(self.job_dir):
             summary = verify_completed_export(self.job_dir)
@@ -34,16 +40,15 @@ class ExportOperator(BaseOperator):
         starts = read_events(self.job_dir, "job_start")
         started_at = starts[0]["timestamp"] if starts else None
         ctx = JobContext(self.job_dir)
-        try:
-            summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at)
-        except Exception as exc:
-            EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
-                "job_failed", status="failed", error_message=f"{type(exc).__name__}: {exc}")
-            raise
+        # A failure here is reported (job_failed + a failed summary) by the DAG's
+        # on_failure_callback once retries are exhausted, not on every try.
+        summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at)
         job_lock.release(self.job_dir, context["dag_run"].run_id)
         EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
-            "job_complete", status="completed", output_rows=summary["export"]["rows"],
-            duration=summary.get("duration_s"))
+            "job_complete", status="completed", input_rows=summary["input"]["total_rows"],
+            output_rows=summary["export"]["rows"], partitions=summary["input"]["partitions"],
+            duration=summary.get("duration_s"), checksum=summary["export"]["checksum_xxh3_128"],
+            summary_path=f"{self.job_dir}/job_summary.json")
         for op in summary["ops"]:
             self.log.info("op %d %-32s in=%d out=%d filtered=%d duplicates=%d failed=%d", op["op_index"],
                           op.get("op_name", ""), op["rows_in"], op["rows_out"], op["filtered"], op["duplicates"],

@@ -14,7 +14,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.export import is_job_complete
 from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.operators._common import event_defaults
+from airflow_provider_dj.operators._common import event_defaults, run_stoppable
 
 
 class GlobalOpOperator(BaseOperator):
@@ -30,6 +30,8 @@ class GlobalOpOperator(BaseOperator):
         if is_job_complete(self.job_dir):
             self.log.info("job already completed: nothing to do")
             return {"op_index": self.op_index, "skipped": True}
-        result = resolve_global_op(self.job_dir, self.op_index, event_defaults=event_defaults(context))
+        # A pending stop ends this task before the whole-dataset step (docs/stop_and_kill.md).
+        result = run_stoppable(self, context, self.job_dir, lambda: resolve_global_op(
+            self.job_dir, self.op_index, event_defaults=event_defaults(context)))
         self.log.info("global op %d: %s", self.op_index, result)
         return result

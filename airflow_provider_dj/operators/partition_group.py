@@ -7,6 +7,13 @@ or clear resumes from the partitions' latest valid checkpoints and runs
 only what is missing.  The grid shows each instance by its partitions and
 row range (``map_index_template``), so a failed partition is obvious and
 can be cleared alone.
+
+Stops and kills (docs/stop_and_kill.md): a stop request ends the task as
+stopped (JobStoppedError: failed, no retry, summary ``stopped``).  Airflow's
+kill paths — "mark failed" or "clear" while running (SIGTERM from the
+supervisor), ``execution_timeout`` — call ``on_kill``, which cancels this
+task's Ray tasks with force, so no orphaned worker keeps writing into the
+job directory.
 """
 
 from __future__ import annotations
@@ -17,9 +24,9 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine import job_lock
 from airflow_provider_dj.engine.job import JobContext
-from airflow_provider_dj.engine.ray_dispatch import run_partitions
+from airflow_provider_dj.engine.ray_dispatch import DispatchHandle, run_partitions
 from airflow_provider_dj.hooks.ray import RayHook
-from airflow_provider_dj.operators._common import event_defaults, try_number
+from airflow_provider_dj.operators._common import event_defaults, run_stoppable, try_number
 
 MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
@@ -44,8 +51,23 @@ class PartitionGroupOperator(BaseOperator):
         self.execution_group = execution_group
         self.ray_conn_id = ray_conn_id
         self.cpus_per_partition = cpus_per_partition
+        self._dispatch: DispatchHandle | None = None
 
     def execute(self, context: Any) -> list[dict]:
+        return run_stoppable(self, context, self.job_dir, lambda: self._run_group(context))
+
+    def on_kill(self) -> None:
+        """Cancel this task's Ray work (force: the workers die) and wait until it has ended."""
+        handle = self._dispatch
+        if handle is None:
+            self.log.info("on_kill: no Ray work was started")
+            return
+        n = handle.cancel("Airflow killed the task (on_kill)")
+        left = handle.wait_ended()
+        self.log.warning("on_kill: cancelled %d Ray task(s)/actor(s) of partitions %s; %d still running",
+                         n, self.execution_group.get("partition_ids"), left)
+
+    def _run_group(self, context: Any) -> list[dict]:
         group = self.execution_group
         self.log.info("Segment %d, execution group %s: partitions %s (%s)", self.segment_index, group["group_id"],
                       group["partition_ids"], group["label"])
@@ -54,6 +76,7 @@ class PartitionGroupOperator(BaseOperator):
         ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
         parts = JobContext(self.job_dir).partitioning_info["partitions"]
         rows = {p["partition_id"]: p["num_rows"] for p in parts}
+        self._dispatch = DispatchHandle()
         results = run_partitions(
             ray,
             self.job_dir,
@@ -64,6 +87,9 @@ class PartitionGroupOperator(BaseOperator):
             num_cpus=self.cpus_per_partition,
             on_progress=lambda msg: self.log.info("%s", msg),
             rows_by_partition=rows,
+            handle=self._dispatch,
+            max_in_flight=group.get("max_in_flight"),  # resolved by validate (docs/gpu_planning.md)
+            actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
         )
         for r in results:
             if r["skipped"]:

@@ -13,6 +13,7 @@ the same job directory and resumes instead of starting over.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
@@ -21,6 +22,7 @@ from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import job_id_for_run, validate_job_id
 from airflow_provider_dj.engine.job_setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.overrides import normalize_overrides
+from airflow_provider_dj.engine.stop_control import clear_stop_request_before
 from airflow_provider_dj.engine.recipe import load_recipe
 from airflow_provider_dj.operators._common import event_defaults
 
@@ -29,10 +31,33 @@ class ResumeValidatorOperator(BaseOperator):
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#fdf2d0"
 
-    def __init__(self, *, recipe_path: str, group_size: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *, recipe_path: str, group_size: int = 1, max_active_groups: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
+        # group_size: the size when partition.execution_group_size is auto but
+        # there are no GPU probe figures (CPU-only pipelines).  A recipe integer
+        # wins; auto with a probe report is resolved here (engine.gpu.decisions).
+        # max_active_groups: the mapped task's parse-time max_active_tis_per_dagrun,
+        # so the run-time limit per group splits the run's total between groups.
         self.group_size = group_size
+        self.max_active_groups = max_active_groups
+
+    def _group_size_resolver(self, recipe, decided: dict):
+        """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
+        import os
+
+        from airflow_provider_dj.engine.gpu.decisions import decide_run
+        from airflow_provider_dj.engine.gpu.profiles import load_report
+
+        def resolve(info: dict, job_dir: str) -> int:
+            decisions = decide_run(recipe, info, load_report(job_dir), default_group_size=self.group_size,
+                                   airflow_max_active=self.max_active_groups,
+                                   sequential_tasks=bool(os.environ.get("DJ_RAY_IN_PROCESS")))
+            decided["decisions"] = decisions
+            return decisions.group.size
+
+        return resolve
 
     def _job_id(self, recipe, context: Any) -> str:
         if recipe.job_id or recipe.resume:
@@ -42,6 +67,7 @@ class ResumeValidatorOperator(BaseOperator):
         return job_id_for_run(dag_run.dag_id, dag_run.run_id, when)
 
     def execute(self, context: Any) -> list[dict]:
+        started_at = time.time()
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
         overrides = normalize_overrides(conf)
         recipe = load_recipe(self.recipe_path, overrides)
@@ -53,12 +79,23 @@ class ResumeValidatorOperator(BaseOperator):
                       job_id, job_id, self.recipe_path, job_id)
         defaults = event_defaults(context)
         try:
-            prepared = prepare_job(recipe, job_id=job_id, group_size=self.group_size, event_defaults=defaults,
+            decided: dict = {}
+            prepared = prepare_job(recipe, job_id=job_id, group_size=self._group_size_resolver(recipe, decided),
+                                   event_defaults=defaults,
                                    airflow_run_id=context["dag_run"].run_id,
                                    log_step=lambda msg: self.log.info("%s", msg))
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
             raise
+        # Resuming a stopped job: a stop requested before this run started is
+        # done with (it did stop the job); one requested since belongs to this
+        # run and is kept.  After prepare_job, so a refused resume changes nothing.
+        cleared = clear_stop_request_before(prepared.job_dir, started_at)
+        if cleared is not None:
+            self.log.info("Job %s was stopped (request by %s at %s): stop request cleared, resuming from its "
+                          "committed checkpoints", job_id, cleared.get("requested_by"), cleared.get("requested_at"))
+            EventLog(prepared.job_dir, job_id, defaults=defaults).emit(
+                "stop_cleared", status="resumed", note=f"stop of {cleared.get('requested_at')} cleared by validate")
         ti = context["ti"]
         ti.xcom_push(key="job_dir", value=prepared.job_dir)
         ti.xcom_push(key="job_id", value=job_id)
@@ -72,6 +109,21 @@ class ResumeValidatorOperator(BaseOperator):
         self.log.info("Job %s in %s: %s, %d partitions, %d rows, %d execution groups", job_id, prepared.job_dir,
                       "resuming" if prepared.resumed else "new job", prepared.num_partitions, prepared.total_rows,
                       len(prepared.groups))
+        decisions = decided.get("decisions")
+        if decisions is not None:
+            from airflow_provider_dj.engine.actor_pool import stage_resources
+
+            resources = stage_resources(prepared.job_dir, decisions.actor_plan)
+            for g in prepared.groups:
+                g["max_in_flight"] = decisions.max_in_flight
+                if resources:  # sizes the actor pool of a group whose segment holds a stateful op
+                    g["actor_resources"] = resources
+            self.log.info("Planning: %d partition(s) per execution group (%s); at most %d partition(s) in flight "
+                          "(%s), %d per group", decisions.group.size, decisions.group.reason,
+                          decisions.concurrency.value, decisions.concurrency.reason, decisions.max_in_flight)
+            if decisions.actor_plan is not None:
+                self.log.info("Actor plan: %s", decisions.actor_plan.to_dict())
+            EventLog(prepared.job_dir, job_id, defaults=defaults).emit("execution_planning", **decisions.to_dict())
         if prepared.resumed:
             final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
             self.log.info("%d/%d partitions already final; the rest resume from their last checkpoint", final,

@@ -29,6 +29,11 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 STATS_COLUMN = "__dj__stats__"
+#: A Mapper may add this string column to flag per-sample failures (null = ok,
+#: text = the reason, e.g. an LLM's empty answer).  The engine moves flagged
+#: rows to ``failed/`` and counts them as failed, whatever ``skip_op_error``
+#: says: a bad answer is a sample's failure, not the op crashing.
+ROW_ERROR_COLUMN = "__dj__row_error__"
 
 # Arguments Data-Juicer's base OP accepts for every op.  They are accepted
 # here so existing recipes validate unchanged; the ones that matter to this
@@ -54,6 +59,13 @@ COMMON_OP_ARGS: dict[str, Any] = {
     "num_gpus": (int, float, type(None)),
     "memory": (int, float, str, type(None)),
 }
+
+
+class OpFatalError(RuntimeError):
+    """An op error that no row-by-row retry can fix (an endpoint that stays
+    down, a refused API key, a template naming a missing field): the op fails
+    even under ``skip_op_error``, instead of sending every sample to
+    ``failed/`` — and, for a paid API, instead of retrying each row again."""
 
 
 class OpArgumentError(ValueError):
@@ -168,6 +180,16 @@ class Op:
     expensive: ClassVar[bool] = False
     #: Default batch size for expensive ops (a recipe's ``batch_size`` wins).
     default_batch_size: ClassVar[int] = 1000
+    #: True for ops whose start-up is costly (a model to load): a segment that
+    #: holds one runs its partitions on a pool of Ray actors that keep the op
+    #: instance (and its model) alive across partitions, so start-up is paid
+    #: once per actor, not per partition (engine/actor_pool.py).
+    stateful: ClassVar[bool] = False
+
+    def setup(self) -> None:
+        """Pay the op's start-up now (load a model).  Called once per kept
+        instance by the actor pool, so the cost is measured and recorded as
+        ``op_init``; ops without start-up leave it empty."""
 
     def bind_run_context(self, *, job_dir: str, op_index: int, partition_id: int) -> None:
         """Called by the engine before an op processes a partition's rows.

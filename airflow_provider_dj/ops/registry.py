@@ -21,6 +21,9 @@ _BUILTIN_MODULES = (
     "airflow_provider_dj.ops.filters_text",
     "airflow_provider_dj.ops.filters_fields",
     "airflow_provider_dj.ops.near_dedup",
+    # Imports nothing heavy: torch and the model load on the op's first batch.
+    "airflow_provider_dj.ops.text_embedding",
+    "airflow_provider_dj.ops.llm_api",
 )
 _loaded = False
 

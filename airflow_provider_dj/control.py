@@ -1,0 +1,200 @@
+"""Python API to stop jobs and list the running ones (``dj-airflow stop`` / ``jobs``).
+
+Why a module of its own, above the engine: it is what a notebook, a
+script or the CLI calls, and it only reads and writes the job directory —
+the same state the workers read — so it works from any machine that sees
+the work dir, without Airflow's API or the Ray cluster.
+
+    from airflow_provider_dj.control import stop_job, list_jobs
+    stop_job("20250101_120000_ab12cd", work_dir="/data/work")            # graceful, waits up to 60 s
+    stop_job("20250101_120000_ab12cd", force=True, work_dir="/data/work")  # cancel the Ray work now
+
+A job is found by ``work_dir/job_id``; without a work dir, in the
+recent-jobs registry (``engine.job_registry``) and then under
+``$DJ_WORK_DIR`` (default ``.``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from airflow_provider_dj.engine import job_lock, stop_control, storage
+from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json, validate_job_id
+
+RUNNING_STATES = ("running", "stopping")
+
+
+class JobNotFoundError(LookupError):
+    """No job directory for this id: the message says where it looked."""
+
+
+@dataclass
+class StopResult:
+    job_id: str
+    job_dir: str
+    state: str  # stopped | completed | not_running | stop_pending
+    message: str
+    request: dict | None = None
+    waited_s: float = 0.0
+    summary: dict | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "summary"}
+
+
+def _default_work_dir() -> str:
+    return os.environ.get("DJ_WORK_DIR", ".")
+
+
+def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
+    """The job directory of ``job_id``; raises JobNotFoundError naming the places tried."""
+    validate_job_id(job_id)
+    tried: list[str] = []
+    candidates: list[str] = []
+    if work_dir:
+        candidates.append(storage.join(work_dir, job_id))
+    else:
+        try:
+            from airflow_provider_dj.engine.job_registry import lookup_job
+
+            found = lookup_job(job_id)
+            if found:
+                candidates.append(found)
+        except Exception:  # noqa: BLE001 - the registry is a convenience
+            pass
+        candidates.append(storage.join(_default_work_dir(), job_id))
+    for job_dir in candidates:
+        tried.append(job_dir)
+        if storage.exists(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/"))) or \
+                storage.exists(storage.join(job_dir, *PARTITIONING_INFO.split("/"))):
+            return job_dir
+    raise JobNotFoundError(f"no job {job_id!r}: looked in {', '.join(tried)} (no metadata/effective_config.json); "
+                           f"pass the recipe's work_dir (--work-dir / work_dir=) or set DJ_WORK_DIR")
+
+
+def _summary(job_dir: str) -> dict | None:
+    try:
+        return read_json(storage.join(job_dir, JOB_SUMMARY))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _live_lock(job_dir: str) -> dict | None:
+    lock = job_lock.read_lock(job_dir)
+    if lock and not lock.get("corrupt") and not job_lock.is_stale(lock)[0]:
+        return lock
+    return None
+
+
+def _progress(job_dir: str) -> dict | None:
+    """Partitions whose final checkpoint is committed, of all partitions."""
+    try:
+        from airflow_provider_dj.engine.job import JobContext
+        from airflow_provider_dj.engine.resume import completed_checkpoints
+
+        ctx = JobContext(job_dir)
+        done = completed_checkpoints(job_dir, ctx.partitioning_info, ctx.plan)
+    except Exception:  # noqa: BLE001 - an unplanned or half-written job has no progress yet
+        return None
+    final = sum(1 for d in done.values() if d["final"])
+    return {"partitions_final": final, "partitions_total": len(done),
+            "percent": round(100.0 * final / len(done), 1) if done else 0.0}
+
+
+def job_status(job_dir: str) -> dict:
+    """One job's state, read from its directory: completed, stopping, running, stopped, failed or idle."""
+    summary = _summary(job_dir) or {}
+    lock = _live_lock(job_dir)
+    request = stop_control.read_stop_request(job_dir)
+    if summary.get("status") == "completed":
+        status = "completed"
+    elif lock and request:
+        status = "stopping"
+    elif lock:
+        status = "running"
+    elif summary.get("status") in ("stopped", "failed"):
+        status = summary["status"]
+    else:
+        status = "stopped" if request else "idle"
+    return {"job_id": storage.basename(job_dir), "job_dir": job_dir, "status": status, "progress": _progress(job_dir),
+            "stop_request": request, "runner": job_lock.describe(lock) if lock else None}
+
+
+def _candidate_dirs(work_dir: str | None) -> list[str]:
+    dirs: list[str] = []
+    roots = [work_dir] if work_dir else [_default_work_dir()]
+    for root in roots:
+        for name in sorted(storage.listdir(root)):
+            d = storage.join(root, name)
+            if storage.exists(storage.join(d, *EFFECTIVE_CONFIG.split("/"))):
+                dirs.append(d)
+    if not work_dir:
+        try:
+            from airflow_provider_dj.engine.job_registry import recent_jobs
+
+            dirs += [e["job_dir"] for e in recent_jobs().values() if e.get("job_dir")]
+        except Exception:  # noqa: BLE001
+            pass
+    return list(dict.fromkeys(dirs))
+
+
+def list_jobs(work_dir: str | None = None, *, running_only: bool = True) -> list[dict]:
+    """Jobs under ``work_dir`` (and, without one, in the recent-jobs registry), with
+    id, dir, status and progress; by default only running or stopping ones."""
+    out = []
+    for d in _candidate_dirs(work_dir):
+        if not storage.exists(d):
+            continue
+        st = job_status(d)
+        if not running_only or st["status"] in RUNNING_STATES:
+            out.append(st)
+    return out
+
+
+def stop_job(job_id: str, force: bool = False, timeout: float = 60, *, work_dir: str | None = None,
+             requested_by: str | None = None, poll_s: float = 0.5) -> StopResult:
+    """Ask a job to stop, and wait up to ``timeout`` seconds until it has.
+
+    Graceful: workers finish the op or batch they are in, commit it, and
+    end; the summary says ``stopped``.  ``force``: in-flight Ray tasks are
+    cancelled at once (their uncommitted batch is lost; committed ones are
+    kept).  ``timeout=0`` only writes the request.  A completed job is left
+    alone.  Resume with ``dj-airflow run RECIPE --resume JOB_ID`` (or
+    trigger the DAG with ``{"resume": JOB_ID}``, or clear the stopped tasks).
+    """
+    job_dir = resolve_job_dir(job_id, work_dir)
+    summary = _summary(job_dir)
+    if summary and summary.get("status") == "completed":
+        return StopResult(job_id, job_dir, "completed", f"job {job_id} already completed; nothing to stop",
+                          summary=summary)
+    who = requested_by or f"stop_job (pid {os.getpid()})"
+    running = _live_lock(job_dir) is not None
+    request = stop_control.request_stop(job_dir, force=force, requested_by=who)
+    from airflow_provider_dj.engine.events import EventLog
+
+    EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
+    if not running:
+        return StopResult(job_id, job_dir, "not_running",
+                          f"job {job_id} has no live runner: the request is recorded; a worker still running "
+                          f"stops at its next boundary, and the next resume clears it", request)
+    t0 = time.time()
+    since = stop_control.request_time(request)
+    while True:
+        summary = _summary(job_dir) or {}
+        status = summary.get("status")
+        if status == "completed":
+            return StopResult(job_id, job_dir, "completed", f"job {job_id} completed before the stop took effect",
+                              request, time.time() - t0, summary)
+        if status == "stopped" and float(summary.get("end_time") or 0) >= since:
+            return StopResult(job_id, job_dir, "stopped", f"job {job_id} stopped; committed work kept. Resume with: "
+                              f"{summary.get('resume_command')}", request, time.time() - t0, summary)
+        if _live_lock(job_dir) is None:
+            return StopResult(job_id, job_dir, "stopped", f"job {job_id} no longer has a runner (stopped or failed); "
+                              f"see {storage.join(job_dir, JOB_SUMMARY)}", request, time.time() - t0, summary or None)
+        if time.time() - t0 >= timeout:
+            return StopResult(job_id, job_dir, "stop_pending", f"job {job_id} has not stopped within {timeout:g}s; "
+                              f"workers stop at their next committed boundary (use force=True to cancel now)",
+                              request, time.time() - t0)
+        time.sleep(poll_s)

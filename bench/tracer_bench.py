@@ -1,0 +1,78 @@
+"""Tracer overhead: the same job with open_tracer off and on (trace_num 10), engine in-process.
+
+No Airflow, no Ray: prepare_job, run_segment per partition, the global
+dedup step and export_job, timed end to end, best of ``--repeat`` runs each.
+Prints both times and the ratio.  Usage::
+
+    .venv/bin/python bench/tracer_bench.py --rows 200000 --partitions 4 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from airflow_provider_dj.engine.export import export_job  # noqa: E402
+from airflow_provider_dj.engine.global_ops import resolve_global_op  # noqa: E402
+from airflow_provider_dj.engine.job_setup import prepare_job  # noqa: E402
+from airflow_provider_dj.engine.recipe import load_recipe  # noqa: E402
+from airflow_provider_dj.engine.segment_runner import run_segment  # noqa: E402
+from airflow_provider_dj.sample_corpus import write_corpus  # noqa: E402
+
+PROCESS = """process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {min_num: 5, max_num: 5000}
+  - text_length_filter: {min_len: 20}
+  - document_deduplicator: {lowercase: true}
+"""
+
+
+def one_run(tmp: str, data: str, parts: int, tracer: bool, tag: str) -> float:
+    recipe = os.path.join(tmp, f"{tag}.yaml")
+    with open(recipe, "w") as fh:
+        fh.write(f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
+                 + ("open_tracer: true\ntrace_num: 10\n" if tracer else "")
+                 + f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: every_n_ops}}\n"
+                 + PROCESS)
+    t0 = time.perf_counter()
+    job = prepare_job(load_recipe(recipe), job_id=tag)
+    for p in range(parts):
+        run_segment(job.job_dir, 0, p)
+    resolve_global_op(job.job_dir, 4)
+    for p in range(parts):
+        run_segment(job.job_dir, 1, p)
+    export_job(job.job_dir)
+    dt = time.perf_counter() - t0
+    shutil.rmtree(job.job_dir)
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dj-tracer-bench-")
+    data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(args.repeat):  # interleaved, so drifting machine load hits both alike
+        for mode in ("off", "on"):
+            times[mode].append(one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}"))
+    off, on = min(times["off"]), min(times["on"])
+    print(f"rows={args.rows} partitions={args.partitions} repeat={args.repeat} (best of)")
+    print(f"tracing off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
+    print(f"tracing on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
+    print(f"ratio on/off: {on / off:.3f}  (+{(on - off) * 1000:.0f} ms)")
+    shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Fixtures for the end-to-end tests: a real ``airflow standalone`` per metadata DB.
+
+One server per DB (SQLite, PostgreSQL) serves every scenario of the module:
+its start-up (12-36 s, more on a busy machine) is the expensive part, so it
+is paid once per DB.  The reference export (what a direct ``dj-airflow run``
+of the same recipe writes) is computed once per session, in the background
+while the first server starts.
+
+PostgreSQL comes from ``scripts/postgres_for_tests.sh`` (``scripts/test.sh``
+exports its URL as DJ_E2E_POSTGRES_URL; without it the fixture runs the
+script).  When no PostgreSQL can be had the PostgreSQL variant skips on a
+developer machine and fails under CI (``CI`` set), where it must run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from tests.e2e.airflow_server import REPO_ROOT, VENV_BIN, AirflowServer
+from tests.e2e.rest_client import AirflowRestClient
+
+DJ_AIRFLOW = os.path.join(VENV_BIN, "dj-airflow")
+
+CLEAN_ROWS = 600
+SLOW_ROWS = 20000
+SLOW_OPS = 30
+
+# The ops of the clean and scheduled recipes.  No global op (deduplicator):
+# its barrier, global step and second segment would add three task steps
+# per run, about a minute on a loaded two-core machine; the dag.test()
+# integration tests cover that shape (tests/integration/test_resume.py).
+CLEAN_OPS = """\
+process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter:
+      min_num: 5
+      max_num: 2000
+  - text_length_filter:
+      min_len: 20
+"""
+
+RECIPE_HEAD = """\
+project_name: {name}
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+text_keys: text
+partition:
+  mode: manual
+  num_of_partitions: {parts}
+checkpoint:
+  enabled: true
+  strategy: every_op
+"""
+
+
+def recipe_text(name: str, data: str, export: str, work: str, parts: int, ops: str, schedule: str | None = None) -> str:
+    text = RECIPE_HEAD.format(name=name, data=data, export=export, work=work, parts=parts)
+    if schedule:
+        text += f"schedule: '{schedule}'\n"
+    return text + ops
+
+
+def slow_ops(n: int = SLOW_OPS) -> str:
+    """A partition that works for a minute or more, committing a checkpoint every op (about 1-2 s)."""
+    return "process:\n" + "".join("  - fix_unicode_mapper:\n" for _ in range(n))
+
+
+# -- the direct run (reference) -------------------------------------------------
+
+#: The overrides every triggered run of the clean recipe uses; the reference
+#: run applies the same ones with ``--set``.
+CONF_PARTITIONS = 3
+
+
+class Reference:
+    """``dj-airflow run`` of the clean recipe, started in the background; ``export()`` waits for it."""
+
+    def __init__(self, root: str, corpus: str) -> None:
+        self.root = root
+        self.export_path = os.path.join(root, "reference.jsonl")
+        recipe = os.path.join(root, "reference.yaml")
+        with open(recipe, "w") as fh:
+            fh.write(recipe_text("e2e_reference", corpus, self.export_path, os.path.join(root, "work"), 4, CLEAN_OPS))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "RAY_ADDRESS"}
+        env["AIRFLOW_HOME"] = os.path.join(root, "airflow")
+        self.log_path = os.path.join(root, "reference.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [DJ_AIRFLOW, "run", recipe, "--job-id", "ref", "--set", f"partition.num_of_partitions={CONF_PARTITIONS}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self._bytes: bytes | None = None
+
+    def export(self) -> bytes:
+        if self._bytes is None:
+            try:
+                rc = self.proc.wait(timeout=300)
+            finally:
+                self.stop()
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                log = fh.read()
+            assert rc == 0, f"the direct run (dj-airflow run) failed with {rc}:\n{log[-4000:]}"
+            with open(self.export_path, "rb") as fh:
+                self._bytes = fh.read()
+            assert self._bytes.count(b"\n") > CLEAN_ROWS // 2, "the reference export is implausibly small"
+        return self._bytes
+
+    def stop(self) -> None:
+        from tests.integration.crash_helpers import kill_session
+
+        kill_session(self.proc.pid)  # the run and its private Ray: nothing outlives it
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def e2e_inputs(session_dir):
+    from airflow_provider_dj.sample_corpus import write_corpus
+
+    root = os.path.join(session_dir, "e2e")
+    os.makedirs(root, exist_ok=True)
+    corpus = write_corpus(os.path.join(root, "data", "corpus.jsonl"), CLEAN_ROWS, seed=7)
+    slow = write_corpus(os.path.join(root, "data", "slow.jsonl"), SLOW_ROWS, seed=8)
+    return {"root": root, "corpus": corpus, "slow": slow}
+
+
+@pytest.fixture(scope="session")
+def reference(e2e_inputs):
+    root = os.path.join(e2e_inputs["root"], "reference")
+    os.makedirs(root, exist_ok=True)
+    ref = Reference(root, e2e_inputs["corpus"])
+    yield ref
+    ref.stop()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------
+
+def _postgres_base_url() -> tuple[str | None, str]:
+    """(url, why-not): the cluster's SQLAlchemy URL, or None and the reason."""
+    url = os.environ.get("DJ_E2E_POSTGRES_URL")
+    if url:
+        return url, ""
+    script = os.path.join(REPO_ROOT, "scripts", "postgres_for_tests.sh")
+    proc = subprocess.run(["bash", script], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None, f"{script} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    return proc.stdout.strip().splitlines()[-1], ""
+
+
+@pytest.fixture(scope="session")
+def postgres_base_url():
+    url, why = _postgres_base_url()
+    if url is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL e2e variant, but no PostgreSQL could be started: {why}")
+        pytest.skip(f"no PostgreSQL for the e2e tests ({why}); run scripts/postgres_for_tests.sh as root, "
+                    f"or set DJ_E2E_POSTGRES_URL")
+    return url
+
+
+def _fresh_postgres_db(base_url: str) -> tuple[str, callable]:
+    """A new, empty database in the cluster for one server; returns (url, drop)."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    base = make_url(base_url)
+    name = f"dj_e2e_{uuid.uuid4().hex[:10]}"
+    args = dict(host=base.host, port=base.port, user=base.username, password=base.password, dbname="postgres")
+    conn = psycopg2.connect(**args)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+
+    def drop() -> None:
+        c = psycopg2.connect(**args)
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.close()
+
+    return base.set(database=name).render_as_string(hide_password=False), drop
+
+
+# -- the server ----------------------------------------------------------------------
+
+@dataclass
+class E2E:
+    """What a scenario needs: the server's REST client and where its recipes write."""
+
+    db: str
+    server: AirflowServer
+    client: AirflowRestClient
+    root: str
+    work: str
+    exports: str
+
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.work, job_id)
+
+    def export_path(self, name: str) -> str:
+        return os.path.join(self.exports, f"{name}.jsonl")
+
+
+E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def e2e(request, e2e_inputs, reference):
+    db = request.param
+    root = os.path.join(e2e_inputs["root"], db)
+    recipes, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))
+    for d in (recipes, work, exports):
+        os.makedirs(d, exist_ok=True)
+    corpus, slow = e2e_inputs["corpus"], e2e_inputs["slow"]
+    for name, data, parts, ops, schedule in (
+        ("e2e_clean", corpus, 4, CLEAN_OPS, None),
+        # Runs on its own every minute once unpaused; a different partition
+        # count than the reference on purpose (the export must not change).
+        ("e2e_sched", corpus, 1, CLEAN_OPS, "* * * * *"),
+        ("e2e_slow", slow, 1, slow_ops(), None),
+    ):
+        with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
+            fh.write(recipe_text(name, data, os.path.join(exports, f"{name}.jsonl"), work, parts, ops, schedule))
+
+    drop = None
+    if db == "sqlite":
+        conn = f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}"
+    else:
+        conn, drop = _fresh_postgres_db(request.getfixturevalue("postgres_base_url"))
+    server = AirflowServer(home=os.path.join(root, "airflow"), sql_alchemy_conn=conn, recipes_dir=recipes)
+    try:
+        client = server.start()
+        for dag_id in E2E_DAGS:
+            client.wait_dag(dag_id)
+        # The scheduled recipe starts now, so its first run overlaps the
+        # first scenario instead of adding a minute of waiting.
+        client.set_paused("e2e_sched", False)
+        yield E2E(db=db, server=server, client=client, root=root, work=work, exports=exports)
+    finally:
+        server.stop()
+        if drop is not None:
+            drop()

@@ -1,0 +1,128 @@
+"""A small client for Airflow's REST API v2 — the only way the e2e tests act on Airflow.
+
+Only the calls the tests need, each a thin wrapper so a failing test shows
+the exact request and Airflow's answer.  Authentication is what a user's
+script would do with SimpleAuthManager: ``POST /auth/token`` with the
+admin's password, then a bearer token on every call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+from urllib.parse import quote
+
+import httpx
+
+TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+
+
+class RestError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        super().__init__(f"{method} {path} -> HTTP {status}: {body[:2000]}")
+        self.status = status
+        self.body = body
+
+
+class AirflowRestClient:
+    def __init__(self, base_url: str, username: str, password: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self.password = password
+        self._token: str | None = None
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    # -- plumbing ------------------------------------------------------------
+    def token(self) -> str:
+        resp = self._http.post("/auth/token", json={"username": self.username, "password": self.password})
+        if resp.status_code not in (200, 201):
+            raise RestError("POST", "/auth/token", resp.status_code, resp.text)
+        self._token = resp.json()["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+                ok: tuple[int, ...] = (200, 201)) -> Any:
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        resp = self._http.request(method, path, json=json, params=params, headers=headers)
+        if resp.status_code == 401 and self._token:  # expired: one fresh token, one retry
+            self.token()
+            resp = self._http.request(method, path, json=json, params=params,
+                                      headers={"Authorization": f"Bearer {self._token}"})
+        if resp.status_code not in ok:
+            raise RestError(method, path, resp.status_code, resp.text)
+        return resp.json() if resp.content else None
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- API calls -----------------------------------------------------------
+    def health(self) -> dict:
+        return self.request("GET", "/api/v2/monitor/health")
+
+    def get_dag(self, dag_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{quote(dag_id)}")
+
+    def import_errors(self) -> list[dict]:
+        return self.request("GET", "/api/v2/importErrors")["import_errors"]
+
+    def set_paused(self, dag_id: str, paused: bool) -> dict:
+        return self.request("PATCH", f"/api/v2/dags/{quote(dag_id)}", json={"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> dict:
+        return self.request("POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns",
+                            json={"logical_date": None, "conf": conf or {}})
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}")
+
+    def dag_runs(self, dag_id: str) -> list[dict]:
+        return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns", params={"limit": 100})["dag_runs"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances",
+                            params={"limit": 1000})["task_instances"]
+
+    def clear_task_instances(self, dag_id: str, run_id: str, task_ids: list[tuple[str, int]], *,
+                             include_downstream: bool = True) -> dict:
+        """Clear exactly these (task_id, map_index) instances (and, by default, what depends on them)."""
+        return self.request("POST", f"/api/v2/dags/{quote(dag_id)}/clearTaskInstances", json={
+            "dry_run": False, "dag_run_id": run_id, "task_ids": [[t, i] for t, i in task_ids],
+            "include_downstream": include_downstream, "reset_dag_runs": True, "only_failed": False,
+        })
+
+    def set_task_instance_state(self, dag_id: str, run_id: str, task_id: str, map_index: int, state: str) -> Any:
+        """The UI's "mark failed/success" on one (mapped) task instance."""
+        return self.request("PATCH", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances/"
+                                     f"{quote(task_id)}/{map_index}", json={"new_state": state})
+
+    # -- waiting -------------------------------------------------------------
+    def wait_for(self, what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+        """Poll ``probe`` until it returns something truthy; raise with the last value on timeout."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while True:
+            last = probe()
+            if last:
+                return last
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+            time.sleep(interval)
+
+    def wait_dag(self, dag_id: str, timeout: float = 120.0) -> dict:
+        def probe():
+            try:
+                return self.get_dag(dag_id)
+            except RestError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        try:
+            return self.wait_for(f"DAG {dag_id} to be parsed", probe, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; import errors: {self.import_errors()}") from None
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float, states=TERMINAL_RUN_STATES) -> dict:
+        def probe():
+            run = self.dag_run(dag_id, run_id)
+            return run if run["state"] in states else None
+        return self.wait_for(f"run {dag_id}/{run_id} to reach {sorted(states)}", probe, timeout)

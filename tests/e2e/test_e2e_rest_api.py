@@ -1,0 +1,209 @@
+"""End to end: a real ``airflow standalone`` driven only through the REST API v2.
+
+Each scenario runs once with SQLite and once with PostgreSQL as the metadata
+DB (the ``e2e`` fixture, one server per DB).  Nothing here imports Airflow
+or calls the engine to act: the tests trigger, clear and mark task
+instances over HTTP, as a user's script or the UI would, and check the
+results on disk (exports, the job's event log, checkpoints) and through
+the API (run and task instance states, try numbers).  Nothing is mocked.
+
+Scenarios run in file order on one server; the mark-failed scenario is
+last because, without a working ``on_kill``, its Ray work would run on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from airflow_provider_dj.engine.events import read_events
+from tests.e2e.airflow_server import ray_worker_pids
+from tests.e2e.conftest import CONF_PARTITIONS, SLOW_OPS
+from tests.integration.crash_helpers import fired, write_faults
+
+pytestmark = pytest.mark.e2e
+
+RUN_TIMEOUT = 300  # generous: seven people share two cores
+
+
+def _on_kill_in_place() -> bool:
+    try:
+        from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
+    except Exception:  # noqa: BLE001 - a half-edited tree must not break collection
+        return False
+    return "on_kill" in PartitionGroupOperator.__dict__
+
+
+def _tis(e2e, dag_id: str, run_id: str) -> dict[tuple[str, int], dict]:
+    return {(ti["task_id"], ti["map_index"]): ti for ti in e2e.client.task_instances(dag_id, run_id)}
+
+
+def _explain(e2e, dag_id: str, run_id: str) -> str:
+    """Task states plus the log tail of each failed task: the message a failing assertion shows."""
+    lines = []
+    for (task_id, idx), ti in sorted(_tis(e2e, dag_id, run_id).items()):
+        lines.append(f"  {task_id}[{idx}] {ti['state']} try {ti['try_number']}")
+        if ti["state"] == "failed":
+            lines.append(e2e.server.task_log(dag_id, run_id, task_id, idx, max(ti["try_number"], 1)))
+    return "\n".join(lines)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _ops_started(job_dir: str, pid: int, try_number: int, task_id: str = "partitions_seg0") -> list[int]:
+    return [e["op_index"] for e in read_events(job_dir, "op_start")
+            if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id]
+
+
+def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e, reference):
+    c = e2e.client
+    c.set_paused("e2e_clean", False)
+    export = e2e.export_path("conf_run")
+    run = c.trigger("e2e_clean", {"job_id": "conf_run", "partition": {"num_of_partitions": CONF_PARTITIONS},
+                                  "export_path": export})
+    assert run["conf"]["partition"] == {"num_of_partitions": CONF_PARTITIONS}
+    final = c.wait_run("e2e_clean", run["dag_run_id"], RUN_TIMEOUT)
+    assert final["state"] == "success", _explain(e2e, "e2e_clean", run["dag_run_id"])
+
+    tis = _tis(e2e, "e2e_clean", run["dag_run_id"])
+    # The conf's partition count, not the recipe's 4: one mapped task per partition.
+    seg0 = sorted(idx for task, idx in tis if task == "partitions_seg0")
+    assert seg0 == list(range(CONF_PARTITIONS))
+    assert all(tis[("partitions_seg0", i)]["rendered_map_index"].startswith(f"p{i} rows ") for i in seg0)
+    assert {ti["state"] for ti in tis.values()} == {"success"}
+
+    assert _read(export) == reference.export()
+    assert not os.path.exists(e2e.export_path("e2e_clean"))  # the recipe's own export path was overridden
+    with open(os.path.join(e2e.job_dir("conf_run"), "job_summary.json")) as fh:
+        summary = json.load(fh)
+    assert summary["input"]["partitions"] == CONF_PARTITIONS
+    assert summary["export"]["rows"] == reference.export().count(b"\n")
+
+
+def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
+    """``schedule: '* * * * *'`` in the recipe; the fixture only unpaused the DAG, nobody triggers it."""
+    c = e2e.client
+
+    def finished_scheduled_runs():
+        return [r for r in c.dag_runs("e2e_sched") if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")]
+
+    try:
+        runs = c.wait_for("a scheduled run of e2e_sched to finish", finished_scheduled_runs, RUN_TIMEOUT)
+    finally:
+        c.set_paused("e2e_sched", True)  # one run is enough; don't compete with the next scenarios
+    first = runs[0]
+    assert first["state"] == "success", _explain(e2e, "e2e_sched", first["dag_run_id"])
+    assert all(r["run_type"] == "scheduled" for r in c.dag_runs("e2e_sched"))
+    # One partition here, three in the reference: the export must not care (invariant 5).
+    assert _read(e2e.export_path("e2e_sched")) == reference.export()
+    # No conf, so the job id comes from the run: "<run date>_<hash of dag and run id>".
+    jobs = [d for d in os.listdir(e2e.work) if re.fullmatch(r"\d{8}_\d{6}_[0-9a-f]{6}", d)
+            and os.path.exists(os.path.join(e2e.work, d, "job_summary.json"))]
+    assert jobs, f"no completed job of the scheduled run in {e2e.work}: {os.listdir(e2e.work)}"
+
+
+def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2e, reference):
+    c = e2e.client
+    job_id = "fault_run"
+    job_dir = e2e.job_dir(job_id)
+    # Partition 1 fails once, right after op 2 (words_num_filter) and its checkpoint are committed.
+    write_faults(job_dir, [{"point": "after_op", "partition_id": 1, "op_index": 2, "times": 1, "kind": "raise"}])
+    export = e2e.export_path("fault_run")
+    c.set_paused("e2e_clean", False)
+    run = c.trigger("e2e_clean", {"job_id": job_id, "partition.num_of_partitions": CONF_PARTITIONS,
+                                  "export_path": export})
+    run_id = run["dag_run_id"]
+
+    failed = c.wait_run("e2e_clean", run_id, RUN_TIMEOUT)
+    assert failed["state"] == "failed", _explain(e2e, "e2e_clean", run_id)
+    tis = _tis(e2e, "e2e_clean", run_id)
+    assert tis[("partitions_seg0", 1)]["state"] == "failed"
+    assert tis[("partitions_seg0", 1)]["try_number"] == 1  # DJ_TASK_RETRIES=0: no automatic retry
+    assert [tis[("partitions_seg0", i)]["state"] for i in (0, 2)] == ["success", "success"]
+    assert tis[("export", -1)]["state"] == "upstream_failed"
+    assert fired(job_dir) == ["fault0_0"]
+    assert not os.path.exists(export)
+    assert _ops_started(job_dir, 1, 1) == [0, 1, 2]
+
+    # Clear only the failed mapped instance (and what depends on it), as the UI does.
+    c.clear_task_instances("e2e_clean", run_id, [("partitions_seg0", 1)])
+    final = c.wait_run("e2e_clean", run_id, RUN_TIMEOUT)
+    assert final["state"] == "success", _explain(e2e, "e2e_clean", run_id)
+
+    tis = _tis(e2e, "e2e_clean", run_id)
+    assert [tis[("partitions_seg0", i)]["try_number"] for i in range(CONF_PARTITIONS)] == [1, 2, 1]
+    assert tis[("validate", -1)]["try_number"] == 1  # the job was not re-planned
+    # Try 2 loaded op 2's checkpoint and ran only op 3: ops 0-2 were not re-run.
+    loads = [e for e in read_events(job_dir, "checkpoint_load") if e.get("partition_id") == 1 and e.get("try_number") == 2]
+    assert [e["op_index"] for e in loads] == [2]
+    assert _ops_started(job_dir, 1, 2) == [3]
+    for pid in (0, 2):  # the siblings were never re-run
+        assert _ops_started(job_dir, pid, 2) == []
+    assert _read(export) == reference.export()
+
+
+@pytest.mark.xfail(not _on_kill_in_place(), strict=False,
+                   reason="PartitionGroupOperator.on_kill (cancel the task's Ray work) is not in place yet")
+def test_mark_failed_on_a_running_partition_task_stops_its_ray_work(e2e):
+    c = e2e.client
+    state_dir = e2e.server.ray_state_dir
+    job_dir = e2e.job_dir("slow_run")
+    c.set_paused("e2e_slow", False)
+    run = c.trigger("e2e_slow", {"job_id": "slow_run"})
+    run_id = run["dag_run_id"]
+
+    def working():
+        """The partition task is running and its Ray task has committed at least two ops."""
+        ti = _tis(e2e, "e2e_slow", run_id).get(("partitions_seg0", 0))
+        if ti is None or ti["state"] != "running":
+            return None
+        saves = read_events(job_dir, "checkpoint_save")
+        return len(saves) >= 2 and ray_worker_pids(state_dir)
+
+    try:
+        c.wait_for("the slow partition to be working on Ray", working, RUN_TIMEOUT)
+        c.set_task_instance_state("e2e_slow", run_id, "partitions_seg0", 0, "failed")
+        marked = len(read_events(job_dir, "checkpoint_save"))
+        assert marked < SLOW_OPS, "the slow partition finished before it was marked failed: make it slower"
+
+        # The task's Ray work ends (on_kill cancels it) ...
+        c.wait_for("no Ray task of the job running", lambda: not ray_worker_pids(state_dir), 60, interval=0.5)
+
+        # ... and nothing writes into the job dir any more.
+        def snapshot():
+            out = {}
+            for base, _dirs, files in os.walk(job_dir):
+                for f in files:
+                    p = os.path.join(base, f)
+                    try:
+                        out[os.path.relpath(p, job_dir)] = os.stat(p).st_size
+                    except FileNotFoundError:
+                        pass
+            return out
+
+        before, events_before = snapshot(), len(read_events(job_dir))
+        time.sleep(8)  # the grace period: a running op would commit a checkpoint every second or two
+        assert snapshot() == before
+        assert len(read_events(job_dir)) == events_before
+        assert len(read_events(job_dir, "checkpoint_save")) < SLOW_OPS
+
+        final = c.wait_run("e2e_slow", run_id, RUN_TIMEOUT)
+        assert final["state"] == "failed"
+        assert _tis(e2e, "e2e_slow", run_id)[("partitions_seg0", 0)]["state"] == "failed"
+        assert not os.path.exists(e2e.export_path("e2e_slow"))
+    finally:
+        # Without a working on_kill the Ray task would run on for a minute:
+        # end the workers we caused, by pid, so the next scenario starts quiet.
+        for pid in ray_worker_pids(state_dir):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
