@@ -62,9 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not recipe.resume:
             check_input_exists(recipe)
         else:
-            info = os.path.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
-            if not os.path.exists(info) and "://" not in recipe.work_dir:
-                print(f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {os.path.dirname(os.path.dirname(info))} "
+            from airflow_provider_dj.engine import storage  # local paths and s3:// alike
+
+            info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
+            if not storage.exists(info):
+                print(f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
                       f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
                       f"new job with --job-id", file=sys.stderr)
                 return 2
@@ -103,11 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
     state = str(getattr(dr, "state", "unknown"))
     wall = time.perf_counter() - t0
-    job_dir = os.path.join(recipe.work_dir, job_id)
-    summary_path = os.path.join(job_dir, "job_summary.json")
-    if state.endswith("success") and os.path.exists(summary_path):
-        with open(summary_path) as fh:
-            summary = json.load(fh)
+    from airflow_provider_dj.engine import storage
+
+    job_dir = storage.join(recipe.work_dir, job_id)
+    summary_path = storage.join(job_dir, "job_summary.json")
+    if state.endswith("success") and storage.exists(summary_path):
+        summary = json.loads(storage.read_bytes(summary_path))
         print(f"\nDAG run {dr.run_id}: success in {wall:.1f}s")
         print(f"  job:    {job_id} ({job_dir})")
         print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
@@ -137,16 +140,19 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     except JobIdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    job_dir = os.path.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
+    from airflow_provider_dj.engine import storage
+
+    job_dir = storage.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
     lock = job_lock.force_unlock(job_dir)
     print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
     return 0
 
 
 def _summary_status(path: str) -> str | None:
+    from airflow_provider_dj.engine import storage
+
     try:
-        with open(path) as fh:
-            return json.load(fh).get("status")
+        return json.loads(storage.read_bytes(path)).get("status")
     except (OSError, ValueError):
         return None
 

@@ -274,13 +274,24 @@ class Bench:
         return (base + per_row * n) * self.args.timeout_scale
 
     # -- ours
-    def run_ours(self, tag: str, dataset: str, n: int, partitions: str) -> dict:
-        """One measured run; retried (up to --infra-retries) when Ray itself died under it."""
+    def run_ours(self, tag: str, dataset: str, n: int, partitions: str, *, extra: dict | None = None,
+                 job_id: str | None = None, resume: dict | None = None, infra_retries: int | None = None,
+                 keep_work: bool | None = None) -> dict:
+        """One measured run; retried (up to --infra-retries) when Ray itself died under it.
+
+        For bench/run_all.py: ``extra`` overrides top-level recipe keys (e.g. the
+        ``checkpoint`` section); ``job_id`` fixes the job id (so a fault file can be
+        put in its directory first); ``resume`` is an earlier run's result, whose
+        recipe is re-run with ``--resume``; ``infra_retries``/``keep_work`` override
+        the command-line options for this run.
+        """
         failed: list[dict] = []
+        retries = self.args.infra_retries if infra_retries is None else infra_retries
         while True:
-            res = self._run_ours_once(tag, dataset, n, partitions)
+            res = self._run_ours_once(tag, dataset, n, partitions, extra=extra, job_id=job_id, resume=resume,
+                                      keep_work=keep_work)
             reason = _logparse.ray_infra_failure(res["log_path"]) if res["rc"] != 0 else None
-            if not reason or len(failed) >= self.args.infra_retries:
+            if not reason or len(failed) >= retries:
                 break
             log(f"      Ray infrastructure failure ({reason}), not a product result: retrying "
                 f"(another process may have run `ray stop`)")
@@ -292,17 +303,24 @@ class Bench:
             res["failed_attempts"] = failed
         return res
 
-    def _run_ours_once(self, tag: str, dataset: str, n: int, partitions: str) -> dict:
+    def _run_ours_once(self, tag: str, dataset: str, n: int, partitions: str, *, extra: dict | None = None,
+                       job_id: str | None = None, resume: dict | None = None, keep_work: bool | None = None) -> dict:
         self.counter += 1
-        job_id = f"bench_{tag}_{self.ts}_{self.counter}"
-        name = f"bench_{tag}"
-        export = os.path.join(self.exports, f"ours_{tag}.jsonl")
-        recipe = _recipes.write_yaml(os.path.join(self.recipes, f"ours_{tag}.yaml"), _recipes.ours_recipe(
-            name=name, dataset_path=dataset, export_path=export, work_dir=self.work, partitions=partitions))
+        if resume:
+            job_id, recipe, export = resume["job_id"], resume["recipe"], resume["export"]
+            cli_args = ["--resume", job_id]
+        else:
+            job_id = job_id or f"bench_{tag}_{self.ts}_{self.counter}"
+            export = os.path.join(self.exports, f"ours_{tag}.jsonl")
+            data = _recipes.ours_recipe(name=f"bench_{tag}", dataset_path=dataset, export_path=export,
+                                        work_dir=self.work, partitions=partitions)
+            data.update(extra or {})
+            recipe = _recipes.write_yaml(os.path.join(self.recipes, f"ours_{tag}.yaml"), data)
+            cli_args = ["--job-id", job_id]
         env = base_env()
         env["DJ_AIRFLOW_HOME"] = self.airflow_home
         env["AIRFLOW_HOME"] = self.airflow_home
-        cmd = self.dj_airflow + ["run", recipe, "--job-id", job_id]
+        cmd = self.dj_airflow + ["run", recipe] + cli_args
         log_path = os.path.join(self.logs, f"ours_{tag}.log")
         timeout = self._timeout(n, 300, 0.002)
         log(f"ours  {tag:>9}: dj-airflow run ({n} rows, partitions={partitions}, timeout {timeout:.0f}s) ...")
@@ -331,7 +349,8 @@ class Bench:
             log(f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
                 f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
                 f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores")
-        if not self.args.keep_work and os.path.isdir(job_dir):
+        res["job_dir"] = job_dir
+        if not (self.args.keep_work if keep_work is None else keep_work) and os.path.isdir(job_dir):
             shutil.rmtree(job_dir, ignore_errors=True)
         return res
 

@@ -1,10 +1,25 @@
 #!/usr/bin/env bash
 # The test suite: unit, conformance and integration tests (real Airflow via dag.test(),
-# real local Ray).  Installs what it needs into .venv first.
+# real local Ray) and e2e tests (airflow standalone over REST, with SQLite and PostgreSQL).
+# Installs what it needs into .venv first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
+# PostgreSQL for the e2e tests' second metadata DB: a private cluster on
+# loopback (installed from Debian's packages when missing and root, as in CI),
+# stopped at exit when this run started it.  Only for runs that include tests/e2e.
+if [ -z "${DJ_E2E_POSTGRES_URL:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; }; then
+  PG_WAS_RUNNING=0
+  bash "$ROOT/scripts/postgres_for_tests.sh" status >/dev/null 2>&1 && PG_WAS_RUNNING=1
+  if DJ_E2E_POSTGRES_URL="$(bash "$ROOT/scripts/postgres_for_tests.sh")"; then
+    export DJ_E2E_POSTGRES_URL
+    [ "$PG_WAS_RUNNING" -eq 1 ] || trap 'bash "$ROOT/scripts/postgres_for_tests.sh" stop >/dev/null 2>&1 || true' EXIT
+  else
+    unset DJ_E2E_POSTGRES_URL
+    echo "[test] no PostgreSQL: the e2e PostgreSQL variant skips here (and fails under CI)" >&2
+  fi
+fi
 set +e
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
 rc=$?

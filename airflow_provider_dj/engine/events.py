@@ -8,7 +8,9 @@ line, which readers skip (a later writer that reuses the file — same host,
 recycled pid — first terminates the torn line so it cannot swallow the
 next event).  Readers merge all files ordered by (timestamp, writer, seq):
 ``seq`` counts events per writer, so two events of one writer in the same
-clock tick keep their order.
+clock tick keep their order.  On an object store (no append) each EventLog
+instance owns ``events_<host>_<pid>-<token>-<part>.jsonl`` objects and
+re-PUTs its object whole per event (docs/object_store.md).
 
 Fields every event may carry (absent when unknown, never null):
 ``event_type``, ``timestamp`` (epoch s), ``time_utc`` (ISO 8601),
@@ -26,6 +28,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -64,6 +67,8 @@ EVENT_TYPES = frozenset(
 )
 
 _lock = threading.Lock()
+# Object stores: an event log object is rewritten whole per event, so it is capped (docs/object_store.md).
+REMOTE_ROLL_BYTES = 256 * 1024
 
 
 class EventLog:
@@ -77,6 +82,14 @@ class EventLog:
         self._local = not storage.is_url(job_dir)
         self._seq = 0
         self._checked_tail = False
+        if not self._local:
+            # Object stores have no append, and several EventLog instances of one
+            # process would overwrite each other's object: each instance owns
+            # objects of its own, events_<writer>-<token>-<part>.jsonl.
+            self._token = uuid.uuid4().hex[:8]
+            self._part = 0
+            self._remote_buf = b""
+            self.path = self._remote_path()
 
     def emit(self, event_type: str, **fields: Any) -> dict:
         if event_type not in EVENT_TYPES:
@@ -106,14 +119,24 @@ class EventLog:
                 finally:
                     os.close(fd)
             else:
-                # Object stores have no append: rewrite this writer's own
-                # object (only this process ever writes it).
-                try:
-                    old = storage.read_bytes(self.path)
-                except FileNotFoundError:
-                    old = b""
-                storage.atomic_write_bytes(self.path, old + line)
+                self._append_remote(line)
         return event
+
+    def _remote_path(self) -> str:
+        return storage.join(self.job_dir, f"events_{self.writer}-{self._token}-{self._part:04d}.jsonl")
+
+    def _append_remote(self, line: bytes) -> None:
+        """Append on an object store: re-PUT this instance's object whole (a PUT is atomic,
+        so a reader sees the old or the new object, never a torn line).  Only this instance
+        writes the object, so its content is kept here and nothing is read back; past
+        REMOTE_ROLL_BYTES a new part starts, so one event never costs more than one bounded PUT."""
+        if self._remote_buf and len(self._remote_buf) + len(line) > REMOTE_ROLL_BYTES:
+            self._part += 1
+            self.path = self._remote_path()
+            self._remote_buf = b""
+        data = self._remote_buf + line
+        storage.atomic_write_bytes(self.path, data)
+        self._remote_buf = data
 
 
 def _terminate_torn_tail(fd: int) -> bytes:

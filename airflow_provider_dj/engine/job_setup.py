@@ -64,6 +64,11 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
     paths = JobPaths(recipe.work_dir, job_id)
     info_path = paths.path(PARTITIONING_INFO)
     plan = build_plan(recipe)
+    # Data-Juicer ops run through the adapter get their argument values checked
+    # by Data-Juicer here, before any partition runs (no-op without such ops).
+    from airflow_provider_dj.ops.dj_adapter import check_adapted_ops
+
+    check_adapted_ops(recipe)
     owner = job_lock.owner_identity(airflow_run_id)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
         # Everything before the lock is taken only reads the job directory.

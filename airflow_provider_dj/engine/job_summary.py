@@ -242,7 +242,9 @@ def build_job_summary(job_dir: str, status: str, *, error: str | None = None, ev
     failed: dict[int, str] = {}
     for e in recent:
         pid, kind = e.get("partition_id"), e.get("event_type")
-        if pid is None or kind not in ("partition_start", "partition_complete", "partition_failed"):
+        # partition_stopped ends a partition's run too: a stopped job's
+        # partitions are not "running".
+        if pid is None or kind not in ("partition_start", "partition_complete", "partition_failed", "partition_stopped"):
             continue
         running.discard(pid)
         failed.pop(pid, None)

@@ -190,6 +190,8 @@ class _Parser:
             work_dir = posixpath.dirname(export_path) if "://" in export_path else os.path.dirname(export_path)
         else:
             work_dir = self.path(self.str_(work_dir, "work_dir"))
+        for key, url in (("dataset_path", dataset_path), ("export_path", export_path), ("work_dir", work_dir)):
+            self.url_driver(key, url)
         text_keys = self.str_list(_get(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
         if not text_keys:
             raise self.err("text_keys", "must name at least one field, e.g. text_keys: text")
@@ -294,6 +296,23 @@ class _Parser:
         return value
 
     # -- paths ------------------------------------------------------------
+    def url_driver(self, key: str, value: str) -> None:
+        """A URL's fsspec driver must be importable here, or the job would fail mid-run (docs/object_store.md)."""
+        if "://" not in value:
+            return
+        protocol = value.split("://", 1)[0]
+        try:
+            from fsspec.registry import get_filesystem_class
+
+            get_filesystem_class(protocol)
+        except ImportError as exc:
+            hint = " (pip install 'airflow-provider-dj[s3]')" if protocol in ("s3", "s3a") else ""
+            raise self.err(key, f"{value!r}: the {protocol}:// file system driver is not installed here{hint}: "
+                           f"{exc}") from None
+        except ValueError:
+            raise self.err(key, f"{value!r}: unknown URL protocol {protocol!r}; use a local path or an fsspec "
+                           f"URL such as s3://bucket/prefix") from None
+
     def path(self, value: str) -> str:
         if "://" in value:
             return value

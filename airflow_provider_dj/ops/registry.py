@@ -63,10 +63,17 @@ def op_names() -> list[str]:
 
 def get_op_class(name: str) -> type[Op]:
     load_builtin_ops()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownOpError(name, f"unknown op {name!r}.{suggest(name, _REGISTRY)}") from None
+    cls = _REGISTRY.get(name)
+    if cls is not None:
+        return cls
+    # Not native: maybe a Data-Juicer op, run through the adapter when
+    # data_juicer is installed (checked with find_spec, never imported here).
+    from airflow_provider_dj.ops import dj_adapter
+
+    adapted = dj_adapter.adapted_op_class(name)
+    if adapted is not None:
+        return adapted
+    raise UnknownOpError(name, dj_adapter.unknown_op_message(name, _REGISTRY))
 
 
 def create_op(name: str, args: dict[str, Any] | None, text_key: str = "text") -> Op:

@@ -192,7 +192,7 @@ class AirflowServer:
                     os.kill(pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 5  # a throwaway server needs no graceful shutdown
             while live_session_members(sid) and time.monotonic() < deadline:
                 time.sleep(0.3)
             killed += kill_session(sid)
@@ -240,7 +240,7 @@ def stop_ray_head(state_dir: str) -> list[int]:
     saved = os.environ.get("DJ_RAY_STATE_DIR")
     os.environ["DJ_RAY_STATE_DIR"] = state_dir  # stop_local_head reads the state dir from the environment
     try:
-        stop_local_head(timeout=10)
+        stop_local_head(timeout=5)
     finally:
         if saved is None:
             os.environ.pop("DJ_RAY_STATE_DIR", None)

@@ -29,7 +29,7 @@ DJ_AIRFLOW = os.path.join(VENV_BIN, "dj-airflow")
 
 CLEAN_ROWS = 600
 SLOW_ROWS = 20000
-SLOW_OPS = 30
+SLOW_OPS = 60
 
 # The ops of the clean and scheduled recipes.  No global op (deduplicator):
 # its barrier, global step and second segment would add three task steps
@@ -69,7 +69,7 @@ def recipe_text(name: str, data: str, export: str, work: str, parts: int, ops: s
 
 
 def slow_ops(n: int = SLOW_OPS) -> str:
-    """A partition that works for a minute or more, committing a checkpoint every op (about 1-2 s)."""
+    """A partition that works for a minute or more, committing a checkpoint every op (0.7-2 s each)."""
     return "process:\n" + "".join("  - fix_unicode_mapper:\n" for _ in range(n))
 
 

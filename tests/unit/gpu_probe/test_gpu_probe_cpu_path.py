@@ -146,3 +146,27 @@ def test_text_embedding_mapper_cpu_probe(small_corpus, tmp_path):
     assert op["model_init_s"] > op["steady_batch_s"][0]  # the model load is in init, not in the batches
     assert op["rows_per_s"] > 0 and op["memory_source"] == "cpu-rss"
     assert op["num_gpus_explicit"] == 0.25 and op["num_gpus"] == 0.0  # declared share; CPU path schedules none
+
+
+def test_independent_targets_probe_in_parallel_workers(fake_cuda_ops, small_corpus, tmp_path):
+    # Contracts given as recipe args: both read text, write different fields -> independent.
+    ops = _ops(("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_a"]}),
+               ("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_b"]}))
+    report = run_preflight(ops, PreflightSettings(dataset_path=small_corpus, steady=1, max_concurrent_gpu_probes=2),
+                           str(tmp_path / "j"), executor="local")
+    assert [u["mode"] for u in report["units"]] == ["parallel", "parallel"]
+    a, b = report["ops"]
+    assert a["probe_mode"] == b["probe_mode"] == "parallel"
+    assert a["replayed"] == [] and b["replayed"] == []  # each replays only its own (no) ancestors
+    assert a["worker"]["pid"] != b["worker"]["pid"]
+
+
+def test_recipe_accepts_field_contract_args(fake_cuda_ops, small_corpus, tmp_path):
+    from airflow_provider_dj.engine.gpu.preflight import op_entries_from_recipe
+    from airflow_provider_dj.engine.recipe import parse_recipe
+
+    recipe = parse_recipe({"dataset_path": small_corpus, "export_path": str(tmp_path / "o.jsonl"),
+                           "process": [{"fake_cuda_embed_mapper": {"input_columns": ["text"],
+                                                                   "output_columns": "__dj__meta__.emb_*"}}]})
+    (entry,) = op_entries_from_recipe(recipe)
+    assert entry.args["output_columns"] == "__dj__meta__.emb_*"

@@ -1,0 +1,491 @@
+"""Generate docs/recipe_keys.md and docs/ops_reference.md from the code.
+
+Why generated: the recipe keys, their defaults and the op arguments live in
+code (engine/recipe_schema.py, the parser's defaults, each op's ``__init__``
+signature).  A hand-written table drifts the day someone changes a default.
+Here the facts come from the code and only the prose is written by hand, in
+the two tables below; ``tests/unit/test_generated_docs.py`` fails when the
+committed files differ from a fresh generation, and the generator fails when
+a key or an op has no prose yet, so neither can rot silently.
+
+    .venv/bin/python scripts/gen_docs.py            # rewrite both files
+    .venv/bin/python scripts/gen_docs.py --check    # exit 1 if they are stale
+
+Defaults are taken from a recipe parsed with nothing but the required keys,
+so they are what the parser really fills in, not what a comment says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+REGENERATE = "`.venv/bin/python scripts/gen_docs.py`"
+
+# --------------------------------------------------------------------------
+# Hand-written prose: one line per recipe key.  Everything else is generated.
+# --------------------------------------------------------------------------
+KEY_TEXT: dict[str, str] = {
+    "project_name": "Names the DAG (after sanitizing: characters other than letters, digits, `_`, `-`, `.` "
+                    "become `_`). Two recipes with the same name both become broken-recipe DAGs.",
+    "dataset_path": "Input: one file, a directory, or a glob of `.jsonl`/`.json` (optionally `.gz`/`.zst`) "
+                    "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order.",
+    "export_path": "The result: one `.jsonl`, `.json` (written as JSON Lines) or `.parquet` file, written "
+                   "atomically in input order after the accounting check.",
+    "work_dir": "Where job directories (`{work_dir}/{job_id}/`) go. Every Ray node and Airflow worker must see it "
+                "at the same path.",
+    "text_keys": "The text field the ops read; only the first is used, as in Data-Juicer.",
+    "np": "Data-Juicer's process count. Accepted and recorded; parallelism here comes from partitions and Ray.",
+    "process": "The op list: `- op_name: {args}` or `- op_name`. See [ops_reference.md](ops_reference.md).",
+    "executor_type": "Only `ray_partitioned` runs here; any other value is an error that says what to set.",
+    "partition": "Section: how the input is split (keys below).",
+    "checkpoint": "Section: after which ops partition outputs are persisted (keys below).",
+    "intermediate_storage": "Section: the format of checkpointed partitions (keys below).",
+    "open_tracer": "Record the first `trace_num` changed/removed/duplicate samples per op under `trace/` "
+                   "([tracer.md](tracer.md)).",
+    "op_list_to_trace": "Ops to trace (names from `process`); empty = all ops.",
+    "trace_num": "How many samples per op the tracer keeps.",
+    "trace_keys": "Extra fields copied into each trace record.",
+    "skip_op_error": "Samples an op raises on go to `failed/` with the reason and count as `failed`; false makes "
+                     "the first such error fail the task.",
+    "keep_stats_in_res_ds": "Keep the `__dj__stats__` column in the export.",
+    "job_id": "Explicit job id for a new job (a safe directory name). Default: derived from the DAG id and run "
+              "id, so clearing a whole run resumes the same job.",
+    "resume": "Resume this job id (strict validation first: [resume.md](resume.md)). Must equal `job_id` if both "
+              "are set.",
+    "schedule": "Cron expression or preset (`@daily`, ...) of the generated DAG; absent = manual triggers only.",
+    "partition_size": "Data-Juicer's deprecated alias of `partition.size`; both set to different values is an "
+                      "error.",
+    # partition
+    "partition.mode": "`auto`: rows per partition from measured bytes/row and `target_size_mb` (text: at most "
+                      "50,000 rows); `manual`: `num_of_partitions`, else `size`, else 4 partitions.",
+    "partition.num_of_partitions": "Manual mode: the partition count (more partitions than rows is an error).",
+    "partition.size": "Rows per partition (manual mode without a count; auto mode's fallback).",
+    "partition.target_size_mb": "Auto mode: the target partition size in MB.",
+    "partition.max_size_mb": "Auto mode: upper bound; must be at least `target_size_mb`.",
+    "partition.max_concurrent_partitions": "Partitions of one DAG run in flight at once (`auto`: 4 for CPU "
+                                           "pipelines, planned from the GPU probe otherwise; "
+                                           "[gpu_planning.md](gpu_planning.md)).",
+    "partition.partitions_per_node": "Data-Juicer GPU-planning key; accepted and recorded, not used by the "
+                                     "planner here.",
+    "partition.max_gpu_workers_per_device": "At most this many actors share one GPU.",
+    "partition.max_concurrent_gpu_probes": "GPU preflight: probes run at once (`auto` = 1) "
+                                           "([gpu_preflight.md](gpu_preflight.md)).",
+    "partition.gpu_preflight_enabled": "Run the GPU preflight probe for CUDA ops; false needs explicit "
+                                       "`num_gpus` on every CUDA op.",
+    "partition.gpu_probe_timeout_seconds": "A probe running longer fails the preflight; null = no limit.",
+    "partition.gpu_probe_warmup_batches": "Untimed batches before measuring.",
+    "partition.gpu_probe_steady_batches": "Timed batches the throughput is measured over.",
+    "partition.gpu_probe_sample_offset": "Skip this many leading rows before taking the probe sample.",
+    "partition.gpu_probe_sample_shuffle": "Draw the probe sample from randomly ordered blocks of the input.",
+    "partition.gpu_probe_sample_seed": "Seed of the shuffled sample; null = a fresh draw each time (never cached).",
+    "partition.execution_group_size": "Partitions per mapped task (`auto`: one per task on CPU, sized from the "
+                                      "GPU probe for GPU pipelines; an integer overrides).",
+    "partition.max_initialization_overhead_ratio": "`auto` groups: largest share of a pool's life spent "
+                                                   "loading models.",
+    "partition.pool": "An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS \"\"`).",
+    # checkpoint
+    "checkpoint.enabled": "false is the same as `strategy: disabled`.",
+    "checkpoint.strategy": "`every_op`, `every_n_ops` (ops n-1, 2n-1, ...), `manual` (`op_names`) or `disabled`. "
+                           "The state before each global op and the final state are always saved.",
+    "checkpoint.n_ops": "The n of `every_n_ops`.",
+    "checkpoint.op_names": "`manual`: the ops after which to checkpoint (names from `process`).",
+    # intermediate_storage
+    "intermediate_storage.format": "Checkpoint file format.",
+    "intermediate_storage.compression": "Codec; the allowed ones depend on the format (see the list below). "
+                                        "Default: the format's codec below.",
+    "intermediate_storage.preserve_intermediate_data": "true keeps every checkpoint whatever "
+                                                       "`retention_policy` says.",
+    "intermediate_storage.retention_policy": "Applied only after a successful export: `keep_all`, "
+                                             "`keep_failed_only` (keep partitions with failed samples) or "
+                                             "`cleanup_all`. A failed job never deletes anything.",
+}
+
+# Data-Juicer compatibility, per native op, beyond what is computed (whether
+# Data-Juicer 1.6.1 has the op, argument differences, conformance fixtures).
+DJ_NOTES: dict[str, str] = {
+    "clean_email_mapper": "Data-Juicer's default pattern (lowercase-only domains, as there). A custom pattern runs "
+                          "in RE2 when it means the same there, else Python `re` per row.",
+    "whitespace_normalization_mapper": "`str.strip()`, then Data-Juicer's whitespace set becomes spaces; `\\n` "
+                                       "kept.",
+    "words_num_filter": "Same word splitting and special-character stripping. `tokenization: true` needs a "
+                        "downloaded model and is rejected.",
+    "text_length_filter": "Length in code points, closed interval by default.",
+    "document_deduplicator": "Global: keeps the first occurrence in input order over all partitions (Data-Juicer's "
+                             "partitioned executor refuses this op).",
+    "document_minhash_deduplicator": "Global clustering over all partitions, lowest row kept; no Jaccard check of "
+                                     "candidates (as Data-Juicer's default executor). `sentencepiece` is rejected.",
+    "document_simhash_deduplicator": "Global clustering within `hamming_distance`, lowest row kept. "
+                                     "`sentencepiece` is rejected.",
+    "clean_links_mapper": "RE2 kernel; Data-Juicer's quirks kept (any `word:x` counts as a scheme).",
+    "clean_ip_mapper": "RE2 kernel; IPs match without word boundaries, as in Data-Juicer.",
+    "clean_copyright_mapper": "Same rules, as an RE2/Arrow kernel.",
+    "punctuation_normalization_mapper": "Same character table.",
+    "clean_html_mapper": "The same library as Data-Juicer (selectolax), run only on rows that contain markup.",
+    "fix_unicode_mapper": "The same library as Data-Juicer (ftfy), run only on rows it can change.",
+    "remove_long_words_mapper": "`min_len > max_len` is rejected at validation.",
+    "remove_repeat_sentences_mapper": "`tokenizer` is a lambda string that is `eval`-ed, as in Data-Juicer: "
+                                      "recipe files are code.",
+    "lowercase_mapper": "Ours: Python `str.lower()` semantics.",
+    "alphanumeric_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
+    "average_line_length_filter": "Stat key and values as Data-Juicer's.",
+    "maximum_line_length_filter": "Stat key and values as Data-Juicer's.",
+    "character_repetition_filter": "Stat key and values as Data-Juicer's.",
+    "word_repetition_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
+    "special_characters_filter": "Data-Juicer's special-character set.",
+    "suffix_filter": "Reads `__dj__suffix__`, which this reader does not add: with `suffixes` set every row is "
+                     "dropped, as in Data-Juicer with `add_suffix` off.",
+    "specified_field_filter": "Dotted paths into nested fields (`meta.source`).",
+    "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
+                      "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
+    "text_embedding_mapper": "Ours: offline sentence embeddings with a local model "
+                             "([expensive_ops.md](expensive_ops.md)); needs the `embed` extra.",
+}
+
+
+# What a value may be, for keys without an enum or a PARTITION_EXTRA kind.
+VALUE_TEXT: dict[str, str] = {
+    "project_name": "string", "dataset_path": "path, glob or URL", "export_path": "path or URL",
+    "work_dir": "path or URL", "text_keys": "string or list of strings", "np": "integer ≥ 1",
+    "process": "list of ops", "open_tracer": "true \\| false", "op_list_to_trace": "list of op names",
+    "trace_num": "integer ≥ 1", "trace_keys": "list of field names", "skip_op_error": "true \\| false",
+    "keep_stats_in_res_ds": "true \\| false", "job_id": "safe id", "resume": "safe id",
+    "partition_size": "integer ≥ 1",
+    "partition.num_of_partitions": "integer ≥ 1, `auto` or null", "partition.size": "integer ≥ 1 or null",
+    "partition.target_size_mb": "integer ≥ 1", "partition.max_size_mb": "integer ≥ 1 or null",
+    "partition.max_concurrent_partitions": "integer ≥ 1, `auto` or null",
+    "checkpoint.enabled": "true \\| false", "checkpoint.n_ops": "integer ≥ 1", "checkpoint.op_names": "list of op names",
+    "intermediate_storage.preserve_intermediate_data": "true \\| false",
+}
+
+
+class MissingProseError(RuntimeError):
+    """The code grew a key or an op this generator has no description for."""
+
+
+# --------------------------------------------------------------------------
+# Rendering helpers
+# --------------------------------------------------------------------------
+def _fmt(value: Any) -> str:
+    """A default as a reader would write it in YAML."""
+    if value is None:
+        return "null"
+    if value == "":
+        return '""'
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int) and value == sys.maxsize:
+        return "sys.maxsize"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else "{...}"
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(value: str) -> str:
+    return f"`{value}`"
+
+
+def _header(title: str, intro: str) -> list[str]:
+    return [
+        f"# {title}",
+        "",
+        "<!-- GENERATED by scripts/gen_docs.py from the code: do not edit by hand. -->",
+        f"*Generated from the code by `scripts/gen_docs.py`; do not edit this file by hand. After changing the "
+        f"code, regenerate it with {REGENERATE}. `tests/unit/test_generated_docs.py` fails while it is stale.*",
+        "",
+        intro,
+        "",
+    ]
+
+
+# --------------------------------------------------------------------------
+# Recipe keys
+# --------------------------------------------------------------------------
+def _effective_defaults() -> dict:
+    """What the parser fills in for a recipe with only the required keys."""
+    from airflow_provider_dj.engine.recipe import parse_recipe
+
+    minimal = {"dataset_path": "/in/data.jsonl", "export_path": "/out/result.jsonl",
+               "process": ["whitespace_normalization_mapper"]}
+    return parse_recipe(minimal, source_file=None, base_dir="/").to_dict()
+
+
+def _allowed(key: str) -> str:
+    from airflow_provider_dj.engine import recipe_schema as S
+
+    table = {
+        "executor_type": (S.EXECUTOR_TYPE,),
+        "partition.mode": S.PARTITION_MODES,
+        "checkpoint.strategy": S.CHECKPOINT_STRATEGIES,
+        "intermediate_storage.format": S.STORAGE_FORMATS,
+        "intermediate_storage.retention_policy": S.RETENTION_POLICIES,
+    }
+    if key in table:
+        return " \\| ".join(_code(v) for v in table[key])
+    if key == "schedule":
+        return "cron or " + ", ".join(_code(p) for p in S.SCHEDULE_PRESETS[:4]) + ", ..."
+    if key == "intermediate_storage.compression":
+        return "; ".join(f"{fmt}: {'/'.join(c)}" for fmt, c in S.STORAGE_COMPRESSIONS.items())
+    if key in VALUE_TEXT:
+        return VALUE_TEXT[key]
+    kind = S.PARTITION_EXTRA.get(key.split(".", 1)[-1], (None, ""))[1] if key.startswith("partition.") else ""
+    return {"auto_or_pos_int": '`auto` or integer ≥ 1', "pos_int": "integer ≥ 1", "nonneg_int": "integer ≥ 0",
+            "bool": "true \\| false", "opt_pos_number": "seconds > 0 or null", "opt_int": "integer or null",
+            "ratio": "number in (0, 1]", "opt_str": "pool name or null"}.get(kind, "")
+
+
+def _default_for(key: str, eff: dict) -> str:
+    derived = {
+        "project_name": "the recipe file's name",
+        "work_dir": "`export_path`'s directory",
+        "dataset_path": "**required**",
+        "export_path": "**required**",
+        "process": "**required**",
+        "partition": "{}", "checkpoint": "{}", "intermediate_storage": "{}",
+        "partition_size": "`null`",
+    }
+    if key in derived:
+        return derived[key]
+    if key in ("open_tracer", "op_list_to_trace", "trace_num", "trace_keys"):
+        return _code(_fmt(eff["tracer"][key]))
+    if key == "intermediate_storage.compression":
+        from airflow_provider_dj.engine import recipe_schema as S
+
+        return ", ".join(f"{f}: {_code(c)}" for f, c in S.DEFAULT_COMPRESSION.items())
+    if "." in key:
+        section, leaf = key.split(".", 1)
+        value = eff[section][leaf]
+        if key in ("partition.num_of_partitions", "partition.max_concurrent_partitions") and value is None:
+            return "`auto`" if key.endswith("concurrent_partitions") else "null (planned)"
+        return _code(_fmt(value))
+    return _code(_fmt(eff[key]))
+
+
+def _text(key: str) -> str:
+    if key not in KEY_TEXT:
+        raise MissingProseError(f"recipe key {key!r} has no description: add it to KEY_TEXT in scripts/gen_docs.py")
+    return KEY_TEXT[key]
+
+
+def render_recipe_keys() -> str:
+    from airflow_provider_dj.engine import recipe_schema as S
+    from airflow_provider_dj.engine.overrides import OVERRIDABLE_KEYS
+    from airflow_provider_dj.engine.resume import NON_RESULT_KEYS, RESULT_KEYS
+
+    eff = _effective_defaults()
+    out = _header("Recipe keys", (
+        "Every key a recipe may hold, with the default the parser fills in (a key set to `null` also takes its "
+        "default). **Trigger override**: the key can be changed per run through `dag_run.conf` or "
+        "`dj-airflow run --set` (nested or dotted, e.g. `{\"partition.num_of_partitions\": 8}`). "
+        "**Resume**: changing a *refused* key between a job's first run and a resume refuses the resume, "
+        "because the result would differ; *accepted* keys may change. Relative paths resolve against the "
+        "recipe file's directory. For a walk-through see [user_guide.md](user_guide.md)."))
+
+    def row(key: str) -> str:
+        # The top-level name the key has in the effective config that resume compares (Recipe.to_dict).
+        top = "tracer" if key in S.TRACER_KEYS else "partition" if key == "partition_size" else key.split(".", 1)[0]
+        override = "yes" if key in OVERRIDABLE_KEYS else "no"
+        resume = "refused" if top in RESULT_KEYS or top not in NON_RESULT_KEYS else "accepted"
+        meaning = _cell(_text(key))  # first: a key without prose is reported as such
+        return f"| `{key}` | {_default_for(key, eff)} | {_allowed(key)} | {override} | {resume} | {meaning} |"
+
+    head = ["| key | default | allowed | trigger override | resume | meaning |", "|---|---|---|---|---|---|"]
+    out += ["## Top level", ""] + head
+    out += [row(k) for k in S.OWN_TOP_LEVEL_KEYS if k not in S.SECTIONS]
+    for section in S.SECTIONS:
+        _text(section)
+        out += ["", f"## `{section}:`", "", _text(section), ""] + head
+        out += [row(f"{section}.{leaf}") for leaf in S.SECTION_KEYS[section]]
+    out += ["", "## Data-Juicer keys accepted and ignored", "",
+            "A recipe written for Data-Juicer 1.6.1 loads unchanged: these global keys are accepted, have no "
+            "effect here, and the `validate` task logs them as ignored. Any other unknown key is an error with a "
+            "did-you-mean suggestion.", "",
+            ", ".join(_code(k) for k in sorted(S.DJ_IGNORED_KEYS))]
+    stale = sorted(set(KEY_TEXT) - set(S.OWN_TOP_LEVEL_KEYS)
+                   - {f"{s}.{leaf}" for s in S.SECTIONS for leaf in S.SECTION_KEYS[s]})
+    if stale:
+        raise MissingProseError(f"KEY_TEXT describes keys the schema no longer has: {stale}; remove them")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------
+# Ops reference
+# --------------------------------------------------------------------------
+def _first_paragraph(text: str | None) -> str:
+    """First paragraph of a docstring, on one line, with reST ``literals`` as Markdown `code`."""
+    return " ".join((text or "").strip().split("\n\n")[0].split()).replace("``", "`")
+
+
+def _op_summary(cls: type) -> str:
+    doc = _first_paragraph(inspect.getdoc(cls))
+    if "module docstring" in doc:  # the class defers to its module: show the module's summary
+        doc = _first_paragraph(sys.modules[cls.__module__].__doc__)
+    return doc
+
+
+def _conformance_variants() -> dict[str, int]:
+    """Per op name: how many fixture variants tests/conformance holds (files ``<op>__<variant>.jsonl``)."""
+    base = os.path.join(ROOT, "tests", "conformance")
+    counts: dict[str, int] = {}
+    for suite in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        expected = os.path.join(base, suite, "expected")
+        if not os.path.isdir(expected):
+            continue
+        for name in os.listdir(expected):
+            if name.endswith(".jsonl") and "__" in name:
+                op = name.split("__", 1)[0]
+                counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def _annotation(p: inspect.Parameter) -> str:
+    ann = p.annotation
+    if ann is inspect.Parameter.empty:
+        return ""
+    return ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+
+
+def render_ops_reference() -> str:
+    from airflow_provider_dj.ops import dj_op_catalog as catalog
+    from airflow_provider_dj.ops.base import COMMON_OP_ARGS
+    from airflow_provider_dj.ops.registry import get_op_class, op_names
+
+    fixtures = _conformance_variants()
+    names = op_names()
+    missing = [n for n in names if n not in DJ_NOTES]
+    if missing:
+        raise MissingProseError(f"ops without a Data-Juicer compatibility note: {missing}; add them to DJ_NOTES "
+                                f"in scripts/gen_docs.py")
+    stale = sorted(set(DJ_NOTES) - set(names))
+    if stale:
+        raise MissingProseError(f"DJ_NOTES describes ops that are no longer registered: {stale}; remove them")
+    out = _header("Ops reference", (
+        f"The {len(names)} ops this provider implements natively (`airflow_provider_dj/ops/`), from the op "
+        f"registry. Arguments are each op's own keyword arguments with their types and defaults, taken from its "
+        f"`__init__`. **Data-Juicer** says whether Data-Juicer {catalog.DJ_VERSION} has an op of that name and "
+        f"kind, and how the arguments differ from its catalogued ones (`ops/dj_op_catalog.py`). **Conformance** "
+        f"counts the fixture variants in `tests/conformance/*/expected/`: outputs recorded by running "
+        f"Data-Juicer {catalog.DJ_VERSION} itself on the same inputs, which our op must reproduce exactly "
+        f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Any other op of Data-Juicer's "
+        f"catalog ({len(catalog.OPS)} ops) runs through the Data-Juicer adapter when `py-data-juicer` is "
+        f"installed (see [dj_adapter.md](dj_adapter.md))."))
+    out += ["## Summary", "", "| op | kind | global | CUDA | expensive (batch cursor) | Data-Juicer | conformance |",
+            "|---|---|---|---|---|---|---|"]
+    classes = {n: get_op_class(n) for n in names}
+    for n, cls in classes.items():
+        dj = catalog.OPS.get(n)
+        in_dj = "yes" if dj and dj[0] == cls.kind else (f"as a {dj[0]}" if dj else "no (ours)")
+        yes = lambda flag: "yes" if flag else ""  # noqa: E731
+        out.append(f"| [`{n}`](#{n}) | {cls.kind} | {yes(cls.is_global)} | {yes(cls.uses_cuda)} | "
+                   f"{yes(cls.expensive)} | {in_dj} | {fixtures.get(n, 0) or ''} |")
+    out += ["", "## Arguments every op accepts", "",
+            "Data-Juicer's base-op arguments are accepted by every op so existing recipes validate. "
+            "`text_key` is used (default: the recipe's first `text_keys`); `batch_size` sets the commit batch of "
+            "expensive ops; `num_gpus`/`num_cpus`/`memory` feed the GPU preflight and actor planning; "
+            "`skip_op_error` is Data-Juicer's per-op switch. The others are Data-Juicer scheduling hints "
+            "with no effect here.", "",
+            ", ".join(_code(k) for k in sorted(COMMON_OP_ARGS)), ""]
+    for kind in ("mapper", "filter", "deduplicator"):
+        out += [f"## {kind.capitalize()}s", ""]
+        for n, cls in classes.items():
+            if cls.kind != kind:
+                continue
+            out += _render_op(n, cls, catalog, fixtures)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _render_op(name: str, cls: type, catalog: Any, fixtures: dict[str, int]) -> list[str]:
+    flags = [f for f, on in (("global (barrier + global step)", cls.is_global), ("uses CUDA", cls.uses_cuda),
+                             ("expensive: commits every batch_size rows", cls.expensive),
+                             ("stateful: runs on a pool of Ray actors", getattr(cls, "stateful", False))) if on]
+    lines = [f"### {name}", "", _op_summary(cls), ""]
+    lines.append(f"Kind: {cls.kind}" + (f"; {'; '.join(flags)}" if flags else "") + f". "
+                 f"Source: `{cls.__module__.replace('.', '/')}.py`.")
+    lines.append("")
+    args = {k: p for k, p in cls.own_args().items() if k != "text_key"}
+    if args:
+        lines += ["| argument | type | default |", "|---|---|---|"]
+        for k, p in args.items():
+            default = "required" if p.default is inspect.Parameter.empty else _code(_fmt(p.default))
+            lines.append(f"| `{k}` | {_cell(_annotation(p))} | {default} |")
+    else:
+        lines.append("No arguments of its own.")
+    lines.append("")
+    dj = catalog.OPS.get(name)
+    compat = []
+    if dj:
+        own = set(args)
+        theirs = set(dj[5])
+        base = set(catalog.BASE_PARAMS.get(dj[0], {}))
+        only_ours = sorted(own - theirs - base)
+        only_theirs = sorted(theirs - own)
+        compat.append(f"In Data-Juicer {catalog.DJ_VERSION} as a {dj[0]}"
+                      + ("; same argument names" if not (only_ours or only_theirs) else ""))
+        if only_theirs:
+            compat.append("Data-Juicer arguments not accepted here: " + ", ".join(_code(a) for a in only_theirs))
+        if only_ours:
+            compat.append("arguments Data-Juicer lacks: " + ", ".join(_code(a) for a in only_ours))
+    else:
+        compat.append(f"Not in Data-Juicer {catalog.DJ_VERSION}")
+    n = fixtures.get(name, 0)
+    compat.append(f"{n} conformance fixture variant{'s' if n != 1 else ''}" if n else "no conformance fixtures")
+    lines.append("**Data-Juicer:** " + "; ".join(compat) + ". " + DJ_NOTES[name])
+    lines.append("")
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+TARGETS: dict[str, Callable[[], str]] = {
+    os.path.join("docs", "recipe_keys.md"): render_recipe_keys,
+    os.path.join("docs", "ops_reference.md"): render_ops_reference,
+}
+
+
+def stale_files(root: str = ROOT) -> list[str]:
+    """Relative paths whose committed text differs from a fresh generation."""
+    stale = []
+    for rel, render in TARGETS.items():
+        path = os.path.join(root, rel)
+        current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if current != render():
+            stale.append(rel)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale; write nothing")
+    args = ap.parse_args(argv)
+    if args.check:
+        stale = stale_files()
+        for rel in stale:
+            print(f"stale: {rel} (regenerate with scripts/gen_docs.py)", file=sys.stderr)
+        return 1 if stale else 0
+    for rel, render in TARGETS.items():
+        text = render()
+        with open(os.path.join(ROOT, rel), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"wrote {rel} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
