@@ -51,14 +51,16 @@ def checkpoint_md(d: dict) -> str:
     rows = []
     for r in d["table"]:
         if not r.get("ok"):
-            rows.append([f"`{r['strategy']}`", _ck_label(r["checkpoint"])] + ["failed"] + ["–"] * 7)
+            rows.append([f"`{r['strategy']}`", _ck_label(r["checkpoint"])] + ["failed"] + ["–"] * 8)
             continue
         same = r.get("same_export_as_baseline")
         rows.append([f"`{r['strategy']}`", _ck_label(r["checkpoint"]), _f(r["wall_s"]),
                      "baseline" if r["strategy"] == d["baseline"] else _pct(r.get("overhead_wall")),
                      _f(r.get("partition_tasks_s")),
                      "baseline" if r["strategy"] == d["baseline"] else _pct(r.get("overhead_partition_tasks")),
-                     _f(r.get("cpu_tree_s"), ".0f"), gib(r.get("peak_tree_pss")), f"{r.get('rows_out'):,}"
+                     _f(r.get("cpu_tree_s"), ".0f"),
+                     "baseline" if r["strategy"] == d["baseline"] else _pct(r.get("overhead_cpu")),
+                     gib(r.get("peak_tree_pss")), f"{r.get('rows_out'):,}"
                      if r.get("rows_out") is not None else "–",
                      "yes" if same else ("NO" if same is False else "–")])
     aim = d["aim"]
@@ -67,9 +69,12 @@ def checkpoint_md(d: dict) -> str:
         f"(run round-robin); baseline `{d['baseline']}` measured in the same run.",
         "",
         _table(["strategy", "checkpoint section", "wall s", "overhead (wall)", "partition tasks s",
-                "overhead (tasks)", "CPU s", "peak PSS", "rows out", "export = baseline"], rows),
+                "overhead (tasks)", "CPU s", "overhead (CPU)", "peak PSS", "rows out", "export = baseline"], rows),
         "",
         f"**Aim: {aim['what']}: {_verdict(aim['pass'])}** ({_pct(aim['value'])})",
+        "",
+        "CPU seconds of the whole process tree move much less with other load than wall time does; on a busy "
+        "machine read the CPU column first.",
     ])
 
 
@@ -80,7 +85,8 @@ def resume_md(d: dict) -> str:
     for r in d["table"]:
         ev = r.get("events") or {}
         status = "" if r.get("rc") in (0, None) else f" (exit {r.get('rc')})"
-        rows.append([r["case"] + status, _f(r.get("wall_s")), _share(r.get("share_of_full")), _f(r.get("validate_s"), ".2f"),
+        rows.append([r["case"] + status, _f(r.get("wall_s")), _share(r.get("share_of_full")),
+                     _f(r.get("validate_s"), ".2f"),
                      _share(r.get("validate_share_of_full")), str(ev.get("checkpoints_loaded", "–")),
                      str(ev.get("op_units_redone", "–"))])
     c = d["checks"]
@@ -209,8 +215,8 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
     loads = results.get("other_load_summary")
     if loads:
         head += [f"Other processes used {loads['mean']:.2f} cores on average (max {loads['max']:.2f}) during "
-                 f"the measured runs: " + ("a busy, shared machine — treat every figure as noisy." if loads["max"] > 0.25
-                                           else "a quiet machine."), ""]
+                 f"the measured runs: " + ("a busy, shared machine — treat every figure as noisy."
+                                           if loads["max"] > 0.25 else "a quiet machine."), ""]
     if plot_name:
         head += [f"![gathered benchmark chart]({plot_name})", ""]
     body = [section_md(k, results["sections"][k]) for k, _, _ in SECTIONS if k in results.get("sections", {})]

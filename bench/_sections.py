@@ -89,6 +89,11 @@ def _drop_job(res: dict) -> None:
         os.remove(res["export"])
 
 
+def _same(digest: str | None, reference: str | None) -> bool | None:
+    """Byte-identical exports?  None when there was nothing to compare (a failed run)."""
+    return (digest == reference) if digest and reference else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return (a / b - 1.0) if a is not None and b else None
 
@@ -212,8 +217,8 @@ def resume_cost(b, dataset: str, n: int, full: dict | None) -> dict:
     return {"rows": n, "full_wall_s": full_wall, "table": rows,
             "crash_overhead": lost,  # (killed + resumed) / full - 1: what the crash cost in all
             "checks": {"kill_fired": bool(fired), "killed_rc": killed.get("rc"),
-                       "resume_of_completed_same_export": done_digest == full.get("export_digest") if done_digest else None,
-                       "resume_after_kill_same_export": resumed_digest == full.get("export_digest") if resumed_digest else None}}
+                       "resume_of_completed_same_export": _same(done_digest, full.get("export_digest")),
+                       "resume_after_kill_same_export": _same(resumed_digest, full.get("export_digest"))}}
 
 
 # ------------------------------------------------------------------ (3) scale and memory

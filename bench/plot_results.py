@@ -4,18 +4,20 @@ Why hand-written SVG: matplotlib is not a dependency of this project and a
 chart of a dozen bars does not justify one.  The SVG is plain text, so it
 diffs, and GitHub renders it inline in docs/benchmarks.md.
 
-Where the figures come from, first found wins:
+Where the figures come from:
 
-1. ``--json FILE``, or the newest ``bench/results/bench_*.json`` that
-   ``bench/run_bench.py`` wrote (``summary.per_size``), when present;
-2. the "Results (as printed)" table in docs/benchmarks.md (``bench/results``
-   is not committed, so a fresh clone draws from the published figures).
+* by default, the "Results (as printed)" table in docs/benchmarks.md: the
+  published figures, which the chart must show (tests/unit/
+  test_generated_docs.py checks the committed SVG against that table);
+* with ``--json [FILE]``, a result file that ``bench/run_bench.py`` wrote
+  (``summary.per_size``; the newest ``bench/results/bench_*.json`` when no
+  FILE is given), e.g. to look at a new run before publishing it.
 
 Values are rounded as the printed table rounds them (seconds to 0.1, GiB to
 0.01), so both sources draw the same chart for the same run.
 
-    .venv/bin/python bench/plot_results.py            # writes docs/img/benchmarks.svg
-    .venv/bin/python bench/plot_results.py --from-docs
+    .venv/bin/python bench/plot_results.py                         # docs/img/benchmarks.svg
+    .venv/bin/python bench/plot_results.py --json --out /tmp/new.svg
 """
 
 from __future__ import annotations
@@ -61,11 +63,17 @@ _ROW = re.compile(
     r"^\s*(?P<rows>\d+)\s*\|\s*(?P<ours>[\d.]+)\s*\|\s*(?P<dj>[\d.]+)\s*\|.*?"
     r"\|\s*[\d.]+ GiB \((?P<ours_pss>[\d.]+)\)\s*\|\s*[\d.]+ GiB \((?P<dj_pss>[\d.]+)\)\s*\|"
 )
+RESULTS_HEADING = "## Results (as printed)"
 _TITLE = re.compile(r"^(dj-airflow vs Data-Juicer[^\n]*?)\s+-\s+(\S+)\s*$", re.M)
 
 
 def figures_from_markdown(text: str, source: str = DOC) -> BenchFigures:
-    """Parse the printed per-size table (rows | ours s | DJ s | ... | peak RSS (PSS) ...)."""
+    """Parse the printed per-size table (rows | ours s | DJ s | ... | peak RSS (PSS) ...).
+
+    Only the "Results (as printed)" section is read when the page has one,
+    so other tables on the page can never leak into the chart."""
+    if RESULTS_HEADING in text:
+        text = text.split(RESULTS_HEADING, 1)[1].split("\n## ", 1)[0]
     points = []
     for line in text.splitlines():
         m = _ROW.match(line)
@@ -177,24 +185,27 @@ def render_svg(fig: BenchFigures) -> str:
     return "\n".join(parts) + "\n"
 
 
-def load_figures(json_path: str | None = None, from_docs: bool = False) -> tuple[BenchFigures, str]:
-    if not from_docs:
-        path = json_path or newest_results_json()
-        if path:
-            with open(path, encoding="utf-8") as fh:
-                return figures_from_json(json.load(fh), path), path
+def load_figures(json_path: str | None = None) -> tuple[BenchFigures, str]:
+    """The docs table, or (``json_path`` given; ``"newest"`` = the newest result file) a run_bench.py result."""
+    if json_path:
+        path = newest_results_json() if json_path == "newest" else json_path
+        if not path:
+            raise NoFiguresError("no bench/results/bench_*.json here: run bench/run_bench.py or name a file")
+        with open(path, encoding="utf-8") as fh:
+            return figures_from_json(json.load(fh), path), path
     with open(DOC, encoding="utf-8") as fh:
         return figures_from_markdown(fh.read(), DOC), DOC
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", help="a bench_*.json written by bench/run_bench.py (default: the newest one)")
-    ap.add_argument("--from-docs", action="store_true", help="read the figures from docs/benchmarks.md")
+    ap.add_argument("--json", nargs="?", const="newest", metavar="FILE",
+                    help="draw a bench_*.json written by bench/run_bench.py (no FILE: the newest) instead of "
+                         "the table in docs/benchmarks.md")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     try:
-        fig, source = load_figures(args.json, args.from_docs)
+        fig, source = load_figures(args.json)
     except (NoFiguresError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -66,7 +66,8 @@ OPS_DJ_S = 480.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="What each section measures: docs/benchmarks.md (section 'Gathered run').")
     p.add_argument("--sizes", type=int, nargs="+", help="scale section sizes in rows (default 100000 1000000 10000000)")
     p.add_argument("--quick", action="store_true",

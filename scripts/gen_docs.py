@@ -336,7 +336,9 @@ def _op_summary(cls: type) -> str:
     doc = _first_paragraph(inspect.getdoc(cls))
     if "module docstring" in doc:  # the class defers to its module: show the module's summary
         doc = _first_paragraph(sys.modules[cls.__module__].__doc__)
-    return doc
+    # Outside `code`, a bare <...> would be swallowed as an HTML tag by Markdown renderers.
+    parts = doc.split("`")
+    return "`".join(p.replace("<", "&lt;").replace(">", "&gt;") if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def _conformance_variants() -> dict[str, int]:
@@ -367,6 +369,8 @@ def render_ops_reference() -> str:
     from airflow_provider_dj.ops.registry import get_op_class, op_names
 
     fixtures = _conformance_variants()
+    adapter_doc = ("see [dj_adapter.md](dj_adapter.md)" if os.path.exists(os.path.join(ROOT, "docs", "dj_adapter.md"))
+                   else "`airflow_provider_dj/ops/dj_adapter.py`")
     names = op_names()
     missing = [n for n in names if n not in DJ_NOTES]
     if missing:
@@ -382,9 +386,9 @@ def render_ops_reference() -> str:
         f"kind, and how the arguments differ from its catalogued ones (`ops/dj_op_catalog.py`). **Conformance** "
         f"counts the fixture variants in `tests/conformance/*/expected/`: outputs recorded by running "
         f"Data-Juicer {catalog.DJ_VERSION} itself on the same inputs, which our op must reproduce exactly "
-        f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Any other op of Data-Juicer's "
-        f"catalog ({len(catalog.OPS)} ops) runs through the Data-Juicer adapter when `py-data-juicer` is "
-        f"installed (see [dj_adapter.md](dj_adapter.md))."))
+        f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Other ops of Data-Juicer's "
+        f"catalog ({len(catalog.OPS)} ops in all) can run through the Data-Juicer adapter when `py-data-juicer` "
+        f"is installed; an op this engine cannot run is refused at validation with the reason ({adapter_doc})."))
     out += ["## Summary", "", "| op | kind | global | CUDA | expensive (batch cursor) | Data-Juicer | conformance |",
             "|---|---|---|---|---|---|---|"]
     classes = {n: get_op_class(n) for n in names}

@@ -161,10 +161,9 @@ def run_partitions(
     (engine/actor_pool.py): ``max_in_flight`` then bounds the actors, and
     ``actor_resources`` (the validate task's per-op plan) sizes them.
     """
-    from airflow_provider_dj.engine.stop_control import StopRequested, read_stop_request
-
     from airflow_provider_dj.engine.actor_pool import GroupActorPool, check_cluster_fits, op_modules, resolve_pool
     from airflow_provider_dj.engine.job import JobContext
+    from airflow_provider_dj.engine.stop_control import StopRequested, read_stop_request
 
     handle = handle or DispatchHandle()
     plan = JobContext(job_dir).plan

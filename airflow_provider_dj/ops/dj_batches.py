@@ -172,8 +172,8 @@ def merge_stats(table: pa.Table, stats: list[dict], op_name: str) -> pa.Table:
         if old is not None and old.type != pa.null() and new.type == old.type:
             new = pc.coalesce(old, new)
         table = set_stat(table, key, new)
-    if STATS_COLUMN not in table.column_names:  # no statistic at all: still mark the column, as DJ does
-        table = table.append_column(STATS_COLUMN, pa.array([{}] * table.num_rows, pa.struct([])))
+    # No statistic at all: the table stays as it was (an empty struct column
+    # cannot be written to parquet, and filters add the column when needed).
     return table
 
 
@@ -189,8 +189,9 @@ def batch_to_table(table: pa.Table, out: dict[str, list], op_name: str) -> pa.Ta
     if STATS_COLUMN in out:
         base = table.select([STATS_COLUMN]) if STATS_COLUMN in table.column_names else pa.table({})
         base = base if base.num_columns else pa.table({"_": pa.nulls(table.num_rows)})
-        merged = merge_stats(base, out[STATS_COLUMN], op_name).column(STATS_COLUMN)
-        result = result.append_column(STATS_COLUMN, merged)
+        merged = merge_stats(base, out[STATS_COLUMN], op_name)
+        if STATS_COLUMN in merged.column_names:
+            result = result.append_column(STATS_COLUMN, merged.column(STATS_COLUMN))
     for name in ENGINE_COLUMNS:
         if name in table.column_names:
             result = result.append_column(name, table.column(name))

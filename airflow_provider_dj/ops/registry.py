@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from airflow_provider_dj.ops.base import Op, suggest
+from airflow_provider_dj.ops.base import Op
 
 _REGISTRY: dict[str, type[Op]] = {}
 _BUILTIN_MODULES = (

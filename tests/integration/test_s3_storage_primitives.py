@@ -153,3 +153,36 @@ def test_recipe_keeps_urls_and_refuses_unknown_protocols(tmp_path):
     assert r.work_dir == "s3://bkt/work/../w" and r.dataset_path == "s3://bkt/in/*.jsonl"
     with pytest.raises(RecipeError, match="work_dir.*nosuchproto"):
         parse_recipe(dict(data, work_dir="nosuchproto://x/y"), base_dir=str(tmp_path))
+
+
+def test_retention_deletes_on_s3(s3_env):
+    """Retention after a successful export: per-partition and whole-directory deletes on the bucket."""
+    from types import SimpleNamespace
+
+    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.export import apply_retention
+
+    prefix = _prefix()
+    job_dir = s3_env.url(prefix)
+    store = CheckpointStore(job_dir)
+    for pid in (0, 1):
+        for op in (0, 1):
+            store.save(op_index=op, op_name="m", partition_id=pid, table=pa.table({"t": ["x"]}), partition_hash="h",
+                       fingerprint="f", accounting=[{"failed": pid}])
+    storage.atomic_write_bytes(storage.join(job_dir, "checkpoints", "partitioning_info.json"), b"{}")
+    markers = {pid: store.read_marker(1, "m", pid) for pid in (0, 1)}
+
+    def ctx(policy):
+        st = SimpleNamespace(preserve_intermediate_data=False, retention_policy=policy)
+        return SimpleNamespace(job_dir=job_dir, recipe=SimpleNamespace(intermediate_storage=st))
+
+    apply_retention(ctx("keep_failed_only"), markers)
+    left = [k[len(prefix) + 1:] for k in s3_env.keys(prefix)]
+    assert sorted(left) == ["checkpoints/checkpoint_op_000_m/partition_00001.commit.json",
+                            "checkpoints/checkpoint_op_000_m/partition_00001.parquet",
+                            "checkpoints/checkpoint_op_001_m/partition_00001.commit.json",
+                            "checkpoints/checkpoint_op_001_m/partition_00001.parquet",
+                            "checkpoints/partitioning_info.json"]
+    apply_retention(ctx("cleanup_all"), markers)
+    assert [k[len(prefix) + 1:] for k in s3_env.keys(prefix)] == ["checkpoints/partitioning_info.json"]

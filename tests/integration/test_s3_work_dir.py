@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 CLI_FLAGS = ["--num-cpus", "1"]
 OPS = ["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter", "text_length_filter",
        "document_deduplicator"]
-PARTS = 4
+PARTS = 2
 
 
 def _recipe(path, name: str, data: str, export: str, work: str) -> str:

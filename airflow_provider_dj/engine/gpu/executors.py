@@ -49,11 +49,12 @@ def resolve_executor(name: str) -> str:
         raise ValueError(f"probe_executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
     if name != "auto":
         return name
-    try:
-        import ray  # noqa: F401
-    except Exception:  # noqa: BLE001 - no Ray here: a subprocess per probe
-        return "local"
-    return "ray"
+    # find_spec, not import: importing ray here would fix its auth mode
+    # before RayHook sets RAY_AUTH_MODE, and the in-process cluster the hook
+    # then starts would refuse its own driver (InvalidAuthToken).
+    import importlib.util
+
+    return "ray" if importlib.util.find_spec("ray") is not None else "local"
 
 
 class _Backend:

@@ -2,7 +2,9 @@
 
 Pure function over a real ExecutionPlan built from a recipe (no Ray): the
 resources come from the validate task's per-op plan when there is one,
-else from the ops' explicit recipe arguments.
+else from the ops' explicit recipe arguments.  ``_Cluster`` stands in for
+``ray.cluster_resources()`` of a cluster with a GPU, which cannot exist
+here; the real call is exercised by the integration tests.
 """
 
 from __future__ import annotations

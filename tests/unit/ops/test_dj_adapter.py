@@ -164,6 +164,10 @@ def test_merge_stats_keeps_existing_values_and_types_and_adds_new_fields():
     col = out.column("__dj__stats__")
     assert col.type == pa.struct([("a", pa.int32()), ("c", pa.bool_())])
     assert col.to_pylist() == [{"a": 1, "c": True}, {"a": 5, "c": False}]
+    # No statistic at all (an empty filter condition): no empty struct column, which parquet cannot hold.
+    plain = pa.table({"text": ["x", "y"]})
+    assert dj_batches.merge_stats(plain, [{}, {}], "f").column_names == ["text"]
+    assert dj_batches.batch_to_table(plain, {"text": ["x", "y"], "__dj__stats__": [{}, {}]}, "f").column_names == ["text"]
 
 
 def test_batch_back_to_arrow_keeps_unchanged_columns_and_reattaches_row_ids():
