@@ -69,6 +69,29 @@ def format_table(report: dict) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
 
 
+def plan_for(report: dict, rows: int, partitions: int, max_ratio: float = 0.1) -> dict:
+    """What the planner would decide for a job of ``rows`` rows in ``partitions`` partitions
+    on this machine, from the measured report (pure functions: no Ray, no Airflow)."""
+    from airflow_provider_dj.engine.gpu.concurrency import resolve_max_concurrent
+    from airflow_provider_dj.engine.gpu.groups import resolve_group_size
+    from airflow_provider_dj.engine.gpu.planner import available_batches, plan_actors
+    from airflow_provider_dj.engine.gpu.profiles import cluster_from_report, stages_from_report, startup_seconds
+
+    stages = stages_from_report(report)
+    cluster = cluster_from_report(report)
+    first = plan_actors(stages, cluster, available_batches(stages, rows))
+    init_s = max(startup_seconds(o) for o in report["ops"])
+    per_part = rows / partitions
+    group = resolve_group_size("auto", num_partitions=partitions, init_s=init_s, rows_per_s=first.pipeline_rows_per_s,
+                               rows_per_partition=per_part, max_ratio=max_ratio)
+    plan = plan_actors(stages, cluster, available_batches(stages, int(group.size * per_part)))
+    conc = resolve_max_concurrent("auto", num_partitions=partitions, actor_plan=plan, cluster_cpus=cluster.usable_cpus,
+                                  has_gpu_ops=True)
+    return {"rows": rows, "partitions": partitions, "startup_s": round(init_s, 3), "actor_plan": plan.to_dict(),
+            "execution_group_size": group.to_dict(), "max_concurrent_partitions": conc.to_dict(),
+            "estimated_run_s": round(rows / plan.pipeline_rows_per_s + init_s * -(-partitions // group.size), 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2000, help="rows in the generated corpus")
@@ -80,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true", help="force the CPU path (same as DJ_PROBE_FORCE_CPU=1)")
     ap.add_argument("--smoke", action="store_true", help="probe a pyarrow-only op instead of the embedding model")
     ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--plan-rows", type=int, default=200_000, help="job size for the planning section (0: skip)")
+    ap.add_argument("--plan-partitions", type=int, default=16)
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     print("== environment", flush=True)
@@ -133,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append(f"{o['op_name']}: memory_fraction {o.get('memory_fraction')} outside (0, 1]")
     if not force_cpu and env.get("torch_cuda_available") is True and report["device"]["kind"] != "cuda":
         problems.append("torch sees CUDA but the probe ran on the CPU path (is nvidia-ml-py installed?)")
+    if args.plan_rows:
+        print(f"== planner decisions for a {args.plan_rows:,}-row job in {args.plan_partitions} partitions")
+        try:
+            print(json.dumps(plan_for(report, args.plan_rows, args.plan_partitions), indent=2, default=str))
+        except Exception as exc:  # noqa: BLE001 - the probe result stands; say why planning failed
+            problems.append(f"planning failed: {type(exc).__name__}: {exc}")
     print(f"== done in {time.perf_counter() - t_start:.1f}s; device {report['device']['kind']}; "
           f"report at {job_dir}/gpu_probe_results.json")
     for p in problems:
