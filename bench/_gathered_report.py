@@ -156,6 +156,9 @@ def ops_md(d: dict) -> str:
              _table(["op", "kind", "ours rows/s", "DJ rows/s", "speed-up", "kept ours/DJ"], rows)]
     if geo:
         lines += ["", f"Geometric mean speed-up over {len(sps)} ops: {geo:.1f}×."]
+    if d.get("not_benchmarked"):
+        lines += ["", "Not benchmarked (model or API ops, no arguments in bench/ops/run_ops_bench.py's OP_ARGS): "
+                  + ", ".join(f"`{n}`" for n in d["not_benchmarked"]) + "."]
     return "\n".join(lines)
 
 

@@ -264,6 +264,23 @@ def scale(b, sizes: list[int], part_rows: int, sweep_at: int, sweep_factors: tup
 # ------------------------------------------------------------------ (4) per-op throughput
 
 
+def benchmarkable_ops() -> list[str]:
+    """Registry ops that run_ops_bench.py has arguments for (its OP_ARGS).
+
+    The registry also holds model and API ops (llm_api_mapper needs a model
+    and an endpoint, text_embedding_mapper a model): they have no
+    Data-Juicer counterpart to race and cannot run offline with defaults.
+    """
+    from airflow_provider_dj.ops.registry import op_names
+
+    sys.path.insert(0, os.path.join(HERE, "ops"))
+    try:
+        from run_ops_bench import OP_ARGS
+    finally:
+        sys.path.remove(os.path.join(HERE, "ops"))
+    return [n for n in op_names() if n in OP_ARGS]
+
+
 def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> dict:
     """bench/ops/run_ops_bench.py in a subprocess (it runs Data-Juicer in its own venv); its JSON is returned."""
     out = os.path.join(b.out, "ops")
@@ -271,8 +288,11 @@ def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> 
     link = os.path.join(out, "data")  # share the corpus cache instead of a second copy
     if not os.path.exists(link):
         os.symlink(b.data_dir, link)
+    from airflow_provider_dj.ops.registry import op_names
+
+    ops = benchmarkable_ops()
     cmd = [sys.executable, os.path.join(HERE, "ops", "run_ops_bench.py"), "--rows", str(rows), "--out", out,
-           "--repeats", str(repeats)]
+           "--repeats", str(repeats), "--ops", *ops]
     if skip_dj:
         cmd.append("--skip-dj")
     if dj_python:
@@ -288,6 +308,7 @@ def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> 
     with open(new[-1]) as fh:
         res = json.load(fh)
     res["rc"] = rc
+    res["not_benchmarked"] = sorted(set(op_names()) - set(ops))
     res["json"] = new[-1]
     res["log"] = log_path
     return res

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 
@@ -94,7 +93,8 @@ class Reference:
         self.log_path = os.path.join(root, "reference.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [DJ_AIRFLOW, "run", recipe, "--job-id", "ref", "--set", f"partition.num_of_partitions={CONF_PARTITIONS}"],
+                [DJ_AIRFLOW, "run", recipe, "--job-id", "ref",
+                 "--set", f"partition.num_of_partitions={CONF_PARTITIONS}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self._bytes: bytes | None = None
 
@@ -142,27 +142,35 @@ def reference(e2e_inputs):
 
 # -- PostgreSQL ----------------------------------------------------------------------
 
-def _postgres_base_url() -> tuple[str | None, str]:
-    """(url, why-not): the cluster's SQLAlchemy URL, or None and the reason."""
-    url = os.environ.get("DJ_E2E_POSTGRES_URL")
-    if url:
-        return url, ""
-    script = os.path.join(REPO_ROOT, "scripts", "postgres_for_tests.sh")
-    proc = subprocess.run(["bash", script], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return None, f"{script} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
-    return proc.stdout.strip().splitlines()[-1], ""
+PG_SCRIPT = os.path.join(REPO_ROOT, "scripts", "postgres_for_tests.sh")
+
+
+def _pg_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", PG_SCRIPT, *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="session")
 def postgres_base_url():
-    url, why = _postgres_base_url()
+    """The cluster's SQLAlchemy URL: DJ_E2E_POSTGRES_URL (scripts/test.sh sets it) or the script's.
+
+    A cluster this fixture started itself is stopped at the end of the session.
+    """
+    url = os.environ.get("DJ_E2E_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    was_running = _pg_script("status").returncode == 0
+    proc = _pg_script()
+    url = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
     if url is None:
+        why = f"{PG_SCRIPT} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the PostgreSQL e2e variant, but no PostgreSQL could be started: {why}")
         pytest.skip(f"no PostgreSQL for the e2e tests ({why}); run scripts/postgres_for_tests.sh as root, "
                     f"or set DJ_E2E_POSTGRES_URL")
-    return url
+    yield url
+    if not was_running:
+        _pg_script("stop")
 
 
 def _fresh_postgres_db(base_url: str) -> tuple[str, callable]:
@@ -213,8 +221,11 @@ E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow")
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def e2e(request, e2e_inputs, reference):
+def e2e(request, e2e_inputs):
     db = request.param
+    # The DB first: a PostgreSQL variant that skips should not start anything.
+    pg_url = request.getfixturevalue("postgres_base_url") if db == "postgres" else None
+    request.getfixturevalue("reference")  # starts the direct run now, in parallel with the server's start-up
     root = os.path.join(e2e_inputs["root"], db)
     recipes, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))
     for d in (recipes, work, exports):
@@ -234,7 +245,7 @@ def e2e(request, e2e_inputs, reference):
     if db == "sqlite":
         conn = f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}"
     else:
-        conn, drop = _fresh_postgres_db(request.getfixturevalue("postgres_base_url"))
+        conn, drop = _fresh_postgres_db(pg_url)
     server = AirflowServer(home=os.path.join(root, "airflow"), sql_alchemy_conn=conn, recipes_dir=recipes)
     try:
         client = server.start()

@@ -60,7 +60,8 @@ def _read(path: str) -> bytes:
 
 def _ops_started(job_dir: str, pid: int, try_number: int, task_id: str = "partitions_seg0") -> list[int]:
     return [e["op_index"] for e in read_events(job_dir, "op_start")
-            if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id]
+            if e.get("partition_id") == pid and e.get("try_number") == try_number
+            and e.get("airflow_task_id") == task_id]
 
 
 def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e, reference):
@@ -93,7 +94,8 @@ def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
     c = e2e.client
 
     def finished_scheduled_runs():
-        return [r for r in c.dag_runs("e2e_sched") if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")]
+        return [r for r in c.dag_runs("e2e_sched")
+                if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")]
 
     try:
         runs = c.wait_for("a scheduled run of e2e_sched to finish", finished_scheduled_runs, RUN_TIMEOUT)
@@ -142,7 +144,8 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     assert [tis[("partitions_seg0", i)]["try_number"] for i in range(CONF_PARTITIONS)] == [1, 2, 1]
     assert tis[("validate", -1)]["try_number"] == 1  # the job was not re-planned
     # Try 2 loaded op 2's checkpoint and ran only op 3: ops 0-2 were not re-run.
-    loads = [e for e in read_events(job_dir, "checkpoint_load") if e.get("partition_id") == 1 and e.get("try_number") == 2]
+    loads = [e for e in read_events(job_dir, "checkpoint_load")
+             if e.get("partition_id") == 1 and e.get("try_number") == 2]
     assert [e["op_index"] for e in loads] == [2]
     assert _ops_started(job_dir, 1, 2) == [3]
     for pid in (0, 2):  # the siblings were never re-run
