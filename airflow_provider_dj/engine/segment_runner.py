@@ -243,8 +243,10 @@ def run_segment(
         events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows,
                     status="running")
         plog.op_start(i, op.name, table.num_rows, n, total_ops)
-        faults.maybe_fail(job_dir, fault_spec, partition_id, i, point="op_start")
         try:
+            # Inside the try: an injected op_start fault is an op failure like any other (op_failed +
+            # partition_failed events), not a silent exit.
+            faults.maybe_fail(job_dir, fault_spec, partition_id, i, point="op_start")
             if op.expensive:  # batches committed with a cursor: a crash or stop loses at most one batch
                 outcome = run_expensive_op(op, i, table, job_dir=job_dir, partition_id=partition_id,
                                            partition_hash=phash, fingerprint=fp(i),
