@@ -124,7 +124,7 @@ def scale_md(d: dict) -> str:
     if b:
         bl = (f"**Peak PSS bounded by partition size: {_verdict(b['pass'])}**: {b['largest_rows']:,} rows use "
               f"{b['pss_ratio']:.2f}× the peak PSS of {b['reference_rows']:,} rows ({b['input_ratio']:.0f}× the "
-              f"input, same rows per partition; limit {b['limit']:g}×)")
+              f"input, at most {d['partition_rows']:,} rows per partition in both; limit {b['limit']:g}×)")
     return "\n".join([
         f"By input size, {d['partition_rows']:,} rows per partition (spine recipe, every_op):",
         "", _table(hdr, _scale_rows(d["by_size"])), "",

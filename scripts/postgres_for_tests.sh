@@ -4,12 +4,14 @@
 #   scripts/postgres_for_tests.sh          start (or find) the cluster; print its SQLAlchemy URL on stdout
 #   scripts/postgres_for_tests.sh status   exit 0 if our cluster is running (prints the URL), 1 if not
 #   scripts/postgres_for_tests.sh stop     stop our cluster (the data dir is kept)
+#   scripts/postgres_for_tests.sh release  stop it unless a test server still uses it (a dj_e2e_* database exists)
 #
 # Why a private cluster: the tests must never touch a PostgreSQL the machine
 # runs for something else, and must not need a fixed port.  The cluster lives
-# in /tmp/dj-e2e-pg-<uid> (override: DJ_PG_DIR), listens on 127.0.0.1 only, on
-# a free port recorded next to it, with trust authentication for the role
-# `airflow` (loopback only; test data only).
+# in /tmp/dj-e2e-pg-<uid>-<checkout hash> (override: DJ_PG_DIR; one per checkout,
+# so two checkouts on one machine never stop each other's), listens on
+# 127.0.0.1 only, on a free port recorded next to it, with trust
+# authentication for the role `airflow` (loopback only; test data only).
 #
 # PostgreSQL itself comes from Debian's packages.  When it is missing and we
 # run as root (CI), it is installed (apt-get update once, then
@@ -21,7 +23,8 @@
 set -euo pipefail
 
 ACTION="${1:-start}"
-DIR="${DJ_PG_DIR:-/tmp/dj-e2e-pg-$(id -u)}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${DJ_PG_DIR:-/tmp/dj-e2e-pg-$(id -u)-$(printf %s "$ROOT" | sha256sum | cut -c1-8)}"
 DATA="$DIR/data"
 PORT_FILE="$DIR/port"
 ROLE=airflow
@@ -65,6 +68,20 @@ case "$ACTION" in
     if running; then url; exit 0; fi
     exit 1
     ;;
+  release)
+    # Each e2e server works in its own dj_e2e_* database and drops it when done.
+    if running; then
+      in_use="$("$BINDIR/psql" -h 127.0.0.1 -p "$(cat "$PORT_FILE")" -U "$ROLE" -d postgres -tAc \
+        "SELECT count(*) FROM pg_database WHERE datname LIKE 'dj\_e2e\_%'" 2>/dev/null || echo 0)"
+      if [ "${in_use:-0}" != "0" ]; then
+        say "left running: $in_use test database(s) still in use"
+        exit 0
+      fi
+      as_owner "$BINDIR/pg_ctl" -D "$DATA" -m fast -w stop >&2
+      say "stopped the cluster in $DATA"
+    fi
+    exit 0
+    ;;
   stop)
     if running; then
       as_owner "$BINDIR/pg_ctl" -D "$DATA" -m fast -w stop >&2
@@ -73,7 +90,7 @@ case "$ACTION" in
     exit 0
     ;;
   start) ;;
-  *) say "unknown action '$ACTION' (use start, status or stop)"; exit 2 ;;
+  *) say "unknown action '$ACTION' (use start, status, stop or release)"; exit 2 ;;
 esac
 
 if [ -z "$BINDIR" ]; then

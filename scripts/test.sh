@@ -14,7 +14,7 @@ if [ -z "${DJ_E2E_POSTGRES_URL:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; }
   bash "$ROOT/scripts/postgres_for_tests.sh" status >/dev/null 2>&1 && PG_WAS_RUNNING=1
   if DJ_E2E_POSTGRES_URL="$(bash "$ROOT/scripts/postgres_for_tests.sh")"; then
     export DJ_E2E_POSTGRES_URL
-    [ "$PG_WAS_RUNNING" -eq 1 ] || trap 'bash "$ROOT/scripts/postgres_for_tests.sh" stop >/dev/null 2>&1 || true' EXIT
+    [ "$PG_WAS_RUNNING" -eq 1 ] || trap 'bash "$ROOT/scripts/postgres_for_tests.sh" release >/dev/null 2>&1 || true' EXIT
   else
     unset DJ_E2E_POSTGRES_URL
     echo "[test] no PostgreSQL: the e2e PostgreSQL variant skips here (and fails under CI)" >&2

@@ -170,7 +170,7 @@ def postgres_base_url():
                     f"or set DJ_E2E_POSTGRES_URL")
     yield url
     if not was_running:
-        _pg_script("stop")
+        _pg_script("release")  # stops it unless another session's server still has a database in it
 
 
 def _fresh_postgres_db(base_url: str) -> tuple[str, callable]:

@@ -110,7 +110,7 @@ EXPECTED_LINES = {
         "| 10,000,000 | 6.60 | 250,000 | 40 | 420.0 | 23,810 | 3.00 GiB | 2.40 GiB | 0.02 |",
         "| 1,000,000 | 0.66 | 125,000 | 8 | failed (exit status 1) | – | – | – | – |",
         "**Peak PSS bounded by partition size: PASS**: 10,000,000 rows use 1.20× the peak PSS of 1,000,000 rows "
-        "(10× the input, same rows per partition; limit 1.5×)",
+        "(10× the input, at most 250,000 rows per partition in both; limit 1.5×)",
     ],
     "ops": [
         "| `clean_email_mapper` | mapper | 500,000 | 50,000 | 10.0× | – |",
