@@ -21,7 +21,14 @@ if [ -z "${DJ_E2E_POSTGRES_URL:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; }
   fi
 fi
 set +e
-"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# Test files run in parallel worker processes (pytest-xdist, whole files per worker: module fixtures
+# such as the crash matrix's reference run and the e2e servers stay in one process).  Most tests wait on
+# Airflow, Ray or subprocesses rather than burn CPU, so 3 workers on 2 cores halve the wall time.
+# DJ_TEST_WORKERS=0 runs everything in this process.
+WORKERS="${DJ_TEST_WORKERS:-3}"
+XDIST=()
+[ "$WORKERS" != "0" ] && XDIST=(-n "$WORKERS" --dist loadfile)
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi
