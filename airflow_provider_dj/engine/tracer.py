@@ -309,7 +309,7 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
     Exact deduplicators pair each removed row with the first row holding the
     same key.  Near-duplicate ops pair it with the kept row of its cluster
     when the op exposes ``duplicate_representatives(keys) -> row array``;
-    otherwise ``dup1`` is null (the cluster's kept row is not known here).
+    (MinHash and SimHash do); otherwise ``dup1`` is null.
     """
     settings = TraceSettings.from_recipe(ctx.recipe)
     plan = ctx.plan

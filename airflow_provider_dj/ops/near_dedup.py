@@ -333,10 +333,12 @@ class DocumentMinhashDeduplicator(Deduplicator):
             cols[name] = pa.array(band_digest(band), type=pa.uint64())
         return pa.table(cols)
 
-    def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
+    def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
+        """Each row's cluster representative (its lowest row; itself when kept).
+        The keep mask and the tracer's dup1/dup2 pairs both derive from it."""
         n = int(sum(t.num_rows for t in tables))
         if n <= 1:
-            return np.ones(n, dtype=bool)
+            return np.arange(n)
         us: list[np.ndarray] = []
         vs: list[np.ndarray] = []
         for name in self.band_columns:
@@ -355,9 +357,12 @@ class DocumentMinhashDeduplicator(Deduplicator):
                 vs.append(head[dup])
             del order, head, dup, new
         if not us:
-            return np.ones(n, dtype=bool)
-        lab = min_label_components(n, np.concatenate(us), np.concatenate(vs))
-        return lab == np.arange(n)
+            return np.arange(n)
+        return min_label_components(n, np.concatenate(us), np.concatenate(vs))
+
+    def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep))
 
 
 # --- SimHash ----------------------------------------------------------------
@@ -488,16 +493,21 @@ class DocumentSimhashDeduplicator(Deduplicator):
     def compute_hash(self, table: pa.Table) -> pa.Table:
         return pa.table({"simhash": pa.array(self.simhash_values(table), type=pa.uint64())})
 
-    def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
+    def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
+        """Each row's cluster representative (the cluster's lowest row; itself when kept).
+        The keep mask and the tracer's dup1/dup2 pairs both derive from it."""
         fp = _concat_column(tables, "simhash")
         n = len(fp)
         if n <= 1:
-            return np.ones(n, dtype=bool)
+            return np.arange(n)
         uniq, inv = np.unique(fp, return_inverse=True)
         del fp
         u, v = hamming_pairs(uniq, self.num_blocks, self.hamming_distance)
         comp = min_label_components(len(uniq), u, v)
         row_comp = comp[inv.ravel()]
-        keep = np.zeros(n, dtype=bool)
-        keep[np.unique(row_comp, return_index=True)[1]] = True
-        return keep
+        _, first_row, which = np.unique(row_comp, return_index=True, return_inverse=True)
+        return first_row[which.ravel()]
+
+    def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep))
