@@ -111,6 +111,12 @@ class RayHook(BaseHook):  # type: ignore[misc]
             os.environ.setdefault("RAY_AUTH_MODE", "token")
         import ray
 
+        from airflow_provider_dj.hooks import ray_in_process
+
+        if cfg["mode"] == "cluster" and ray_in_process.started_in_background():
+            # `dj-airflow run` started its private cluster before it could see
+            # the connection: a configured cluster address wins.
+            ray_in_process.abandon()
         if ray.is_initialized():
             return ray
         t0 = time.perf_counter()
@@ -119,11 +125,11 @@ class RayHook(BaseHook):  # type: ignore[misc]
             ray.init(address=cfg["address"], ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])
         elif os.environ.get("DJ_RAY_IN_PROCESS"):
             # `dj-airflow run`: every task runs in this one process, so a private
-            # in-process cluster, started by the first task that needs Ray
-            # (a completed job, resumed, never starts it).
-            log.info("starting a private in-process Ray cluster")
-            ray.init(address="local", num_cpus=int(os.environ["DJ_RAY_IN_PROCESS"]) or None,
-                     include_dashboard=False, configure_logging=False, log_to_driver=True, **cfg["init_kwargs"])
+            # in-process cluster, which the CLI starts in the background at
+            # launch when the input has rows (hooks/ray_in_process.py); without
+            # that, the first task that needs Ray starts it.
+            log.info("using the private in-process Ray cluster of this run")
+            ray_in_process.ensure_started(int(os.environ["DJ_RAY_IN_PROCESS"]), cfg["init_kwargs"])
         else:
             address = ensure_local_head(**cfg.get("embedded", {}))
             log.info("connecting to the embedded local Ray head at %s", address)

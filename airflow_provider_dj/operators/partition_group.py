@@ -69,6 +69,9 @@ class PartitionGroupOperator(BaseOperator):
 
     def _run_group(self, context: Any) -> list[dict]:
         group = self.execution_group
+        if not group["partition_ids"]:  # the placeholder of a run with nothing to do (ResumeValidatorOperator)
+            self.log.info("Segment %d: no partitions to run", self.segment_index)
+            return []
         self.log.info("Segment %d, execution group %s: partitions %s (%s)", self.segment_index, group["group_id"],
                       group["partition_ids"], group["label"])
         # Refuses if another live runner owns this job; refreshes our heartbeat.
