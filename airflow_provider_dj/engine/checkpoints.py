@@ -51,7 +51,10 @@ class StorageFormat:
         buf = io.BytesIO()
         if self.format == "parquet":
             comp = None if self.compression == "none" else self.compression
-            pq.write_table(table, buf, compression=comp)
+            # Checkpoints are read back whole by this engine, never filtered by a query engine: column
+            # statistics (min/max of long texts) and dictionary attempts on mostly unique text cost
+            # 15 % of the encode time and buy nothing here (docs/benchmarks_gathered.md).
+            pq.write_table(table, buf, compression=comp, use_dictionary=False, write_statistics=False)
         elif self.format == "arrow":
             comp = "uncompressed" if self.compression == "none" else self.compression
             feather.write_feather(table, buf, compression=comp)

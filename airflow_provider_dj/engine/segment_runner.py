@@ -11,6 +11,7 @@ different inputs or recipes (invariant 2).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from airflow_provider_dj.engine import faults, stop_control, storage
 from airflow_provider_dj.engine.batch_cursor import discard_superseded, run_expensive_op
+from airflow_provider_dj.engine.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import JobContext
@@ -145,11 +147,14 @@ def run_segment(
         log.info("%s: segment %d already complete; nothing to do", label, segment_index)
         return result
 
+    ckpt = CheckpointPipeline()  # mid-segment checkpoints overlap the next op (engine.checkpoint_pipeline)
+
     def stop_point(after_op: int | None) -> None:
         """A committed boundary: honour a pending stop request here (engine.stop_control)."""
         try:
             stop_control.check_stop(job_dir)
         except stop_control.StopRequested as exc:
+            ckpt.flush()  # the checkpoint after ``after_op`` commits before the stop is reported
             exc.partition_ids = [partition_id]
             events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
                         after_op=after_op, force=exc.force)
@@ -255,11 +260,13 @@ def run_segment(
             else:
                 outcome = apply_op(op, i, table, recipe.skip_op_error)
         except stop_control.StopRequested as exc:  # an op's batch loop committed its batch and saw a stop
+            ckpt.flush_quietly()
             exc.partition_ids = [partition_id]
             events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
                         op_index=i, op_name=op.name, force=exc.force, note="inside the op, at a batch boundary")
             raise
         except Exception as exc:
+            ckpt.flush_quietly()  # the checkpoint of the op before commits: the retry resumes after it
             events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name,
                         input_rows=table.num_rows, error_message=f"{type(exc).__name__}: {exc}", status="failed")
             events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
@@ -286,12 +293,19 @@ def run_segment(
                      filtered=outcome.accounting["filtered"], failed=outcome.accounting["failed"])
         if progress is not None:
             progress(partition_id, i, n, total_ops)
-        if i in points:
-            _save(store, events, i, op.name, partition_id, table, phash, fp(i), accounting)
-            discard_superseded(job_dir, partition_id, i)  # batch cursors up to op i: only after the commit
+        if i in points and i != target:
+            # Mid-segment: written while op i+1 runs.  Batch cursors up to op i go only after the commit.
+            ckpt.submit(functools.partial(_save_and_discard, store, events, i, op.name, partition_id, table, phash,
+                                          fp(i), list(accounting), job_dir))
+        elif i in points:
+            ckpt.flush()
+            _save_and_discard(store, events, i, op.name, partition_id, table, phash, fp(i), accounting, job_dir)
+        if fault_spec:
+            ckpt.flush()  # an injected fault after op i finds op i's checkpoint committed, as without the pipeline
         faults.maybe_fail(job_dir, fault_spec, partition_id, i)
         if i in points and i != target:
-            stop_point(i)  # op i is committed; a resume restarts right after it
+            stop_point(i)  # op i is committed (or committing: a stop flushes first); a resume restarts after it
+    ckpt.flush()
 
     # -- per-partition key phase of the global op that ends this segment ------
     if seg.keys_for_global is not None:
@@ -316,6 +330,12 @@ def run_segment(
     events.emit("partition_complete", partition_id=partition_id, segment=segment_index, output_rows=table.num_rows,
                 duration=round(time.perf_counter() - t_start, 6), status="success", ops_run=result.ops_run)
     return result
+
+
+def _save_and_discard(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting,
+                      job_dir) -> None:
+    _save(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting)
+    discard_superseded(job_dir, pid, op_index)
 
 
 def _save(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting) -> None:
