@@ -13,6 +13,12 @@ its marker exists, parses, matches the expected partition hash and
 fingerprint, and the data file's size and checksum match: a truncated file,
 a missing marker or a checkpoint from a different input or recipe are all
 ignored (and recomputed), never loaded.
+
+A checkpoint after a filter or a global keep mask may be a *delta*: the keep
+flags over the rows of the checkpoint just before it plus the columns the op
+set (its stats), marked with ``delta`` in the commit marker.  It is rebuilt
+from that base on load and is valid only while the base is; retention removes
+a partition's checkpoints together, so a base never goes before its deltas.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "checkpoints"
 MARKER_SUFFIX = ".commit.json"
+DELTA_KEEP_COLUMN = "__dj__delta_keep__"
+MAX_DELTA_CHAIN = 64  # deltas stack one per op; a longer chain means a corrupt marker loop
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,7 @@ class CheckpointStore:
         fingerprint: str,
         accounting: list[dict],
         extra: dict | None = None,
+        num_rows: int | None = None,
     ) -> str:
         data = self.fmt.encode(table)
         path = self.data_path(op_index, op_name, partition_id)
@@ -161,7 +170,7 @@ class CheckpointStore:
             "data_file": storage.basename(path),
             "size": len(data),
             "checksum": hashing.file_digest(data),
-            "num_rows": table.num_rows,
+            "num_rows": table.num_rows if num_rows is None else num_rows,
             "accounting": accounting,
             "committed_at": time.time(),
         }
@@ -169,6 +178,50 @@ class CheckpointStore:
             marker.update(extra)
         storage.atomic_write_bytes(self.marker_path(op_index, op_name, partition_id), json.dumps(marker).encode())
         return path
+
+    @property
+    def supports_delta(self) -> bool:
+        return self.fmt.format in ("parquet", "arrow")  # typed columns round-trip exactly; JSONL's would not
+
+    def save_delta(self, *, op_index: int, op_name: str, partition_id: int, keep: pa.Array, columns: pa.Table,
+                   out_columns: list[str], out_rows: int, base_op_index: int, base_op_name: str,
+                   base_fingerprint: str, partition_hash: str, fingerprint: str, accounting: list[dict]) -> str:
+        """A checkpoint stored as a delta on the committed checkpoint of the state before it.
+
+        After a filter or a global keep mask the output is the input's rows
+        minus some, plus a stats column: store the keep flags and the set
+        columns (one row per *input* row) instead of every text again.
+        Loading rebuilds the table from the base checkpoint
+        (:meth:`load_valid`), so a delta is valid only while its base is.
+        """
+        stored = columns.append_column(DELTA_KEEP_COLUMN, keep) if columns.num_columns else \
+            pa.table({DELTA_KEEP_COLUMN: keep})
+        delta = {"base_op_index": base_op_index, "base_op_name": base_op_name, "base_fingerprint": base_fingerprint,
+                 "base_rows": len(keep), "columns": list(out_columns)}
+        return self.save(op_index=op_index, op_name=op_name, partition_id=partition_id, table=stored,
+                         partition_hash=partition_hash, fingerprint=fingerprint, accounting=accounting,
+                         extra={"delta": delta}, num_rows=out_rows)
+
+    def _apply_delta(self, stored: pa.Table, delta: dict, partition_id: int, partition_hash: str,
+                     where: str, depth: int) -> pa.Table | None:
+        base = self.load_valid(delta["base_op_index"], delta["base_op_name"], partition_id, partition_hash,
+                               delta["base_fingerprint"], _depth=depth + 1)
+        if base is None:
+            log.warning("ignoring %s: the checkpoint it is a delta of (op %s) is missing or invalid", where,
+                        delta["base_op_index"])
+            return None
+        if stored.num_rows != base.table.num_rows or stored.num_rows != delta.get("base_rows"):
+            log.warning("ignoring %s: its delta covers %d rows, its base has %d", where, stored.num_rows,
+                        base.table.num_rows)
+            return None
+        out = base.table
+        for name in stored.column_names:
+            if name == DELTA_KEEP_COLUMN:
+                continue
+            idx = out.schema.get_field_index(name)
+            col = stored.column(name)
+            out = out.set_column(idx, name, col) if idx >= 0 else out.append_column(name, col)
+        return out.filter(stored.column(DELTA_KEEP_COLUMN)).select(delta["columns"])
 
     # -- read -------------------------------------------------------------
     def read_marker(self, op_index: int, op_name: str, partition_id: int) -> dict | None:
@@ -182,9 +235,16 @@ class CheckpointStore:
             return None
 
     def load_valid(
-        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str,
+        _depth: int = 0,
     ) -> LoadedCheckpoint | None:
-        """The checkpoint if it is complete and derives from this input and pipeline, else None."""
+        """The checkpoint if it is complete and derives from this input and pipeline, else None.
+
+        A delta checkpoint is rebuilt from its base, which must itself be valid."""
+        if _depth > MAX_DELTA_CHAIN:
+            log.warning("ignoring checkpoint op %d partition %d: delta chain longer than %d", op_index, partition_id,
+                        MAX_DELTA_CHAIN)
+            return None
         marker = self.read_marker(op_index, op_name, partition_id)
         if marker is None:
             return None
@@ -209,6 +269,10 @@ class CheckpointStore:
         except Exception as exc:  # corrupt despite matching checksum: treat as absent
             log.warning("ignoring %s: cannot decode (%s)", where, exc)
             return None
+        if marker.get("delta") is not None:
+            table = self._apply_delta(table, marker["delta"], partition_id, partition_hash, where, _depth)
+            if table is None:
+                return None
         if table.num_rows != marker.get("num_rows"):
             log.warning("ignoring %s: row count mismatch", where)
             return None

@@ -19,19 +19,63 @@ from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter,
 
 
 @dataclass
+class RowDelta:
+    """How an op's output derives from its input, when it only drops rows and sets a few columns.
+
+    ``columns`` holds the columns the op added or replaced, over the *input*
+    rows (so it lines up with ``keep``); every other output column is the
+    input's, untouched.  A checkpoint can then store just this
+    (engine/checkpoints.py, delta checkpoints) instead of the whole table.
+    """
+
+    keep: pa.Array  # bool, one flag per input row
+    columns: pa.Table  # added or replaced columns, one row per input row
+
+
+@dataclass
 class OpOutcome:
     table: pa.Table
     accounting: dict
     failed_rows: pa.Table | None = None
     failed_reasons: list[str] = field(default_factory=list)
+    delta: RowDelta | None = None
+
+
+def _same_data(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """True when both columns are the very same buffers (an op passed the column through)."""
+    if a.type != b.type or a.num_chunks != b.num_chunks or len(a) != len(b):
+        return False
+    for ca, cb in zip(a.chunks, b.chunks):
+        if ca.offset != cb.offset or len(ca) != len(cb):
+            return False
+        if [x.address if x is not None else 0 for x in ca.buffers()] != \
+                [x.address if x is not None else 0 for x in cb.buffers()]:
+            return False
+    return True
+
+
+def row_delta(table: pa.Table, with_new: pa.Table, keep: pa.Array) -> RowDelta | None:
+    """The delta of ``with_new.filter(keep)`` against ``table``, or None when it would not be small.
+
+    ``with_new`` has one row per input row: the input's columns, some of them
+    replaced, plus added ones.  Columns are compared by buffer identity, so a
+    passed-through column is never copied; an op that rebuilt its columns
+    simply gets no delta.
+    """
+    changed = [c for c in with_new.column_names
+               if c not in table.column_names or not _same_data(table.column(c), with_new.column(c))]
+    cols = with_new.select(changed)
+    if cols.nbytes > with_new.nbytes // 4:  # mostly new data: a whole checkpoint is as cheap to write
+        return None
+    return RowDelta(keep=keep, columns=cols)
 
 
 class InvalidOutputError(ValueError):
     """An op returned an empty/invalid value where a value is required."""
 
 
-def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
-    """Returns (output, filtered count)."""
+def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int, tuple | None]:
+    """Returns (output, filtered count, (filter input with stats, keep mask) or None for a mapper)."""
     if isinstance(op, Mapper):
         out = op.process_table(table)
         if out.num_rows != table.num_rows:
@@ -45,7 +89,7 @@ def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
                 # A value where one is required came back empty: a failure,
                 # never a success that quietly exports a null.
                 raise InvalidOutputError(f"{op.name} returned no value for field {key!r}")
-        return out, 0
+        return out, 0, None
     if isinstance(op, Filter):
         with_stats = op.compute_stats(table)
         mask = op.keep_mask(with_stats)
@@ -53,7 +97,7 @@ def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int]:
             raise RuntimeError(f"{op.name} returned {len(mask)} keep flags for {table.num_rows} rows")
         mask = pc.fill_null(mask, False)
         out = with_stats.filter(mask)
-        return out, table.num_rows - out.num_rows
+        return out, table.num_rows - out.num_rows, (with_stats, mask)
     raise TypeError(f"{op.name}: {type(op).__name__} is not a per-row op")
 
 
@@ -82,8 +126,9 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpO
     rows_in = table.num_rows
     failed: list[pa.Table] = []
     reasons: list[str] = []
+    kept = None
     try:
-        out, filtered = _apply_whole(op, table)
+        out, filtered, kept = _apply_whole(op, table)
     except Exception as exc:
         if not skip_op_error or isinstance(exc, OpFatalError):
             raise
@@ -93,7 +138,7 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpO
         for i in range(rows_in):
             row = table.slice(i, 1)
             try:
-                o, f = _apply_whole(op, row)
+                o, f, _ = _apply_whole(op, row)
                 pieces.append(o)
                 filtered += f
             except Exception as exc:  # noqa: BLE001 - recorded with the sample
@@ -115,7 +160,8 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpO
         "duration_s": round(time.perf_counter() - t0, 6),
     }
     failed_table = pa.concat_tables(failed, promote_options="permissive") if failed else None
-    return OpOutcome(out, acct, failed_table, reasons)
+    delta = row_delta(table, *kept) if kept is not None and not failed else None
+    return OpOutcome(out, acct, failed_table, reasons, delta)
 
 
 def apply_keep_mask(op: Deduplicator, op_index: int, table: pa.Table, mask: pa.Array, duration_s: float = 0.0) -> OpOutcome:
@@ -137,4 +183,4 @@ def apply_keep_mask(op: Deduplicator, op_index: int, table: pa.Table, mask: pa.A
         "failed": 0,
         "duration_s": round(duration_s + time.perf_counter() - t0, 6),
     }
-    return OpOutcome(out, acct)
+    return OpOutcome(out, acct, delta=RowDelta(keep=mask, columns=pa.table({})))

@@ -149,6 +149,26 @@ def run_segment(
 
     ckpt = CheckpointPipeline()  # mid-segment checkpoints overlap the next op (engine.checkpoint_pipeline)
 
+    def checkpoint_writer(i: int, out: pa.Table, outcome, base_state: int | None):
+        """The write of op i's checkpoint, as a call: a delta on the checkpoint of state i-1 when the op
+        only dropped rows and set a few columns and that checkpoint holds exactly its input, else whole."""
+        acct = list(accounting)
+        name = ops_by_index[i].name
+        delta = getattr(outcome, "delta", None)
+        if delta is not None and base_state == i - 1 and store.supports_delta:
+            def write() -> None:
+                path = store.save_delta(op_index=i, op_name=name, partition_id=partition_id, keep=delta.keep,
+                                        columns=delta.columns, out_columns=out.column_names, out_rows=out.num_rows,
+                                        base_op_index=i - 1, base_op_name=ops_by_index[i - 1].name,
+                                        base_fingerprint=fp(i - 1), partition_hash=phash, fingerprint=fp(i),
+                                        accounting=acct)
+                events.emit("checkpoint_save", partition_id=partition_id, op_index=i, op_name=name,
+                            output_rows=out.num_rows, checkpoint_path=path, note=f"delta on op {i - 1}")
+                discard_superseded(job_dir, partition_id, i)
+            return write
+        return functools.partial(_save_and_discard, store, events, i, name, partition_id, out, phash, fp(i), acct,
+                                 job_dir)
+
     def stop_point(after_op: int | None) -> None:
         """A committed boundary: honour a pending stop request here (engine.stop_control)."""
         try:
@@ -174,6 +194,7 @@ def run_segment(
     table: pa.Table | None = None
     accounting: list[dict] = []
     state = None  # op index of the state held in `table` (-1 = input rows)
+    committed_state = None  # op index whose checkpoint holds exactly `table` (the base for a delta checkpoint)
     lowest = seg.start - 1
     for k in range(target, lowest - 1, -1):
         if k < 0 or k not in points:
@@ -181,6 +202,7 @@ def run_segment(
         loaded = store.load_valid(k, ops_by_index[k].name, partition_id, phash, fp(k))
         if loaded is not None:
             table, accounting, state = loaded.table, list(loaded.marker.get("accounting", [])), k
+            committed_state = k
             events.emit("checkpoint_load", partition_id=partition_id, op_index=k, op_name=ops_by_index[k].name,
                         output_rows=table.num_rows, checkpoint_path=store.data_path(k, ops_by_index[k].name, partition_id))
             events.emit("partition_resume", partition_id=partition_id, segment=segment_index, resumed_after_op=k,
@@ -202,6 +224,7 @@ def run_segment(
                         f"clear the upstream segment task for this partition (with downstream) to recompute it"
                     )
                 table, accounting = base.table, list(base.marker.get("accounting", []))
+                committed_state = base_idx
                 events.emit("checkpoint_load", partition_id=partition_id, op_index=base_idx,
                             op_name=ops_by_index[base_idx].name, output_rows=table.num_rows,
                             checkpoint_path=store.data_path(base_idx, ops_by_index[base_idx].name, partition_id))
@@ -231,7 +254,10 @@ def run_segment(
             result.ops_run.append(g)
             state = g
             if g in points:
-                _save(store, events, g, ops_by_index[g].name, partition_id, table, phash, fp(g), accounting)
+                checkpoint_writer(g, table, outcome, committed_state)()
+                committed_state = g
+            else:
+                committed_state = None
             faults.maybe_fail(job_dir, fault_spec, partition_id, g)
         else:
             table = _read_input(ctx, partition_id)
@@ -295,11 +321,11 @@ def run_segment(
             progress(partition_id, i, n, total_ops)
         if i in points and i != target:
             # Mid-segment: written while op i+1 runs.  Batch cursors up to op i go only after the commit.
-            ckpt.submit(functools.partial(_save_and_discard, store, events, i, op.name, partition_id, table, phash,
-                                          fp(i), list(accounting), job_dir))
+            ckpt.submit(checkpoint_writer(i, table, outcome, committed_state))
         elif i in points:
             ckpt.flush()
-            _save_and_discard(store, events, i, op.name, partition_id, table, phash, fp(i), accounting, job_dir)
+            checkpoint_writer(i, table, outcome, committed_state)()
+        committed_state = i if i in points else None
         if fault_spec:
             ckpt.flush()  # an injected fault after op i finds op i's checkpoint committed, as without the pipeline
         faults.maybe_fail(job_dir, fault_spec, partition_id, i)

@@ -131,3 +131,62 @@ def test_finished_partition_does_no_work(tmp_path):
     r = run_segment(job.job_dir, 1, 0)
     assert r.skipped and r.ops_run == []
     assert len(read_events(job.job_dir, "op_start")) == n_before
+
+
+# -- delta checkpoints: a filter's or keep mask's output stored against the checkpoint before it --------------
+
+BASE = pa.table({"text": ["a", "bb", "ccc", "dddd"], "meta": [1, 2, 3, 4]})
+
+
+def _delta_chain(tmp_path, fmt=None):
+    s = CheckpointStore(str(tmp_path), fmt or StorageFormat())
+    s.save(op_index=0, op_name="m", partition_id=0, table=BASE, partition_hash="h", fingerprint="f0", accounting=[])
+    stats = pa.table({"__dj__stats__": pa.array([{"len": 1}, {"len": 2}, {"len": 3}, {"len": 4}])})
+    keep = pa.array([True, False, True, True])
+    out1 = BASE.append_column("__dj__stats__", stats.column(0)).filter(keep)
+    s.save_delta(op_index=1, op_name="f", partition_id=0, keep=keep, columns=stats, out_columns=out1.column_names,
+                 out_rows=out1.num_rows, base_op_index=0, base_op_name="m", base_fingerprint="f0",
+                 partition_hash="h", fingerprint="f1", accounting=[{"op_index": 1}])
+    keep2 = pa.array([False, True, True])
+    out2 = out1.filter(keep2)
+    s.save_delta(op_index=2, op_name="d", partition_id=0, keep=keep2, columns=pa.table({}),
+                 out_columns=out2.column_names, out_rows=out2.num_rows, base_op_index=1, base_op_name="f",
+                 base_fingerprint="f1", partition_hash="h", fingerprint="f2", accounting=[])
+    return s, out1, out2
+
+
+@pytest.mark.parametrize("fmt", [StorageFormat("parquet", "snappy"), StorageFormat("arrow", "none")])
+def test_delta_checkpoints_rebuild_the_exact_table_through_a_chain(tmp_path, fmt):
+    s, out1, out2 = _delta_chain(tmp_path, fmt)
+    got1 = s.load_valid(1, "f", 0, "h", "f1")
+    got2 = s.load_valid(2, "d", 0, "h", "f2")
+    assert got1.table.to_pylist() == out1.to_pylist() and got1.table.column_names == out1.column_names
+    assert got2.table.to_pylist() == [{"text": "ccc", "meta": 3, "__dj__stats__": {"len": 3}},
+                                      {"text": "dddd", "meta": 4, "__dj__stats__": {"len": 4}}]
+    marker = json.load(open(s.marker_path(2, "d", 0)))
+    assert marker["delta"]["base_op_index"] == 1 and marker["num_rows"] == 2
+    # the delta files hold no text: only keep flags (and the stats the filter set)
+    stored = [fmt.decode(open(s.data_path(i, n, 0), "rb").read()).column_names for i, n in ((1, "f"), (2, "d"))]
+    assert stored == [["__dj__stats__", "__dj__delta_keep__"], ["__dj__delta_keep__"]]
+
+
+def test_a_delta_is_invalid_once_its_base_is_torn_or_gone(tmp_path):
+    s, _, _ = _delta_chain(tmp_path)
+    path = s.data_path(0, "m", 0)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-5])  # the base, two links down, is torn
+    assert s.load_valid(1, "f", 0, "h", "f1") is None
+    assert s.load_valid(2, "d", 0, "h", "f2") is None
+    s2, _, _ = _delta_chain(tmp_path / "again")
+    os.remove(s2.marker_path(1, "f", 0))  # the middle link was never committed
+    assert s2.load_valid(2, "d", 0, "h", "f2") is None
+    assert s2.load_valid(0, "m", 0, "h", "f0") is not None  # what is still valid still loads
+
+
+def test_a_delta_whose_row_count_does_not_match_its_base_is_ignored(tmp_path):
+    s, _, _ = _delta_chain(tmp_path)
+    marker_path = s.marker_path(2, "d", 0)
+    marker = json.load(open(marker_path))
+    marker["delta"]["base_rows"] = 7
+    open(marker_path, "w").write(json.dumps(marker))
+    assert s.load_valid(2, "d", 0, "h", "f2") is None
