@@ -211,6 +211,8 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
         "How to run it and what each section measures: [benchmarks.md](benchmarks.md#gathered-run-benchrun_allpy).",
         "",
     ]
+    if results.get("snapshot"):
+        head += [f"Code: a snapshot of commit `{results['snapshot']['commit'][:10]}` (`--snapshot`).", ""]
     if cfg.get("quick"):
         head += ["> **Smoke-run figures** (small sizes): they show that every section works, not how fast the "
                  "code is.  The full run replaces them.", ""]

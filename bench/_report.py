@@ -140,10 +140,13 @@ def summarize(results: dict) -> dict:
     bars.append({"bar": f"end-to-end at {BAR_E2E_SIZE} rows <= {BAR_E2E_RATIO:g}x Data-Juicer's wall time",
                  "value": None if ratio is None else f"{ratio:.2f}x ({e2e['ours_wall_s']:.1f} s vs {e2e['dj_wall_s']:.1f} s)",
                  "pass": None if ratio is None else ratio <= BAR_E2E_RATIO})
-    su = (s.get("startup_ours_1row") or {})
-    su_t = su.get("wall_s") if su.get("rc") == 0 else None
-    bars.append({"bar": f"fixed start-up (1-row run) < {BAR_STARTUP_S:g} s",
-                 "value": None if su_t is None else f"{su_t:.1f} s",
+    # The issue defines the fixed start-up on an empty input; the 1-row run (which
+    # also starts Ray and runs every op once) is shown beside it.
+    su0, su1 = (s.get("startup_ours_0row") or {}), (s.get("startup_ours_1row") or {})
+    su_t = su0.get("wall_s") if su0.get("rc") == 0 else None
+    one = f"; 1-row run {su1['wall_s']:.1f} s" if su1.get("rc") == 0 else ""
+    bars.append({"bar": f"fixed start-up (empty input) < {BAR_STARTUP_S:g} s",
+                 "value": None if su_t is None else f"{su_t:.1f} s{one}",
                  "pass": None if su_t is None else su_t < BAR_STARTUP_S})
     hs = s.get("hash")
     bars.append({"bar": "partition hashing >= 1 GB/s per core (JSONL byte-stream kernel)",

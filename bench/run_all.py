@@ -46,6 +46,7 @@ except ImportError as _exc:  # pragma: no cover - wrong interpreter
 
 import _gathered_report  # noqa: E402
 import _sections  # noqa: E402
+import run_bench  # noqa: E402
 from run_bench import Bench, default_dj_venv, ensure_corpus, log, machine_info  # noqa: E402
 
 SECTION_NAMES = ("checkpoint", "resume", "scale", "ops")
@@ -95,6 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-scale", type=float, default=1.0)
     p.add_argument("--infra-retries", type=int, default=2)
     p.add_argument("--keep-work", action="store_true", help="keep job directories (checkpoints) after each run")
+    p.add_argument("--snapshot", action="store_true",
+                   help="benchmark the committed code (git archive of HEAD's airflow_provider_dj/ first on "
+                        "PYTHONPATH), so edits made to the working tree during the run do not leak in")
     p.add_argument("--estimate-only", action="store_true", help="print the plan and its expected duration, then stop")
     p.add_argument("--render", metavar="JSON", help="only re-render report.md/report.svg from an earlier results.json")
     p.add_argument("--publish", action="store_true",
@@ -230,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out = os.path.abspath(a.out or os.path.join(HERE, "results", ts))
     if a.nice:
         os.nice(a.nice)
+    snapshot = run_bench.make_snapshot(a.out) if a.snapshot else None
     b = Bench(a)
     b.data_dir = os.path.abspath(a.data_dir)
     os.makedirs(b.data_dir, exist_ok=True)
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                      "config": {k: getattr(a, k) for k in ("quick", "sizes", "ck_rows", "repeats", "partition_rows",
                                                            "sweep_at", "ops_rows", "ops_repeats", "skip_dj", "seed",
                                                            "quiet_wait", "nice", "sections")},
-                     "estimate_s": pl["total_s"], "sections": {}, "notes": []}
+                     "estimate_s": pl["total_s"], "sections": {}, "notes": [], "snapshot": snapshot}
     m = results["machine"]
     log(f"machine: {m['nproc']} cores ({m['cpu_model']}), {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
         f"load {m['loadavg_start']}; results in {a.out}")
