@@ -549,21 +549,16 @@ def main(argv: list[str] | None = None) -> int:
     # Fixed start-up cost
     startup: dict = {}
     if not args.skip_startup:
-        reps = [b.run_ours("1row" if k == 0 else f"1row_r{k + 1}", corpora[1], 1, "1")
-                for k in range(max(1, args.startup_repeats))]
-        ok = [r for r in reps if r["rc"] == 0]
-        # The fastest successful repeat: the least disturbed by other load.
-        startup["ours_1row"] = min(ok, key=lambda r: r["wall_s"]) if ok else reps[0]
-        if len(reps) > 1:
-            startup["ours_1row_repeats"] = [{"wall_s": r["wall_s"], "rc": r["rc"], "foreign_cpu_s": r["foreign_cpu_s"],
-                                             "log_path": r["log_path"]} for r in reps]
-        zero = [b.run_ours("0row" if k == 0 else f"0row_r{k + 1}", corpora[0], 0, "1")
-                for k in range(max(1, args.startup_repeats))]
-        ok0 = [r for r in zero if r["rc"] == 0]
-        startup["ours_0row"] = min(ok0, key=lambda r: r["wall_s"]) if ok0 else zero[0]
-        if len(zero) > 1:
-            startup["ours_0row_repeats"] = [{"wall_s": r["wall_s"], "rc": r["rc"], "foreign_cpu_s": r["foreign_cpu_s"],
-                                             "log_path": r["log_path"]} for r in zero]
+        for rows, tag in ((1, "1row"), (0, "0row")):
+            reps = [b.run_ours(tag if k == 0 else f"{tag}_r{k + 1}", corpora[rows], rows, "1")
+                    for k in range(max(1, args.startup_repeats))]
+            ok = [r for r in reps if r["rc"] == 0]
+            # The fastest successful repeat: the least disturbed by other load.
+            startup[f"ours_{tag}"] = min(ok, key=lambda r: r["wall_s"]) if ok else reps[0]
+            if len(reps) > 1:
+                startup[f"ours_{tag}_repeats"] = [{"wall_s": r["wall_s"], "rc": r["rc"],
+                                                   "foreign_cpu_s": r["foreign_cpu_s"], "log_path": r["log_path"]}
+                                                  for r in reps]
         if dj_exe:
             startup["dj_1row"] = b.run_dj("1row", corpora[1], 1, dj_exe)
             startup["dj_0row"] = b.run_dj("0row", corpora[0], 0, dj_exe)
