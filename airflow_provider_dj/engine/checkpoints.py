@@ -14,9 +14,10 @@ fingerprint, and the data file's size and checksum match: a truncated file,
 a missing marker or a checkpoint from a different input or recipe are all
 ignored (and recomputed), never loaded.
 
-A checkpoint after a filter or a global keep mask may be a *delta*: the keep
-flags over the rows of the checkpoint just before it plus the columns the op
-set (its stats), marked with ``delta`` in the commit marker.  It is rebuilt
+A checkpoint may be a *delta* on the checkpoint just before it: after a
+filter or a global keep mask, the keep flags plus the columns the op set (its
+stats); after a mapper, the new values of the rows it changed plus a flag
+column per patched column.  The commit marker says ``delta``.  It is rebuilt
 from that base on load and is valid only while the base is; retention removes
 a partition's checkpoints together, so a base never goes before its deltas.
 """
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS_DIR = "checkpoints"
 MARKER_SUFFIX = ".commit.json"
 DELTA_KEEP_COLUMN = "__dj__delta_keep__"
+PATCH_FLAG_PREFIX = "__dj__delta_set__"  # == op_runner.PATCH_FLAG_PREFIX (op_runner imports ops; this module must not)
 MAX_DELTA_CHAIN = 64  # deltas stack one per op; a longer chain means a corrupt marker loop
 
 
@@ -216,10 +219,13 @@ class CheckpointStore:
             return None
         out = base.table
         for name in stored.column_names:
-            if name == DELTA_KEEP_COLUMN:
+            if name == DELTA_KEEP_COLUMN or name.startswith(PATCH_FLAG_PREFIX):
                 continue
             idx = out.schema.get_field_index(name)
             col = stored.column(name)
+            flag = PATCH_FLAG_PREFIX + name
+            if flag in stored.column_names:  # a patch: new values on the flagged rows, the base's elsewhere
+                col = pc.if_else(stored.column(flag), col, out.column(idx))
             out = out.set_column(idx, name, col) if idx >= 0 else out.append_column(name, col)
         return out.filter(stored.column(DELTA_KEEP_COLUMN)).select(delta["columns"])
 

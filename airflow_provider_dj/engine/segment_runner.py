@@ -24,7 +24,7 @@ from airflow_provider_dj.engine.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import JobContext
-from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op
+from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op, mapper_delta
 from airflow_provider_dj.engine.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.partitioning import read_partition
 from airflow_provider_dj.engine.tracer import tracer_for_partition
@@ -149,14 +149,18 @@ def run_segment(
 
     ckpt = CheckpointPipeline()  # mid-segment checkpoints overlap the next op (engine.checkpoint_pipeline)
 
-    def checkpoint_writer(i: int, out: pa.Table, outcome, base_state: int | None):
-        """The write of op i's checkpoint, as a call: a delta on the checkpoint of state i-1 when the op
-        only dropped rows and set a few columns and that checkpoint holds exactly its input, else whole."""
+    def checkpoint_writer(i: int, table_in: pa.Table, out: pa.Table, outcome, base_state: int | None):
+        """The write of op i's checkpoint, as a call: a delta on the checkpoint of state i-1 when that
+        checkpoint holds exactly the op's input and the op dropped rows or changed little, else whole.
+        The delta of a mapper is worked out inside the call, so in the background writer."""
         acct = list(accounting)
         name = ops_by_index[i].name
-        delta = getattr(outcome, "delta", None)
-        if delta is not None and base_state == i - 1 and store.supports_delta:
+        if base_state == i - 1 and store.supports_delta:
             def write() -> None:
+                delta = outcome.delta if outcome.delta is not None else mapper_delta(table_in, out)
+                if delta is None:
+                    _save_and_discard(store, events, i, name, partition_id, out, phash, fp(i), acct, job_dir)
+                    return
                 path = store.save_delta(op_index=i, op_name=name, partition_id=partition_id, keep=delta.keep,
                                         columns=delta.columns, out_columns=out.column_names, out_rows=out.num_rows,
                                         base_op_index=i - 1, base_op_name=ops_by_index[i - 1].name,
@@ -242,7 +246,7 @@ def run_segment(
                         status="running")
             faults.maybe_fail(job_dir, fault_spec, partition_id, g, point="op_start")
             outcome = apply_keep_mask(op, g, table, mask_cp.table.column(MASK_COLUMN).combine_chunks())
-            table = outcome.table
+            table_in, table = table, outcome.table
             accounting.append(outcome.accounting)
             events.emit("op_complete", partition_id=partition_id, op_index=g, op_name=op.name,
                         input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
@@ -254,7 +258,7 @@ def run_segment(
             result.ops_run.append(g)
             state = g
             if g in points:
-                checkpoint_writer(g, table, outcome, committed_state)()
+                checkpoint_writer(g, table_in, table, outcome, committed_state)()
                 committed_state = g
             else:
                 committed_state = None
@@ -303,7 +307,7 @@ def run_segment(
             _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows, outcome.failed_reasons)
         if tracer is not None:  # candidates are durable before any checkpoint after op i (engine.tracer)
             tracer.observe(i, op, table, outcome)
-        table = outcome.table
+        table_in, table = table, outcome.table
         accounting.append(outcome.accounting)
         result.ops_run.append(i)
         result.failed_rows += outcome.accounting["failed"]
@@ -321,10 +325,10 @@ def run_segment(
             progress(partition_id, i, n, total_ops)
         if i in points and i != target:
             # Mid-segment: written while op i+1 runs.  Batch cursors up to op i go only after the commit.
-            ckpt.submit(checkpoint_writer(i, table, outcome, committed_state))
+            ckpt.submit(checkpoint_writer(i, table_in, table, outcome, committed_state))
         elif i in points:
             ckpt.flush()
-            checkpoint_writer(i, table, outcome, committed_state)()
+            checkpoint_writer(i, table_in, table, outcome, committed_state)()
         committed_state = i if i in points else None
         if fault_spec:
             ckpt.flush()  # an injected fault after op i finds op i's checkpoint committed, as without the pipeline

@@ -190,3 +190,41 @@ def test_a_delta_whose_row_count_does_not_match_its_base_is_ignored(tmp_path):
     marker["delta"]["base_rows"] = 7
     open(marker_path, "w").write(json.dumps(marker))
     assert s.load_valid(2, "d", 0, "h", "f2") is None
+
+
+def test_a_mapper_checkpoint_stores_only_the_rows_it_changed(tmp_path):
+    from airflow_provider_dj.engine.op_runner import mapper_delta
+
+    n = 1000
+    base = pa.table({"text": [f"row {i} " + "x" * 200 for i in range(n)], "meta": list(range(n)),
+                     "note": ["keep"] * n, "__dj__input_row__": list(range(n))})
+    text = base.column("text").to_pylist()
+    text[3], text[500] = "mail removed", None  # a changed value and a value the op cleared
+    notes = base.column("note").to_pylist()
+    notes[7] = "edited"
+    out = base.set_column(0, "text", pa.array(text)).set_column(2, "note", pa.array(notes)) \
+        .append_column("lang", pa.array(["en"] * n))
+    delta = mapper_delta(base, out)
+    assert delta is not None and delta.keep.to_pylist() == [True] * n
+    assert delta.columns.column("__dj__delta_set__text").to_pylist().count(True) == 2
+    assert "meta" not in delta.columns.column_names  # passed through: not stored
+    assert delta.columns.nbytes < base.nbytes // 10
+
+    s = CheckpointStore(str(tmp_path))
+    s.save(op_index=0, op_name="m0", partition_id=0, table=base, partition_hash="h", fingerprint="f0", accounting=[])
+    s.save_delta(op_index=1, op_name="m1", partition_id=0, keep=delta.keep, columns=delta.columns,
+                 out_columns=out.column_names, out_rows=out.num_rows, base_op_index=0, base_op_name="m0",
+                 base_fingerprint="f0", partition_hash="h", fingerprint="f1", accounting=[])
+    got = s.load_valid(1, "m1", 0, "h", "f1").table
+    assert got.column_names == out.column_names and got.to_pylist() == out.to_pylist()
+    assert os.path.getsize(s.data_path(1, "m1", 0)) < os.path.getsize(s.data_path(0, "m0", 0)) // 10
+
+
+def test_no_mapper_delta_when_rows_moved_or_most_data_changed():
+    from airflow_provider_dj.engine.op_runner import mapper_delta
+
+    base = pa.table({"text": ["a" * 50, "b" * 50, "c" * 50], "__dj__input_row__": [0, 1, 2]})
+    assert mapper_delta(base, base.take([2, 1, 0])) is None  # same count, other rows
+    assert mapper_delta(base, base.set_column(0, "text", pa.array(["A" * 50, "B" * 50, "C" * 50]))) is None
+    unchanged = mapper_delta(base, base)
+    assert unchanged is not None and unchanged.columns.num_columns == 0
