@@ -188,7 +188,8 @@ class CheckpointStore:
 
     def save_delta(self, *, op_index: int, op_name: str, partition_id: int, keep: pa.Array, columns: pa.Table,
                    out_columns: list[str], out_rows: int, base_op_index: int, base_op_name: str,
-                   base_fingerprint: str, partition_hash: str, fingerprint: str, accounting: list[dict]) -> str:
+                   base_fingerprint: str, partition_hash: str, fingerprint: str, accounting: list[dict],
+                   depth: int = 1) -> str:
         """A checkpoint stored as a delta on the committed checkpoint of the state before it.
 
         After a filter or a global keep mask the output is the input's rows
@@ -200,7 +201,7 @@ class CheckpointStore:
         stored = columns.append_column(DELTA_KEEP_COLUMN, keep) if columns.num_columns else \
             pa.table({DELTA_KEEP_COLUMN: keep})
         delta = {"base_op_index": base_op_index, "base_op_name": base_op_name, "base_fingerprint": base_fingerprint,
-                 "base_rows": len(keep), "columns": list(out_columns)}
+                 "base_rows": len(keep), "columns": list(out_columns), "depth": depth}
         return self.save(op_index=op_index, op_name=op_name, partition_id=partition_id, table=stored,
                          partition_hash=partition_hash, fingerprint=fingerprint, accounting=accounting,
                          extra={"delta": delta}, num_rows=out_rows)
