@@ -176,7 +176,7 @@ def run_segment(
                                         base_fingerprint=fp(i - 1), partition_hash=phash, fingerprint=fp(i),
                                         accounting=acct, depth=written[i])
                 events.emit("checkpoint_save", partition_id=partition_id, op_index=i, op_name=name,
-                            output_rows=out.num_rows, checkpoint_path=path, note=f"delta on op {i - 1}")
+                            output_rows=out.num_rows, checkpoint_path=path, delta_of_op=i - 1)
                 discard_superseded(job_dir, partition_id, i)
             return write
         written[i] = 0
