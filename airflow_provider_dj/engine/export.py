@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,12 +85,30 @@ class _HashingWriter:
         return False
 
 
-def _clean(table: pa.Table, keep_stats: bool) -> pa.Table:
+def _write_table(table: pa.Table, out) -> int:
+    write_jsonl(table, out)
+    return table.num_rows
+
+
+def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int]:
+    """Copy each part file into the export in order; yield its row count."""
+    for part in part_source():
+        with storage.open_read(part["path"]) as fh:
+            for chunk in storage.iter_chunks(fh):
+                out.write(chunk)
+        yield part["rows"]
+
+
+def clean_for_export(table: pa.Table, keep_stats: bool) -> pa.Table:
+    """Drop the engine's ``__dj__`` columns (stats kept when the recipe says so)."""
     drop = [c for c in table.column_names if c.startswith("__dj__") and not (keep_stats and c == STATS_COLUMN)]
     return table.drop_columns(drop) if drop else table
 
 
-def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None) -> dict:
+def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None,
+               part_source: Callable[[], Iterator[dict]] | None = None) -> dict:
+    """``part_source`` (JSONL exports only): yields each partition's serialized part, in partition
+    order, from parallel workers (engine/export_parts.py); without it, this process serializes."""
     ctx = JobContext(job_dir)
     recipe, plan = ctx.recipe, ctx.plan
     parts = ctx.partitioning_info["partitions"]
@@ -116,7 +135,7 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             cp = store.load_valid(final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint)
             if cp is None:
                 raise MissingFinalCheckpointError(f"partition {p['partition_id']}: final checkpoint is torn; clear its task")
-            yield _clean(cp.table, recipe.keep_stats_in_res_ds)
+            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds)
 
     rows = 0
     with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id) as raw:
@@ -128,19 +147,23 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             rows = table.num_rows
         else:
             fault_spec = load_faults(job_dir)
-            for n, t in enumerate(tables()):
-                write_jsonl(t, out)
-                rows += t.num_rows
+            for n, nrows in enumerate(_jsonl_parts(part_source, out) if part_source else
+                                      (_write_table(t, out) for t in tables())):
+                rows += nrows
                 if n == 0:
                     out.flush()
                     maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
+    if part_source is not None:
+        from airflow_provider_dj.engine.export_parts import remove_parts
+
+        remove_parts(job_dir)  # only once the export is committed
     checksum, nbytes = out.h.hexdigest(), out.n
     expected = per_op[-1]["rows_out"] if per_op else 0
     if rows != expected:
         raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
     duration = time.perf_counter() - t0
     events.emit("export_complete", export_path=recipe.export_path, output_rows=rows, duration=round(duration, 6),
-                checksum=checksum)
+                checksum=checksum, serialized_in_parallel=part_source is not None or None)
     summary = {
         "job_id": ctx.job_id,
         "status": "completed",

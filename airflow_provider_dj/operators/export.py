@@ -17,9 +17,26 @@ class ExportOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
 
-    def __init__(self, *, job_dir: str, **kwargs: Any) -> None:
+    def __init__(self, *, job_dir: str, ray_conn_id: str | None = "ray_default", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job_dir = job_dir
+        self.ray_conn_id = ray_conn_id
+
+    def _part_source(self, ctx: JobContext):
+        """Parallel JSONL serialization on Ray for big exports (engine/export_parts.py); None: in this task."""
+        from airflow_provider_dj.engine import export_parts
+
+        info = ctx.partitioning_info
+        parts = [p["partition_id"] for p in info["partitions"]]
+        if ctx.recipe.export_path.endswith(".parquet") or len(parts) < 2 or \
+                info["total_rows"] < export_parts.parallel_export_min_rows():
+            return None
+        from airflow_provider_dj.hooks.ray import RayHook
+
+        ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.log.info("Serializing %d partitions to JSONL on Ray, %d at a time", len(parts), max(1, cpus))
+        return export_parts.parts_on_ray(ray, self.job_dir, parts, max_in_flight=max(1, cpus))
 
     def execute(self, context: Any) -> dict:
         if is_job_complete(self.job_dir):
@@ -42,7 +59,8 @@ class ExportOperator(BaseOperator):
         ctx = JobContext(self.job_dir)
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
-        summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at)
+        summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at,
+                             part_source=self._part_source(ctx))
         job_lock.release(self.job_dir, context["dag_run"].run_id)
         EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
             "job_complete", status="completed", input_rows=summary["input"]["total_rows"],

@@ -125,6 +125,7 @@ class Case:
     seg0_all_done: bool = False
     global_status: str | None = None  # the resume's global_op_complete status, where it is deterministic
     seg1_skipped: tuple[int, ...] = ()  # segment-1 partitions the resume must find already complete
+    env: dict = field(default_factory=dict)  # extra environment for both runs
 
 
 def _kill(point: str, **kw) -> dict:
@@ -154,6 +155,9 @@ CASES = [
     # the export wrote its first partition into its temp file
     Case("export_mid", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
          seg1_skipped=(0, 1, 2, 3)),
+    # the same with the partitions serialized by Ray workers into part files (engine/export_parts.py)
+    Case("export_mid-parallel", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
+         seg1_skipped=(0, 1, 2, 3), env={"DJ_PARALLEL_EXPORT_MIN_ROWS": "0"}),
     # every_n_ops n=2 checkpoints ops 1, 3 (and the final 4): a kill after op 2 goes back to op 1
     Case("every_n_ops2-after_op-p1-op2", _kill("after_op", partition_id=1, op_index=2), flags=EVERY_N_OPS_2,
          seg0={1: (1, [2, 3])}),
@@ -217,24 +221,26 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     export = env.export_path(case.id)
     os.makedirs(os.path.dirname(export))
     sentinel = b'{"text": "previous export, must survive a crashed run"}\n'
-    if case.id == "export_mid":
+    if case.id.startswith("export_mid"):
         with open(export, "wb") as fh:  # an earlier export at the same path: a crash must not replace it
             fh.write(sentinel)
     write_faults(job_dir, [case.fault])
     flags = [*RUN_FLAGS, "--set", f"export_path={export}", *case.flags]
 
     run = run_cli(["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, f"{job_id}.log"),
-                  env_extra=CLI_ENV)
+                  env_extra={**CLI_ENV, **case.env})
     assert run.killed, f"expected the run to be SIGKILLed, got rc={run.rc}:\n{tail(run.output)}"
     assert live_session_members(run.pid) == []
     assert fired(job_dir) == ["fault0_0"]
     assert f"Resume token: {job_id}." in run.output
     assert not os.path.exists(os.path.join(job_dir, "job_summary.json"))
-    if case.id == "export_mid":
+    if case.id.startswith("export_mid"):
         with open(export, "rb") as fh:
             assert fh.read() == sentinel, "the crashed export replaced the previous file: export is not atomic"
         partial = glob.glob(os.path.join(os.path.dirname(export), ".out.jsonl.tmp-*"))
         assert len(partial) == 1 and 0 < os.path.getsize(partial[0]) < len(env.ref_export)  # killed mid-write
+        if case.env:  # Ray workers had written part files, which the kill left behind
+            assert glob.glob(os.path.join(job_dir, "export_parts", "part_*.jsonl"))
     else:
         assert os.listdir(os.path.dirname(export)) == [], "a crashed run left an export (or a partial one)"
     with open(os.path.join(job_dir, "metadata", "runner.lock")) as fh:
@@ -243,8 +249,10 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     _check_left_behind(env, case, job_dir)
 
     resume = run_cli(["run", env.recipe, "--resume", job_id, *flags], os.path.join(env.root, f"{job_id}.resume.log"),
-                     env_extra=CLI_ENV)
+                     env_extra={**CLI_ENV, **case.env})
     assert resume.rc == 0, tail(resume.output)
+    if case.env.get("DJ_PARALLEL_EXPORT_MIN_ROWS") == "0":  # parts left by the kill are rewritten, then removed
+        assert not os.path.exists(os.path.join(job_dir, "export_parts"))
     assert f"took over a stale lock (holder pid {run.pid} on this host is gone" in resume.output
     _assert_resumed_like_reference(env, job_id, export)
     _check_resume_work(case, job_dir, resume.started_at)
