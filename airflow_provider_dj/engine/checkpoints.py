@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -184,7 +185,9 @@ class CheckpointStore:
 
     @property
     def supports_delta(self) -> bool:
-        return self.fmt.format in ("parquet", "arrow")  # typed columns round-trip exactly; JSONL's would not
+        """Parquet and Arrow only (typed columns round-trip exactly; JSONL's would not), and not when
+        ``DJ_DELTA_CHECKPOINTS=0`` asks for whole tables (e.g. to read checkpoints with other tools)."""
+        return self.fmt.format in ("parquet", "arrow") and os.environ.get("DJ_DELTA_CHECKPOINTS", "1") != "0"
 
     def save_delta(self, *, op_index: int, op_name: str, partition_id: int, keep: pa.Array, columns: pa.Table,
                    out_columns: list[str], out_rows: int, base_op_index: int, base_op_name: str,
@@ -297,3 +300,17 @@ class CheckpointStore:
 
     def remove_op_dir(self, op_index: int, op_name: str) -> None:
         storage.remove_tree(self.op_dir(op_index, op_name))
+
+
+def read_checkpoint(job_dir: str, op_index: int, partition_id: int) -> pa.Table | None:
+    """The table after op ``op_index`` for one partition, whole or rebuilt from deltas, exactly as a
+    resume would load it; None when that checkpoint is absent or invalid.  For people and tools that
+    inspect intermediate data: a delta checkpoint's own file holds only keep flags and patches."""
+    from airflow_provider_dj.engine.job import JobContext
+
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    part = ctx.partition(partition_id)
+    cp = CheckpointStore(job_dir, ctx.storage_format).load_valid(op_index, op.name, partition_id,
+                                                                 part["content_hash"], op.fingerprint)
+    return None if cp is None else cp.table

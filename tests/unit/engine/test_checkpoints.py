@@ -228,3 +228,32 @@ def test_no_mapper_delta_when_rows_moved_or_most_data_changed():
     assert mapper_delta(base, base.set_column(0, "text", pa.array(["A" * 50, "B" * 50, "C" * 50]))) is None
     unchanged = mapper_delta(base, base)
     assert unchanged is not None and unchanged.columns.num_columns == 0
+
+
+def test_delta_checkpoints_can_be_turned_off(tmp_path, monkeypatch):
+    assert CheckpointStore(str(tmp_path)).supports_delta
+    assert not CheckpointStore(str(tmp_path), StorageFormat("jsonl", "none")).supports_delta
+    monkeypatch.setenv("DJ_DELTA_CHECKPOINTS", "0")
+    assert not CheckpointStore(str(tmp_path)).supports_delta
+
+
+def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeypatch):
+    from airflow_provider_dj.engine.checkpoints import read_checkpoint
+
+    data = write_corpus(str(tmp_path / "in.jsonl"), 300, seed=5)
+    jobs = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("DJ_DELTA_CHECKPOINTS", mode)
+        (tmp_path / f"r{mode}.yaml").write_text(RECIPE.format(data=data, out=tmp_path / f"out{mode}.jsonl"))
+        jobs[mode] = prepare_job(load_recipe(tmp_path / f"r{mode}.yaml"), job_id=f"d{mode}").job_dir
+        _run_all(jobs[mode], 2)
+    assert (tmp_path / "out1.jsonl").read_bytes() == (tmp_path / "out0.jsonl").read_bytes()
+    deltas = 0
+    for op_index, name in enumerate(["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter",
+                                     "document_deduplicator"]):
+        for pid in (0, 1):
+            whole, delta = read_checkpoint(jobs["0"], op_index, pid), read_checkpoint(jobs["1"], op_index, pid)
+            assert whole is not None and whole.to_pylist() == delta.to_pylist()
+            assert "delta" not in json.load(open(CheckpointStore(jobs["0"]).marker_path(op_index, name, pid)))
+            deltas += "delta" in json.load(open(CheckpointStore(jobs["1"]).marker_path(op_index, name, pid)))
+    assert deltas >= 4  # the filter's and the dedup's at least
