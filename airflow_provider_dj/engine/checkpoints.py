@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS_DIR = "checkpoints"
 MARKER_SUFFIX = ".commit.json"
 DELTA_KEEP_COLUMN = "__dj__delta_keep__"
-PATCH_FLAG_PREFIX = "__dj__delta_set__"  # == op_runner.PATCH_FLAG_PREFIX (op_runner imports ops; this module must not)
+PATCH_FLAG_PREFIX = "__dj__delta_set__"  # + column name: which rows of a patched column the op changed
 MAX_DELTA_CHAIN = 64  # deltas stack one per op; a longer chain means a corrupt marker loop
 
 

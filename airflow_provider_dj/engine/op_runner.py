@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.engine.checkpoints import PATCH_FLAG_PREFIX
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
 
 
@@ -55,7 +56,6 @@ def _same_data(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
     return True
 
 
-PATCH_FLAG_PREFIX = "__dj__delta_set__"  # + column name: which rows of a patched column the op changed
 _ROW_ID = "__dj__input_row__"
 
 
