@@ -27,7 +27,12 @@ DEFAULT_MIN_ROWS = 200_000
 
 
 def parallel_export_min_rows() -> int:
-    return int(os.environ.get("DJ_PARALLEL_EXPORT_MIN_ROWS", DEFAULT_MIN_ROWS))
+    raw = os.environ.get("DJ_PARALLEL_EXPORT_MIN_ROWS", str(DEFAULT_MIN_ROWS))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"DJ_PARALLEL_EXPORT_MIN_ROWS={raw!r} is not a whole number of rows; set it to e.g. "
+                         f"{DEFAULT_MIN_ROWS} (0: always serialize in parallel) or unset it") from None
 
 
 def part_path(job_dir: str, partition_id: int) -> str:

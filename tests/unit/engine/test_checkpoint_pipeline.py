@@ -63,3 +63,11 @@ def test_disabled_pipeline_writes_synchronously(monkeypatch):
     seen: list[str] = []
     pipe.submit(lambda: seen.append(threading.current_thread().name))
     assert seen == [threading.current_thread().name]
+
+
+def test_a_bad_parallel_export_threshold_names_the_variable(monkeypatch):
+    from airflow_provider_dj.engine.export_parts import parallel_export_min_rows
+
+    monkeypatch.setenv("DJ_PARALLEL_EXPORT_MIN_ROWS", "lots")
+    with pytest.raises(ValueError, match=r"DJ_PARALLEL_EXPORT_MIN_ROWS='lots' is not a whole number of rows"):
+        parallel_export_min_rows()
