@@ -21,6 +21,12 @@ _BUILTIN_MODULES = (
     "airflow_provider_dj.ops.filters_text",
     "airflow_provider_dj.ops.filters_fields",
     "airflow_provider_dj.ops.near_dedup",
+    "airflow_provider_dj.ops.filters_words",
+    "airflow_provider_dj.ops.mappers_latex",
+    "airflow_provider_dj.ops.mappers_words",
+    # fastText / KenLM / SentencePiece are imported on the op's first use, never at registration.
+    "airflow_provider_dj.ops.language_id",
+    "airflow_provider_dj.ops.perplexity",
     # Imports nothing heavy: torch and the model load on the op's first batch.
     "airflow_provider_dj.ops.text_embedding",
     "airflow_provider_dj.ops.llm_api",

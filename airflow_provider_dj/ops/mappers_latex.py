@@ -1,0 +1,3 @@
+"""LaTeX cleaners of Data-Juicer's arXiv recipe (issue 11)."""
+
+from __future__ import annotations
