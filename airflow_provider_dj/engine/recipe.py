@@ -53,13 +53,36 @@ def sanitize_dag_id(project_name: str) -> str:
 # --------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------
+class _RecipeYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads exponent numbers without a dot (``2e5``, ``1e-3``).
+
+    YAML 1.1 (PyYAML) reads ``max_len: 2e5`` as the *string* '2e5'; Data-Juicer's
+    config parser (jsonargparse) reads it as the number, and its shipped recipes
+    use it (pile-philpaper-refine: ``max_len: 5e5``).  A whole value (``5e5``)
+    becomes an int so that it passes as an op's int argument; others stay float.
+    """
+
+
+_EXP_NUMBER = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+
+
+def _construct_exp_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    text = loader.construct_scalar(node)
+    value = float(text)
+    return int(value) if "." not in text and value.is_integer() else value
+
+
+_RecipeYamlLoader.add_implicit_resolver("tag:dj-airflow:exp-number", _EXP_NUMBER, list("-+0123456789."))
+_RecipeYamlLoader.add_constructor("tag:dj-airflow:exp-number", _construct_exp_number)
+
+
 def load_recipe(path: str | os.PathLike, overrides: dict | None = None, *,
                 override_source: str = "dag_run.conf") -> Recipe:
     """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=_RecipeYamlLoader)  # noqa: S506 - a SafeLoader subclass
     except FileNotFoundError:
         raise RecipeError(path, None, "recipe file not found") from None
     except yaml.YAMLError as exc:
