@@ -2,13 +2,51 @@
 
 The ``ray`` connection's extra fields are declared as ``conn-fields`` (the
 Airflow 3.2+ declarative form) so the UI renders them without importing the
-hook, and so only these keys are offered: the hook allowlists them again
-before anything reaches ``ray.init``.
+hook.  ``RAY_CONN_FIELDS`` is the one list of extras: the hook's allowlist
+(``hooks.ray.ALLOWED_EXTRAS``) is built from it, so the form can never offer
+a key the hook drops, nor the hook accept a key the form hides (they had
+drifted: three declared, five allowed).  This module imports nothing from
+Airflow, so the hook may import it.  tests/unit/test_provider_info.py checks
+the fields against the hook's behaviour and the ``triggers`` section against
+the trigger classes in ``airflow_provider_dj.triggers``.
 """
 
 from __future__ import annotations
 
+import copy
+
 from airflow_provider_dj import __version__
+
+INTEGRATION = "Data-Juicer recipes on Ray"
+
+# Every extra of a `ray` connection that reaches Ray: name -> its form field.
+RAY_CONN_FIELDS: dict[str, dict] = {
+    "address": {
+        "label": "Address (overrides host)",
+        "description": "Ray address, e.g. ray://ray-head:10001 or ray-head:6379; wins over host and port",
+        "schema": {"type": ["string", "null"]},
+    },
+    "namespace": {
+        "label": "Namespace",
+        "description": "Ray namespace for the job's tasks and actors",
+        "schema": {"type": ["string", "null"]},
+    },
+    "runtime_env": {
+        "label": "Runtime environment",
+        "description": "Ray runtime_env (JSON), e.g. pip packages or env_vars for remote workers",
+        "schema": {"type": ["object", "null"], "format": "json"},
+    },
+    "num_cpus": {
+        "label": "CPUs (embedded Ray only)",
+        "description": "CPUs for the embedded local head when no address is set",
+        "schema": {"type": ["integer", "null"], "minimum": 1},
+    },
+    "object_store_memory": {
+        "label": "Object store bytes (embedded Ray only)",
+        "description": "Object store size in bytes for the embedded local head when no address is set",
+        "schema": {"type": ["integer", "null"], "minimum": 1},
+    },
+}
 
 
 def get_provider_info() -> dict:
@@ -18,11 +56,11 @@ def get_provider_info() -> dict:
         "description": "Runs Data-Juicer-style recipes as fault-tolerant, partitioned, checkpointed jobs on Ray.",
         "versions": [__version__],
         "integrations": [
-            {"integration-name": "Data-Juicer recipes on Ray", "tags": ["software"]},
+            {"integration-name": INTEGRATION, "tags": ["software"]},
         ],
         "operators": [
             {
-                "integration-name": "Data-Juicer recipes on Ray",
+                "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_dj.operators.gpu_preflight",
                     "airflow_provider_dj.operators.resume_validator",
@@ -34,12 +72,18 @@ def get_provider_info() -> dict:
         ],
         "sensors": [
             {
-                "integration-name": "Data-Juicer recipes on Ray",
+                "integration-name": INTEGRATION,
                 "python-modules": ["airflow_provider_dj.sensors.checkpoint"],
             }
         ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_dj.triggers.checkpoint"],
+            }
+        ],
         "hooks": [
-            {"integration-name": "Data-Juicer recipes on Ray", "python-modules": ["airflow_provider_dj.hooks.ray"]}
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dj.hooks.ray"]}
         ],
         "connection-types": [
             {
@@ -51,23 +95,7 @@ def get_provider_info() -> dict:
                     "relabeling": {"host": "Ray address"},
                     "placeholders": {"host": "ray://ray-head:10001 or ray-head:6379"},
                 },
-                "conn-fields": {
-                    "namespace": {
-                        "label": "Namespace",
-                        "description": "Ray namespace for the job's tasks and actors",
-                        "schema": {"type": ["string", "null"]},
-                    },
-                    "runtime_env": {
-                        "label": "Runtime environment",
-                        "description": "Ray runtime_env (JSON), e.g. pip packages or env_vars for remote workers",
-                        "schema": {"type": ["object", "null"], "format": "json"},
-                    },
-                    "num_cpus": {
-                        "label": "CPUs (embedded Ray only)",
-                        "description": "CPUs for the embedded local head when no address is set",
-                        "schema": {"type": ["integer", "null"], "minimum": 1},
-                    },
-                },
+                "conn-fields": copy.deepcopy(RAY_CONN_FIELDS),
             }
         ],
     }

@@ -18,7 +18,8 @@ later task only connects to it (about a second instead of several).
 
 Only allowlisted connection extras reach ``ray.init`` (never the whole
 extra dict): ``namespace``, ``runtime_env``, ``num_cpus`` (embedded only),
-``object_store_memory`` (embedded only), ``address``.
+``object_store_memory`` (embedded only), ``address``: the keys of
+``provider_info.RAY_CONN_FIELDS``, which the connection form shows.
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ import sys
 import time
 from typing import Any
 
+from airflow_provider_dj.provider_info import RAY_CONN_FIELDS
+
 log = logging.getLogger(__name__)
 
-ALLOWED_EXTRAS = frozenset({"address", "namespace", "runtime_env", "num_cpus", "object_store_memory"})
+# The connection form's conn-fields and this allowlist are one list (provider_info.RAY_CONN_FIELDS), so the
+# UI offers exactly the extras that reach Ray.
+ALLOWED_EXTRAS = frozenset(RAY_CONN_FIELDS)
 
 try:  # Airflow is optional for the engine; the hook is usable without it in scripts.
     from airflow.sdk.bases.hook import BaseHook  # type: ignore[import-not-found]

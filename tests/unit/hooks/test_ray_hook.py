@@ -48,6 +48,6 @@ def test_provider_info_declares_ray_conn_fields():
     info = get_provider_info()
     ct = info["connection-types"][0]
     assert ct["connection-type"] == "ray" and ct["hook-class-name"].endswith("RayHook")
-    assert set(ct["conn-fields"]) == {"namespace", "runtime_env", "num_cpus"}
+    assert set(ct["conn-fields"]) == {"address", "namespace", "runtime_env", "num_cpus", "object_store_memory"}
     for field in ct["conn-fields"].values():
         assert {"label", "schema"} <= set(field)
