@@ -7,22 +7,21 @@ would crash on them, and inventing text for them would hide bad input).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Mapper, OpArgumentError
+from airflow_provider_dj.ops.base import Mapper
+from airflow_provider_dj.ops.patterns import DOTALL, check_replacement, compile_user_pattern, re2_replacement, to_re2
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import (
     VARIOUS_WHITESPACES,
     py_strip,
+    replace_each_char,
     replace_text,
     strip_raw_prefix,
     text_array,
-    replace_each_char,
-    translate_to_re2,
 )
 
 DEFAULT_EMAIL_PATTERN = r"[A-Za-z0-9.\-+_]+@[a-z0-9.\-+_]+\.[a-z]+"
@@ -35,19 +34,17 @@ class CleanEmailMapper(Mapper):
     ``pattern`` defaults to DJ's ``[A-Za-z0-9.\\-+_]+@[a-z0-9.\\-+_]+\\.[a-z]+``;
     note that its domain part is lowercase-only, so ``Bob@Example.COM`` is left
     alone exactly as DJ leaves it.  A custom pattern may be wrapped as
-    ``r'...'`` (DJ strips the wrapper) and is matched with DOTALL, as in DJ.
+    ``r'...'`` (DJ strips the wrapper) and is compiled, like DJ's, with the
+    ``regex`` package and DOTALL (``ops/patterns.py``), so ``\\p{L}``,
+    possessive quantifiers and ``\\X`` work as there.
 
-    Execution: DJ matches with the ``regex`` module.  When the pattern only
-    uses constructs on which RE2 and ``regex`` agree (see
-    ``text_kernels.translate_to_re2``: literals, sets, ``.``, \\d, \\s, groups,
+    Execution: when ``patterns.to_re2`` proves the pattern's RE2 form matches
+    exactly what ``regex`` matches (literals, sets, ``.``, \\d, \\s, groups,
     alternation, repeats, ``^``) and ``repl`` has no backslash, the
     substitution runs as one vectorized RE2 kernel; the default pattern always
-    does.  Otherwise (lookarounds, backreferences, \\b, ``$``, \\w, patterns
-    that can match the empty string, group references in ``repl``) it runs
-    row by row with Python's ``re``, which is exact except for ``regex``-only
-    corner cases (its \\s excludes U+001C..U+001F, its Unicode tables are
-    newer).  Patterns that ``re`` cannot compile (``regex``-only syntax such
-    as ``\\p{L}``) are rejected at validation, so a recipe never fails mid-run.
+    does.  Anything else runs row by row with ``regex`` itself.  A pattern or
+    ``repl`` that does not compile is refused at validation, naming the
+    position, so a recipe never fails mid-run.
     """
 
     name = "clean_email_mapper"
@@ -56,30 +53,15 @@ class CleanEmailMapper(Mapper):
         super().__init__(text_key=text_key, **common)
         self.pattern = DEFAULT_EMAIL_PATTERN if pattern is None else strip_raw_prefix(pattern)
         self.repl = repl
-        self._compiled = re.compile(self.pattern, re.DOTALL)
-        self._re2 = translate_to_re2(self.pattern) if "\\" not in repl else None
+        self._compiled = compile_user_pattern(self.pattern, op=self.name, arg="pattern", flags=DOTALL)
+        self._re2 = to_re2(self.pattern, DOTALL) if re2_replacement(repl) is not None else None
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
         pattern = args.get("pattern")
         raw = DEFAULT_EMAIL_PATTERN if pattern is None else strip_raw_prefix(pattern)
-        try:
-            compiled = re.compile(raw, re.DOTALL)
-        except re.error as exc:
-            raise OpArgumentError(
-                "pattern",
-                f"clean_email_mapper pattern {pattern!r} is not a valid Python regular expression ({exc}); "
-                "fix the pattern (regex-module-only syntax such as \\p{L} is not supported, "
-                "use an explicit character set instead)",
-            ) from None
-        try:
-            compiled.sub(args.get("repl", ""), "")  # validates group references / escapes in repl
-        except (re.error, IndexError) as exc:
-            raise OpArgumentError(
-                "repl",
-                f"clean_email_mapper repl {args.get('repl')!r} is not a valid replacement for pattern "
-                f"{raw!r} ({exc}); escape backslashes or refer only to groups the pattern defines",
-            ) from None
+        compiled = compile_user_pattern(raw, op=cls.name, arg="pattern", flags=DOTALL)
+        check_replacement(compiled, args.get("repl", ""), op=cls.name)
 
     def fingerprint_args(self) -> dict[str, Any]:
         return {**super().fingerprint_args(), "pattern": self.pattern, "repl": self.repl}

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
 from airflow_provider_dj.ops.mappers_text import python_rows
+from airflow_provider_dj.ops.patterns import DOTALL, check_replacement, compile_user_pattern, re2_replacement, to_re2
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import (
     REGEX_DIGIT,
@@ -30,7 +31,6 @@ from airflow_provider_dj.ops.text_kernels import (
     replace_text,
     strip_raw_prefix,
     text_array,
-    translate_to_re2,
 )
 
 
@@ -53,12 +53,12 @@ class PatternSubMapper(Mapper):
 
     The default pattern has an exact RE2 form (``_default_re2`` returns it and
     a replacement prefix that re-inserts captured context).  A custom pattern
-    runs as one RE2 kernel when ``text_kernels.translate_to_re2`` proves the
-    engines agree on it; otherwise, and whenever ``repl`` holds a backslash
-    (group references, escapes), rows go through Python's ``re``, which is
-    exact except for ``regex``-module-only corners (its \\w and \\b use newer
-    Unicode word tables, its \\s excludes U+001C..U+001F).  Patterns ``re``
-    cannot compile are rejected at validation.
+    is compiled as DJ compiles it, with the ``regex`` package and DOTALL
+    (``ops/patterns.py``: ``\\p{L}``, possessive quantifiers, ``\\X`` work),
+    and runs as one RE2 kernel only when ``patterns.to_re2`` proves the
+    engines agree on it and ``repl`` has no backslash; otherwise rows go
+    through ``regex`` itself.  A pattern or ``repl`` that does not compile is
+    rejected at validation with its position.
     """
 
     default_pattern: ClassVar[str] = ""
@@ -69,41 +69,28 @@ class PatternSubMapper(Mapper):
         self.repl = repl
         self._re2: str | None = None
         self._re2_repl = repl
-        if "\\" not in repl:
+        if re2_replacement(repl) is not None:
             if pattern is None:
                 self._re2, prefix = self._default_re2()
                 self._re2_repl = prefix + repl
             else:
-                self._re2 = translate_to_re2(self.pattern)
+                self._re2 = to_re2(self.pattern, DOTALL)
         self._is_default = pattern is None
         self._py = None if self._re2 is not None else self._python_pattern(pattern is None)
 
     def _default_re2(self) -> tuple[str | None, str]:
-        return translate_to_re2(self.default_pattern), ""
+        return to_re2(self.default_pattern, DOTALL), ""
 
-    def _python_pattern(self, is_default: bool) -> re.Pattern[str]:
-        return re.compile(self.pattern, re.DOTALL)
+    def _python_pattern(self, is_default: bool) -> Any:
+        """The per-row pattern: the user's, compiled with ``regex`` as DJ does."""
+        return compile_user_pattern(self.pattern, op=self.name, arg="pattern", flags=DOTALL)
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
         pattern = args.get("pattern")
         raw = cls.default_pattern if pattern is None else strip_raw_prefix(pattern)
-        try:
-            compiled = re.compile(raw, re.DOTALL)
-        except re.error as exc:
-            raise OpArgumentError(
-                "pattern",
-                f"{cls.name} pattern {pattern!r} is not a valid Python regular expression ({exc}); "
-                "regex-module-only syntax such as \\p{L} is not supported, use an explicit character set",
-            ) from None
-        try:
-            compiled.sub(args.get("repl", ""), "")
-        except (re.error, IndexError) as exc:
-            raise OpArgumentError(
-                "repl",
-                f"{cls.name} repl {args.get('repl')!r} is not a valid replacement for pattern {raw!r} ({exc}); "
-                "escape backslashes or refer only to groups the pattern defines",
-            ) from None
+        compiled = compile_user_pattern(raw, op=cls.name, arg="pattern", flags=DOTALL)
+        check_replacement(compiled, args.get("repl", ""), op=cls.name)
 
     def fingerprint_args(self) -> dict[str, Any]:
         return {**super().fingerprint_args(), "pattern": self.pattern, "repl": self.repl}
@@ -140,10 +127,6 @@ class CleanIpMapper(PatternSubMapper):
         r"([\da-fA-F]{1,4}:){7}[\da-fA-F]{1,4}"
     )
 
-    def _python_pattern(self, is_default: bool) -> re.Pattern[str]:
-        # Python's \d follows its own Unicode tables; spell out the regex module's.
-        pattern = self.default_pattern.replace("\\d", py_class_body(REGEX_DIGIT)) if is_default else self.pattern
-        return re.compile(pattern, re.DOTALL)
 
 
 # What the ``regex`` module's \w matches on str patterns (DJ 1.6.1 venv):
@@ -344,8 +327,8 @@ class CleanLinksMapper(PatternSubMapper):
     def _default_re2(self) -> tuple[str | None, str]:
         return links_re2_pattern(), "\\1\\2"
 
-    def _python_pattern(self, is_default: bool) -> re.Pattern[str]:
-        return links_python_pattern() if is_default else re.compile(self.pattern, re.DOTALL)
+    def _python_pattern(self, is_default: bool) -> Any:
+        return links_python_pattern() if is_default else super()._python_pattern(is_default)
 
     def _python_sub(self, arr: pa.Array) -> pa.Array:
         """Default pattern, ``repl`` with group references or escapes.

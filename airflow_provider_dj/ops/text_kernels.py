@@ -14,28 +14,18 @@ with Python, so every kernel here is pinned to the exact Python behaviour:
 * ``py_lower`` uses ``utf8_lower`` except on rows holding a character whose
   Python lowercase differs (U+0130, final sigma, Unicode-version drift), which
   are lowered by Python itself;
-* ``translate_to_re2`` turns a Python regex into an equivalent RE2 pattern
-  only for constructs on which the two engines agree, else returns None so callers fall
-  back to Python's ``re``.
+* user-written patterns (and their RE2 translation, where it is provably
+  exact) live in ``ops/patterns.py``, which builds on the sets above.
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
-
-try:  # Python >= 3.11
-    import re._constants as _sre_c
-    import re._parser as _sre_p
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_c  # type: ignore[no-redef]
-    import sre_parse as _sre_p  # type: ignore[no-redef]
 
 # Single code points of DJ's SPECIAL_CHARACTERS (string.punctuation, digits,
 # whitespace, its hand-made list and every one-code-point emoji of the
@@ -219,123 +209,6 @@ def hash128(arr: pa.Array) -> pa.FixedSizeBinaryArray:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(joined)])
 
 
-# --- Python regex -> RE2 ------------------------------------------------------
-_RE2_MAX_REPEAT = 1000
-_OK_FLAGS = re.UNICODE | re.DOTALL | re.VERBOSE | re.MULTILINE
-
-
-class _Untranslatable(Exception):
-    pass
-
-
-def _name(code: Any) -> str:
-    return getattr(code, "name", str(code))
-
-
-def _cp(c: int) -> str:
-    return chr(c) if chr(c).isascii() and chr(c).isalnum() else f"\\x{{{c:X}}}"
-
-
-def _category(name: str) -> tuple[frozenset[str], bool]:
-    """(set, negated) for \\d \\s \\D \\S as the ``regex`` module defines them."""
-    table = {
-        "CATEGORY_DIGIT": (REGEX_DIGIT, False),
-        "CATEGORY_NOT_DIGIT": (REGEX_DIGIT, True),
-        "CATEGORY_SPACE": (REGEX_SPACE, False),
-        "CATEGORY_NOT_SPACE": (REGEX_SPACE, True),
-    }
-    if name not in table:  # \w, \W: Unicode word definitions differ too much
-        raise _Untranslatable(name)
-    return table[name]
-
-
-def _emit_in(items: list[tuple[Any, Any]]) -> str:
-    cats = [av for op, av in items if _name(op) == "CATEGORY"]
-    if len(items) == 1 and cats:  # \d, \S, ... (the parser wraps them in a set)
-        members, negated = _category(_name(cats[0]))
-        return re2_class(members, negate=negated)
-    negate = False
-    chars: set[str] = set()
-    for op, av in items:
-        name = _name(op)
-        if name == "NEGATE":
-            negate = True
-        elif name == "LITERAL":
-            chars.add(chr(av))
-        elif name == "RANGE":
-            chars.update(map(chr, range(av[0], av[1] + 1)))
-        elif name == "CATEGORY":
-            members, negated = _category(_name(av))
-            if negated:
-                raise _Untranslatable("negated category inside a set")
-            chars |= members
-        else:
-            raise _Untranslatable(name)
-    if not chars:
-        raise _Untranslatable("empty set")
-    return re2_class(chars, negate=negate)
-
-
-def _emit(seq: Any) -> str:
-    out = []
-    for op, av in seq:
-        name = _name(op)
-        if name == "LITERAL":
-            out.append(_cp(av))
-        elif name == "NOT_LITERAL":
-            out.append(f"[^\\x{{{av:X}}}]")
-        elif name == "ANY":
-            out.append("(?s:.)")  # DJ always passes DOTALL
-        elif name == "IN":
-            out.append(_emit_in(av))
-        elif name == "CATEGORY":
-            members, negated = _category(_name(av))
-            out.append(re2_class(members, negate=negated))
-        elif name == "BRANCH":
-            out.append("(?:" + "|".join(_emit(alt) for alt in av[1]) + ")")
-        elif name == "SUBPATTERN":
-            _group, add_flags, del_flags, sub = av
-            if add_flags or del_flags:
-                raise _Untranslatable("inline flags")
-            out.append("(?:" + _emit(sub) + ")")
-        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
-            lo, hi, sub = av
-            unbounded = hi == _sre_c.MAXREPEAT
-            if lo > _RE2_MAX_REPEAT or (not unbounded and hi > _RE2_MAX_REPEAT):
-                raise _Untranslatable("repeat count")
-            quant = "{%d,%s}" % (lo, "" if unbounded else hi)
-            out.append("(?:" + _emit(sub) + ")" + quant + ("?" if name == "MIN_REPEAT" else ""))
-        elif name == "AT" and _name(av) in ("AT_BEGINNING", "AT_BEGINNING_STRING"):
-            out.append("\\A")
-        elif name == "AT" and _name(av) == "AT_END_STRING":
-            out.append("\\z")
-        else:  # $, \b, lookarounds, backrefs, atomic/possessive, conditionals
-            raise _Untranslatable(name)
-    return "".join(out)
-
-
-def translate_to_re2(pattern: str) -> str | None:
-    """An RE2 pattern matching exactly what ``pattern`` matches under DOTALL, or None.
-
-    Only constructs whose semantics coincide are translated: literals, sets,
-    ``.``, \\d and \\s (expanded to the ``regex`` module's sets, since RE2's
-    are ASCII-only), groups, alternation and greedy/lazy repeats, ``^``/\\A
-    and \\Z.  Patterns that can match the empty string are refused because
-    Python and RE2 disagree on where a substitution places empty matches.
-    RE2's leftmost-first search picks the same match as a backtracking
-    engine for all of these, so ``sub`` results are identical.
-    """
-    try:
-        parsed = _sre_p.parse(pattern, re.DOTALL)
-        if parsed.state.flags & ~_OK_FLAGS or parsed.getwidth()[0] == 0:
-            return None
-        out = _emit(parsed)
-        pc.replace_substring_regex(pa.array([""]), pattern=out, replacement="")  # RE2 must accept it
-        return out
-    except (_Untranslatable, re.error, pa.ArrowInvalid, RecursionError, OverflowError):
-        return None
-
-
 def strip_raw_prefix(pattern: str) -> str:
     """DJ accepts patterns written as r'...' / r"..." in YAML and drops the wrapper."""
     if len(pattern) > 2 and (
@@ -357,6 +230,6 @@ __all__ = [
     "re2_class",
     "replace_each_char",
     "replace_text",
+    "strip_raw_prefix",
     "text_array",
-    "translate_to_re2",
 ]

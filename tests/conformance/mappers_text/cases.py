@@ -70,6 +70,13 @@ def _fuzz_links(n: int = 40, seed: int = 7) -> list[str]:
 
 
 CLEAN_LINKS += _fuzz_links()
+# Unicode and CJK hosts and paths (for the regex-only custom patterns of variants.json)
+CLEAN_LINKS += [
+    "见 http://例子.中国/路径 和 https://münchen.de/straße。",
+    "中文链接https://中文.cn/页面，请访问",
+    "Ελληνικά http://παράδειγμα.ελ/σελίδα end",
+    "combining https://exa\u0301mple.com/pa\u0301th mark",
+]
 
 CLEAN_IP = [
     "",

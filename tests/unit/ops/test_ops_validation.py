@@ -102,12 +102,19 @@ def test_tokenization_rejected() -> None:
     validate("words_num_filter", {"tokenization": False})
 
 
-@pytest.mark.parametrize("pattern", ["[a-z", "(?<=a+)b", "a{2,1}", "\\p{L}+@x"])
+@pytest.mark.parametrize("pattern", ["[a-z", "(?<=a", "a{2,1}", "\\p{NoSuchProperty}+@x"])
 def test_bad_pattern(pattern: str) -> None:
     with pytest.raises(OpArgumentError) as err:
         validate("clean_email_mapper", {"pattern": pattern})
     assert err.value.key == "pattern"
-    assert "fix the pattern" in str(err.value)
+    assert "fix the pattern" in str(err.value) and "at position" in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", ["(?<=a+)b", "\\p{L}+@x", "[\\p{L}\\p{N}]++@\\X"])
+def test_regex_only_pattern_is_accepted(pattern: str) -> None:
+    """Data-Juicer compiles with the ``regex`` package: variable-length lookbehind,
+    Unicode properties, possessive quantifiers and \\X are valid there, so here too."""
+    validate("clean_email_mapper", {"pattern": pattern})
 
 
 def test_bad_repl_group_reference() -> None:
