@@ -90,6 +90,7 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
     """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe."""
     from airflow.sdk import DAG
 
+    from airflow_provider_dj.assets import export_asset, input_asset
     from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators._common import release_lock_on_failure
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
@@ -159,7 +160,11 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
                                              trigger_rule="none_failed")
                 upstream >> barrier >> glob_task
                 upstream = glob_task
-        export = ExportOperator(task_id="export", job_dir=JOB_DIR_TEMPLATE, trigger_rule="none_failed")
+        # The export is an Airflow Asset (its input the inlet): consumer DAGs can be scheduled on it.
+        export = ExportOperator(task_id="export", job_dir=JOB_DIR_TEMPLATE, trigger_rule="none_failed",
+                                recipe_name=recipe.project_name, declared_export_path=recipe.export_path,
+                                outlets=[export_asset(recipe.export_path)],
+                                inlets=[input_asset(recipe.dataset_path)])
         upstream >> export
     return dag
 

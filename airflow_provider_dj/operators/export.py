@@ -1,4 +1,10 @@
-"""ExportOperator: the job's last task — atomic export in input order, then the summary."""
+"""ExportOperator: the job's last task — atomic export in input order, then the summary.
+
+When the DAG declares the export as an outlet Asset (the DAG factory does, see
+``airflow_provider_dj/assets.py``), a successful export annotates that Asset's
+event with what was exported, so consumer DAGs scheduled on it know which job,
+how many rows and which content hash they got.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +23,31 @@ class ExportOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
 
-    def __init__(self, *, job_dir: str, ray_conn_id: str | None = "ray_default", **kwargs: Any) -> None:
+    def __init__(self, *, job_dir: str, ray_conn_id: str | None = "ray_default", recipe_name: str | None = None,
+                 declared_export_path: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job_dir = job_dir
         self.ray_conn_id = ray_conn_id
+        self.recipe_name = recipe_name
+        self.declared_export_path = declared_export_path
+
+    def _annotate_asset_events(self, context: Any, result: dict) -> None:
+        """Put the export's identity into the outlet Asset's event (emitted by Airflow on success)."""
+        from airflow.sdk import Asset
+
+        from airflow_provider_dj.assets import export_event_extra
+
+        assets = [o for o in (self.outlets or []) if isinstance(o, Asset)]
+        events = context.get("outlet_events")
+        if not assets or events is None:
+            return
+        extra = export_event_extra(result, recipe_name=self.recipe_name or self.dag_id,
+                                   declared_export_path=self.declared_export_path or result["export_path"],
+                                   context=context)
+        for asset in assets:
+            events[asset].extra.update(extra)
+        self.log.info("Asset event for %s: job %s, %d rows, xxh3 %s", ", ".join(a.uri for a in assets),
+                      extra["job_id"], extra["rows"], extra["checksum_xxh3_128"])
 
     def _part_source(self, ctx: JobContext):
         """Parallel JSONL serialization on Ray for big exports (engine/export_parts.py); None: in this task."""
@@ -40,9 +67,12 @@ class ExportOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         if is_job_complete(self.job_dir):
-            return self._export(context)
-        # A stopped job never exports: a pending stop ends this task first (docs/stop_and_kill.md).
-        return run_stoppable(self, context, self.job_dir, lambda: self._export(context))
+            result = self._export(context)
+        else:
+            # A stopped job never exports: a pending stop ends this task first (docs/stop_and_kill.md).
+            result = run_stoppable(self, context, self.job_dir, lambda: self._export(context))
+        self._annotate_asset_events(context, result)
+        return result
 
     def _export(self, context: Any) -> dict:
         defaults = event_defaults(context)

@@ -1,0 +1,95 @@
+"""A recipe's input and export as Airflow Assets, so downstream DAGs can be scheduled on fresh data.
+
+Why: a nightly corpus job is usually followed by a consumer (training, an
+evaluation, a publish step).  Polling the job directory works
+(``CheckpointSensor``), but Airflow's native answer is data-aware
+scheduling: the ``export`` task declares the export as an outlet Asset, each
+successful export emits an asset event, and a DAG scheduled on that Asset
+runs once per event.  The event's ``extra`` says which export it was (job
+id, rows, content hash, recipe, the run's logical date and the path actually
+written), so a consumer can check what it got before using it.
+
+URIs: a local path becomes ``file://`` + its absolute path; an object-store
+URL (``s3://...``) is used as is.  The recipe's parse-time paths are what
+the DAG declares; a run whose ``dag_run.conf`` overrides ``export_path``
+still emits on the declared Asset, with the path it really wrote in
+``extra["export_path"]`` (``extra["export_path_overridden"]`` is true):
+Airflow's outlets are fixed when the DAG is parsed, and an event that does
+not happen would hide the run from the consumer.
+
+Partition keys: Airflow 3.2+ routes an event that carries a partition key
+only to partition-aware consumers (a plain ``schedule=[asset]`` DAG ignores
+it), so the export does not invent one: an event carries the DAG run's own
+partition key when the run has one (Airflow attaches it), and always the
+logical date in ``extra["logical_date"]`` (``extra["partition_key"]``
+carries the same value, for consumers that key their work by it).
+
+This module is on the Airflow side of the layering (operators and the DAG
+factory use it); the engine knows nothing of Assets.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ASSET_GROUP = "data-juicer"
+
+
+def path_to_asset_uri(path: str) -> str:
+    """``file:///abs/path`` for a local path; an fsspec URL (``s3://b/k``) unchanged."""
+    if "://" in path:
+        return path
+    return "file://" + os.path.abspath(path)
+
+
+def export_asset(export_path: str):
+    """The Asset a recipe's export task declares as its outlet."""
+    from airflow.sdk import Asset
+
+    return Asset(path_to_asset_uri(export_path), group=ASSET_GROUP)
+
+
+def input_asset(dataset_path: str):
+    """The Asset for a recipe's input (a file, folder or glob), declared as the export task's inlet."""
+    from airflow.sdk import Asset
+
+    return Asset(path_to_asset_uri(dataset_path), group=ASSET_GROUP)
+
+
+def recipe_export_asset(recipe_path: str):
+    """The export Asset of a recipe file, for a consumer DAG's ``schedule=[...]``.
+
+    Reads and validates the recipe (no data), exactly as the recipe's own DAG
+    does, so producer and consumer agree on the URI.
+    """
+    from airflow_provider_dj.engine.recipe import load_recipe
+
+    return export_asset(load_recipe(recipe_path).export_path)
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    iso = getattr(value, "isoformat", None)
+    return iso() if iso else str(value)
+
+
+def export_event_extra(result: dict, *, recipe_name: str, declared_export_path: str, context: Any) -> dict:
+    """What an export's asset event carries (JSON values only)."""
+    dag_run = context.get("dag_run")
+    logical_date = _iso(context.get("logical_date"))
+    actual = result["export_path"]
+    return {
+        "job_id": result["job_id"],
+        "rows": result["rows"],
+        "checksum_xxh3_128": result["checksum"],
+        "recipe": recipe_name,
+        "export_path": actual,
+        "export_uri": path_to_asset_uri(actual),
+        "export_path_overridden": path_to_asset_uri(actual) != path_to_asset_uri(declared_export_path),
+        "logical_date": logical_date,
+        "partition_key": getattr(dag_run, "partition_key", None) or logical_date,
+        "run_id": getattr(dag_run, "run_id", None),
+        "already_complete": bool(result.get("already_complete", False)),
+    }
