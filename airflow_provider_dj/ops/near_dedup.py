@@ -47,15 +47,16 @@ cluster (and the first row of each otherwise unmatched fingerprint).  Here:
 the same block index over the unique fingerprints, the same connectivity,
 the same first-row rule -- identical keep sets.
 
+Patterns, as in DJ: ``ignore_pattern`` is compiled with the ``regex`` package
+(``ops/patterns.py``), so ``\\p{P}`` -- the ignore pattern of most of DJ's
+shipped recipes -- and any other ``regex`` syntax mean what they mean there; a
+pattern that does not compile is refused at validation with its position.
+``punctuation`` tokenization splits on ``regex``'s own ``\\p{P}``, as DJ does.
+
 Differences from DJ, all rejected or documented rather than silent:
 
 * ``tokenization: sentencepiece`` (needs a downloaded model) is rejected at
   validation, as is any tokenizer_model.
-* ``ignore_pattern`` is compiled with Python's ``re`` (DJ uses ``regex``);
-  patterns using ``regex``-only syntax fail validation.
-* ``punctuation`` tokenization splits on Unicode general category P as this
-  Python's ``unicodedata`` defines it (DJ: ``regex``'s ``\\p{P}``, whose
-  Unicode version may be newer: differs only for punctuation added since).
 * ``num_bands * num_rows_per_band > num_permutations`` and
   ``hamming_distance >= num_blocks`` (degenerate in DJ: empty bands that
   match every row; an incomplete index) are rejected at validation.
@@ -67,15 +68,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import re
-import sys
-import unicodedata
 from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
+import regex
 
 from airflow_provider_dj.ops.base import Deduplicator, OpArgumentError
+from airflow_provider_dj.ops.patterns import compile_user_pattern
 from airflow_provider_dj.ops.registry import register
 
 MERSENNE_PRIME = np.uint64((1 << 61) - 1)
@@ -84,10 +84,8 @@ MAX_HASH = np.uint64((1 << 32) - 1)
 _BLOCK_BYTES = 8 * 1024 * 1024
 _SUPPORTED_TOKENIZATIONS = ("space", "punctuation", "character")
 
-_PUNCT_CLASS = "".join(
-    re.escape(chr(c)) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)).startswith("P")
-)
-PUNCTUATION_SPLIT = re.compile(f"[{_PUNCT_CLASS}]")
+# DJ's own splitter for punctuation tokenization (its ``punctuation_pattern``).
+PUNCTUATION_SPLIT = regex.compile(r"\p{P}")
 
 
 # --- shared helpers ---------------------------------------------------------
@@ -108,11 +106,8 @@ def _check_common(cls_name: str, args: dict[str, Any], allowed: tuple[str, ...])
         if value is not None and value <= 0:
             raise OpArgumentError(key, f"{cls_name}: {key} must be a positive integer, got {value!r}")
     pattern = args.get("ignore_pattern")
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise OpArgumentError("ignore_pattern", f"{cls_name}: ignore_pattern {pattern!r} does not compile: {exc}") from None
+    if pattern:  # DJ ignores an empty pattern too
+        compile_user_pattern(pattern, op=cls_name, arg="ignore_pattern")
 
 
 def _texts(table: pa.Table, key: str) -> list[str]:
@@ -125,11 +120,13 @@ def _texts(table: pa.Table, key: str) -> list[str]:
 class _Shingler:
     """DJ's normalization and shingling (space / punctuation / character)."""
 
-    def __init__(self, tokenization: str, window_size: int, lowercase: bool, ignore_pattern: Optional[str]) -> None:
+    def __init__(
+        self, tokenization: str, window_size: int, lowercase: bool, ignore_pattern: Optional[str], op: str = ""
+    ) -> None:
         self.tokenization = tokenization
         self.window_size = window_size
         self.lowercase = lowercase
-        self.ignore = re.compile(ignore_pattern) if ignore_pattern else None
+        self.ignore = compile_user_pattern(ignore_pattern, op=op, arg="ignore_pattern") if ignore_pattern else None
 
     def shingles(self, text: str) -> list[bytes]:
         if self.lowercase:
@@ -258,7 +255,7 @@ class DocumentMinhashDeduplicator(Deduplicator):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self.shingler = _Shingler(tokenization, window_size, lowercase, ignore_pattern)
+        self.shingler = _Shingler(tokenization, window_size, lowercase, ignore_pattern, self.name)
         self.tokenization, self.window_size, self.lowercase = tokenization, window_size, lowercase
         self.ignore_pattern = ignore_pattern
         self.num_permutations = num_permutations
@@ -441,7 +438,7 @@ class DocumentSimhashDeduplicator(Deduplicator):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self.shingler = _Shingler(tokenization, window_size, lowercase, ignore_pattern)
+        self.shingler = _Shingler(tokenization, window_size, lowercase, ignore_pattern, self.name)
         self.tokenization, self.window_size, self.lowercase = tokenization, window_size, lowercase
         self.ignore_pattern = ignore_pattern
         self.num_blocks, self.hamming_distance = num_blocks, hamming_distance

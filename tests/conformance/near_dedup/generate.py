@@ -32,12 +32,19 @@ VARIANTS = {
         "punctuation": {"tokenization": "punctuation", "window_size": 2, "jaccard_threshold": 0.5},
         "bands": {"num_permutations": 128, "num_bands": 16, "num_rows_per_band": 4, "lowercase": False},
         "ignore": {"ignore_pattern": "[0-9]+", "window_size": 3, "num_permutations": 64, "jaccard_threshold": 0.6},
+        # regex-only syntax: Unicode punctuation, as in most of DJ's shipped recipes
+        "ignore_punct": {"ignore_pattern": "\\p{P}", "window_size": 3, "jaccard_threshold": 0.6},
+        "ignore_punct_character": {"ignore_pattern": "\\p{P}+", "tokenization": "character", "window_size": 4},
     },
     "document_simhash_deduplicator": {
         "default": {},
         "character": {"tokenization": "character", "window_size": 3, "hamming_distance": 5, "num_blocks": 7},
         "punctuation": {"tokenization": "punctuation", "window_size": 2, "lowercase": False},
         "tight": {"window_size": 3, "num_blocks": 4, "hamming_distance": 1, "ignore_pattern": "[0-9]+"},
+        # the simhash step of DJ's shipped refine recipes (pile-nih-refine.yaml and others)
+        "recipe_ignore_punct": {"tokenization": "space", "window_size": 6, "lowercase": True,
+                                "ignore_pattern": "\\p{P}", "num_blocks": 6, "hamming_distance": 4},
+        "ignore_punct_symbols": {"tokenization": "character", "window_size": 3, "ignore_pattern": "(?:\\p{P}|\\p{S})++"},
     },
 }
 
@@ -93,7 +100,34 @@ def build_input(n: int = 300, seed: int = 4242) -> list[dict]:
     rows[5] = ""
     rows[17] = "short"
     rows[40] = "tiny one"
+    rows += punctuation_variants()
     return [{"id": i, "text": t} for i, t in enumerate(rows)]
+
+
+# Punctuation of many scripts (all general category P) and symbols that are not
+# (category S: \p{P} must leave them), for pairs that differ only in those.
+PUNCT = list(",.;:!?'\"()[]{}-_/\\@#%&*") + list("。，、！？；：「」『』（）《》…—–«»¿¡‘’“”・·‧")
+SYMBOLS = list("$+<=>^`|~") + ["©", "€", "→", "™"]
+
+
+def punctuation_variants(n: int = 40, seed: int = 4243) -> list[str]:
+    """Rows that are duplicates once Unicode punctuation is ignored: each base
+    text (Latin or CJK) is followed by one with its punctuation swapped for
+    other punctuation, and some with a symbol swapped in (not punctuation)."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < n:
+        if rng.random() < 0.5:
+            words = [rng.choice(WORDS) for _ in range(rng.randint(10, 18))]
+        else:
+            words = ["".join(rng.choice(CJK) for _ in range(rng.randint(2, 5))) for _ in range(rng.randint(8, 14))]
+        base = " ".join(w + (rng.choice(PUNCT) if rng.random() < 0.4 else "") for w in words)
+        out.append(base)
+        swapped = "".join(rng.choice(PUNCT) if c in PUNCT else c for c in base)
+        out.append(swapped)
+        if rng.random() < 0.5:
+            out.append("".join(rng.choice(SYMBOLS) if c in PUNCT else c for c in base))
+    return out
 
 
 def dumps(obj) -> str:
