@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.llm_call_record import CallRecord, record_dir, request_hash
+from airflow_provider_dj.ops.patterns import DOTALL, compile_user_pattern
 from airflow_provider_dj.ops.registry import register
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ class LLMApiMapper(Mapper):
         self.backoff_max_s = float(backoff_max_s)
         self.concurrency = int(concurrency)
         self.answer_regex = answer_regex
-        self._regex = re.compile(answer_regex, re.DOTALL) if answer_regex is not None else None
+        self._regex = (compile_user_pattern(answer_regex, op=self.name, arg="answer_regex", flags=DOTALL)
+                       if answer_regex is not None else None)
         self.answer_json_schema = answer_json_schema
         self._schema_validator = None
         self._record: CallRecord | None = None
@@ -161,11 +163,8 @@ class LLMApiMapper(Mapper):
             raise OpArgumentError("max_retries", f"max_retries must be >= 0, got {args['max_retries']!r}")
         if "concurrency" in args and int(args["concurrency"]) < 1:
             raise OpArgumentError("concurrency", f"concurrency must be >= 1, got {args['concurrency']!r}")
-        if args.get("answer_regex") is not None:
-            try:
-                re.compile(args["answer_regex"])
-            except re.error as exc:
-                raise OpArgumentError("answer_regex", f"answer_regex does not compile: {exc}") from None
+        if args.get("answer_regex") is not None:  # compiled as every user pattern is (regex, DOTALL)
+            compile_user_pattern(args["answer_regex"], op=cls.name, arg="answer_regex", flags=DOTALL)
         if args.get("answer_json_schema") is not None:
             import jsonschema
 
