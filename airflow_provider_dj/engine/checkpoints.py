@@ -14,6 +14,18 @@ fingerprint, and the data file's size and checksum match: a truncated file,
 a missing marker or a checkpoint from a different input or recipe are all
 ignored (and recomputed), never loaded.
 
+Integrity is checked on every load, not only the size: the whole data file
+is re-hashed (xxh3, far faster than the disk), and so is every ``failed/``
+file the marker's accounting records (``failed_file``: the samples an op set
+aside are part of what the checkpoint claims).  A checkpoint whose bytes
+changed after commit is *rejected*: the warning and a ``checkpoint_rejected``
+event name its path, and its marker is renamed to
+``partition_XXXXX.commit.json.rejected-<time>`` (nothing is deleted), so
+every cheap marker-only check (sensors, the global step, the export, resume)
+sees it as absent too and the owning task recomputes it instead of trusting
+or skipping it.  A checkpoint from another input or pipeline is merely
+ignored, not rejected: it is not damaged.
+
 A checkpoint may be a *delta* on the checkpoint just before it: after a
 filter or a global keep mask, the keep flags plus the columns the op set (its
 stats); after a mapper, the new values of the rows it changed plus a flag
@@ -46,6 +58,7 @@ MARKER_SUFFIX = ".commit.json"
 DELTA_KEEP_COLUMN = "__dj__delta_keep__"
 PATCH_FLAG_PREFIX = "__dj__delta_set__"  # + column name: which rows of a patched column the op changed
 MAX_DELTA_CHAIN = 64  # deltas stack one per op; a longer chain means a corrupt marker loop
+REJECTED_SUFFIX = ".rejected-"  # + epoch seconds, after MARKER_SUFFIX: a marker whose checkpoint failed its checks
 
 
 @dataclass(frozen=True)
@@ -153,7 +166,8 @@ class CheckpointStore:
     ) -> str:
         data = self.fmt.encode(table)
         path = self.data_path(op_index, op_name, partition_id)
-        storage.atomic_write_bytes(path, data)
+        what = f"the {self.prefix} checkpoint of op {op_index} ({op_name}) partition {partition_id}"
+        storage.atomic_write_bytes(path, data, what=what)
         if self._faults is None:
             from airflow_provider_dj.engine import faults as _f
 
@@ -180,7 +194,8 @@ class CheckpointStore:
         }
         if extra:
             marker.update(extra)
-        storage.atomic_write_bytes(self.marker_path(op_index, op_name, partition_id), json.dumps(marker).encode())
+        storage.atomic_write_bytes(self.marker_path(op_index, op_name, partition_id), json.dumps(marker).encode(),
+                                   what=f"the commit marker of {what[4:]}")
         return path
 
     @property
@@ -269,24 +284,71 @@ class CheckpointStore:
         try:
             data = storage.read_bytes(path)
         except FileNotFoundError:
-            log.warning("ignoring %s: data file missing", where)
+            self._reject(op_index, op_name, partition_id, marker, path, "its data file is missing")
             return None
-        if len(data) != marker.get("size") or hashing.file_digest(data) != marker.get("checksum"):
-            log.warning("ignoring %s: data file is torn (size/checksum mismatch)", where)
+        if len(data) != marker.get("size"):
+            self._reject(op_index, op_name, partition_id, marker, path,
+                         f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)")
+            return None
+        got = hashing.file_digest(data)
+        if got != marker.get("checksum"):
+            self._reject(op_index, op_name, partition_id, marker, path,
+                         f"its data file's xxh3 is {got}, the commit marker recorded {marker.get('checksum')} "
+                         f"(changed after commit)")
+            return None
+        problem = self._failed_files_problem(marker)
+        if problem:
+            self._reject(op_index, op_name, partition_id, marker, path, problem)
             return None
         try:
             table = StorageFormat(marker["format"], marker["compression"]).decode(data)
         except Exception as exc:  # corrupt despite matching checksum: treat as absent
-            log.warning("ignoring %s: cannot decode (%s)", where, exc)
+            self._reject(op_index, op_name, partition_id, marker, path, f"it cannot be decoded ({exc})")
             return None
         if marker.get("delta") is not None:
             table = self._apply_delta(table, marker["delta"], partition_id, partition_hash, where, _depth)
             if table is None:
                 return None
         if table.num_rows != marker.get("num_rows"):
-            log.warning("ignoring %s: row count mismatch", where)
+            self._reject(op_index, op_name, partition_id, marker, path,
+                         f"it holds {table.num_rows} rows, the commit marker recorded {marker.get('num_rows')}")
             return None
         return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
+
+    # -- integrity ----------------------------------------------------------
+    def _failed_files_problem(self, marker: dict) -> str | None:
+        """Why the ``failed/`` files this checkpoint's accounting records are not as committed (None: they are)."""
+        from airflow_provider_dj.engine.integrity import failed_file_problem
+
+        for entry in marker.get("accounting") or []:
+            problem = failed_file_problem(self.job_dir, entry)
+            if problem:
+                return problem
+        return None
+
+    def _reject(self, op_index: int, op_name: str, partition_id: int, marker: dict, path: str, why: str) -> None:
+        """A committed checkpoint failed its integrity checks: say so with its path, and demote it.
+
+        The marker is renamed (not deleted), so marker-only checks stop counting
+        the checkpoint as committed and the task that owns it recomputes it; the
+        data file stays for inspection until that recomputation overwrites it."""
+        mpath = self.marker_path(op_index, op_name, partition_id)
+        msg = (f"rejecting the committed {self.prefix} checkpoint of op {op_index} ({op_name}) partition "
+               f"{partition_id} at {path}: {why}; it will be recomputed, not loaded")
+        log.warning("%s", msg)
+        try:
+            if self.read_marker(op_index, op_name, partition_id) == marker:  # not already recommitted meanwhile
+                storage.rename(mpath, f"{mpath}{REJECTED_SUFFIX}{int(time.time())}")
+        except OSError as exc:  # the rejection itself stands; only the demotion failed
+            log.warning("could not set the rejected commit marker %s aside: %s", mpath, exc)
+        try:
+            from airflow_provider_dj.engine.events import EventLog
+
+            EventLog(self.job_dir, storage.basename(self.job_dir)).emit(
+                "checkpoint_rejected", partition_id=partition_id, op_index=op_index, op_name=op_name,
+                checkpoint_path=path, error_message=why, store=self.prefix)
+        except OSError as exc:  # e.g. a full disk: the warning above already names the file
+            log.warning("could not record the checkpoint_rejected event: %s", exc)
 
     def is_committed(self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str) -> bool:
         """Cheap check (marker only) used by sensors and planners."""

@@ -12,6 +12,11 @@ clock tick keep their order.  On an object store (no append) each EventLog
 instance owns ``events_<host>_<pid>-<token>-<part>.jsonl`` objects and
 re-PUTs its object whole per event (docs/object_store.md).
 
+A full disk fails ``emit`` with ``storage.StorageFullError`` naming the file
+(so the task fails with a clear message rather than running on without its
+record), and a line the disk could not take whole is cut off again, so the
+file never holds a torn line written by a live writer.
+
 Fields every event may carry (absent when unknown, never null):
 ``event_type``, ``timestamp`` (epoch s), ``time_utc`` (ISO 8601),
 ``job_id``, ``writer``, ``seq``, ``partition_id``, ``segment``,
@@ -48,6 +53,7 @@ EVENT_TYPES = frozenset(
         "op_failed",
         "checkpoint_save",
         "checkpoint_load",
+        "checkpoint_rejected",  # a committed checkpoint failed its integrity checks on load (engine/checkpoints.py)
         "plan_created",
         "execution_planning",  # group size, actor plan, concurrency (engine/gpu/decisions.py)
         "validation_step",
@@ -108,24 +114,20 @@ class EventLog:
             self._seq += 1
             event["seq"] = self._seq
             line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode()
+            what = f"the {event_type} event to the job's event log"
             if self._local:
-                os.makedirs(self.job_dir, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    if not self._checked_tail:
-                        line = _terminate_torn_tail(fd) + line
-                        self._checked_tail = True
-                    _write_all(fd, line)
-                finally:
-                    os.close(fd)
+                # storage.append_bytes: one write, cut back on failure, a full disk named as such.
+                storage.append_bytes(self.path, line, what=what,
+                                     prefix_fn=None if self._checked_tail else _terminate_torn_tail)
+                self._checked_tail = True
             else:
-                self._append_remote(line)
+                self._append_remote(line, what)
         return event
 
     def _remote_path(self) -> str:
         return storage.join(self.job_dir, f"events_{self.writer}-{self._token}-{self._part:04d}.jsonl")
 
-    def _append_remote(self, line: bytes) -> None:
+    def _append_remote(self, line: bytes, what: str | None = None) -> None:
         """Append on an object store: re-PUT this instance's object whole (a PUT is atomic,
         so a reader sees the old or the new object, never a torn line).  Only this instance
         writes the object, so its content is kept here and nothing is read back; past
@@ -135,7 +137,7 @@ class EventLog:
             self.path = self._remote_path()
             self._remote_buf = b""
         data = self._remote_buf + line
-        storage.atomic_write_bytes(self.path, data)
+        storage.atomic_write_bytes(self.path, data, what=what)
         self._remote_buf = data
 
 
@@ -145,14 +147,6 @@ def _terminate_torn_tail(fd: int) -> bytes:
     if end == 0:
         return b""
     return b"" if os.pread(fd, 1, end - 1) == b"\n" else b"\n"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """One write() per line; loop only if the kernel wrote part of it (disk full, signal)."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def write_buffered(log: "EventLog", events: list[dict]) -> None:

@@ -138,7 +138,7 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds)
 
     rows = 0
-    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id) as raw:
+    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
         out = _HashingWriter(raw)
         if recipe.export_path.endswith(".parquet"):
             loaded = [t for t in tables()]
@@ -260,15 +260,30 @@ def verify_completed_export(job_dir: str) -> dict:
 
     summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
     exp = summary["export"]
+    # Streamed: a completed job's export may be many GB; one flipped byte anywhere changes the xxh3.
+    h, n = xxhash.xxh3_128(), 0
     try:
-        data = storage.read_bytes(exp["path"])
+        with storage.open_read(exp["path"]) as fh:
+            for chunk in storage.iter_chunks(fh):
+                h.update(chunk)
+                n += len(chunk)
     except FileNotFoundError:
         raise ExportMismatchError(f"job {summary['job_id']} completed, but its export {exp['path']} is missing; "
                                   f"restore it or start a new job") from None
-    got = xxhash.xxh3_128_hexdigest(data)
-    if len(data) != exp["bytes"] or got != exp["checksum_xxh3_128"]:
+    got = h.hexdigest()
+    if n != exp["bytes"] or got != exp["checksum_xxh3_128"]:
         raise ExportMismatchError(
             f"job {summary['job_id']} completed, but its export {exp['path']} changed since "
-            f"({len(data)} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
+            f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
             f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job")
+    # The job's side outputs: their damage is reported with the path (the export itself is intact).
+    from airflow_provider_dj.engine.integrity import failed_file_problems
+    from airflow_provider_dj.engine.tracer import trace_file_problems
+
+    problems = failed_file_problems(job_dir, {p["partition_id"]: p.get("accounting") or []
+                                              for p in summary.get("partitions", [])}) + trace_file_problems(job_dir)
+    for problem in problems:
+        log.warning("completed job %s: %s; this file is not trusted (nothing was rewritten)", summary["job_id"],
+                    problem)
+    summary["integrity_problems"] = problems
     return summary

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine import hashing
+from airflow_provider_dj.engine.integrity import seal_json
 from airflow_provider_dj.engine.input_source import (
     InputFile,
     index_inputs,
@@ -27,7 +28,10 @@ from airflow_provider_dj.engine.input_source import (
     read_parquet_range,
 )
 
-PARTITIONING_INFO_VERSION = 1
+# 2: the document carries checksum_xxh3_128 (engine/integrity.py), checked on every resume; 1 (no checksum)
+# is still read, unverified, so jobs planned before checksums can resume.
+PARTITIONING_INFO_VERSION = 2
+READABLE_PARTITIONING_INFO_VERSIONS = (1, 2)
 # Data-Juicer's text-modality defaults for auto mode (rows per partition).
 TEXT_DEFAULT_ROWS = 10_000
 TEXT_MAX_ROWS = 50_000
@@ -185,7 +189,8 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
         hashed_bytes += nbytes
         parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
     t_hash = time.perf_counter() - t1
-    return {
+    # Sealed last (engine/integrity.py): a key added to this document after the seal makes every resume refuse it.
+    return seal_json({
         "version": PARTITIONING_INFO_VERSION,
         "algorithm": algorithm,
         "dataset_path": dataset_path,
@@ -196,7 +201,7 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
         "how_chosen": how,
         "partitions": parts,
         "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
-    }
+    })
 
 
 class InputChangedError(RuntimeError):

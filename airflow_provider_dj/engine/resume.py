@@ -31,7 +31,12 @@ from airflow_provider_dj.engine import hashing, storage
 from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.input_source import InputError, index_inputs, list_input_files
 from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, PARTITIONING_INFO, JOB_SUMMARY, read_json
-from airflow_provider_dj.engine.partitioning import PARTITIONING_INFO_VERSION, algorithm_for, hash_recorded_partition
+from airflow_provider_dj.engine.integrity import CHECKSUM_KEY, json_seal_problem
+from airflow_provider_dj.engine.partitioning import (
+    READABLE_PARTITIONING_INFO_VERSIONS,
+    algorithm_for,
+    hash_recorded_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,11 @@ RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error", "keep_st
 # format and pipeline fingerprint.
 NON_RESULT_KEYS = ("project_name", "export_path", "np", "job_id", "resume", "schedule", "partition", "checkpoint",
                    "intermediate_storage", "tracer", "ignored_keys", "source_file", "work_dir")
+
+
+_CORRUPT_INFO_TODO = ("Its partition boundaries and hashes are what every checkpoint is checked against, so the "
+                      "job is not resumed on it: restore the file from a backup, or start a new job. Nothing in "
+                      "the job directory was changed or deleted.")
 
 
 class ResumeRefusedError(RuntimeError):
@@ -191,19 +201,32 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     for line in accepted:
         say(f"accepted change (does not affect results):{line}")
 
-    # 3. saved partitioning
+    # 3. saved partitioning (its checksum: engine/integrity.py)
+    info_path = storage.join(job_dir, *PARTITIONING_INFO.split("/"))
     try:
-        info = read_json(storage.join(job_dir, *PARTITIONING_INFO.split("/")))
+        info = read_json(info_path)
     except ValueError as exc:
-        raise ResumeRefusedError("metadata_outdated", f"partitioning_info.json is not valid JSON: {exc}") from exc
-    if info.get("version") != PARTITIONING_INFO_VERSION or "partitions" not in info or "input_files" not in info:
+        raise ResumeRefusedError("metadata_corrupt", f"{info_path} is not valid JSON ({exc}): it was damaged "
+                                 f"after it was written. {_CORRUPT_INFO_TODO}") from exc
+    if not isinstance(info, dict):
+        raise ResumeRefusedError("metadata_corrupt", f"{info_path} holds a JSON {type(info).__name__}, not the "
+                                 f"partitioning document. {_CORRUPT_INFO_TODO}")
+    if info.get("version") not in READABLE_PARTITIONING_INFO_VERSIONS or "partitions" not in info \
+            or "input_files" not in info:
         raise ResumeRefusedError("metadata_outdated", f"partitioning_info.json (version {info.get('version')!r}) was "
                                  f"written by a version without row boundaries or hashes; start a new job")
     if info.get("algorithm") not in hashing.KNOWN_ALGORITHMS:
         raise ResumeRefusedError("algorithm_changed", f"partitions were hashed with {info.get('algorithm')!r}, which "
                                  f"this version does not know (known: {', '.join(hashing.KNOWN_ALGORITHMS)})")
     _check_boundaries(info)
-    step(3, "load_partitioning", detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows")
+    # After the structural checks (they say *what* is wrong), the checksum catches every other change: a
+    # flipped digit in a content hash or a byte count must not be mistaken for an edited input.
+    sealed = info.get("version", 0) >= 2 or CHECKSUM_KEY in info
+    problem = json_seal_problem(info) if sealed else None
+    if problem:
+        raise ResumeRefusedError("metadata_corrupt", f"{info_path}: {problem}. {_CORRUPT_INFO_TODO}")
+    step(3, "load_partitioning", detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows"
+         + ("" if sealed else " (version 1, written before checksums: not verified)"))
 
     # 4. recreate partitions at the saved boundaries
     _compare_inputs(info, recipe.dataset_path)

@@ -23,6 +23,7 @@ from airflow_provider_dj.engine.batch_cursor import discard_superseded, run_expe
 from airflow_provider_dj.engine.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op, mapper_delta
 from airflow_provider_dj.engine.progress_log import PartitionProgressLog
@@ -77,8 +78,11 @@ def _read_input(ctx: JobContext, pid: int) -> pa.Table:
     return table.append_column(INPUT_ROW_COLUMN, rows)
 
 
-def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> None:
-    """failed/op_<i>_<op>/partition_<p>.jsonl: the sample, its input row, the op and the error."""
+def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> dict:
+    """failed/op_<i>_<op>/partition_<p>.jsonl: the sample, its input row, the op and the error.
+
+    Returns the file's seal (relative path, size, xxh3) for the op's accounting entry, which the next
+    checkpoint's marker commits, so a changed or torn failed file is caught on load (engine/integrity.py)."""
     from airflow_provider_dj.engine.jsonl_writer import write_jsonl
 
     n = rows.num_rows
@@ -91,8 +95,11 @@ def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: 
 
     buf = io.BytesIO()
     write_jsonl(rows, buf)
-    path = storage.join(ctx.job_dir, "failed", f"op_{op_index:03d}_{op_name}", f"partition_{pid:05d}.jsonl")
-    storage.atomic_write_bytes(path, buf.getvalue())
+    rel = f"failed/op_{op_index:03d}_{op_name}/partition_{pid:05d}.jsonl"
+    data = buf.getvalue()
+    storage.atomic_write_bytes(storage.join(ctx.job_dir, *rel.split("/")), data,
+                               what=f"the failed samples of op {op_index} ({op_name}) partition {pid}")
+    return {"path": rel, **file_seal(data)}
 
 
 def run_segment(
@@ -316,7 +323,8 @@ def run_segment(
             plog.partition_failed(f"op {i} ({op.name}): {type(exc).__name__}: {exc}")
             raise
         if outcome.failed_rows is not None:
-            _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows, outcome.failed_reasons)
+            outcome.accounting[FAILED_FILE_KEY] = _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows,
+                                                                outcome.failed_reasons)
         if tracer is not None:  # candidates are durable before any checkpoint after op i (engine.tracer)
             tracer.observe(i, op, table, outcome)
         table_in, table = table, outcome.table

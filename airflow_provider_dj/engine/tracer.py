@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.engine import storage
+from airflow_provider_dj.engine.integrity import file_problem, file_seal, json_seal_problem, seal_json
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,10 @@ class PartitionTracer:
             **self.settings.signature(),
             "entries": entries,
         }
-        storage.atomic_write_bytes(candidate_path(self.job_dir, op_index, op.name, self.partition_id), _dumps(doc))
+        sealed = orjson.loads(_dumps(doc))  # the checksum covers the JSON as a reader will parse it back
+        seal_json(sealed)
+        storage.atomic_write_bytes(candidate_path(self.job_dir, op_index, op.name, self.partition_id), _dumps(sealed),
+                                   what=f"the trace candidates of op {op_index} ({op.name}) partition {self.partition_id}")
         return len(entries)
 
     def _mapper_entries(self, op, before: pa.Table, after: pa.Table, n: int) -> list[dict]:
@@ -218,6 +222,10 @@ def _read_candidates(job_dir: str, op, pid: int, phash: str, settings: TraceSett
     except ValueError:
         log.warning("ignoring unreadable trace candidates %s", path)
         return None
+    problem = json_seal_problem(doc)
+    if problem:  # changed after it was written: never merged (the op's trace is then reported incomplete)
+        log.warning("ignoring damaged trace candidates %s: %s", path, problem)
+        return None
     if (doc.get("partition_hash") != phash or doc.get("pipeline_fingerprint") != op.fingerprint
             or doc.get("trace_keys") != list(settings.trace_keys) or int(doc.get("trace_num", 0)) < settings.trace_num):
         log.warning("ignoring stale trace candidates %s (other input, pipeline or trace settings)", path)
@@ -259,20 +267,50 @@ def merge_traces(job_dir: str) -> dict:
         picked = picked[: settings.trace_num]
         name = trace_file_name(plan, op.index)
         data = b"".join(_dumps(e) + b"\n" for e in picked)
-        storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, name), data)
+        storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, name), data, what=f"the trace file {name}")
         if missing:
             log.warning("trace of op %d (%s): partitions %s have no trace candidates (traced only after a resume "
                         "that loaded this op from a checkpoint?); the file may not be the first %d in input order",
                         op.index, op.name, missing, settings.trace_num)
         report["ops"].append({"op_index": op.index, "op_name": op.name, "file": name, "entries": len(picked),
-                              "complete": not missing, "partitions_without_candidates": missing})
+                              "complete": not missing, "partitions_without_candidates": missing,
+                              **file_seal(data)})
     for op in plan.ops:
         if op.is_global and settings.traces(op.name):
             name = trace_file_name(plan, op.index)
-            report["ops"].append({"op_index": op.index, "op_name": op.name, "file": name,
-                                  "written": storage.exists(storage.join(job_dir, TRACE_DIR, name))})
-    storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, REPORT_FILE), json.dumps(report, indent=2).encode())
+            try:
+                seal = file_seal(storage.read_bytes(storage.join(job_dir, TRACE_DIR, name)))
+            except FileNotFoundError:
+                seal = None
+            report["ops"].append({"op_index": op.index, "op_name": op.name, "file": name, "written": seal is not None,
+                                  **(seal or {})})
+    # Written after the trace files, with each one's size and xxh3: the report is their commit record.
+    storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, REPORT_FILE), json.dumps(report, indent=2).encode(),
+                               what="the trace report")
     return report
+
+
+def trace_file_problems(job_dir: str) -> list[str]:
+    """Trace files that differ from what ``trace/trace_report.json`` recorded ([] when all match or no report).
+
+    For readers (the completed-job re-check, people): a trace is a sample of what ops did, so a damaged one
+    is reported with its path, not silently shown."""
+    report_path = storage.join(job_dir, TRACE_DIR, REPORT_FILE)
+    try:
+        report = json.loads(storage.read_bytes(report_path))
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        return [f"{report_path}: not valid JSON ({exc})"]
+    out = []
+    for entry in report.get("ops", []) if isinstance(report, dict) else []:
+        if "xxh3_128" not in entry:  # not written (a global op without pairs) or a report from before checksums
+            continue
+        path = storage.join(job_dir, TRACE_DIR, entry["file"])
+        problem = file_problem(path, entry)
+        if problem:
+            out.append(f"{path}: {problem}")
+    return out
 
 
 # -- deduplicators (global phase) -------------------------------------------------
