@@ -10,7 +10,10 @@ at DAG-parse time, constantly, in the scheduler's DAG processor.  So:
   generated catalog ``dj_op_catalog`` (op names, kinds, argument names and
   simple types of Data-Juicer 1.6.1).  Argument *names* and simple types are
   checked there, with the same rule Data-Juicer's own preflight applies.
-* Argument *values* are checked by Data-Juicer itself when it builds the op:
+* Pattern arguments are compiled here, with the engine and flags Data-Juicer
+  uses for each (``ADAPTED_PATTERN_ARGS``), since Data-Juicer compiles most
+  of them only on the first sample.
+* Other argument *values* are checked by Data-Juicer itself when it builds the op:
   once in the ``validate`` task (``check_adapted_ops``, before any partition
   runs) and again in every task that uses the op.
 * Data is processed by ``ops.dj_batches``, which imports Data-Juicer on the
@@ -38,6 +41,7 @@ import pyarrow as pa
 
 from airflow_provider_dj.ops import dj_op_catalog as catalog
 from airflow_provider_dj.ops.base import COMMON_OP_ARGS, Deduplicator, Filter, Mapper, Op, OpArgumentError, suggest
+from airflow_provider_dj.ops.patterns import compile_user_pattern, strip_raw_prefix
 
 EXTRA = "airflow-provider-dj[data-juicer]"
 INSTALL_HINT = (f"install the extra `pip install {EXTRA}` in its own environment (py-data-juicer "
@@ -54,6 +58,70 @@ EXACT_HASH_DEDUPS: dict[str, tuple[str, bool]] = {
     "video_deduplicator": ("__dj__videohash", True),
 }
 TEXT_HASH_FIELD = "__dj__hash"
+
+_VD = 64 | 16  # re.VERBOSE | re.DOTALL (the same values in ``regex``)
+#: Arguments of adapted Data-Juicer ops that are regular expressions, with the
+#: engine and flags Data-Juicer 1.6.1 compiles each with (read from its source:
+#: its cleaners use the ``regex`` package, its LLM-output parsers Python's
+#: ``re``) and the value's shape: "one" (a pattern; None = the op's default),
+#: "one_or_list" (a pattern or a list; ``r'...'`` wrappers stripped, as DJ
+#: does), "list" (a list of patterns), "pairs" (a list of [pattern, repl]).
+#: Data-Juicer compiles most of these only when the first sample arrives (and
+#: pii_redaction_mapper silently skips an extra pattern that fails, which
+#: would leave that PII in the export), so they are checked at validation.
+#: Format templates (``*_pattern_template``) are filled before compiling and
+#: are not checked here.
+ADAPTED_PATTERN_ARGS: dict[str, dict[str, tuple[str, int, str]]] = {
+    **{op: {"output_pattern": ("re", 0, "one")}
+       for op in ("calibrate_qa_mapper", "calibrate_query_mapper", "calibrate_response_mapper")},
+    **{op: {"analysis_pattern": ("re", 0, "one"), "labels_pattern": ("re", 0, "one")}
+       for op in ("dialog_intent_detection_mapper", "dialog_sentiment_detection_mapper",
+                  "dialog_topic_detection_mapper")},
+    "dialog_sentiment_intensity_mapper": {"analysis_pattern": ("re", 0, "one"), "intensity_pattern": ("re", 0, "one")},
+    "extract_entity_attribute_mapper": {"demo_pattern": ("re", _VD, "one")},
+    "extract_entity_relation_mapper": {"entity_pattern": ("re", _VD, "one"), "relation_pattern": ("re", _VD, "one")},
+    **{op: {"output_pattern": ("re", _VD, "one")}
+       for op in ("extract_event_mapper", "extract_keyword_mapper", "extract_nickname_mapper")},
+    **{op: {"output_pattern": ("re", 16, "one")}
+       for op in ("generate_qa_from_examples_mapper", "generate_qa_from_text_mapper", "optimize_prompt_mapper",
+                  "optimize_qa_mapper", "optimize_query_mapper", "optimize_response_mapper",
+                  "pair_preference_mapper")},
+    "pii_redaction_mapper": {"extra_patterns": ("re", 0, "pairs")},
+    "replace_content_mapper": {"pattern": ("regex", 16, "one_or_list")},
+    "text_chunk_mapper": {"split_pattern": ("re", 0, "one")},
+    "tool_success_tagger_mapper": {"success_patterns": ("re", 0, "list"), "error_patterns": ("re", 0, "list")},
+}
+
+
+def check_pattern_args(name: str, args: dict[str, Any]) -> None:
+    """Compile an adapted op's pattern arguments as Data-Juicer will, before any work.
+
+    Raises OpArgumentError naming the argument (and the list item), the
+    pattern and the error position."""
+    for arg, (engine, flags, shape) in ADAPTED_PATTERN_ARGS.get(name, {}).items():
+        value = args.get(arg)
+        if value is None:
+            continue
+        if shape == "one" or (shape == "one_or_list" and isinstance(value, str)):
+            items = [(arg, value)]
+        elif shape in ("list", "one_or_list"):
+            if not isinstance(value, (list, tuple)):
+                raise OpArgumentError(arg, f"{name}: {arg} must be a list of patterns, got {value!r}")
+            items = [(f"{arg}[{i}]", v) for i, v in enumerate(value)]
+        else:  # pairs
+            if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, (list, tuple)) and len(v) == 2 for v in value
+            ):
+                raise OpArgumentError(arg, f"{name}: {arg} must be a list of [pattern, replacement] pairs, "
+                                           f"got {value!r}")
+            items = [(f"{arg}[{i}]", v[0]) for i, v in enumerate(value)]
+        for label, pattern in items:
+            if shape == "one_or_list" and isinstance(pattern, str):
+                pattern = strip_raw_prefix(pattern)
+            try:
+                compile_user_pattern(pattern, op=name, arg=label, flags=flags, engine=engine)
+            except OpArgumentError as exc:
+                raise OpArgumentError(arg, str(exc)) from None
 _KINDS = {"mapper": Mapper, "filter": Filter, "deduplicator": Deduplicator}
 _classes: dict[str, type[Op]] = {}
 
@@ -167,6 +235,7 @@ class _DJAdapted(Op):
             if not _simple_type_ok(value, tag):
                 raise OpArgumentError(key, f"argument {key!r} of Data-Juicer op {cls.name} must be {tag}, "
                                            f"got {value!r} ({type(value).__name__})")
+        check_pattern_args(cls.name, args)
 
     def fingerprint_args(self) -> dict[str, Any]:
         return {"text_key": self.text_key, "dj_args": self.dj_args, "dj_version": catalog.DJ_VERSION}

@@ -76,32 +76,40 @@ def _describe_position(pattern: str, pos: int | None) -> str:
     return f" at position {pos} (near {pattern[pos:pos + 12]!r})" if pos < len(pattern) else f" at position {pos} (end of pattern)"
 
 
-def compile_user_pattern(pattern: str, *, op: str, arg: str, flags: int = 0) -> regex.Pattern:
-    """Compile ``pattern`` with ``regex`` and ``flags``, as Data-Juicer does for ``op``.
+def compile_user_pattern(pattern: str, *, op: str, arg: str, flags: int = 0, engine: str = "regex") -> Any:
+    """Compile ``pattern`` with ``flags``, as Data-Juicer does for ``op``.
 
+    ``engine`` is ``"regex"`` (the package; what Data-Juicer uses for its
+    cleaners and deduplicators, and what this project's own ops use) or
+    ``"re"``, only for checking the arguments of adapted Data-Juicer ops that
+    Data-Juicer itself compiles with Python's ``re`` (its LLM output parsers).
     Raises ``OpArgumentError(arg, ...)`` naming the op, the argument, the
     pattern and the error position, so the recipe loader can report
     ``process[i].<op>.<arg>`` before any work starts.
     """
     if not isinstance(pattern, str):
         raise OpArgumentError(arg, f"{op}: {arg} must be a string pattern, got {pattern!r} ({type(pattern).__name__})")
+    if engine not in ("regex", "re"):
+        raise ValueError(f"engine must be 'regex' or 're', got {engine!r}")
     try:
-        return _compile(pattern, flags)
-    except regex.error as exc:
+        return _compile(pattern, flags, engine)
+    except (regex.error, re.error) as exc:
         where = _describe_position(pattern, exc.pos)
-        raise OpArgumentError(
-            arg,
-            f"{op}: {arg} {pattern!r} does not compile{where}: {exc.msg}. Patterns are compiled with the "
-            "'regex' package, as Data-Juicer compiles them (\\p{..} classes, possessive quantifiers and \\X "
-            "are fine); fix the pattern",
-        ) from None
+        msg = getattr(exc, "msg", str(exc))
+        if engine == "regex":
+            how = ("Patterns are compiled with the 'regex' package, as Data-Juicer compiles them (\\p{..} "
+                   "classes, possessive quantifiers and \\X are fine)")
+        else:
+            how = (f"Data-Juicer compiles this argument of {op} with Python's 're' module, which has no "
+                   "\\p{..} classes")
+        raise OpArgumentError(arg, f"{op}: {arg} {pattern!r} does not compile{where}: {msg}. {how}; fix the pattern") from None
     except (OverflowError, RecursionError, ValueError) as exc:
         raise OpArgumentError(arg, f"{op}: {arg} {pattern!r} does not compile: {exc}; simplify the pattern") from None
 
 
 @functools.lru_cache(maxsize=256)
-def _compile(pattern: str, flags: int) -> regex.Pattern:
-    return regex.compile(pattern, flags)
+def _compile(pattern: str, flags: int, engine: str = "regex") -> Any:
+    return regex.compile(pattern, flags) if engine == "regex" else re.compile(pattern, flags)
 
 
 def check_replacement(compiled: regex.Pattern, repl: str, *, op: str, arg: str = "repl") -> None:
