@@ -29,6 +29,7 @@ def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine.input_source import InputError
     from airflow_provider_dj.engine.plan import build_plan
     from airflow_provider_dj.engine.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
@@ -36,7 +37,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         recipe, _ = _load(args.recipe, args.set)
         if args.check_input:
             check_input_exists(recipe)
-    except RecipeError as exc:
+            _check_input_fields(recipe)
+    except (RecipeError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     plan = build_plan(recipe)
@@ -48,6 +50,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if recipe.ignored_keys:
         print(f"  note: Data-Juicer keys accepted but not used here: {', '.join(recipe.ignored_keys)}")
     return 0
+
+
+def _check_input_fields(recipe) -> None:
+    """The validate task's input check (engine/input_schema.py), run here before Airflow or Ray start:
+    footers and first rows only.  Raises InputError; prints the warnings."""
+    from airflow_provider_dj.engine.input_schema import check_input_fields
+
+    for warning in check_input_fields(recipe).warnings:
+        print(f"  input warning: {warning}", file=sys.stderr)
 
 
 def _wants_ray(recipe) -> bool:
@@ -65,6 +76,7 @@ def _wants_ray(recipe) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.airflow_env import configure_airflow_env, ensure_db, write_cli_dag_stub
+    from airflow_provider_dj.engine.input_source import InputError
     from airflow_provider_dj.engine.job import new_job_id
     from airflow_provider_dj.engine.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
@@ -74,16 +86,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         recipe, overrides = _load(recipe_path, args.set, args.job_id, args.resume)
         if not recipe.resume:
             check_input_exists(recipe)
+            _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
         else:
             from airflow_provider_dj.engine import storage  # local paths and s3:// alike
 
             info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
-            if not storage.exists(info):
+            if not storage.exists(info):  # (resume: the input was checked when the job started)
                 print(f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
                       f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
                       f"new job with --job-id", file=sys.stderr)
                 return 2
-    except RecipeError as exc:
+    except (RecipeError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     job_id = recipe.job_id or recipe.resume or new_job_id()

@@ -129,6 +129,11 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
         markers[pid] = store.read_marker(final, plan.ops[final].name, pid)
     per_op = check_accounting({pid: m["accounting"] for pid, m in markers.items()}, len(plan.ops),
                               {p["partition_id"]: p["num_rows"] for p in parts})
+    # The failure-rate guard over the whole job (engine/failure_guard.py), before anything is written.
+    from airflow_provider_dj.engine.failure_guard import check_job, load_settings
+
+    check_job(job_dir, load_settings(job_dir, recipe), per_op, {pid: m["accounting"] for pid, m in markers.items()},
+              resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}")
 
     def tables():
         for p in parts:

@@ -162,10 +162,18 @@ _WS = frozenset(b" \t\r\n\x0b\x0c")
 
 
 def index_jsonl(f: InputFile) -> None:
-    """Find where each non-blank line starts (blank lines are not rows, as in pyarrow/HF readers)."""
+    """Find where each non-blank line starts (blank lines are not rows, as in pyarrow/HF readers).
+
+    The same pass refuses, before any partition is planned, the two defects a
+    byte scan can prove at almost no cost (Arrow's UTF-8 check runs at about
+    10 GB/s against this scan's 0.4 GB/s): bytes that are not UTF-8, and a
+    non-blank line that is not a JSON object.  Either would otherwise fail
+    one partition task deep into the run.
+    """
     starts: list[np.ndarray] = []
     pos = 0
     pending_start = 0  # start offset of the line currently open
+    carry = b""  # bytes of the open line, not yet UTF-8 checked (a newline never splits a character)
     for block in iter_stream(f):
         arr = np.frombuffer(block, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10) + pos
@@ -173,9 +181,16 @@ def index_jsonl(f: InputFile) -> None:
         line_ends = np.concatenate((nl, [pos + len(block)]))
         # Every line but the last is complete within what we've seen so far.
         complete_s, complete_e = line_starts[:-1], line_ends[:-1]
+        if len(nl):
+            cut = int(nl[-1]) + 1 - pos
+            _check_utf8(f, carry + block[:cut] if carry else block[:cut], pos - len(carry))
+            carry = block[cut:]
+        else:
+            carry += block
         starts.append(_non_blank(complete_s, complete_e, block, pos, f))
         pending_start = int(line_starts[-1])
         pos += len(block)
+    _check_utf8(f, carry, pos - len(carry))
     if pending_start < pos:
         last = _non_blank(np.array([pending_start]), np.array([pos]), None, 0, f)
         starts.append(last)
@@ -183,6 +198,32 @@ def index_jsonl(f: InputFile) -> None:
     f.row_starts = np.concatenate((row_starts.astype(np.int64), [pos]))
     f.stream_len = pos
     f.num_rows = len(row_starts)
+
+
+def _check_utf8(f: InputFile, data: bytes, offset: int) -> None:
+    """Raise InputError naming the line and byte of the first invalid UTF-8 sequence in ``data``."""
+    if not data:
+        return
+    bounds = pa.py_buffer(np.array([0, len(data)], dtype=np.int64).tobytes())
+    try:
+        pa.LargeStringArray.from_buffers(1, bounds, pa.py_buffer(data)).validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    try:
+        data.decode("utf-8")
+        return  # pragma: no cover - Arrow and Python disagree; trust Python
+    except UnicodeDecodeError as exc:
+        at, bad = offset + exc.start, data[exc.start:exc.start + 4]
+    raise InputError(
+        f"{f.path}: line {line_number(f, at)} (byte {at}) is not valid UTF-8 ({bad!r}...); JSON Lines must be "
+        f"UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8) or remove the line, then start the job again"
+    )
+
+
+def line_number(f: InputFile, offset: int) -> int:
+    """1-based line of the byte at ``offset`` (counts the newlines before it; error paths only)."""
+    return 1 + sum(block.count(b"\n") for block in iter_stream(f, 0, offset))
 
 
 def _non_blank(s: np.ndarray, e: np.ndarray, block: bytes | None, block_pos: int, f: InputFile) -> np.ndarray:
@@ -199,16 +240,30 @@ def _non_blank(s: np.ndarray, e: np.ndarray, block: bytes | None, block_pos: int
     else:
         sure = np.zeros(len(s), dtype=bool)
     unsure = np.flatnonzero(keep & ~sure)
-    for i in unsure:  # rare: lines not starting with '{' (whitespace, blank lines)
-        keep[i] = _line_has_content(f, int(s[i]), int(e[i]))
+    for i in unsure:  # rare: lines not starting with '{' (whitespace, blank lines, or not an object)
+        first_byte = _first_content_byte(f, int(s[i]), int(e[i]))
+        keep[i] = first_byte is not None
+        if first_byte is not None and first_byte != ord("{"):
+            at = int(s[i])
+            raise InputError(
+                f"{f.path}: line {line_number(f, at)} (byte {at}) is not a JSON object: it reads "
+                f"{_peek(f, at, int(e[i]))!r}; every line of JSON Lines input must be one object "
+                f"(like {{\"text\": \"...\"}}): fix or remove that line, then start the job again"
+            )
     return s[keep].astype(np.int64)
 
 
-def _line_has_content(f: InputFile, start: int, end: int) -> bool:
+def _first_content_byte(f: InputFile, start: int, end: int) -> int | None:
     for block in iter_stream(f, start, end):
-        if any(b not in _WS for b in block):
-            return True
-    return False
+        for b in block:
+            if b not in _WS:
+                return b
+    return None
+
+
+def _peek(f: InputFile, start: int, end: int, n: int = 40) -> str:
+    data = b"".join(iter_stream(f, start, min(end, start + n)))
+    return data.decode("utf-8", "replace").strip()
 
 
 def index_parquet(f: InputFile) -> None:
@@ -236,9 +291,78 @@ def read_jsonl_range(f: dict, byte_start: int, byte_end: int) -> tuple[pa.Table,
         return pa.table({}), data
     try:
         table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30))))
-    except pa.ArrowInvalid as exc:
-        raise InputError(f"{f['path']}: bytes {byte_start}-{byte_end} are not valid JSON lines: {exc}") from exc
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise jsonl_error(info, data, byte_start, exc) from exc
     return table, data
+
+
+def jsonl_error(f: InputFile, data: bytes, offset: int, exc: Exception) -> InputError:
+    """An InputError naming the first line of ``data`` Arrow cannot read, and why, in words a user can act on.
+
+    Arrow reports a row number relative to its block and a JSON pointer; this
+    re-reads the lines with Python's json to find the line in the file, the
+    field and the two types (a ``text`` that is a number in line 7 after
+    strings), or the syntax error."""
+    found = diagnose_jsonl(data)
+    if found is None:
+        return InputError(f"{f.path}: bytes {offset}-{offset + len(data)} are not valid JSON Lines: {exc}")
+    rel, reason = found
+    at = offset + rel
+    return InputError(
+        f"{f.path}: line {line_number(f, at)} (byte {at}): {reason}. Fix that line (a field must hold one JSON "
+        f"type in every row: quote numbers that are text, use null for no value), then start a new job: "
+        f"this job was planned on the file as it is"
+    )
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def diagnose_jsonl(data: bytes) -> tuple[int, str] | None:
+    """(byte offset in ``data``, reason) of the first line that is not UTF-8, not a JSON object, or
+    gives a field a different JSON type than earlier lines did; None when every line reads."""
+    import json
+
+    kinds: dict[str, tuple[str, int]] = {}  # field path -> (kind, line offset where first seen)
+    pos = 0
+    for line in data.split(b"\n"):
+        start, pos = pos, pos + len(line) + 1
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except UnicodeDecodeError as exc:
+            return start + exc.start, f"not valid UTF-8 ({line[exc.start:exc.start + 4]!r})"
+        except ValueError as exc:
+            return start, f"not valid JSON ({exc})"
+        if not isinstance(value, dict):
+            return start, f"a JSON {_json_kind(value)}, not an object"
+        stack = [("", value)]
+        while stack:
+            prefix, obj = stack.pop()
+            for key, v in obj.items():
+                path = f"{prefix}{key}"
+                kind = _json_kind(v)
+                if kind == "null":
+                    continue
+                seen = kinds.setdefault(path, (kind, start))
+                if seen[0] != kind:
+                    return start, (f"field {path!r} is a {kind} ({json.dumps(v)[:40]}) but a {seen[0]} in an "
+                                   f"earlier row")
+                if kind == "object":
+                    stack.append((path + ".", v))
+    return None
 
 
 def read_parquet_range(f: dict, row_start: int, row_end: int, row_group_rows: list[int]) -> pa.Table:

@@ -24,6 +24,9 @@ EFFECTIVE_CONFIG = "metadata/effective_config.json"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
 EXECUTION_PLAN = "dag_execution_plan.json"
 JOB_SUMMARY = "job_summary.json"
+#: The failure-rate guard's limits, rewritten by every validate (a resume may raise them).
+FAILURE_GUARD = "metadata/failure_guard.json"
+FAILED_DIR = "failed"
 
 
 class JobIdError(ValueError):

@@ -92,6 +92,7 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
         plan.groups = groups
         if not report.job_complete:
             write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+            _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
             _register(job_id, paths.job_dir)
         return PreparedJob(job_id, paths.job_dir, groups, True, info["num_partitions"], info["total_rows"],
                            report.job_complete, report.accepted_changes, lock_note)
@@ -100,6 +101,7 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
                                  f"{paths.job_dir}; check the token and work_dir")
     check_input_exists(recipe)
     t0 = time.perf_counter()
+    check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
     info = plan_partitions(recipe.dataset_path, recipe.partition)
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
     storage.makedirs(paths.job_dir)
@@ -107,6 +109,7 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
     cfg["job_id"] = job_id
     write_json(paths.path(EFFECTIVE_CONFIG), cfg)
     lock_note = job_lock.acquire(paths.job_dir, owner)
+    _record_guard(paths.job_dir, recipe, say)
     write_json(info_path, info)  # last: its presence marks a planned job
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
     events.emit("plan_created", partitions=info["num_partitions"], input_rows=info["total_rows"],
@@ -120,6 +123,30 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
     _register(job_id, paths.job_dir)
     return PreparedJob(job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"],
                        lock_note=lock_note)
+
+
+def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None):
+    """The input check of engine/input_schema.py: raises InputMismatchError (nothing written) when a
+    field the recipe reads is in no row; logs the files that lack one, or have no rows."""
+    from airflow_provider_dj.engine.input_schema import check_input_fields
+
+    say = say or log.info
+    t0 = time.perf_counter()
+    check = check_input_fields(recipe)
+    say(f"input check: the {check.files} input file(s) hold the field(s) the recipe reads "
+        f"({', '.join(check.fields) or 'none'}) ({time.perf_counter() - t0:.2f}s)")
+    for warning in check.warnings:
+        say(f"input warning: {warning}")
+    return check
+
+
+def _record_guard(job_dir: str, recipe, say: Callable[[str], None]) -> None:
+    from airflow_provider_dj.engine.failure_guard import MIN_FAILED_ROWS, write_settings
+
+    g = write_settings(job_dir, recipe)
+    extra = f"; per op: {g.per_op}" if g.per_op else ""
+    say(f"failure-rate guard: an op failing more than {g.job_ratio:g} of its input (and at least "
+        f"{MIN_FAILED_ROWS} rows, or all of them) stops the job before export{extra}")
 
 
 def _register(job_id: str, job_dir: str) -> None:

@@ -176,21 +176,60 @@ def _split_flagged_rows(out: pa.Table, failed: list[pa.Table], reasons: list[str
     return out.drop_columns([ROW_ERROR_COLUMN])
 
 
-def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool) -> OpOutcome:
+def split_missing_fields(op: Op, table: pa.Table, needs: tuple[str, ...]) -> tuple[pa.Table, pa.Table | None, list[str]]:
+    """(rows the op can read, rows it cannot, a reason per unreadable row) for the fields in ``needs``.
+
+    Why before the op: a row without the field an op reads is the sample's
+    failure, not the op's, whatever ``skip_op_error`` says; setting those
+    rows aside at once gives each the same plain reason ("field 'text' is
+    missing or null") instead of an op's KeyError or a silent filter, and
+    spares the row-by-row retry.  A top-level field absent from every row of
+    the table fails them all; for the op's text key a null also counts as
+    missing (Data-Juicer's loader drops such rows silently; here they are
+    counted and kept in ``failed/``).  Other fields may legitimately be null
+    (``specified_field_filter`` compares None), so only their absence counts.
+    """
+    if not needs or table.num_rows == 0:
+        return table, None, []
+    for name in needs:
+        if "." not in name and name not in table.column_names:
+            fields = ", ".join(c for c in table.column_names if not c.startswith("__dj__")) or "(none)"
+            reason = (f"MissingFieldError: field {name!r} is not in these rows (their fields: {fields}); "
+                      f"{op.name} reads it")
+            return table.slice(0, 0), table, [reason] * table.num_rows
+    key = op.text_key
+    if key not in needs or key not in table.column_names or table.column(key).null_count == 0:
+        return table, None, []
+    missing = pc.is_null(table.column(key))
+    reason = f"MissingFieldError: field {key!r} is missing or null in this row; {op.name} reads it"
+    bad = table.filter(missing)
+    return table.filter(pc.invert(missing)), bad, [reason] * bad.num_rows
+
+
+def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs: tuple[str, ...] = ()) -> OpOutcome:
+    """``needs``: the top-level fields the op reads (``Op.input_fields``); rows lacking one fail
+    up front (``split_missing_fields``).  Empty: no such check (the op sees every row)."""
     t0 = time.perf_counter()
     rows_in = table.num_rows
     failed: list[pa.Table] = []
     reasons: list[str] = []
     kept = None
+    table, missing_rows, missing_reasons = split_missing_fields(op, table, needs)
+    if missing_rows is not None:
+        failed.append(missing_rows)
+        reasons.extend(missing_reasons)
     try:
-        out, filtered, kept = _apply_whole(op, table)
+        if missing_rows is not None and table.num_rows == 0:
+            out, filtered = table, 0  # no row the op could read: nothing to run it on
+        else:
+            out, filtered, kept = _apply_whole(op, table)
     except Exception as exc:
         if not skip_op_error or isinstance(exc, OpFatalError):
             raise
         # Isolate the failing rows: process one row at a time.
         pieces: list[pa.Table] = []
         filtered = 0
-        for i in range(rows_in):
+        for i in range(table.num_rows):
             row = table.slice(i, 1)
             try:
                 o, f, _ = _apply_whole(op, row)

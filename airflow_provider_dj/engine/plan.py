@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import xxhash
 
+from airflow_provider_dj.ops.base import ENGINE_OP_ARGS
 from airflow_provider_dj.ops.registry import get_op_class
 
 
@@ -112,7 +113,9 @@ def _fingerprints(process, text_key: str) -> list[str]:
     h.update(json.dumps({"text_key": text_key}, sort_keys=True).encode())
     out = []
     for spec in process:
-        h.update(json.dumps({"name": spec.name, "args": spec.args}, sort_keys=True, default=str).encode())
+        # Engine-only arguments (the failure-rate guard's limit) do not change what an op outputs.
+        args = {k: v for k, v in spec.args.items() if k not in ENGINE_OP_ARGS}
+        h.update(json.dumps({"name": spec.name, "args": args}, sort_keys=True, default=str).encode())
         out.append(h.copy().hexdigest())
     return out
 

@@ -158,6 +158,15 @@ class _Parser:
             raise self.err(key, f"must be an integer >= {minimum}{alts}, got {value!r}")
         return value
 
+    def ratio(self, value: Any, key: str) -> float | None:
+        """A fraction in [0, 1] or null (the failure-rate guard's limit)."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise self.err(key, f"must be a number from 0 to 1 (the fraction of an op's input rows that may fail "
+                           f"before the job stops; 1 turns the guard off), got {value!r}")
+        return float(value)
+
     def str_(self, value: Any, key: str, *, none: bool = False) -> str | None:
         if value is None and none:
             return None
@@ -251,6 +260,7 @@ class _Parser:
             resume=resume,
             schedule=self.schedule(_get(data, "schedule")),
             ignored_keys=tuple(sorted(k for k in data if k in S.DJ_IGNORED_KEYS)),
+            max_failed_ratio=self.ratio(_get(data, "max_failed_ratio"), "max_failed_ratio"),
         )
 
     def process(self, raw: Any) -> tuple[OpSpec, ...]:

@@ -112,6 +112,7 @@ OWN_TOP_LEVEL_KEYS = (
     "process", "executor_type", *SECTIONS, *TRACER_KEYS, "skip_op_error",
     "keep_stats_in_res_ds", "job_id", "resume", "schedule",
     "partition_size",  # Data-Juicer's deprecated alias of partition.size
+    "max_failed_ratio",  # the failure-rate guard (engine/failure_guard.py); ours, not Data-Juicer's
 )
 
 DEFAULT_NP = 4
@@ -264,6 +265,8 @@ class Recipe:
     resume: str | None
     schedule: str | None
     ignored_keys: tuple[str, ...]
+    #: Failure-rate guard limit for every op (None: the default, engine/failure_guard.py).
+    max_failed_ratio: float | None = None
 
     @property
     def text_key(self) -> str:
@@ -303,6 +306,7 @@ class Recipe:
             "resume": self.resume,
             "schedule": self.schedule,
             "ignored_keys": list(self.ignored_keys),
+            "max_failed_ratio": self.max_failed_ratio,
         }
 
 
@@ -339,6 +343,7 @@ def recipe_from_dict(d: dict) -> Recipe:
             resume=d.get("resume"),
             schedule=d.get("schedule"),
             ignored_keys=tuple(d.get("ignored_keys", ())),
+            max_failed_ratio=d.get("max_failed_ratio"),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(d.get("source_file") if isinstance(d, dict) else None, None,

@@ -47,7 +47,8 @@ RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error", "keep_st
 # checkpoint and storage keys because every checkpoint records its own
 # format and pipeline fingerprint.
 NON_RESULT_KEYS = ("project_name", "export_path", "np", "job_id", "resume", "schedule", "partition", "checkpoint",
-                   "intermediate_storage", "tracer", "ignored_keys", "source_file", "work_dir")
+                   "intermediate_storage", "tracer", "ignored_keys", "source_file", "work_dir",
+                   "max_failed_ratio")  # the failure-rate guard: raising it and resuming is its purpose
 
 
 _CORRUPT_INFO_TODO = ("Its partition boundaries and hashes are what every checkpoint is checked against, so the "
@@ -87,6 +88,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_diff(old: dict, new: dict) -> tuple[list[str], list[str]]:
     """(result-affecting changes, accepted changes) as readable 'key: old -> new' lines."""
+    old, new = _split_engine_op_args(old), _split_engine_op_args(new)
     fo, fn = _flatten(old), _flatten(new)
     refused, accepted = [], []
     for key in sorted(set(fo) | set(fn)):
@@ -99,6 +101,24 @@ def config_diff(old: dict, new: dict) -> tuple[list[str], list[str]]:
         line = f"  {key}: {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}"
         (refused if top in RESULT_KEYS or top not in NON_RESULT_KEYS else accepted).append(line)
     return refused, accepted
+
+
+def _split_engine_op_args(cfg: dict) -> dict:
+    """``cfg`` with engine-only op arguments (``max_failed_ratio``) moved out of ``process`` into their
+    own non-result key, so changing one is an accepted change, not a changed op chain."""
+    from airflow_provider_dj.ops.base import ENGINE_OP_ARGS
+
+    if not isinstance(cfg.get("process"), list):
+        return cfg
+    process, moved = [], {}
+    for i, item in enumerate(cfg["process"]):
+        if isinstance(item, dict) and len(item) == 1:
+            (name, args), = item.items()
+            if isinstance(args, dict):
+                moved.update({f"process[{i}].{name}.{k}": v for k, v in args.items() if k in ENGINE_OP_ARGS})
+                item = {name: {k: v for k, v in args.items() if k not in ENGINE_OP_ARGS}}
+        process.append(item)
+    return dict(cfg, process=process, max_failed_ratio={"job": cfg.get("max_failed_ratio"), **moved})
 
 
 def _check_boundaries(info: dict) -> None:

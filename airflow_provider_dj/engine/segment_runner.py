@@ -23,6 +23,7 @@ from airflow_provider_dj.engine.batch_cursor import discard_superseded, run_expe
 from airflow_provider_dj.engine.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.failure_guard import FailureRateExceededError, check_partition, load_settings
 from airflow_provider_dj.engine.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.op_runner import apply_keep_mask, apply_op, mapper_delta
@@ -131,6 +132,7 @@ def run_segment(
     result = SegmentResult(partition_id, segment_index, None)
     label = f"partition {partition_id} (rows {part['start_row']}-{part['end_row'] - 1})"
     tracer = tracer_for_partition(ctx, partition_id, phash)  # None when open_tracer is off: no tracing work
+    guard = load_settings(job_dir, recipe)  # the limits the last validate recorded (a resume may raise them)
 
     def fp(i: int) -> str:
         return plan.ops[i].fingerprint
@@ -307,7 +309,8 @@ def run_segment(
                                            skip_op_error=recipe.skip_op_error, events=events,
                                            fault_spec=fault_spec, label=label)
             else:
-                outcome = apply_op(op, i, table, recipe.skip_op_error)
+                needs = tuple(type(op).input_fields(ops_by_index[i].args, recipe.text_key))
+                outcome = apply_op(op, i, table, recipe.skip_op_error, needs)
         except stop_control.StopRequested as exc:  # an op's batch loop committed its batch and saw a stop
             ckpt.flush_quietly()
             exc.partition_ids = [partition_id]
@@ -325,6 +328,17 @@ def run_segment(
         if outcome.failed_rows is not None:
             outcome.accounting[FAILED_FILE_KEY] = _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows,
                                                                 outcome.failed_reasons)
+        try:  # past the failure-rate guard: fail here, before op i's checkpoint, with failed/ written
+            check_partition(guard, outcome.accounting, outcome.failed_reasons, partition_id=partition_id, label=label,
+                            resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}")
+        except FailureRateExceededError as exc:
+            ckpt.flush_quietly()
+            events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows,
+                        failed=exc.failed, error_message=str(exc), status="failed", reason="failure_rate_guard")
+            events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
+                        error_message=f"op {i} ({op.name}): {exc}", status="failed")
+            plog.partition_failed(f"op {i} ({op.name}): {exc}")
+            raise
         if tracer is not None:  # candidates are durable before any checkpoint after op i (engine.tracer)
             tracer.observe(i, op, table, outcome)
         table_in, table = table, outcome.table

@@ -21,11 +21,22 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.events import EventLog
 from airflow_provider_dj.engine.job import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.input_source import InputError
 from airflow_provider_dj.engine.job_setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.overrides import normalize_overrides
 from airflow_provider_dj.engine.stop_control import clear_stop_request_before
 from airflow_provider_dj.engine.recipe import load_recipe
 from airflow_provider_dj.operators._common import event_defaults
+
+
+try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # pragma: no cover - older task SDKs
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+
+
+class InputRefused(AirflowFailException):
+    """The input does not fit the recipe; the task fails at once, without retries."""
 
 
 class ResumeValidatorOperator(BaseOperator):
@@ -88,6 +99,11 @@ class ResumeValidatorOperator(BaseOperator):
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
             raise
+        except InputError as exc:
+            # The input does not fit the recipe (a field it reads in no row, bytes that are not UTF-8, a line
+            # that is not a JSON object): retrying cannot help, so fail without retries (engine/input_schema.py).
+            self.log.error("Input refused before any work; nothing was planned or written:\n%s", exc)
+            raise InputRefused(str(exc)) from exc
         # Resuming a stopped job: a stop requested before this run started is
         # done with (it did stop the job); one requested since belongs to this
         # run and is kept.  After prepare_job, so a refused resume changes nothing.

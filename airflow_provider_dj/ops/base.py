@@ -62,7 +62,15 @@ COMMON_OP_ARGS: dict[str, Any] = {
     # writes; dotted paths, wildcards allowed.  Absent = unknown.
     "input_columns": (list, str, type(None)),
     "output_columns": (list, str, type(None)),
+    # The failure-rate guard's limit for this op (engine/failure_guard.py); the
+    # recipe's top-level max_failed_ratio applies when absent.
+    "max_failed_ratio": (int, float, type(None)),
 }
+
+#: Common arguments the engine reads and the op never sees in its behaviour:
+#: they are left out of checkpoint fingerprints and of the resume config
+#: check, so raising a limit and resuming reuses every checkpoint.
+ENGINE_OP_ARGS = frozenset({"max_failed_ratio"})
 
 
 class OpFatalError(RuntimeError):
@@ -104,6 +112,10 @@ def _type_ok(value: Any, expected: Any) -> bool:
     if isinstance(expected, type):
         return isinstance(value, expected)
     return True
+
+
+def _ratio_ok(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1)
 
 
 def _type_name(expected: Any) -> str:
@@ -159,11 +171,10 @@ class Op:
                     )
                 continue
             if key in COMMON_OP_ARGS:
-                if not _type_ok(value, COMMON_OP_ARGS[key]):
-                    raise OpArgumentError(
-                        key,
-                        f"argument {key!r} must be {_type_name(COMMON_OP_ARGS[key])}, got {value!r}",
-                    )
+                if not _type_ok(value, COMMON_OP_ARGS[key]) or (key == "max_failed_ratio" and not _ratio_ok(value)):
+                    expected = "a number from 0 to 1 (a fraction of the op's input rows)" \
+                        if key == "max_failed_ratio" else _type_name(COMMON_OP_ARGS[key])
+                    raise OpArgumentError(key, f"argument {key!r} must be {expected}, got {value!r}")
                 continue
             allowed = sorted(set(own) | set(COMMON_OP_ARGS))
             close = difflib.get_close_matches(key, allowed, n=1)
@@ -177,6 +188,41 @@ class Op:
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
         """Hook for value checks beyond types (ranges, regex compiles). Raise OpArgumentError."""
+
+    # -- the fields an op reads and writes (engine/input_schema.py) ---------
+    @classmethod
+    def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
+        """The input fields this op reads, each mapped to the argument that names it.
+
+        Why: the validate task refuses, before any partition runs, an input
+        in which a field the recipe needs exists in no row (a corpus whose
+        text is in ``body`` while ``text_keys`` says ``text``), naming the key
+        to change.  Fields are dotted paths into nested objects
+        (``meta.source``).  The default, the text key (the op's own
+        ``text_key`` argument, else the recipe's ``text_keys``), is right for
+        every text op; ops that read other fields, or no text, override it.
+        """
+        own = args.get("text_key")
+        return {own if isinstance(own, str) and own else text_key: "text_key"}
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any]) -> tuple[str, ...]:
+        """Fields this op adds to the samples, which later ops may read although the input lacks them.
+
+        The default follows the library's convention: an ``output_key``
+        argument (its declared default when the recipe leaves it out), plus
+        the ``output_columns`` a recipe declares for the GPU preflight.
+        """
+        out: list[str] = []
+        key = args.get("output_key")
+        if key is None:
+            param = cls.own_args().get("output_key")
+            key = getattr(param, "default", None)
+        if isinstance(key, str) and key:
+            out.append(key)
+        declared = args.get("output_columns")
+        out.extend([declared] if isinstance(declared, str) else [c for c in declared or () if isinstance(c, str)])
+        return tuple(out)
 
     #: True for ops whose per-row work is costly (model inference, API calls):
     #: the engine runs them in batches of ``batch_size`` rows and commits each

@@ -73,6 +73,11 @@ class SuffixFilter(Filter):
                 if not isinstance(s, str):
                     raise OpArgumentError("suffixes", f"suffix_filter: every suffix must be a string, got {s!r}")
 
+    @classmethod
+    def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
+        """No text; ``__dj__suffix__`` only when there are suffixes to match (none keeps every row unread)."""
+        return {SUFFIX_COLUMN: "suffixes"} if args.get("suffixes") else {}
+
     def fingerprint_args(self) -> dict[str, Any]:
         return {**super().fingerprint_args(), "suffixes": self.suffixes, "reversed_range": self.reversed_range}
 
@@ -153,6 +158,12 @@ class SpecifiedFieldFilter(Filter):
                 "specified_field_filter: field_key is empty; name the field to test, e.g. 'meta.source' "
                 "(Data-Juicer would fail on every sample)",
             )
+
+    @classmethod
+    def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
+        """No text; the ``field_key`` path, which the stats step reads even without target values."""
+        key = args.get("field_key")
+        return {key: "field_key"} if isinstance(key, str) and key else {}
 
     def fingerprint_args(self) -> dict[str, Any]:
         return {

@@ -174,6 +174,11 @@ class LLMApiMapper(Mapper):
                 raise OpArgumentError("answer_json_schema", f"answer_json_schema is not a valid JSON schema: "
                                                             f"{exc.message}") from None
 
+    @classmethod
+    def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
+        """The fields the prompt template names (not the text key unless it is one): the input check."""
+        return dict.fromkeys(template_fields(args.get("prompt_template", "{text}")), "prompt_template")
+
     def fingerprint_args(self) -> dict[str, Any]:
         return {**super().fingerprint_args(), "model": self.model, "prompt_template": self.prompt_template,
                 "system_prompt": self.system_prompt, "output_key": self.output_key,
