@@ -6,6 +6,7 @@ Usage (normally started by run_ops_bench.py)::
 
 SPEC.json: {"corpus": path, "rows": n, "ops": [{"name":..., "args":{...}}, ...],
             "repeats": r, "budget_s": s, "probe_rows": p}
+(an op entry may carry its own "corpus", e.g. LaTeX sources for the LaTeX ops)
 
 For every op it times the *bare runtime methods* Data-Juicer's default
 executor hands to ``datasets.map``/``filter`` -- no HF dataset, no Arrow
@@ -128,10 +129,20 @@ def main() -> int:
     budget = float(spec.get("budget_s", 30))
     probe_rows = min(n_all, int(spec.get("probe_rows", 2000)))
     results: dict[str, dict] = {"_meta": {"dj_version": data_juicer.__version__, "rows": n_all}}
+    other_corpora: dict[str, dict[str, list]] = {}
+    all_cols, all_rows, all_probe = cols, n_all, probe_rows
     for entry in spec["ops"]:
         name, args = entry["name"], entry.get("args") or {}
         rec: dict = {"args": args}
         results[name] = rec
+        cols, n_all, probe_rows = all_cols, all_rows, all_probe
+        if entry.get("corpus"):  # this op's own corpus (same row count asked for)
+            if entry["corpus"] not in other_corpora:
+                other_corpora[entry["corpus"]] = load_columns(entry["corpus"], spec["rows"])
+            cols = other_corpora[entry["corpus"]]
+            n_all = len(cols["text"])
+            probe_rows = min(n_all, int(spec.get("probe_rows", 2000)))
+            rec["corpus"] = entry["corpus"]
         if name not in OPERATORS.modules:
             rec["error"] = "no such op in Data-Juicer"
             log(f"{name}: not in Data-Juicer")
