@@ -26,6 +26,13 @@ from airflow_provider_dj.ops.base import Filter, OpArgumentError
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import ensure_stat, get_stat
 from airflow_provider_dj.ops.text_kernels import count_words, text_array
+from airflow_provider_dj.ops.tokenizers import (
+    document_words,
+    file_digest,
+    load_sentencepiece,
+    refine_words,
+    require_sentencepiece,
+)
 
 
 class _RangeFilter(Filter):
@@ -91,9 +98,11 @@ class WordsNumFilter(_RangeFilter):
     a character left after DJ's SPECIAL_CHARACTERS (punctuation, ASCII digits,
     whitespace, emoji and a list of symbols) are stripped from its ends -- so
     "42", "--" and "🙂" are not words, and a CJK sentence without spaces is
-    one word.  ``lang`` only matters with ``tokenization``; tokenization needs
-    a sentencepiece model DJ downloads at run time, which this engine cannot
-    do, so ``tokenization: true`` is rejected at validation.
+    one word.  With ``tokenization: true`` the pieces of the SentencePiece
+    model ``{lang}.sp.model`` (looked up like every DJ model, never
+    downloaded: a missing one fails validation with where to put it) are
+    the words instead, stripped the same way; a piece made of "▁" alone
+    still counts, as in DJ.
     """
 
     name = "words_num_filter"
@@ -114,30 +123,29 @@ class WordsNumFilter(_RangeFilter):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        if tokenization:
-            raise OpArgumentError("tokenization", _TOKENIZATION_MSG)
         self.lang = lang
         self.tokenization = tokenization
+        self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
         self._init_range(min_num, max_num, min_closed_interval, max_closed_interval, reversed_range)
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
         if args.get("tokenization"):
-            raise OpArgumentError("tokenization", _TOKENIZATION_MSG)
+            load_sentencepiece(require_sentencepiece(args.get("lang", "en"), op=cls.name))
         super().check_values(args)
 
     def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "lang": self.lang, "tokenization": self.tokenization}
+        extra = {"lang": self.lang, "tokenization": self.tokenization}
+        if self.model_path:
+            extra["model_digest"] = file_digest(self.model_path)
+        return {**super().fingerprint_args(), **extra}
 
     def _compute(self, table: pa.Table) -> pa.Array:
-        return count_words(text_array(table, self.text_key))
-
-
-_TOKENIZATION_MSG = (
-    "words_num_filter: tokenization=true needs a sentencepiece model that Data-Juicer downloads at run "
-    "time, which this engine does not support; remove 'tokenization' (or set it to false) to count "
-    "whitespace-separated words"
-)
+        if self.model_path is None:
+            return count_words(text_array(table, self.text_key))
+        pieces = document_words(text_array(table, self.text_key), load_sentencepiece(self.model_path))
+        _, starts = refine_words(pieces, lower=False)
+        return pa.array(np.diff(starts), pa.int64())
 
 
 @register

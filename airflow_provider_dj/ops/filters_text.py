@@ -34,6 +34,17 @@ from airflow_provider_dj.ops.filters import _RangeFilter
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import ensure_stat
 from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS, py_lower, text_array
+from airflow_provider_dj.ops.tokenizers import (
+    ALPHANUMERIC_HF_TOKENIZER,
+    document_words,
+    file_digest,
+    hf_tokenizer_digest,
+    load_hf_token_counter,
+    load_sentencepiece,
+    locate_hf_tokenizer,
+    refine_words,
+    require_sentencepiece,
+)
 
 # What str.splitlines() splits on ("\r\n" counts as one break).
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -66,9 +77,11 @@ def codepoints(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
 
 @functools.lru_cache(maxsize=None)
 def char_table(name: str) -> np.ndarray:
-    """A bool per code point: 'special' (DJ's SPECIAL_CHARACTERS), 'alnum' (str.isalnum), 'break'."""
-    if name == "alnum":  # taken from this interpreter's unicodedata, like DJ's str.isalnum()
-        return np.fromiter(map(str.isalnum, map(chr, range(_NUM_CODEPOINTS))), bool, _NUM_CODEPOINTS)
+    """A bool per code point: 'special' (DJ's SPECIAL_CHARACTERS), 'alnum' (str.isalnum),
+    'alpha' (str.isalpha), 'break'."""
+    if name in ("alnum", "alpha"):  # taken from this interpreter's unicodedata, like DJ's str methods
+        test = str.isalnum if name == "alnum" else str.isalpha
+        return np.fromiter(map(test, map(chr, range(_NUM_CODEPOINTS))), bool, _NUM_CODEPOINTS)
     table = np.zeros(_NUM_CODEPOINTS, bool)
     chars = {"special": _SPECIAL_STR, "break": LINE_BREAKS}[name]
     table[[ord(c) for c in chars]] = True
@@ -267,13 +280,11 @@ def word_tokens(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 # --- ops -------------------------------------------------------------------------
 def _check_args(name: str, args: dict[str, Any], tokenizer: str = "") -> None:
-    """Reject what cannot run here: DJ's download-a-model tokenization mode, rep_len < 1."""
-    if tokenizer and args.get("tokenization"):
-        raise OpArgumentError(
-            "tokenization",
-            f"{name}: tokenization=true needs {tokenizer} that Data-Juicer downloads at run time, which "
-            f"this engine does not support; remove 'tokenization' (or set it to false)",
-        )
+    """Reject what cannot run: a tokenizer that is not on this machine (never downloaded), rep_len < 1."""
+    if tokenizer == "huggingface" and args.get("tokenization"):
+        load_hf_token_counter(locate_hf_tokenizer(ALPHANUMERIC_HF_TOKENIZER, op=name))
+    elif tokenizer == "sentencepiece" and args.get("tokenization"):
+        load_sentencepiece(require_sentencepiece(args.get("lang", "en"), op=name))
     if args.get("rep_len", 1) < 1:
         raise OpArgumentError("rep_len", f"{name}: rep_len must be a positive integer, got {args['rep_len']}")
 
@@ -285,7 +296,7 @@ class _FloatRangeFilter(_RangeFilter):
     value these stats can take (all below 2**53), so decisions match DJ's.
     """
 
-    tokenizer = ""  # what DJ's tokenization mode would download, for ops that have one
+    tokenizer = ""  # the kind of tokenizer DJ's tokenization mode loads, for ops that have one
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -301,14 +312,19 @@ class AlphanumericFilter(_FloatRangeFilter):
     """Keep samples whose share of ``str.isalnum()`` characters (stat ``alnum_ratio``)
     is in [min_ratio, max_ratio]; '' has 0.0.
 
-    DJ's ``tokenization`` mode (letters per token of a Hugging Face tokenizer,
-    stat ``alpha_token_ratio``) needs that tokenizer downloaded: rejected.
+    With ``tokenization: true`` the stat is ``alpha_token_ratio``: the number
+    of ``str.isalpha()`` characters (letters only, no digits: DJ's own
+    definition) per token of the Hugging Face tokenizer DJ hard-codes,
+    ``EleutherAI/pythia-6.9b-deduped``, found as a path, in a
+    ``DATA_JUICER_EXTERNAL_MODELS_HOME`` folder or in the local Hugging Face
+    cache, never downloaded (docs/text_filters_words.md); 0.0 for no token.
+    It can exceed 1, which the default max_ratio allows.
     """
 
     name = "alphanumeric_filter"
     stat_key = "alnum_ratio"
     min_arg, max_arg = "min_ratio", "max_ratio"
-    tokenizer = "the EleutherAI/pythia-6.9b-deduped Hugging Face tokenizer"
+    tokenizer = "huggingface"
 
     def __init__(
         self,
@@ -323,16 +339,29 @@ class AlphanumericFilter(_FloatRangeFilter):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        _check_args(self.name, {"tokenization": tokenization}, self.tokenizer)
         self.tokenization = tokenization
+        self.tokenizer_dir = locate_hf_tokenizer(ALPHANUMERIC_HF_TOKENIZER, op=self.name) if tokenization else None
+        if tokenization:
+            self.stat_key = "alpha_token_ratio"  # DJ's stat for this mode
         self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
     def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "tokenization": self.tokenization}
+        extra: dict[str, Any] = {"tokenization": self.tokenization}
+        if self.tokenizer_dir:
+            extra["tokenizer_digest"] = hf_tokenizer_digest(self.tokenizer_dir)
+        return {**super().fingerprint_args(), **extra}
+
+    def setup(self) -> None:
+        if self.tokenizer_dir:
+            load_hf_token_counter(self.tokenizer_dir)
 
     def _compute(self, table: pa.Table) -> pa.Array:
-        cps, starts = codepoints(text_array(table, self.text_key))
-        return pa.array(ratio(row_sums(char_table("alnum")[cps], starts), np.diff(starts)))
+        arr = text_array(table, self.text_key)
+        cps, starts = codepoints(arr)
+        if self.tokenizer_dir is None:
+            return pa.array(ratio(row_sums(char_table("alnum")[cps], starts), np.diff(starts)))
+        tokens = load_hf_token_counter(self.tokenizer_dir).counts(arr)
+        return pa.array(ratio(row_sums(char_table("alpha")[cps], starts), tokens))
 
 
 @register
@@ -472,13 +501,18 @@ class WordRepetitionFilter(_FloatRangeFilter):
 
     Over DJ's refined words (``word_tokens``), the share of n-gram positions
     whose n-gram occurs more than once; 0.0 with fewer than ``rep_len``
-    words.  ``lang`` only matters to the tokenization mode (rejected).
+    words.  With ``tokenization: true`` the words are the pieces of the
+    SentencePiece model ``{lang}.sp.model`` (never downloaded: a missing one
+    fails validation with where to put it), lower-cased and stripped the
+    same way.  DJ compares n-grams as their words joined by ' ', so a row
+    whose pieces contain a space (a model trained without whitespace
+    escaping) is counted DJ's way in Python.
     """
 
     name = "word_repetition_filter"
     stat_key = "word_rep_ratio"
     min_arg, max_arg = "min_ratio", "max_ratio"
-    tokenizer = "a sentencepiece model"
+    tokenizer = "sentencepiece"
 
     def __init__(
         self,
@@ -495,15 +529,42 @@ class WordRepetitionFilter(_FloatRangeFilter):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        _check_args(self.name, {"tokenization": tokenization, "rep_len": rep_len}, self.tokenizer)
+        _check_args(self.name, {"rep_len": rep_len})
         self.lang, self.tokenization, self.rep_len = lang, tokenization, rep_len
+        self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
         self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
     def fingerprint_args(self) -> dict[str, Any]:
         extra = {"lang": self.lang, "tokenization": self.tokenization, "rep_len": self.rep_len}
+        if self.model_path:
+            extra["model_digest"] = file_digest(self.model_path)
         return {**super().fingerprint_args(), **extra}
 
+    def setup(self) -> None:
+        if self.model_path:
+            load_sentencepiece(self.model_path)
+
     def _compute(self, table: pa.Table) -> pa.Array:
-        ids, starts = word_tokens(text_array(table, self.text_key))
+        arr = text_array(table, self.text_key)
+        if self.model_path is None:
+            ids, starts = word_tokens(arr)
+            windows, singles, _, _ = ngram_groups(ids, starts, self.rep_len)
+            return pa.array(ratio(windows - singles, windows))
+        words, starts = refine_words(document_words(arr, load_sentencepiece(self.model_path)), lower=True)
+        ids = pc.dictionary_encode(words).indices.to_numpy(zero_copy_only=False).astype(np.int64)
         windows, singles, _, _ = ngram_groups(ids, starts, self.rep_len)
-        return pa.array(ratio(windows - singles, windows))
+        out = ratio(windows - singles, windows)
+        spaced = pc.match_substring(words, " ").to_numpy(zero_copy_only=False)
+        if spaced.any():  # DJ's joined-string keys can merge different n-grams: count those rows its way
+            rows = np.unique(np.searchsorted(starts, np.flatnonzero(spaced), side="right") - 1)
+            values = words.to_pylist()
+            for r in rows.tolist():
+                out[r] = _joined_ngram_ratio(values[starts[r] : starts[r + 1]], self.rep_len)
+        return pa.array(out)
+
+
+def _joined_ngram_ratio(words: list[str], n: int) -> float:
+    """DJ's word_rep_ratio for one row, n-grams keyed by ' '.join (the rare rows the ids can't do)."""
+    counts = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    total = sum(counts.values())
+    return sum(c for c in counts.values() if c > 1) / total if total else 0.0

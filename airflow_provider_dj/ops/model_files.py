@@ -36,6 +36,16 @@ def dj_assets_cache() -> str:
     return os.path.expanduser(os.environ.get("DATA_JUICER_ASSETS_CACHE", os.path.join(dj_cache_home(), "assets")))
 
 
+def external_model_dirs() -> list[str]:
+    """The folders of ``DATA_JUICER_EXTERNAL_MODELS_HOME`` (``os.pathsep``-separated), in order.
+
+    Hugging Face models are looked up here by Data-Juicer (``check_model_home``) but never in its
+    models cache, so the word-list/tokenizer code needs this part on its own.
+    """
+    external = os.environ.get("DATA_JUICER_EXTERNAL_MODELS_HOME") or ""
+    return [p.strip() for p in external.split(os.pathsep) if p.strip()]
+
+
 def model_search_dirs() -> list[str]:
     """The folders searched for a bare model name, in Data-Juicer's order."""
     external = os.environ.get("DATA_JUICER_EXTERNAL_MODELS_HOME") or ""

@@ -94,7 +94,9 @@ def test_equal_bounds_are_fine() -> None:
     validate("text_length_filter", {"min_len": 7, "max_len": 7})
 
 
-def test_tokenization_rejected() -> None:
+def test_tokenization_without_a_model_rejected(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("DATA_JUICER_MODELS_CACHE", str(tmp_path))  # no zh.sp.model anywhere
+    monkeypatch.delenv("DATA_JUICER_EXTERNAL_MODELS_HOME", raising=False)
     with pytest.raises(OpArgumentError) as err:
         validate("words_num_filter", {"tokenization": True, "lang": "zh"})
     assert err.value.key == "tokenization"
