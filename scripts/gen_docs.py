@@ -64,6 +64,11 @@ KEY_TEXT: dict[str, str] = {
     "schedule": "Cron expression or preset (`@daily`, ...) of the generated DAG; absent = manual triggers only.",
     "partition_size": "Data-Juicer's deprecated alias of `partition.size`; both set to different values is an "
                       "error.",
+    "max_failed_ratio": "Ours (Data-Juicer has none): the failure-rate guard. An op whose failed rows are more "
+                        "than this fraction of its input, and at least 10 (or all of them), stops the job before "
+                        "export, naming the op, the partition, the count and the first reasons. Per op: the op "
+                        "argument `max_failed_ratio`. 1 turns it off. Raising it and resuming reuses every "
+                        "checkpoint ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)).",
     # partition
     "partition.mode": "`auto`: rows per partition from measured bytes/row and `target_size_mb` (text: at most "
                       "50,000 rows); `manual`: `num_of_partitions`, else `size`, else 4 partitions.",
@@ -152,8 +157,9 @@ DJ_NOTES: dict[str, str] = {
     "character_repetition_filter": "Stat key and values as Data-Juicer's.",
     "word_repetition_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
     "special_characters_filter": "Data-Juicer's special-character set.",
-    "suffix_filter": "Reads `__dj__suffix__`, which this reader does not add: with `suffixes` set every row is "
-                     "dropped, as in Data-Juicer with `add_suffix` off.",
+    "suffix_filter": "Reads `__dj__suffix__`, which this reader does not add: with `suffixes` set and no such "
+                     "field in the input, the validate task refuses the job (Data-Juicer with `add_suffix` off "
+                     "drops every row).",
     "specified_field_filter": "Dotted paths into nested fields (`meta.source`).",
     "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
                       "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
@@ -169,7 +175,7 @@ VALUE_TEXT: dict[str, str] = {
     "process": "list of ops", "open_tracer": "true \\| false", "op_list_to_trace": "list of op names",
     "trace_num": "integer ≥ 1", "trace_keys": "list of field names", "skip_op_error": "true \\| false",
     "keep_stats_in_res_ds": "true \\| false", "job_id": "safe id", "resume": "safe id",
-    "partition_size": "integer ≥ 1",
+    "partition_size": "integer ≥ 1", "max_failed_ratio": "number from 0 to 1, or null",
     "partition.num_of_partitions": "integer ≥ 1, `auto` or null", "partition.size": "integer ≥ 1 or null",
     "partition.target_size_mb": "integer ≥ 1", "partition.max_size_mb": "integer ≥ 1 or null",
     "partition.max_concurrent_partitions": "integer ≥ 1, `auto` or null",
@@ -270,6 +276,7 @@ def _default_for(key: str, eff: dict) -> str:
         "process": "**required**",
         "partition": "{}", "checkpoint": "{}", "intermediate_storage": "{}",
         "partition_size": "`null`",
+        "max_failed_ratio": "`null` = 0.5",
     }
     if key in derived:
         return derived[key]
@@ -414,7 +421,9 @@ def render_ops_reference() -> str:
             "Data-Juicer's base-op arguments are accepted by every op so existing recipes validate. "
             "`text_key` is used (default: the recipe's first `text_keys`); `batch_size` sets the commit batch of "
             "expensive ops; `num_gpus`/`num_cpus`/`memory` feed the GPU preflight and actor planning; "
-            "`skip_op_error` is Data-Juicer's per-op switch. The others are Data-Juicer scheduling hints "
+            "`skip_op_error` is Data-Juicer's per-op switch; `max_failed_ratio` (ours) is the op's limit for the "
+            "failure-rate guard ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)). "
+            "The others are Data-Juicer scheduling hints "
             "with no effect here.", "",
             ", ".join(_code(k) for k in sorted(COMMON_OP_ARGS)), ""]
     for kind in ("mapper", "filter", "deduplicator"):
