@@ -141,8 +141,8 @@ def test_a_stop_raised_inside_an_op_is_reported_as_a_stop_not_an_op_failure(tmp_
 
     real = segment_runner.apply_op
 
-    def op_with_batch_boundary(op, i, table, skip):
-        out = real(op, i, table, skip)
+    def op_with_batch_boundary(op, i, table, skip, *rest):
+        out = real(op, i, table, skip, *rest)
         if i == 2:
             stop_control.request_stop(job.job_dir, requested_by="test")
             stop_control.check_stop(job.job_dir)
