@@ -2,18 +2,59 @@
 
 Airflow reads its configuration when it is first imported, so everything
 here must happen before ``import airflow``.  With no AIRFLOW_HOME set we
-use ``~/.dj-airflow/airflow`` with SQLite and no example DAGs, and run
-``airflow db migrate`` once (about 3 s; skipped while the DB is current).
+use ``~/.dj-airflow/airflow`` (or ``$DJ_AIRFLOW_HOME``) with no example DAGs.
+
+Several ``dj-airflow run`` on one machine must not see each other (issue
+12): they used to share one DAG-stub folder, which each run emptied, and
+one SQLite metadata DB.  So each run gets a *private run directory* under
+``<home>/dj_cli_runs/`` holding
+
+* its own DAG-stub folder (only its recipe's DAG; nobody else writes there);
+* with SQLite (the default), its own metadata DB: a file copy of a template
+  DB that was migrated once per Airflow version (``airflow db migrate`` is
+  about 3 s; copying the ~1 MB template takes milliseconds).  SQLite allows
+  one writer at a time, and a CLI run's metadata is scratch anyway: the job
+  directory is the durable record.
+
+With a server DB (PostgreSQL, MySQL: set through
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` or ``airflow.cfg``), which takes
+concurrent writers, runs share it; it is migrated once (per Airflow version
+and DB URL) under a lock file, so two first runs do not migrate it at once.
+
+A run removes its own run directory when it ends (:meth:`RunEnv.cleanup`)
+and never another's; directories left by crashed runs (their owner process
+is gone) are swept by the next run.
 """
 
 from __future__ import annotations
 
+import configparser
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
+import shutil
+import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 
 DEFAULT_HOME = os.path.join(os.path.expanduser("~"), ".dj-airflow", "airflow")
 CLI_DAGS = "dj_cli_dags"
+RUNS_DIR = "dj_cli_runs"
+RUN_OWNER_FILE = "owner.json"
+TEMPLATE_PREFIX = "dj_cli_template_db"
+#: A run directory without an owner file (its run died between creating and
+#: naming it) is swept once it is this old.
+ORPHAN_AGE_S = 3600.0
+
+
+class AirflowEnvError(RuntimeError):
+    """The Airflow home cannot be prepared (migration failed, unwritable home)."""
 
 
 def configure_airflow_env(dags_folder: str | None = None) -> str:
@@ -27,40 +68,297 @@ def configure_airflow_env(dags_folder: str | None = None) -> str:
     return home
 
 
-def _migrated_marker(home: str) -> str:
-    import airflow
+def _airflow_version() -> str:
+    """Without importing airflow (that would read the configuration too early)."""
+    from importlib import metadata
 
-    return os.path.join(home, f".dj_db_migrated_{airflow.__version__}")
+    for dist in ("apache-airflow-core", "apache-airflow"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+    """An exclusive ``flock`` on ``path`` (released by the kernel if this process dies)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def configured_db_url(home: str) -> str:
+    """The metadata DB URL Airflow will use, read the way Airflow does but without importing it:
+    the environment first, then ``airflow.cfg``, else Airflow's default SQLite file."""
+    env = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    if env:
+        return env
+    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD") or \
+            os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET"):
+        return "server://configured-by-command-or-secret"  # not SQLite as far as we can tell: share it
+    cfg_path = os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg")
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(cfg_path, encoding="utf-8")
+        value = parser.get("database", "sql_alchemy_conn", fallback="").strip()
+    except configparser.Error:
+        value = ""
+    return value or f"sqlite:///{os.path.join(home, 'airflow.db')}"
+
+
+def _airflow_bin() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "airflow")
+
+
+def _run_airflow(args: list[str], env: dict, home: str) -> None:
+    proc = subprocess.run([_airflow_bin(), *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise AirflowEnvError(f"`airflow {' '.join(args)}` failed (AIRFLOW_HOME={home}); fix the error below, "
+                              f"or point DJ_AIRFLOW_HOME at a fresh directory:\n"
+                              f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+
+
+def _write_default_config(home: str) -> None:
+    """Let Airflow write its default ``airflow.cfg`` (keys, defaults) once, from a clean environment.
+
+    Airflow writes the file on first import, and a second process importing
+    it meanwhile could read it half-written; we call this under the home
+    lock, before any run imports Airflow.  The per-run DB and stub-folder
+    overrides are left out, so they do not end up in the file.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__DAGS_FOLDER")}
+    proc = subprocess.run([sys.executable, "-c", "import airflow.configuration"], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise AirflowEnvError(f"Airflow could not write its default configuration in {home}:\n{proc.stderr[-3000:]}")
+
+
+def template_db_path(home: str) -> str:
+    return os.path.join(home, f"{TEMPLATE_PREFIX}_{_airflow_version()}.sqlite")
+
+
+def ensure_template_db(home: str) -> str:
+    """A migrated, never-used SQLite metadata DB for this Airflow version; created once, under a lock.
+
+    Built under a temporary name and renamed into place, so a run that
+    finds the template finds a complete one.  No run ever opens it: each
+    copies it.
+    """
+    template = template_db_path(home)
+    cfg = os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg")
+    if os.path.exists(template) and os.path.exists(cfg):
+        return template
+    with _file_lock(os.path.join(home, ".dj_cli_init.lock")):
+        if not os.path.exists(cfg):
+            _write_default_config(home)
+        if os.path.exists(template):
+            return template
+        fd, tmp = tempfile.mkstemp(prefix=f".{TEMPLATE_PREFIX}.", suffix=".tmp", dir=home)
+        os.close(fd)
+        os.remove(tmp)  # Airflow creates the file itself
+        try:
+            env = dict(os.environ, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp}")
+            _run_airflow(["db", "migrate"], env, home)
+            # Airflow runs SQLite in WAL mode: fold the log into the main file
+            # so the template is one self-contained file to copy.
+            con = sqlite3.connect(tmp)
+            try:
+                con.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                con.close()
+            os.replace(tmp, template)
+        finally:
+            for leftover in (tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+    return template
+
+
+def _migrated_marker(home: str, db_url: str) -> str:
+    digest = hashlib.sha1(db_url.encode()).hexdigest()[:12]
+    return os.path.join(home, f".dj_db_migrated_{_airflow_version()}_{digest}")
 
 
 def ensure_db(home: str) -> None:
-    """Create/upgrade the metadata DB once per Airflow version (idempotent)."""
-    marker = _migrated_marker(home)
-    if os.path.exists(marker) and "sql_alchemy_conn" not in os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", ""):
-        return
-    airflow_bin = os.path.join(os.path.dirname(sys.executable), "airflow")
-    proc = subprocess.run([airflow_bin, "db", "migrate"], capture_output=True, text=True, env=os.environ.copy())
-    if proc.returncode != 0:
-        raise RuntimeError(f"`airflow db migrate` failed (AIRFLOW_HOME={home}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    with open(marker, "w") as fh:
-        fh.write("ok\n")
+    """Create/upgrade the configured metadata DB once per Airflow version and DB URL.
 
-
-def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str) -> str:
-    """A DAG file for one recipe, so dag.test()'s bundle sync finds the DAG we run.
-
-    The folder holds only this stub: other recipes' DAGs are not parsed.
+    For DBs that runs share (a server DB; the test session's DB).  Under a
+    lock file: two first runs do not migrate the same DB at once.
     """
-    folder = os.path.join(home, CLI_DAGS)
+    url = configured_db_url(home)
+    marker = _migrated_marker(home, url)
+    if os.path.exists(marker):
+        return
+    with _file_lock(os.path.join(home, ".dj_cli_init.lock")):
+        if os.path.exists(marker):
+            return
+        _run_airflow(["db", "migrate"], os.environ.copy(), home)
+        with open(marker, "w") as fh:
+            fh.write("ok\n")
+
+
+def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | None = None) -> str:
+    """A DAG file for one recipe, so dag.test()'s bundle sync finds the DAG we run; returns its folder.
+
+    ``dj-airflow run`` passes its private folder (only this stub, so no other
+    recipe is parsed).  Without ``folder`` the stub goes to ``<home>/dj_cli_dags``,
+    the folder in-process callers of one process share (the tests' session
+    home): there the other stubs are removed, so dag.test() parses one file,
+    not every recipe the session ran.  No CLI run uses that folder.
+    """
+    if folder is None:
+        folder = os.path.join(home, CLI_DAGS)
+        os.makedirs(folder, exist_ok=True)
+        for name in os.listdir(folder):
+            if name.startswith("dj_cli_") and name.endswith(".py"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
     os.makedirs(folder, exist_ok=True)
-    for name in os.listdir(folder):
-        if name.startswith("dj_cli_") and name.endswith(".py"):
-            os.remove(os.path.join(folder, name))
     stub = os.path.join(folder, f"dj_cli_{dag_id.replace('.', '_').replace('-', '_')}.py")
-    with open(stub, "w") as fh:
-        fh.write(
-            '"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
+    text = ('"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
             "from airflow_provider_dj.dag_factory import build_dag\n\n"
-            f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r})\n"
-        )
+            f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r})\n")
+    fd, tmp = tempfile.mkstemp(prefix=".stub.", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, stub)  # a reader sees the old stub or the new one, never half of one
     return folder
+
+
+# -- private run directories ------------------------------------------------------
+
+def _pid_start_time(pid: int) -> int | None:
+    from airflow_provider_dj.engine.job_lock import pid_start_time
+
+    return pid_start_time(pid)
+
+
+def _owner_alive(owner: dict) -> bool:
+    from airflow_provider_dj.engine.job_lock import pid_alive
+
+    if owner.get("host") != socket.gethostname():
+        return True  # a home shared between hosts: we cannot tell, so never touch it
+    try:
+        return pid_alive(int(owner["pid"]), owner.get("pid_start"))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def sweep_stale_runs(home: str) -> list[str]:
+    """Remove run directories whose owner process is gone (crashed runs); returns those removed.
+
+    A live run's directory is never touched: its owner file names its host,
+    pid and the pid's start time (a reused pid does not count as alive).
+    """
+    root = os.path.join(home, RUNS_DIR)
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(root, name)
+        if not name.startswith("run-") or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, RUN_OWNER_FILE), encoding="utf-8") as fh:
+                owner = json.load(fh)
+        except FileNotFoundError:
+            try:
+                young = time.time() - os.path.getmtime(path) < ORPHAN_AGE_S
+            except FileNotFoundError:
+                continue
+            if young:
+                continue  # being created right now, or too recent to judge
+            owner = {}
+        except (OSError, ValueError):
+            owner = {}
+        if owner and _owner_alive(owner):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+@dataclass
+class RunEnv:
+    """What one ``dj-airflow run`` owns in the Airflow home."""
+
+    home: str
+    run_dir: str | None  # None for an in-process caller (no private directory)
+    dags_folder: str
+    db_path: str | None  # the private SQLite copy; None when the run uses a shared DB
+    saved_env: dict[str, str | None]  # the variables prepare_run set, as they were before
+
+    def cleanup(self) -> None:
+        """Remove this run's directory (stub folder, DB copy), nothing of any other run, and
+        restore the environment (an in-process caller goes on with its own settings)."""
+        if self.db_path is not None and "airflow.settings" in sys.modules:
+            with contextlib.suppress(Exception):
+                from airflow import settings
+
+                settings.dispose_orm()  # close our connections to the DB file before it goes
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        for key, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True) -> RunEnv:
+    """Set up this process's private Airflow state for one run (before Airflow is imported).
+
+    Sets AIRFLOW__CORE__DAGS_FOLDER (and, with SQLite,
+    AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) in ``os.environ``: Airflow reads
+    both once, when it is imported.  That is why the private state is for a
+    process that runs one DAG and ends (the ``dj-airflow`` console script).
+    An in-process caller that goes on using Airflow (a test calling
+    ``cli.main``) passes ``private=False``, and one that imported Airflow
+    already gets the same: the stub goes to the DAG folder Airflow already
+    uses (one process, one run at a time) and the configured DB is shared.
+    """
+    home = configure_airflow_env()
+    saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")}
+    if not private or "airflow.settings" in sys.modules:
+        folder = None
+        if "airflow.settings" in sys.modules:
+            from airflow import settings
+
+            folder = getattr(settings, "DAGS_FOLDER", None)
+        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=folder)
+        if folder is None:
+            os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
+        ensure_db(home)
+        return RunEnv(home=home, run_dir=None, dags_folder=dags, db_path=None, saved_env={})
+    sweep_stale_runs(home)
+    root = os.path.join(home, RUNS_DIR)
+    os.makedirs(root, exist_ok=True)
+    run_dir = tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root)
+    pid = os.getpid()
+    owner = {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start_time(pid),
+             "started_at": time.time(), "recipe": recipe_path, "dag_id": dag_id}
+    with open(os.path.join(run_dir, RUN_OWNER_FILE), "w", encoding="utf-8") as fh:
+        json.dump(owner, fh)
+    try:
+        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=os.path.join(run_dir, "dags"))
+        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
+        db_path = None
+        if configured_db_url(home).startswith("sqlite"):
+            template = ensure_template_db(home)
+            db_path = os.path.join(run_dir, "airflow.db")
+            shutil.copyfile(template, db_path)
+            os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{db_path}"
+        else:
+            ensure_db(home)
+    except BaseException:
+        RunEnv(home, run_dir, "", None, saved).cleanup()
+        raise
+    return RunEnv(home=home, run_dir=run_dir, dags_folder=dags, db_path=db_path, saved_env=saved)

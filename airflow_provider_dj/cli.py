@@ -61,6 +61,11 @@ def _check_input_fields(recipe) -> None:
         print(f"  input warning: {warning}", file=sys.stderr)
 
 
+#: Set by console_main: this process is the ``dj-airflow`` command and ends
+#: with the run, so a run may use a private metadata DB it deletes at exit.
+_CONSOLE = {"active": False}
+
+
 def _wants_ray(recipe) -> bool:
     """Whether to start the in-process Ray at launch: not for a configured cluster, an empty
     local input file, or a resumed job that already completed (those never need it)."""
@@ -75,7 +80,7 @@ def _wants_ray(recipe) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.airflow_env import configure_airflow_env, ensure_db, write_cli_dag_stub
+    from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
     from airflow_provider_dj.engine.input_source import InputError
     from airflow_provider_dj.engine.job import new_job_id
     from airflow_provider_dj.engine.recipe import RecipeError, check_input_exists, sanitize_dag_id
@@ -102,6 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     job_id = recipe.job_id or recipe.resume or new_job_id()
     if not recipe.resume:
         overrides["job_id"] = job_id
+    if recipe.job_id or recipe.resume:
+        refused = _held_by_another_runner(recipe.work_dir, job_id)
+        if refused:  # before Airflow and Ray start: a second run of a running job is refused in a second
+            print(f"error: {refused}", file=sys.stderr)
+            return 2
     # This process lives as long as the run: its pid in the runner lock lets a
     # later --resume detect a crashed (kill -9) run at once.
     os.environ["DJ_RUN_OWNER_PID"] = str(os.getpid())
@@ -112,12 +122,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from airflow_provider_dj.hooks import ray_in_process
 
         ray_in_process.start_in_background(num_cpus)
-    home = configure_airflow_env()
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = write_cli_dag_stub(home, recipe_path, dag_id)
+    t0 = time.perf_counter()
+    # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
+    # on the machine neither see nor touch them (airflow_env.py).
+    try:
+        run_env = prepare_run(recipe_path, dag_id, private=_CONSOLE["active"])
+    except AirflowEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"Resume token: {job_id}. Re-trigger with resume={job_id} "
           f"(or dj-airflow run {args.recipe} --resume {job_id}) to resume this job.", flush=True)
-    t0 = time.perf_counter()
-    ensure_db(home)
 
     # Ray starts lazily, in this process, when the first partition task needs
     # it (RayHook): a private cluster, never whatever Ray runs on the machine.
@@ -127,15 +141,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", os.environ["DJ_RAY_IN_PROCESS"])
     from airflow_provider_dj.dag_factory import build_dag
 
-    dag = build_dag(recipe_path, dag_id=dag_id)
     try:
+        dag = build_dag(recipe_path, dag_id=dag_id)
         dr = dag.test(run_conf=overrides)
+        state = str(getattr(dr, "state", "unknown"))
+        run_id = getattr(dr, "run_id", "?")
     finally:
         os.environ.pop("DJ_RUN_OWNER_PID", None)
         os.environ.pop("DJ_RAY_IN_PROCESS", None)
         os.environ.pop("DJ_DEFAULT_GROUP_SIZE", None)
         os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
-    state = str(getattr(dr, "state", "unknown"))
+        run_env.cleanup()  # this run's stub folder and DB copy only
     wall = time.perf_counter() - t0
     from airflow_provider_dj.engine import storage
 
@@ -143,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary_path = storage.join(job_dir, "job_summary.json")
     if state.endswith("success") and storage.exists(summary_path):
         summary = json.loads(storage.read_bytes(summary_path))
-        print(f"\nDAG run {dr.run_id}: success in {wall:.1f}s")
+        print(f"\nDAG run {run_id}: success in {wall:.1f}s")
         print(f"  job:    {job_id} ({job_dir})")
         print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
         for op in summary["ops"]:
@@ -152,13 +168,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
         return 0
     if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
-        print(f"\nDAG run {getattr(dr, 'run_id', '?')}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
+        print(f"\nDAG run {run_id}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
               f"work is kept in {job_dir}", file=sys.stderr)
         print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
         return 3
-    print(f"\nDAG run {getattr(dr, 'run_id', '?')}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
+    refused = _held_by_another_runner(recipe.work_dir, job_id, run_id)
+    if refused:  # two runs of one job started at the same moment: the other one won the lock
+        print(f"\nDAG run {run_id}: refused after {wall:.1f}s: {refused}", file=sys.stderr)
+        return 2
+    print(f"\nDAG run {run_id}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
     print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
     return 1
+
+
+def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:
+    """The refusal message if another live runner holds the job's lock (host, pid, run id), else None."""
+    from airflow_provider_dj.engine import job_lock, storage
+
+    me = job_lock.owner_identity(airflow_run_id)
+    try:
+        job_lock.check(storage.join(work_dir, job_id), me)
+    except job_lock.JobLockedError as exc:
+        return str(exc)
+    except OSError:
+        return None  # an unreadable work dir is the run's own error to report
+    return None
 
 
 def cmd_unlock(args: argparse.Namespace) -> int:
@@ -304,6 +338,7 @@ def console_main() -> None:
     leaves with ``os._exit``.  ``DJ_CLI_FAST_EXIT=0`` keeps the slow, ordinary
     exit.  In-process callers of ``main`` (tests) always get the ordinary one.
     """
+    _CONSOLE["active"] = True
     rc = main()
     if len(sys.argv) > 1 and sys.argv[1] == "run" and os.environ.get("DJ_CLI_FAST_EXIT", "1") != "0":
         import logging

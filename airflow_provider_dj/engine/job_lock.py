@@ -12,10 +12,20 @@ Airflow run stops heartbeating).  The same owner (a retried task, a cleared
 run) always passes.  The lock is released when the export completes, and
 when a task of the owning run fails for good (its on_failure_callback), so
 a new run can resume a failed job at once.
+
+Taking the lock is check-then-write, so two runners starting at the same
+moment could both find the job free.  On a local work dir every change of
+the lock (take, refresh, release) runs under an exclusive ``flock`` of the
+lock's directory, so exactly one of them wins and the other is refused
+naming the winner.  Object stores have no such lock: there the lock is read
+back after writing, and a runner that finds someone else's lock there is
+refused (a narrower window, not a closed one).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -68,7 +78,23 @@ def read_lock(job_dir: str) -> dict | None:
         return {"corrupt": True, "heartbeat": 0}
 
 
-def _pid_start_time(pid: int) -> int | None:
+@contextlib.contextmanager
+def _guard(job_dir: str):
+    """Serialise lock changes of one job dir across processes (local paths; a no-op for URLs)."""
+    if storage.is_url(job_dir):
+        yield
+        return
+    lock_dir = storage.dirname(_path(job_dir))
+    os.makedirs(lock_dir, exist_ok=True)
+    fd = os.open(lock_dir, os.O_RDONLY)  # flock on the directory itself: no extra file in the job dir
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def pid_start_time(pid: int) -> int | None:
     """Kernel start time of a process (clock ticks since boot), to tell a reused pid from its holder."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -77,9 +103,10 @@ def _pid_start_time(pid: int) -> int | None:
         return None
 
 
-def _pid_alive(pid: int, start_time: int | None = None) -> bool:
+def pid_alive(pid: int, start_time: int | None = None) -> bool:
+    """Whether ``pid`` runs on this host and, given its start time, is still that same process."""
     if start_time is not None:
-        now = _pid_start_time(pid)
+        now = pid_start_time(pid)
         if now is not None and now != start_time:
             return False  # the pid was reused by another process
     try:
@@ -89,6 +116,10 @@ def _pid_alive(pid: int, start_time: int | None = None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_pid_start_time = pid_start_time  # the names older callers use
+_pid_alive = pid_alive
 
 
 def is_stale(lock: dict, stale_after: float | None = None) -> tuple[bool, str]:
@@ -127,32 +158,52 @@ def check(job_dir: str, owner: dict) -> dict | None:
 
 
 def acquire(job_dir: str, owner: dict) -> str:
-    """Take (or keep, or take over a stale) lock; returns a line saying which."""
-    lock = check(job_dir, owner)
-    note = "acquired"
-    if lock and owner_key(lock) == owner_key(owner):
-        owner = dict(owner, started_at=lock.get("started_at", owner["started_at"]))
-        note = "re-acquired by the same owner"
-    elif lock:
-        note = f"took over a stale lock ({is_stale(lock)[1]}; was {describe(lock)})"
-    storage.atomic_write_bytes(_path(job_dir), json.dumps(owner).encode())
+    """Take (or keep, or take over a stale) lock; returns a line saying which.
+
+    Atomic against other runners of the same job (see the module docstring).
+    """
+    with _guard(job_dir):
+        lock = check(job_dir, owner)
+        note = "acquired"
+        if lock and owner_key(lock) == owner_key(owner):
+            owner = dict(owner, started_at=lock.get("started_at", owner["started_at"]))
+            note = "re-acquired by the same owner"
+        elif lock:
+            note = f"took over a stale lock ({is_stale(lock)[1]}; was {describe(lock)})"
+        storage.atomic_write_bytes(_path(job_dir), json.dumps(owner).encode())
+        if storage.is_url(job_dir):
+            _confirm(job_dir, owner)
     return note
+
+
+def _confirm(job_dir: str, owner: dict) -> None:
+    """Read the lock back: a runner whose write lost a race (object stores) is refused."""
+    seen = read_lock(job_dir)
+    if seen is None or owner_key(seen) != owner_key(owner):
+        raise JobLockedError(
+            f"job {storage.basename(job_dir)} was taken by another runner at the same moment "
+            f"({describe(seen) if seen else 'its lock vanished'}); wait for it or stop it")
 
 
 def heartbeat(job_dir: str, airflow_run_id: str | None) -> None:
     """Refresh the lock if this run owns it; refuse if another live runner does."""
     me = owner_identity(airflow_run_id)
-    lock = check(job_dir, me)
-    if lock is None or owner_key(lock) != owner_key(me):
-        return  # no lock (e.g. completed job) or stale: validate takes locks, tasks only refresh their own
-    lock["heartbeat"] = time.time()
-    storage.atomic_write_bytes(_path(job_dir), json.dumps(lock).encode())
+    with _guard(job_dir):
+        lock = check(job_dir, me)
+        if lock is None or owner_key(lock) != owner_key(me):
+            return  # no lock (e.g. completed job) or stale: validate takes locks, tasks only refresh their own
+        lock["heartbeat"] = time.time()
+        storage.atomic_write_bytes(_path(job_dir), json.dumps(lock).encode())
 
 
 def release(job_dir: str, airflow_run_id: str | None) -> None:
-    lock = read_lock(job_dir)
-    if lock and owner_key(lock) == owner_key(owner_identity(airflow_run_id)):
-        storage.remove(_path(job_dir))
+    """Remove the lock if this run holds it; another runner's lock is never removed."""
+    if not storage.is_url(job_dir) and not os.path.isdir(storage.dirname(_path(job_dir))):
+        return  # nothing to release (and nothing to create just to lock it)
+    with _guard(job_dir):
+        lock = read_lock(job_dir)
+        if lock and owner_key(lock) == owner_key(owner_identity(airflow_run_id)):
+            storage.remove(_path(job_dir))
 
 
 def force_unlock(job_dir: str) -> dict | None:

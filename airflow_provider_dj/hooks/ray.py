@@ -165,6 +165,20 @@ def _head_alive(address: str) -> bool:
         return False
 
 
+def _head_port() -> int:
+    """DJ_RAY_HEAD_PORT if set; else 26379, or a free port when something else listens there
+    (another state dir's head, another user's): a busy default must not make every task fail."""
+    if os.environ.get("DJ_RAY_HEAD_PORT"):
+        return int(os.environ["DJ_RAY_HEAD_PORT"])
+    if not _head_alive("127.0.0.1:26379"):
+        return 26379
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | None = None) -> str:
     """Start (once) and return the address of a local Ray head shared by all tasks on this machine."""
     import fcntl
@@ -175,12 +189,21 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             with open(_head_file()) as fh:
-                address = json.load(fh)["address"]
+                record = json.load(fh)
+            address = record["address"]
             if _head_alive(address):
                 return address
-        except (FileNotFoundError, ValueError, KeyError):
+            # A head still coming up: its starter was killed while waiting
+            # (a task timeout), but the head runs on in its own session.
+            # Wait for it rather than start a second one on the same port.
+            if record.get("pid") and _group_alive(int(record["pid"])) and _wait_alive(address, record["pid"]):
+                return address
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
             pass
-        port = int(os.environ.get("DJ_RAY_HEAD_PORT", "26379"))
+        port = _head_port()
+        from airflow_provider_dj.hooks.ray_in_process import ensure_auth_token
+
+        ensure_auth_token()  # made once, atomically, before `ray start` would write one
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
         cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
                "--disable-usage-stats"]
@@ -200,15 +223,43 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         address = f"127.0.0.1:{port}"
+        _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": False})
         deadline = time.time() + 120
         while not _head_alive(address):
             if proc.poll() is not None or time.time() > deadline:
                 raise RayConnectionError(
                     f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
             time.sleep(0.2)
-        with open(_head_file(), "w") as fh:
-            json.dump({"address": address, "started_at": time.time(), "pid": proc.pid}, fh)
+        _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": True})
         return address
+
+
+def _write_head_file(record: dict) -> None:
+    tmp = _head_file() + f".{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, _head_file())  # readers see the old record or the new one, never half of one
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_alive(address: str, pgid: int, timeout: float = 120.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if _head_alive(address):
+            return True
+        if not _group_alive(int(pgid)):
+            return False
+        time.sleep(0.2)
+    return False
 
 
 def stop_local_head(timeout: float = 30.0) -> bool:

@@ -36,7 +36,45 @@ _lock = threading.Lock()
 _state: dict[str, Any] = {"thread": None, "error": None, "seconds": None, "abandoned": False}
 
 
+def ensure_auth_token() -> str | None:
+    """Create Ray's default token file (``~/.ray/auth_token``) atomically if token auth needs it.
+
+    Ray writes that file itself when a local cluster starts and finds none,
+    by truncating and writing it in place: two runs starting at once on a
+    machine without it each write their own token, and one cluster then
+    holds a token the file no longer has, or a process reads the file while
+    it is empty.  Written here first, complete, under a temporary name and
+    linked into place (linking never replaces a file another run made), Ray
+    finds a token and never writes one.  Returns the path, or None when the
+    token comes from elsewhere (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or auth
+    is off.
+    """
+    import secrets
+    import tempfile
+
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return None
+    path = os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".auth_token.", dir=os.path.dirname(path))  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))  # Ray's own format: 256 random bits, hex
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another run made it first: use theirs
+    finally:
+        os.unlink(tmp)
+    return path
+
+
 def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
+    ensure_auth_token()
     import ray
 
     ray.init(address="local", num_cpus=num_cpus or None, include_dashboard=False, configure_logging=False,
@@ -109,13 +147,28 @@ def kill_children() -> int:
     Only for the very end of a CLI run, after every file is written: nothing
     of Ray's needs a graceful stop then.  Children that Ray's raylet started
     are found while the raylet still lives, so the whole tree goes at once.
+
+    Only descendants of this process are candidates, so another run's
+    processes (its own tree) are never among them; and a descendant that
+    moved to a session of its own is left alone, since that is how a process
+    detaches to outlive us (the shared Ray head of ``hooks/ray.py`` does).
     """
     import psutil
 
     try:
-        procs = psutil.Process().children(recursive=True)
-    except psutil.Error:
+        me = psutil.Process()
+        procs = me.children(recursive=True)
+        my_sid = os.getsid(0)
+    except (psutil.Error, OSError):
         return 0
+    mine = []
+    for proc in procs:
+        try:
+            if os.getsid(proc.pid) == my_sid:
+                mine.append(proc)
+        except OSError:  # already gone
+            pass
+    procs = mine
     for proc in procs:
         try:
             proc.kill()

@@ -1,0 +1,110 @@
+"""Several runs starting Ray on one machine at once: the token file, the fast exit, the head port.
+
+Real processes and files; Ray itself is not started here (the integration
+test tests/integration/test_concurrent_runs.py starts several at once).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+from airflow_provider_dj.hooks import ray as ray_hook
+from airflow_provider_dj.hooks import ray_in_process
+
+
+def _make_token(home: str, go_at: float, out) -> None:
+    os.environ["HOME"] = home
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    while time.time() < go_at:
+        pass
+    path = ray_in_process.ensure_auth_token()
+    with open(path) as fh:
+        out.put(fh.read())
+
+
+def test_runs_starting_together_agree_on_one_complete_token(tmp_path):
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    go_at = time.time() + 1.0
+    procs = [ctx.Process(target=_make_token, args=(str(tmp_path), go_at, out)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    tokens = {out.get(timeout=60) for _ in procs}
+    for p in procs:
+        p.join(timeout=60)
+    assert len(tokens) == 1
+    token = tokens.pop()
+    assert len(token) == 64 and int(token, 16) >= 0
+    path = tmp_path / ".ray" / "auth_token"
+    assert path.read_text() == token
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path / ".ray")) == ["auth_token"]  # no temp file left
+
+
+def test_no_token_file_when_the_token_comes_from_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
+    assert ray_in_process.ensure_auth_token() is None
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert ray_in_process.ensure_auth_token() is None
+    assert not (tmp_path / ".ray").exists()
+
+
+KILL_SCRIPT = """
+import json, subprocess, sys, time
+from airflow_provider_dj.hooks import ray_in_process
+sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+time.sleep(0.3)
+killed = ray_in_process.kill_children()
+print(json.dumps({"killed": killed, "sleeper_rc": sleeper.wait(timeout=10), "detached_pid": detached.pid,
+                  "detached_running": detached.poll() is None}))
+"""
+
+
+def test_kill_children_spares_a_child_that_left_our_session():
+    """A detached child (own session, as the shared Ray head is started) must outlive the fast exit.
+
+    In a child interpreter: kill_children() in the test process would also
+    kill pytest's own helpers.
+    """
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        assert res["killed"] == 1 and res["sleeper_rc"] == -9
+        assert res["detached_running"]
+    finally:
+        try:
+            os.kill(res["detached_pid"], 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_busy_default_head_port_is_not_reused(monkeypatch):
+    monkeypatch.delenv("DJ_RAY_HEAD_PORT", raising=False)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", 26379))
+        except OSError:
+            pass  # someone else holds it already: equally busy
+        else:
+            s.listen(1)
+        port = ray_hook._head_port()
+        assert port != 26379
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))  # and the port chosen is free
+    monkeypatch.setenv("DJ_RAY_HEAD_PORT", "31234")
+    assert ray_hook._head_port() == 31234  # an explicit port is always used as given
