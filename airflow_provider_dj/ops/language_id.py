@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Filter, OpArgumentError
+from airflow_provider_dj.ops.base import Filter, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.model_files import (
     PACKAGED_LID_FILE,
     PACKAGED_LID_PACKAGE,
@@ -58,10 +58,6 @@ LABEL_PREFIX = "__label__"
 STAT_LANG = "lang"
 STAT_SCORE = "lang_score"
 BINDING = "fasttext_pybind"  # fastText's C++ binding (from fasttext-numpy2, or fasttext)
-
-
-class LanguageModelError(RuntimeError):
-    """The fastText model file exists but cannot be used (wrong format, not a classifier)."""
 
 
 def resolve_lid_model(model_path: str | None) -> str:
@@ -83,17 +79,21 @@ def resolve_lid_model(model_path: str | None) -> str:
 
 @functools.lru_cache(maxsize=4)
 def load_fasttext(path: str, _stamp: tuple[int, int]) -> Any:
-    """Load a fastText classifier once per process (``_stamp``: size and mtime, so a replaced file reloads)."""
+    """Load a fastText classifier once per process (``_stamp``: size and mtime, so a replaced file reloads).
+
+    A file that cannot be used raises OpFatalError: no row of the batch could
+    be processed, so ``skip_op_error`` must not send every row to ``failed/``.
+    """
     import fasttext_pybind
 
     model = fasttext_pybind.fasttext()
     try:
         model.loadModel(path)
     except ValueError as exc:  # fastText: "<path> has wrong file format!"
-        raise LanguageModelError(f"{OP_NAME}: cannot load the fastText model {path!r}: {exc}; give a fastText "
+        raise OpFatalError(f"{OP_NAME}: cannot load the fastText model {path!r}: {exc}; give a fastText "
                                  f"language-id model (lid.176.bin or lid.176.ftz)") from exc
     if model.getArgs().model != fasttext_pybind.model_name.supervised:
-        raise LanguageModelError(f"{OP_NAME}: {path!r} is a fastText word-vector model, not a classifier; "
+        raise OpFatalError(f"{OP_NAME}: {path!r} is a fastText word-vector model, not a classifier; "
                                  f"give a language-id model (lid.176.bin or lid.176.ftz)")
     return model
 
@@ -172,7 +172,10 @@ class LanguageIDScoreFilter(Filter):
                 "min_closed_interval": self.min_closed_interval, "reversed_range": self.reversed_range}
 
     def model(self) -> Any:
-        path = self.resolved_model_path()
+        try:
+            path = self.resolved_model_path()
+        except OpArgumentError as exc:  # there at validation, gone where the op runs (another node?)
+            raise OpFatalError(str(exc)) from None
         return load_fasttext(path, _stamp(path))
 
     def setup(self) -> None:

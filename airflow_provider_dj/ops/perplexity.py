@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.base import OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.filters import _RangeFilter
 from airflow_provider_dj.ops.model_files import locate_model_file, require_model_arg
 from airflow_provider_dj.ops.registry import register
@@ -46,10 +46,6 @@ KENLM_PATTERN = "{}.arpa.bin"
 STAT_KEY = "perplexity"
 SP_WHAT = "SentencePiece tokenizer model"
 KENLM_WHAT = "KenLM language model (binary or ARPA text)"
-
-
-class PerplexityModelError(RuntimeError):
-    """A model file exists but cannot be loaded."""
 
 
 def model_files(lang: str, sp_model_path: str | None, kenlm_model_path: str | None) -> tuple[str, str]:
@@ -84,7 +80,7 @@ def load_sentencepiece(path: str, _stamp: tuple[int, int]) -> Any:
     try:
         sp.load(path)
     except (OSError, RuntimeError) as exc:
-        raise PerplexityModelError(f"{OP_NAME}: cannot load the {SP_WHAT} {path!r}: {exc}") from exc
+        raise OpFatalError(f"{OP_NAME}: cannot load the {SP_WHAT} {path!r}: {exc}") from exc
     return sp
 
 
@@ -95,7 +91,7 @@ def load_kenlm(path: str, _stamp: tuple[int, int]) -> Any:
     try:
         return kenlm.Model(path)
     except (OSError, RuntimeError) as exc:
-        raise PerplexityModelError(f"{OP_NAME}: cannot load the {KENLM_WHAT} {path!r}: {exc}") from exc
+        raise OpFatalError(f"{OP_NAME}: cannot load the {KENLM_WHAT} {path!r}: {exc}") from exc
 
 
 def perplexities(sp: Any, lm: Any, texts: list[str]) -> np.ndarray:
@@ -169,7 +165,12 @@ class PerplexityFilter(_RangeFilter):
         return {**super().fingerprint_args(), "lang": self.lang, "models": models}
 
     def models(self) -> tuple[Any, Any]:
-        sp_path, lm_path = self.resolved_model_paths()
+        """Both models, loaded once per process; OpFatalError when a file is missing or unusable here
+        (no row could be processed, so ``skip_op_error`` must not send every row to ``failed/``)."""
+        try:
+            sp_path, lm_path = self.resolved_model_paths()
+        except OpArgumentError as exc:  # there at validation, gone where the op runs (another node?)
+            raise OpFatalError(str(exc)) from None
         return load_sentencepiece(sp_path, _stamp(sp_path)), load_kenlm(lm_path, _stamp(lm_path))
 
     def setup(self) -> None:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.ops import language_id as lid
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
+from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.model_files import packaged_lid_model
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
@@ -96,7 +96,7 @@ def test_a_file_that_is_not_a_fasttext_model_fails_with_its_path(tmp_path):
     bad = tmp_path / "lid.176.bin"
     bad.write_text("not a model")
     op = create_op(OP, {"model_path": str(bad)})
-    with pytest.raises(lid.LanguageModelError, match=str(bad)):
+    with pytest.raises(OpFatalError, match=str(bad)):
         op.compute_stats(pa.table({"text": ["hello"]}))
 
 

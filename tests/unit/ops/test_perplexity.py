@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.ops import perplexity as ppl
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
+from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from tests import helpers_lm
 
@@ -146,5 +146,27 @@ def test_a_broken_model_file_fails_with_its_path(models, tmp_path):
     bad = tmp_path / "en.arpa.bin"
     bad.write_text("\\data\\\nngram 1=oops\n")
     op = create_op(OP, {"sp_model_path": models["sp_model"], "kenlm_model_path": str(bad)})
-    with pytest.raises(ppl.PerplexityModelError, match=str(bad)):
+    with pytest.raises(OpFatalError, match=str(bad)):
+        op.compute_stats(pa.table({"text": ["hello"]}))
+
+
+def test_unusable_model_fails_the_op_even_with_skip_op_error(models, tmp_path):
+    """Every row would fail the same way: the engine must stop, not move the whole batch to failed/."""
+    from airflow_provider_dj.engine.op_runner import apply_op
+
+    bad = tmp_path / "en.arpa.bin"
+    bad.write_text("not a language model\n")
+    op = create_op(OP, {"sp_model_path": models["sp_model"], "kenlm_model_path": str(bad)})
+    with pytest.raises(OpFatalError, match="cannot load the KenLM"):
+        apply_op(op, 0, pa.table({"text": ["one", "two"]}), skip_op_error=True)
+
+
+def test_model_gone_after_validation_is_fatal_and_named(models, tmp_path):
+    import shutil
+
+    lm = tmp_path / "en.arpa.bin"
+    shutil.copyfile(models["kenlm_model"], lm)
+    op = _op({"sp_model": models["sp_model"], "kenlm_model": str(lm)})
+    lm.unlink()  # e.g. a worker node without the file
+    with pytest.raises(OpFatalError, match="does not exist"):
         op.compute_stats(pa.table({"text": ["hello"]}))
