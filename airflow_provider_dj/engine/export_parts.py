@@ -42,7 +42,8 @@ def part_path(job_dir: str, partition_id: int) -> str:
 def write_part(job_dir: str, partition_id: int) -> dict:
     """Serialize one partition's final checkpoint to its part file (runs in a Ray worker)."""
     from airflow_provider_dj.engine.checkpoints import CheckpointStore
-    from airflow_provider_dj.engine.export import MissingFinalCheckpointError, clean_for_export
+    from airflow_provider_dj.engine.export import MissingFinalCheckpointError
+    from airflow_provider_dj.engine.export_fields import clean_for_export
     from airflow_provider_dj.engine.job import JobContext
     from airflow_provider_dj.engine.jsonl_writer import write_jsonl
 
@@ -54,7 +55,7 @@ def write_part(job_dir: str, partition_id: int) -> dict:
         final, plan.ops[final].name, partition_id, part["content_hash"], plan.ops[final].fingerprint)
     if cp is None:
         raise MissingFinalCheckpointError(f"partition {partition_id}: final checkpoint is torn; clear its task")
-    table = clean_for_export(cp.table, ctx.recipe.keep_stats_in_res_ds)
+    table = clean_for_export(cp.table, ctx.recipe.keep_stats_in_res_ds, ctx.recipe.keep_hashes_in_res_ds)
     path = part_path(job_dir, partition_id)
     with storage.AtomicFileWriter(path, tmp_tag=f"p{partition_id}") as fh:
         write_jsonl(table, fh)

@@ -232,6 +232,7 @@ class _Parser:
         if job_id and resume and job_id != resume:
             raise self.err("resume", f"resume {resume!r} and job_id {job_id!r} differ; resuming continues that job, "
                            f"so set only resume (or make both the same id)", "job_id")
+        export_opts = self.export_options(data, export_path, process)
         project = _get(data, "project_name")
         if project is None:
             project = os.path.splitext(os.path.basename(self.file))[0] if self.file else S.DEFAULT_PROJECT_NAME
@@ -261,7 +262,16 @@ class _Parser:
             schedule=self.schedule(_get(data, "schedule")),
             ignored_keys=tuple(sorted(k for k in data if k in S.DJ_IGNORED_KEYS)),
             max_failed_ratio=self.ratio(_get(data, "max_failed_ratio"), "max_failed_ratio"),
+            keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
+            export_in_parallel=export_opts.export_in_parallel,
         )
+
+    def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
+        """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""
+        from airflow_provider_dj.engine.export_fields import check_export_keys
+
+        dedups = [op.name for op in process if getattr(get_op_class(op.name), "kind", "") == "deduplicator"]
+        return check_export_keys(data, export_path, dedups, err=self.err)
 
     def process(self, raw: Any) -> tuple[OpSpec, ...]:
         if raw is None or raw == []:

@@ -113,6 +113,9 @@ OWN_TOP_LEVEL_KEYS = (
     "keep_stats_in_res_ds", "job_id", "resume", "schedule",
     "partition_size",  # Data-Juicer's deprecated alias of partition.size
     "max_failed_ratio",  # the failure-rate guard (engine/failure_guard.py); ours, not Data-Juicer's
+    # Data-Juicer's export keys, honoured or refused with a reason (engine/export_fields.py)
+    "export_type", "export_shard_size", "export_in_parallel", "keep_hashes_in_res_ds",
+    "encrypt_before_export", "decrypt_after_reading",
 )
 
 DEFAULT_NP = 4
@@ -123,13 +126,12 @@ DEFAULT_PROJECT_NAME = "dj_recipe"  # only when there is no file to name it afte
 #: Data-Juicer global keys accepted for compatibility but not used here; the
 #: caller logs them as a warning so nobody expects them to take effect.
 DJ_IGNORED_KEYS = frozenset({
-    "dataset", "validators", "export_type", "export_shard_size", "export_in_parallel",
-    "keep_hashes_in_res_ds", "export_extra_args", "load_dataset_kwargs",
+    "dataset", "validators", "export_extra_args", "load_dataset_kwargs",
     "load_jsonl_lenient", "auto_op_parallelism", "elastic_juicer_adaptive_batching",
     "elastic_juicer_profile_seed", "suffixes", "turbo", "use_cache", "ds_cache_dir",
     "open_monitor", "use_checkpoint", "temp_dir", "op_fusion", "fusion_strategy",
-    "cache_compress", "adaptive_batch_size", "decrypt_after_reading",
-    "encrypt_before_export", "encryption_key_path", "image_key", "image_bytes_key",
+    "cache_compress", "adaptive_batch_size",
+    "encryption_key_path", "image_key", "image_bytes_key",
     "image_special_token", "audio_key", "audio_special_token", "video_key",
     "video_special_token", "eoc_special_token", "use_dag", "read_options",
     "ray_address", "override_num_blocks", "percentiles", "export_original_dataset",
@@ -267,6 +269,9 @@ class Recipe:
     ignored_keys: tuple[str, ...]
     #: Failure-rate guard limit for every op (None: the default, engine/failure_guard.py).
     max_failed_ratio: float | None = None
+    #: Data-Juicer's export keys (engine/export_fields.py).
+    keep_hashes_in_res_ds: bool = False
+    export_in_parallel: bool = True
 
     @property
     def text_key(self) -> str:
@@ -307,6 +312,10 @@ class Recipe:
             "schedule": self.schedule,
             "ignored_keys": list(self.ignored_keys),
             "max_failed_ratio": self.max_failed_ratio,
+            # Export keys only when not the default, so the effective config of a job started before they
+            # existed compares equal on resume (engine/resume.py refuses any changed result key).
+            **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
+            **({"export_in_parallel": False} if not self.export_in_parallel else {}),
         }
 
 
@@ -344,6 +353,8 @@ def recipe_from_dict(d: dict) -> Recipe:
             schedule=d.get("schedule"),
             ignored_keys=tuple(d.get("ignored_keys", ())),
             max_failed_ratio=d.get("max_failed_ratio"),
+            keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
+            export_in_parallel=d.get("export_in_parallel", True),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(d.get("source_file") if isinstance(d, dict) else None, None,

@@ -180,8 +180,8 @@ def test_text_keys_string_or_list(tmp_path):
 def test_dj_global_keys_are_ignored_and_recorded(tmp_path):
     r = load_recipe(write(tmp_path, base_data(use_cache=True, open_monitor=False, export_shard_size=0,
                                               op_fusion=False, suffixes=[], event_logging={"enabled": True})))
-    assert r.ignored_keys == ("event_logging", "export_shard_size", "op_fusion", "open_monitor", "suffixes",
-                              "use_cache")
+    # export_shard_size is an export key now (honoured: 0 is one file; engine/export_fields.py), not ignored
+    assert r.ignored_keys == ("event_logging", "op_fusion", "open_monitor", "suffixes", "use_cache")
 
 
 def test_config_all_style_partition_keys_go_to_extra():
