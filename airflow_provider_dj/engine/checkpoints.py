@@ -166,7 +166,9 @@ class CheckpointStore:
     ) -> str:
         data = self.fmt.encode(table)
         path = self.data_path(op_index, op_name, partition_id)
-        what = f"the {self.prefix} checkpoint of op {op_index} ({op_name}) partition {partition_id}"
+        kind = {"checkpoint_op": "checkpoint", "dedup_keys_op": "dedup keys", "dedup_mask_op": "keep mask"}.get(
+            self.prefix, self.prefix)
+        what = f"the {kind} of op {op_index} ({op_name}) partition {partition_id}"
         storage.atomic_write_bytes(path, data, what=what)
         if self._faults is None:
             from airflow_provider_dj.engine import faults as _f

@@ -62,6 +62,8 @@ def full_error(exc: OSError, path: str, what: str = "a file", nbytes: int | None
     size = f"{nbytes:,} bytes, " if nbytes is not None else ""
     room = f"{free:,} bytes free there" if free is not None else "free space unknown"
     reason = "No space left on device" if exc.errno == errno.ENOSPC else "Disk quota exceeded"
+    if ENOSPC_SEAM_ENV in str(exc.strerror):  # say so when the fault seam, not the disk, is full
+        reason += f" ({ENOSPC_SEAM_ENV} fault seam)"
     msg = (f"{reason} writing {what} ({size}{room}); the partial file was removed and nothing that a later "
            f"run trusts was left: free space on that file system (or point work_dir / export_path at a larger "
            f"one) and retry the task, which resumes from the last committed checkpoint")
