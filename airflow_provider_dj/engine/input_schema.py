@@ -43,8 +43,6 @@ from airflow_provider_dj.ops.base import STATS_COLUMN
 
 #: Bytes of a JSONL file read to learn its fields (then up to the next newline).
 SAMPLE_BYTES = 1 << 20
-#: A first line longer than this is read no further for the sample.
-MAX_SAMPLE_BYTES = 64 << 20
 #: Fields listed in a message before "...".
 MAX_FIELDS_SHOWN = 20
 
@@ -137,12 +135,11 @@ def sample_schema(f: InputFile) -> FileSchema:
     complete = True
     for block in iter_stream(f, chunk=SAMPLE_BYTES):
         data += block
-        if len(data) >= SAMPLE_BYTES:
+        if len(data) >= SAMPLE_BYTES:  # whole lines only: read on to the end of the line the sample cuts
             nl = data.rfind(b"\n")
-            if nl >= 0 or len(data) >= MAX_SAMPLE_BYTES:
+            if nl >= 0:
                 complete = False
-                if nl >= 0:
-                    del data[nl + 1:]
+                del data[nl + 1:]
                 break
     raw = bytes(data)
     if not raw.strip():

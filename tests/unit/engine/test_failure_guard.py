@@ -181,3 +181,29 @@ def test_bad_limits_are_refused_naming_the_key(tmp_path, data, key):
     with pytest.raises(RecipeError) as e:
         parse_recipe({**base, **data}, base_dir=str(tmp_path))
     assert e.value.key == key and "from 0 to 1" in str(e.value)
+
+
+def test_rows_lacking_the_text_key_fail_up_front_with_a_plain_reason():
+    """op_runner.split_missing_fields: null/missing text fails per row whatever skip_op_error says; a
+    partition whose rows have no such field at all fails every row without the row-by-row retry."""
+    import pyarrow as pa
+
+    from airflow_provider_dj.engine.op_runner import apply_op
+    from airflow_provider_dj.ops.registry import create_op
+
+    op = create_op("text_length_filter", {"min_len": 1})
+    t = pa.table({"id": [0, 1, 2], "text": ["abc", None, "de"]})
+    for skip in (True, False):
+        out = apply_op(op, 3, t, skip, needs=("text",))
+        assert out.table.column("id").to_pylist() == [0, 2]
+        assert out.failed_rows.column("id").to_pylist() == [1]
+        assert out.failed_reasons == ["MissingFieldError: field 'text' is missing or null in this row; "
+                                      "text_length_filter reads it"]
+        a = out.accounting
+        assert (a["rows_in"], a["rows_out"], a["filtered"], a["failed"]) == (3, 2, 0, 1)
+    body = pa.table({"id": [0, 1], "body": ["a", "b"]})
+    out = apply_op(create_op("whitespace_normalization_mapper", {}), 0, body, False, needs=("text",))
+    assert out.table.num_rows == 0 and out.failed_rows.column("id").to_pylist() == [0, 1]
+    assert out.failed_reasons[0] == ("MissingFieldError: field 'text' is not in these rows (their fields: id, body); "
+                                     "whitespace_normalization_mapper reads it")
+    assert apply_op(op, 3, t, True).accounting["failed"] == 0  # without needs: the op sees every row, as before

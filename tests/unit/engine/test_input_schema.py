@@ -126,6 +126,17 @@ def test_field_in_later_rows_only_is_not_refused(tmp_path, monkeypatch):
     assert check.fields[0] == "text" and check.warnings == []
 
 
+def test_a_first_line_longer_than_the_sample_is_read_whole(tmp_path, monkeypatch):
+    import airflow_provider_dj.engine.input_schema as mod
+
+    monkeypatch.setattr(mod, "SAMPLE_BYTES", 64)
+    f = write_jsonl(tmp_path / "long.jsonl", [{"text": "x" * 500}, {"text": "y"}])
+    assert check_input_fields(recipe(tmp_path, f)).fields == ["text"]
+    g = write_jsonl(tmp_path / "long_body.jsonl", [{"body": "x" * 500}, {"body": "y"}])
+    with pytest.raises(InputMismatchError, match="no row has the field 'text'"):
+        check_input_fields(recipe(tmp_path, g))
+
+
 def test_key_search_tells_keys_from_values(tmp_path):
     f = write_jsonl(tmp_path / "a.jsonl", [{"body": 'he said "text": no', "n": "text"}])
     info = InputFile(f, "jsonl", None, os.path.getsize(f))
