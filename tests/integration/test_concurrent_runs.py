@@ -1,0 +1,252 @@
+"""Several `dj-airflow run` on one machine at once are independent (issue 12).
+
+Real console scripts, each with its own in-process Ray, real Airflow
+(``dag.test()``), real files; nothing is mocked.  All runs start in a fresh
+Airflow home and a fresh ``$HOME`` (no Ray token yet), as on a new machine,
+so they also race for the first-run set-up (the template DB migration,
+Airflow's default config, Ray's token file).  Started together:
+
+* three different recipes, plus the first recipe again with another job id
+  (and another export path);
+* the third run's job id a second time once that run holds its lock: it is
+  refused before it starts anything, naming the holder's host and pid;
+* ``validate`` and ``monitor`` while they run.
+
+Every export must equal, byte for byte, the export of the same run done on
+its own, and nothing of any run may be left behind (private run dirs, Ray
+processes).  Rows are few (300): the point is correctness, not speed, on a
+loaded two-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from tests.integration.crash_helpers import DJ_AIRFLOW, kill_session, live_session_members, write_faults
+
+pytestmark = pytest.mark.integration
+
+RUN_TIMEOUT = 900  # four Airflows and four Rays on two shared cores
+
+HEAD = """\
+project_name: {name}
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+text_keys: text
+partition: {{mode: manual, num_of_partitions: 2}}
+checkpoint: {{enabled: true, strategy: every_op}}
+"""
+
+OPS = {
+    "cc_alpha": """\
+process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {min_num: 5, max_num: 2000}
+""",
+    "cc_beta": """\
+process:
+  - text_length_filter: {min_len: 40}
+  - document_deduplicator: {lowercase: true}
+""",
+    "cc_gamma": """\
+process:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {min_num: 8}
+  - document_deduplicator:
+""",
+}
+
+
+class Env:
+    def __init__(self, root) -> None:
+        self.root = root
+        self.data = os.path.join(root, "corpus.jsonl")
+        self.work = os.path.join(root, "work")
+        self.home = os.path.join(root, "home")  # $HOME of every run: no ~/.ray yet
+        self.airflow_home = os.path.join(root, "dj-airflow")
+        self.state = os.path.join(root, "state")
+        self.ray_tmp = tempfile.mkdtemp(prefix="djcc", dir="/tmp")  # Ray's socket paths must be short
+
+    def recipe(self, name: str) -> str:
+        path = os.path.join(self.root, f"{name}.yaml")
+        if not os.path.exists(path):
+            with open(path, "w") as fh:
+                fh.write(HEAD.format(name=name, data=self.data, export=self.export(name), work=self.work)
+                         + OPS[name])
+        return path
+
+    def export(self, name: str) -> str:
+        return os.path.join(self.root, "exports", f"{name}.jsonl")
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "RAY_ADDRESS", "DJ_RUN_OWNER_PID")}
+        env.update(HOME=self.home, DJ_AIRFLOW_HOME=self.airflow_home, DJ_STATE_DIR=self.state,
+                   RAY_TMPDIR=self.ray_tmp, DJ_TASK_RETRIES="0", PYTHONUNBUFFERED="1")
+        return env
+
+    def start(self, *args: str, log: str) -> subprocess.Popen:
+        fh = open(os.path.join(self.root, f"{log}.log"), "wb")
+        proc = subprocess.Popen([DJ_AIRFLOW, *args], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self.env(), cwd=self.root, start_new_session=True)
+        proc.log_path = fh.name  # type: ignore[attr-defined]
+        fh.close()
+        return proc
+
+
+def _finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+    left = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = live_session_members(proc.pid)
+        if not left:
+            break
+        time.sleep(0.2)
+    kill_session(proc.pid)
+    with open(proc.log_path, encoding="utf-8", errors="replace") as fh:  # type: ignore[attr-defined]
+        out = fh.read()
+    assert rc is not None, f"{proc.args} did not finish in {timeout}s:\n{out[-4000:]}"
+    assert left == [], f"processes of {proc.args} outlived it: {left}"
+    return rc, out
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _wait_for(what: str, probe, timeout: float = RUN_TIMEOUT, procs=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        for p in procs:
+            assert p.poll() is None, f"{p.args} ended (rc {p.returncode}) while waiting for {what}"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cc(tmp_path_factory):
+    from airflow_provider_dj.sample_corpus import write_corpus
+
+    env = Env(str(tmp_path_factory.mktemp("concurrent")))
+    os.makedirs(env.home)
+    os.makedirs(os.path.dirname(env.export("x")))
+    write_corpus(env.data, 300, seed=12)
+    yield env
+    shutil.rmtree(env.ray_tmp, ignore_errors=True)
+
+
+def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
+    alpha, beta, gamma = (cc.recipe(n) for n in ("cc_alpha", "cc_beta", "cc_gamma"))
+    alpha2_export = cc.export("cc_alpha_second")
+    # gamma waits 30 s at its first op, so a second run of its job id surely finds it running.
+    write_faults(os.path.join(cc.work, "gamma1"),
+                 [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 30}])
+
+    runs = {
+        "alpha1": cc.start("run", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
+        "beta1": cc.start("run", beta, "--job-id", "beta1", "--num-cpus", "1", log="beta1"),
+        "gamma1": cc.start("run", gamma, "--job-id", "gamma1", "--num-cpus", "1", log="gamma1"),
+        "alpha2": cc.start("run", alpha, "--job-id", "alpha2", "--num-cpus", "1",
+                           "--set", f"export_path={alpha2_export}", log="alpha2"),
+    }
+    validate = cc.start("validate", beta, "--check-input", log="validate")
+
+    # The same job id again, while its first run holds it (in its delay): refused at once, naming the holder.
+    gamma_dir = os.path.join(cc.work, "gamma1")
+    _wait_for("gamma1 to hold its lock and sit in its delay",
+              lambda: os.path.exists(os.path.join(gamma_dir, "metadata", "runner.lock"))
+              and os.path.isdir(os.path.join(gamma_dir, "_fault_injection.fired")), procs=[runs["gamma1"]])
+    t0 = time.monotonic()
+    rc, out = _finish(cc.start("run", gamma, "--job-id", "gamma1", "--num-cpus", "1", log="gamma1_again"))
+    assert rc == 2, out[-3000:]
+    assert "being run by another runner" in out
+    assert f"host={socket.gethostname()} pid={runs['gamma1'].pid} " in out, out[-3000:]
+    assert "Resume token" not in out  # refused before Airflow or Ray started
+    assert time.monotonic() - t0 < 120
+
+    # monitor works on a job that another process is running right now.
+    rc, out = _finish(cc.start("monitor", "gamma1", "--work-dir", cc.work, log="monitor"))
+    assert rc == 0, out[-3000:]
+    assert "gamma1" in out
+
+    rc, out = _finish(validate)
+    assert rc == 0 and "OK:" in out, out[-3000:]
+
+    for job, proc in runs.items():
+        rc, out = _finish(proc)
+        assert rc == 0, f"{job} failed:\n{out[-5000:]}"
+        assert "export:" in out
+    concurrent = {"cc_alpha": _read(cc.export("cc_alpha")), "cc_alpha_second": _read(alpha2_export),
+                  "cc_beta": _read(cc.export("cc_beta")), "cc_gamma": _read(cc.export("cc_gamma"))}
+    # Every run cleaned up its private Airflow state; the one template DB stays for later runs.
+    assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
+    assert [n for n in os.listdir(cc.airflow_home) if n.startswith("dj_cli_template_db_")]
+    assert not os.path.exists(os.path.join(cc.airflow_home, "airflow.db"))  # no shared SQLite DB
+    # One Ray token for all of them, complete.
+    with open(os.path.join(cc.home, ".ray", "auth_token")) as fh:
+        assert len(fh.read()) == 64
+    # The shared recent-jobs registry kept every run's entry.
+    with open(os.path.join(cc.state, "jobs.json")) as fh:
+        registered = json.load(fh)["jobs"]
+    assert {"alpha1", "alpha2", "beta1", "gamma1"} <= set(registered)
+    for job in ("alpha1", "alpha2", "beta1", "gamma1"):
+        with open(os.path.join(cc.work, job, "job_summary.json")) as fh:
+            assert json.load(fh)["status"] == "completed"
+
+    # The same runs one at a time (new job ids, a separate export folder).
+    single = {}
+    for name in ("cc_alpha", "cc_beta", "cc_gamma"):
+        out_path = os.path.join(cc.root, "exports", f"{name}_single.jsonl")
+        rc, out = _finish(cc.start("run", cc.recipe(name), "--job-id", f"{name}_single", "--num-cpus", "1",
+                                   "--set", f"export_path={out_path}", log=f"{name}_single"))
+        assert rc == 0, out[-5000:]
+        single[name] = _read(out_path)
+    assert all(b.count(b"\n") > 50 for b in single.values()), {k: v.count(b"\n") for k, v in single.items()}
+    assert len(set(single.values())) == 3  # three recipes, three different results: a real comparison
+    assert concurrent["cc_alpha"] == single["cc_alpha"]
+    assert concurrent["cc_alpha_second"] == single["cc_alpha"]
+    assert concurrent["cc_beta"] == single["cc_beta"]
+    assert concurrent["cc_gamma"] == single["cc_gamma"]
+    assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
+
+
+def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
+    """Neither finds a lock at start-up; the runner lock's guard lets exactly one take it.
+
+    Both runs are the same command (same recipe, same overrides): a job id
+    names one job, and the two write identical metadata before the lock
+    decides (engine/job_setup.py plans, then locks).
+    """
+    gamma = cc.recipe("cc_gamma")
+    job_dir = os.path.join(cc.work, "tie1")
+    export = cc.export("tie")
+    write_faults(job_dir, [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 20}])
+    args = ("run", gamma, "--job-id", "tie1", "--num-cpus", "1", "--set", f"export_path={export}")
+    a, b = cc.start(*args, log="tie_a"), cc.start(*args, log="tie_b")
+    (rc_a, out_a), (rc_b, out_b) = _finish(a), _finish(b)
+    assert sorted([rc_a, rc_b]) == [0, 2], (out_a[-3000:], out_b[-3000:])
+    winner, loser_out = (a, out_b) if rc_a == 0 else (b, out_a)
+    assert f"pid={winner.pid} " in loser_out and "being run by another runner" in loser_out, loser_out[-3000:]
+    with open(os.path.join(job_dir, "job_summary.json")) as fh:
+        summary = json.load(fh)
+    assert summary["status"] == "completed" and summary["export"]["path"] == export
+    assert _read(export) == _read(os.path.join(cc.root, "exports", "cc_gamma_single.jsonl"))
+    assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
