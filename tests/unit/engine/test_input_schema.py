@@ -102,6 +102,15 @@ def test_an_op_declares_its_own_text_key(tmp_path):
         check_input_fields(r)
 
 
+def test_llm_api_mapper_reads_its_template_fields_not_the_text_key(tmp_path):
+    f = write_jsonl(tmp_path / "q.jsonl", [{"query": "why?", "id": 1}])
+    op = {"llm_api_mapper": {"model": "m", "base_url": "http://127.0.0.1:9/v1", "prompt_template": "Answer: {query}"}}
+    assert check_input_fields(recipe(tmp_path, f, [op])).fields == ["query"]
+    op["llm_api_mapper"]["prompt_template"] = "Answer: {question}"
+    with pytest.raises(InputMismatchError, match=r"'question'.*process\[0\]\.llm_api_mapper\.prompt_template"):
+        check_input_fields(recipe(tmp_path, f, [op]))
+
+
 def test_every_registered_op_declares_fields_without_error():
     """The default (the text key) must hold for ops added later without their help."""
     from airflow_provider_dj.ops.base import Op
