@@ -157,11 +157,12 @@ DJ_NOTES: dict[str, str] = {
     "remove_repeat_sentences_mapper": "`tokenizer` is a lambda string that is `eval`-ed, as in Data-Juicer: "
                                       "recipe files are code.",
     "lowercase_mapper": "Ours: Python `str.lower()` semantics.",
-    "remove_header_mapper": "Same pattern, as two RE2 kernels (the cut is the first header's position, which RE2 "
-                            "finds as `regex` does); proven on LaTeX sources by the fixtures.",
-    "remove_comments_mapper": "Same two patterns in RE2, quirks kept (the character before an inline `%` goes "
-                              "too). `doc_type` is accepted and, as in Data-Juicer, ignored: TeX comments only.",
-    "remove_bibliography_mapper": "Same cut points, one RE2 substitution.",
+    "remove_header_mapper": "Same pattern: an RE2 find locates the first header where `regex` does, then a byte "
+                            "cut; proven on LaTeX sources by the fixtures.",
+    "remove_comments_mapper": "Data-Juicer's two patterns as line-level Arrow kernels, quirks kept (the character "
+                              "before an inline `%` goes too). `doc_type` is accepted and, as in Data-Juicer, "
+                              "ignored: TeX comments only.",
+    "remove_bibliography_mapper": "Same cut points: one RE2 find, then a byte cut.",
     "expand_macro_mapper": "Per row with `regex` on rows that define a macro; argument-free `\\newcommand`/`\\def` "
                            "only, as in Data-Juicer.",
     "remove_words_with_incorrect_substrings_mapper": "Same word splitting and stripping (Arrow kernels). "

@@ -5,26 +5,34 @@ expand_macro_mapper, with Data-Juicer 1.6.1's arguments and results (its
 patterns come from RedPajama's arXiv cleaner and compile with the ``regex``
 package, per row).
 
-Three of them are whole-column RE2 kernels.  Their patterns are fixed (no
-user input), and each RE2 form below is argued construct by construct in the
-op's docstring and proven on real LaTeX sources by the conformance fixtures
-in ``tests/conformance/mappers_latex/`` (made by Data-Juicer itself).  The
-fourth, expand_macro_mapper, depends on each document's own definitions, so
-it runs per row with ``regex``, but only on the rows that define a macro.
-Row count and order never change; null texts stay null, as in the other
-mappers.
+Three of them are whole-column kernels.  Their patterns are fixed (no user
+input), and each is turned into what it computes: remove_header and
+remove_bibliography keep a suffix or a prefix of each text, cut at the
+position of a match that an RE2 *find* (a DFA scan, no capture groups)
+locates exactly where ``regex`` would; remove_comments decides line by
+line, with Arrow's split/join kernels, what DJ's two substitutions remove.
+Each equivalence is argued construct by construct next to the code, checked
+against ``regex`` with DJ's own patterns on random LaTeX-like text
+(tests/unit/ops/test_mappers_latex.py), and proven on real LaTeX sources by
+the conformance fixtures in ``tests/conformance/mappers_latex/`` (made by
+Data-Juicer itself).  The fourth, expand_macro_mapper, depends on each
+document's own definitions, so it runs per row with ``regex``, but only on
+the rows that define a macro.  Row count and order never change; null texts
+stay null, as in the other mappers.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, List, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import regex
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.mappers_text import python_rows, with_rows
+from airflow_provider_dj.ops.mappers_text import join_flat, python_rows, split_flat, with_rows
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import replace_text, text_array
 
@@ -34,10 +42,67 @@ from airflow_provider_dj.ops.text_kernels import replace_text, text_array
 # before the name, and one of "*", "[" or "{" after it), so RE2, whose \b is
 # ASCII-only, needs none.
 _HEADER_NAMES = ("chapter", "part", "section", "subsection", "subsubsection", "paragraph", "subparagraph")
-_HEADER = r"\\(?:" + "|".join(_HEADER_NAMES) + r")\*?(?:\[.*?\])?\{.*?\}"
-# DJ substitutes ^(.*?)(HEADER) by \2 under DOTALL: everything before the first
-# header goes, the header and the rest stay.
-_UP_TO_FIRST_HEADER = r"(?s)\A.*?(" + _HEADER + ")"
+_HEADER = r"(?s)\\(?:" + "|".join(_HEADER_NAMES) + r")\*?(?:\[.*?\])?\{.*?\}"
+
+
+# --- shared: cut each text at a byte position ------------------------------------
+def _first_match(arr: pa.Array, pattern: str) -> np.ndarray:
+    """Byte offset of each row's leftmost match of an RE2 ``pattern`` (-1: none or null)."""
+    found = pc.fill_null(pc.find_substring_regex(arr, pattern=pattern), -1)
+    return np.asarray(found, dtype=np.int64)
+
+
+def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets starting at 0, the UTF-8 bytes they index) of a string array; the bytes are not copied."""
+    large = pa.types.is_large_string(arr.type)
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64 if large else np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    offsets = offsets.astype(np.int64)
+    base, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, dtype=np.uint8)[base:end] if data_buf is not None else np.zeros(0, np.uint8)
+    return offsets - base, data
+
+
+def _cut(arr: pa.Array, at: np.ndarray, keep_suffix: bool) -> pa.Array:
+    """Each row with ``at >= 0`` replaced by its bytes from ``at`` on (``keep_suffix``) or
+    before ``at``; other rows unchanged.
+
+    ``at`` is a byte offset on a character boundary (an RE2 find's result,
+    or a character start found from the bytes), so the result stays valid
+    UTF-8.  Done on the Arrow buffers
+    with numpy (one byte mask, one gather), never with per-row Python.
+    """
+    rows = np.flatnonzero(at >= 0)
+    if not len(rows):
+        return arr
+    large = pa.types.is_large_string(arr.type)
+    offsets, data = _string_buffers(arr)
+    starts = offsets[rows]
+    if keep_suffix:
+        drop_from, drop_to = starts, starts + at[rows]
+    else:
+        drop_from, drop_to = starts + at[rows], offsets[rows + 1]
+    # The dropped ranges are disjoint and in order: the byte mask alternates kept/dropped
+    # runs between their ends (np.repeat; a cumulative sum over the bytes is 10x slower).
+    bounds = np.empty(2 * len(rows) + 2, dtype=np.int64)
+    bounds[0], bounds[-1] = 0, len(data)
+    bounds[1:-1:2], bounds[2:-1:2] = drop_from, drop_to
+    runs = np.ones(len(bounds) - 1, dtype=bool)
+    runs[1::2] = False
+    kept = np.repeat(runs, np.diff(bounds))
+    lengths = np.diff(offsets)
+    lengths[rows] -= drop_to - drop_from
+    new_offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    out_type = pa.large_string() if large else pa.string()
+    out = pa.Array.from_buffers(
+        out_type,
+        len(arr),
+        [None, pa.py_buffer(new_offsets.astype(np.int64 if large else np.int32)), pa.py_buffer(data[kept])],
+    )
+    if arr.null_count:
+        out = pc.if_else(arr.is_valid(), out, pa.scalar(None, out_type))
+    return out
 
 
 @register
@@ -52,12 +117,12 @@ class RemoveHeaderMapper(Mapper):
     ``drop_no_head`` is true (the default, as in Data-Juicer) and is left
     as it is otherwise.
 
-    Data-Juicer's pattern is ``^(.*?)(HEADER)`` under DOTALL with the header
-    as group 2; because the replacement is that group and the rest of the
-    text is untouched, the result is the text from the first position where
-    a header matches, whatever the lazy groups inside the header pick.  RE2
-    finds the same leftmost position, so this is two RE2 kernels (a match
-    test for ``drop_no_head``, then the cut), no per-row Python.
+    Data-Juicer substitutes ``^(.*?)(HEADER)`` (DOTALL) by group 2, the
+    header: because the rest of the text is untouched, the result is the
+    text from the leftmost position where a header matches, whatever the
+    lazy groups inside the header pick.  That position is what an RE2 find
+    of HEADER returns (a DFA scan; no capture groups, which made RE2's
+    substitution slower than ``regex``), and the cut is a byte slice.
     """
 
     name = "remove_header_mapper"
@@ -71,28 +136,85 @@ class RemoveHeaderMapper(Mapper):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
-        has_header = pc.match_substring_regex(arr, pattern="(?s)" + _HEADER)
-        out = with_rows(
-            arr,
-            has_header,
-            lambda a: pc.replace_substring_regex(a, pattern=_UP_TO_FIRST_HEADER, replacement="\\1", max_replacements=1),
-        )
+        at = _first_match(arr, _HEADER)
+        out = _cut(arr, np.where(at > 0, at, -1), keep_suffix=True)
         if self.drop_no_head:
-            # Null texts stay null: only rows known to lack a header become "".
-            no_header = pc.invert(pc.fill_null(has_header, True))
-            out = pc.if_else(no_header, pa.scalar("", out.type), out)
+            no_header = (at < 0) & np.asarray(arr.is_valid())  # null texts stay null
+            if no_header.any():
+                out = pc.if_else(pa.array(no_header), pa.scalar("", out.type), out)
         return replace_text(table, self.text_key, out)
 
 
 # --- remove_comments_mapper ----------------------------------------------------
-# DJ's patterns verbatim; RE2 reads them the same way: "[^\\]" is any code
-# point but a backslash, newline included (RE2's default ClassNL), "." is
-# any code point but "\n", and under (?m) "^"/"$" sit after/before "\n" or
-# at the text's ends.  So the inline pattern also eats the "\n" before a
-# comment line ("a\n% c\nb" -> "a\nb"), and the character just before an
-# inline "%" ("x % c" -> "x"), exactly as Data-Juicer does.
-_INLINE_COMMENT = r"(?m)[^\\]%.+$"
-_COMMENT_LINE = r"(?m)^%.*\n?"
+# DJ runs re.sub(r"[^\\]%.+$", "", text, flags=MULTILINE), then
+# re.sub(r"(?m)^%.*\n?", "", ...).  Read line by line ("." never crosses "\n";
+# "$" sits before a "\n" or at the end), they say:
+#
+# inline: a match starts at the character before a "%" that is not a
+#   backslash and has at least one character after it on its line, and runs
+#   to the end of that line.  That character may be the "\n" ending the
+#   previous line, so a line (not the first) that starts with "%" and has
+#   another character is removed together with the newline before it: the
+#   line disappears from the list of lines.  In any other line the leftmost
+#   such "%" and the character before it to the line's end go: on the line
+#   alone, that is exactly RE2's leftmost match of [^\\]%.+ (a line holds no
+#   "\n"; RE2's [^\\] and "." agree with regex's on every other character).
+# multiline: then every line starting with "%" goes with the newline after
+#   it; the text's last line has none, so it becomes "" (its newline before
+#   stays).
+_INLINE_COMMENT_IN_LINE = r"[^\\]%.+"
+
+
+def _strip_inline_comment(lines: pa.Array) -> pa.Array:
+    """RE2's ``[^\\]%.+`` removed from each line (every line holds a "%").
+
+    Usually the line's first "%" qualifies (a character before it that is not
+    a backslash, one after it): then the line is cut where that character
+    starts, found from the byte offsets (UTF-8 continuation bytes skipped).
+    Lines whose first "%" does not qualify go through RE2, which looks on.
+    """
+    offsets, data = _string_buffers(lines)
+    pct = np.asarray(pc.find_substring(lines, pattern="%"), dtype=np.int64)
+    start, length = offsets[:-1], np.diff(offsets)
+    prev = start + np.maximum(pct - 1, 0)
+    ok = (pct >= 1) & (data[prev] != ord("\\")) & (pct + 1 < length)
+    cut = pct - 1
+    for _ in range(3):  # a UTF-8 character has at most 3 continuation bytes
+        cont = ok & (cut > 0) & ((data[start + np.maximum(cut, 0)] & 0xC0) == 0x80)
+        cut[cont] -= 1
+    out = _cut(lines, np.where(ok, cut, -1), keep_suffix=False)
+    return with_rows(
+        out,
+        pa.array(~ok),
+        lambda a: pc.replace_substring_regex(a, pattern=_INLINE_COMMENT_IN_LINE, replacement="", max_replacements=1),
+    )
+
+
+def _remove_comments(arr: pa.Array, inline: bool, multiline: bool) -> pa.Array:
+    """DJ's two substitutions on texts without nulls, as line-level Arrow kernels."""
+    lines, doc = split_flat(arr, "\n")
+    counts = np.bincount(doc, minlength=len(arr))
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    not_first = np.arange(len(lines)) > first[doc]
+    keep = np.ones(len(lines), dtype=bool)
+    if inline:
+        starts = np.asarray(pc.starts_with(lines, pattern="%"), dtype=bool)
+        # "%" plus at least one character: two bytes or more
+        whole = starts & not_first & (np.asarray(pc.binary_length(lines), dtype=np.int64) >= 2)
+        keep &= ~whole
+        # (an RE2 match test is faster than Arrow's substring kernel on many short lines: measured)
+        partial = np.asarray(pc.match_substring_regex(lines, pattern="%"), dtype=bool) & ~whole
+        lines = with_rows(lines, pa.array(partial), _strip_inline_comment)
+    if multiline:
+        starts = np.asarray(pc.starts_with(lines, pattern="%"), dtype=bool) & keep
+        if starts.any():
+            kept_idx = np.flatnonzero(keep)
+            last = np.zeros(len(lines), dtype=bool)  # each text's last remaining line
+            ends = np.flatnonzero(np.r_[doc[kept_idx][1:] != doc[kept_idx][:-1], True])
+            last[kept_idx[ends]] = True
+            lines = pc.if_else(pa.array(starts & last), pa.scalar("", lines.type), lines)
+            keep &= ~(starts & ~last)
+    return join_flat(lines.filter(pa.array(keep)), doc[keep], len(arr), "\n").cast(arr.type)
 
 
 @register
@@ -112,9 +234,9 @@ class RemoveCommentsMapper(Mapper):
     Data-Juicer 1.6.1 (whose own arXiv recipe passes ``['md', 'tex']``), this
     op removes TeX comments whatever it says.  It is checked for shape only.
 
-    Vectorized: one RE2 substitution per enabled rule, on rows holding a
-    ``%`` only (see the module docstring for why RE2 reads these patterns
-    the way ``regex`` does).
+    Vectorized on rows holding a ``%``: the texts are split into lines, each
+    rule becomes a per-line decision (see ``_remove_comments``), and one RE2
+    substitution runs on the lines that keep a comment's tail only.
     """
 
     name = "remove_comments_mapper"
@@ -148,28 +270,23 @@ class RemoveCommentsMapper(Mapper):
         return {**super().fingerprint_args(), "inline": self.inline, "multiline": self.multiline}
 
     def process_table(self, table: pa.Table) -> pa.Table:
-        arr = text_array(table, self.text_key)
         if not (self.inline or self.multiline):
             return table
-
-        def strip_comments(sub: pa.Array) -> pa.Array:
-            if self.inline:
-                sub = pc.replace_substring_regex(sub, pattern=_INLINE_COMMENT, replacement="")
-            if self.multiline:
-                sub = pc.replace_substring_regex(sub, pattern=_COMMENT_LINE, replacement="")
-            return sub
-
-        out = with_rows(arr, pc.match_substring(arr, pattern="%"), strip_comments)
+        arr = text_array(table, self.text_key)
+        out = with_rows(
+            arr, pc.match_substring(arr, pattern="%"), lambda a: _remove_comments(a, self.inline, self.multiline)
+        )
         return replace_text(table, self.text_key, out)
 
 
 # --- remove_bibliography_mapper --------------------------------------------------
-# DJ's alternatives followed by ".*$" under DOTALL: the greedy ".*" runs to the
-# end of the text, so the match always ends there and "$" (which could also
-# sit before a final "\n") never changes it.  RE2's ".*" then "\z" is the same.
-_BIBLIOGRAPHY_TO_END = (
-    r"(?s)(?:\\appendix|\\begin\{references\}|\\begin\{REFERENCES\}|\\begin\{thebibliography\}"
-    r"|\\bibliography\{.*\}).*"
+# DJ substitutes (ALTERNATIVES).*$ under DOTALL by "": the greedy ".*" runs to
+# the end of the text, so everything from the leftmost position where an
+# alternative matches goes.  Only that position matters, and "\{.*\}" (some
+# "}" anywhere later) matches exactly where "\{[^}]*\}" (the first "}" later)
+# does, which keeps the RE2 find a plain DFA scan.
+_BIBLIOGRAPHY = (
+    r"\\(?:appendix|begin\{references\}|begin\{REFERENCES\}|begin\{thebibliography\}|bibliography\{[^}]*\})"
 )
 
 
@@ -184,8 +301,8 @@ class RemoveBibliographyMapper(Mapper):
     Data-Juicer's rule.  ``\\bibliographystyle{...}`` is not a cut point,
     but being usually just before ``\\bibliography{...}`` it goes with it.
 
-    One RE2 substitution over the column (see the pattern's comment for why
-    RE2 and ``regex`` agree).
+    One RE2 find locates the cut (see the pattern's comment for why it is
+    where ``regex`` cuts), then a byte slice keeps what comes before it.
     """
 
     name = "remove_bibliography_mapper"
@@ -195,11 +312,7 @@ class RemoveBibliographyMapper(Mapper):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
-        out = with_rows(
-            arr,
-            pc.match_substring(arr, pattern="\\"),
-            lambda a: pc.replace_substring_regex(a, pattern=_BIBLIOGRAPHY_TO_END, replacement="", max_replacements=1),
-        )
+        out = _cut(arr, _first_match(arr, _BIBLIOGRAPHY), keep_suffix=False)
         return replace_text(table, self.text_key, out)
 
 
@@ -221,10 +334,20 @@ def macro_definitions(text: str) -> dict[str, str]:
     and its last value.
     """
     macros: dict[str, str] = {}
-    for pattern in (_NEWCOMMAND, _DEF):
+    for pattern, literal in ((_NEWCOMMAND, "\\newcommand"), (_DEF, "\\def")):
+        if literal not in text:  # the scan is the costly part; most texts use one form or none
+            continue
         for m in pattern.finditer(text):
             macros[m.group(1)] = m.group(2)
     return macros
+
+
+@functools.lru_cache(maxsize=4096)
+def _macro_use(name: str) -> Any:
+    """``\\name`` followed by a character other than an ASCII letter or digit (DJ's pattern).
+
+    Names repeat across documents (``\\R``, ``\\eps``), so compiled patterns are kept."""
+    return regex.compile("(" + regex.escape(name) + ")([^a-zA-Z0-9])")
 
 
 def expand_macros(text: str) -> str:
@@ -245,8 +368,7 @@ def expand_macros(text: str) -> str:
     for name, value in macro_definitions(text).items():
         if name not in text:
             continue
-        pattern = regex.compile("(" + regex.escape(name) + ")([^a-zA-Z0-9])")
-        text = pattern.sub(lambda m, v=value: v + m.group(2), text)
+        text = _macro_use(name).sub(lambda m, v=value: v + m.group(2), text)
     return text
 
 

@@ -120,6 +120,9 @@ COMMENT_CASES = [
     "CRLF % comment\r\nnext\r\n% line\r\nend",
     "中文注释 %这里是注释\n正文",
     "\n% after a newline at the start",
+    "%x\n%y\n%\n%z",  # consecutive comment lines, a bare "%", the last line a comment
+    "a \\%%x\nb%%\n\\%\n%",  # "\\%" never starts a comment, the "%" after it may
+    "line\r\n%\r\nend",  # "%\r": the "\r" is the character after "%"
     "x" * 5000 + " % long " + "y" * 5000,
 ]
 
@@ -128,6 +131,9 @@ BIB_CASES = [
     "Body \\bibliographystyle{plain} only style",
     "Body \\bibliography{unclosed",
     "Body \\bibliography{a}\nMore } later",
+    "Body \\bibliography{a,\nb}\n",  # the braces may span lines (DOTALL)
+    "Body \\bibliography{\n",  # ... but some "}" must follow
+    "\\appendix",
     "A \\begin{REFERENCES} x \\appendix y",
     "A \\begin{references}\nB",
     "Before\n\\appendix\n\\section{App}",

@@ -129,3 +129,71 @@ def test_text_key_and_missing_column() -> None:
     assert out.column("body").to_pylist() == ["a"] and out.column("text").to_pylist() == ["a % b"]
     with pytest.raises(KeyError, match="nope"):
         create_op("remove_header_mapper", {"text_key": "nope"}).process_table(table)
+
+
+# --- differential: our kernels against regex running Data-Juicer's own patterns ---------
+# The patterns below are Data-Juicer 1.6.1's, spelled out (this test never imports it);
+# random LaTeX-like texts built from the constructs each rule is sensitive to.
+DJ_HEADER = r"^(.*?)(" + "|".join(
+    rf"\\\b{n}\b\*?(?:\[(.*?)\])?\{{(.*?)\}}" for n in ml._HEADER_NAMES
+) + ")"
+DJ_BIB = r"(\\appendix|\\begin\{references\}|\\begin\{REFERENCES\}|\\begin\{thebibliography\}|\\bibliography\{.*\}).*$"
+ATOMS = [
+    "\\section", "\\section{", "\\subsection*[", "\\part", "\\partial", "\\paragraph",
+    "*", "[", "]", "{", "}", "x", "é", "中",
+    "\\appendix", "\\bibliography", "\\begin{references}", "\\begin{REFERENCES}", "\\begin{thebibliography}",
+    "%", "%", "\\", "\\%", "\n", "\n", "\r", " ", "\t", "🙂",
+]
+
+
+def random_texts(seed: int, n: int = 400) -> list[str]:
+    rnd = random.Random(seed)
+    return ["".join(rnd.choice(ATOMS) for _ in range(rnd.randint(0, 25))) for _ in range(n)]
+
+
+def dj_header(text: str, drop_no_head: bool) -> str:
+    import regex
+
+    if not regex.search(DJ_HEADER, text, flags=regex.DOTALL):
+        return "" if drop_no_head else text
+    return regex.sub(DJ_HEADER, r"\2", text, flags=regex.DOTALL)
+
+
+def dj_comments(text: str, inline: bool, multiline: bool) -> str:
+    import regex
+
+    if inline:
+        text = regex.sub(r"[^\\]%.+$", "", text, flags=regex.MULTILINE)
+    if multiline:
+        text = regex.sub(r"(?m)^%.*\n?", "", text, flags=regex.MULTILINE)
+    return text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_header_and_bibliography_equal_regex_with_dj_patterns(seed: int) -> None:
+    import regex
+
+    texts = random_texts(seed)
+    for drop in (True, False):
+        assert run("remove_header_mapper", texts, drop_no_head=drop) == [dj_header(t, drop) for t in texts]
+    assert run("remove_bibliography_mapper", texts) == [regex.sub(DJ_BIB, "", t, flags=regex.DOTALL) for t in texts]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("inline,multiline", [(True, True), (True, False), (False, True)])
+def test_comments_equal_regex_with_dj_patterns(seed: int, inline: bool, multiline: bool) -> None:
+    texts = random_texts(100 + seed)
+    got = run("remove_comments_mapper", texts, inline=inline, multiline=multiline)
+    assert got == [dj_comments(t, inline, multiline) for t in texts]
+
+
+def test_cut_keeps_nulls_slices_and_offsets() -> None:
+    arr = pa.array(["ab\\section{x}c", None, "", "中\\appendix", "none"]).slice(0)
+    sliced = pa.array(["pad", "ab\\section{x}c", None, "", "中\\appendix", "none"]).slice(1)
+    for a in (arr, sliced, arr.cast(pa.large_string())):
+        assert run_arr("remove_header_mapper", a) == ["\\section{x}c", None, "", "", ""]
+        assert run_arr("remove_bibliography_mapper", a) == ["ab\\section{x}c", None, "", "中", "none"]
+
+
+def run_arr(name: str, arr: pa.Array) -> list:
+    return create_op(name, {}).process_table(pa.table({"text": arr})).column("text").to_pylist()
