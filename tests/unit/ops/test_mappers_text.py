@@ -147,7 +147,7 @@ def test_wrong_type(name: str, args: dict, key: str) -> None:
         ("remove_repeat_sentences_mapper", {"tokenizer": "text.split('.')"}, "tokenizer"),
         ("remove_repeat_sentences_mapper", {"tokenizer": "lambda a, b: a"}, "tokenizer"),
         ("remove_repeat_sentences_mapper", {"tokenizer": "lambda t: ("}, "tokenizer"),
-        ("clean_links_mapper", {"pattern": "\\p{L}+"}, "pattern"),
+        ("clean_links_mapper", {"pattern": "\\p{NoSuchProperty}+"}, "pattern"),  # \p{L} itself is valid (regex)
         ("clean_ip_mapper", {"repl": "\\3"}, "repl"),  # the default pattern has one group
         ("clean_links_mapper", {"repl": "\\9"}, "repl"),  # ... and this one five
     ],
