@@ -140,6 +140,12 @@ class CheckpointStore:
         self.prefix = prefix
         self._faults: list[dict] | None = None
 
+    @property
+    def kind(self) -> str:
+        """What this store holds, in words, for messages."""
+        return {"checkpoint_op": "checkpoint", "dedup_keys_op": "dedup keys", "dedup_mask_op": "keep mask"}.get(
+            self.prefix, self.prefix)
+
     # -- paths ------------------------------------------------------------
     def op_dir(self, op_index: int, op_name: str) -> str:
         return storage.join(self.root, f"{self.prefix}_{op_index:03d}_{op_name}")
@@ -166,9 +172,7 @@ class CheckpointStore:
     ) -> str:
         data = self.fmt.encode(table)
         path = self.data_path(op_index, op_name, partition_id)
-        kind = {"checkpoint_op": "checkpoint", "dedup_keys_op": "dedup keys", "dedup_mask_op": "keep mask"}.get(
-            self.prefix, self.prefix)
-        what = f"the {kind} of op {op_index} ({op_name}) partition {partition_id}"
+        what = f"the {self.kind} of op {op_index} ({op_name}) partition {partition_id}"
         storage.atomic_write_bytes(path, data, what=what)
         if self._faults is None:
             from airflow_provider_dj.engine import faults as _f
@@ -335,8 +339,8 @@ class CheckpointStore:
         the checkpoint as committed and the task that owns it recomputes it; the
         data file stays for inspection until that recomputation overwrites it."""
         mpath = self.marker_path(op_index, op_name, partition_id)
-        msg = (f"rejecting the committed {self.prefix} checkpoint of op {op_index} ({op_name}) partition "
-               f"{partition_id} at {path}: {why}; it will be recomputed, not loaded")
+        msg = (f"rejecting the committed {self.kind} of op {op_index} ({op_name}) partition {partition_id} at "
+               f"{path}: {why}; it will be recomputed, not loaded")
         log.warning("%s", msg)
         try:
             if self.read_marker(op_index, op_name, partition_id) == marker:  # not already recommitted meanwhile

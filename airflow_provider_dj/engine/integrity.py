@@ -30,15 +30,6 @@ from airflow_provider_dj.engine import hashing, storage
 CHECKSUM_KEY = "checksum_xxh3_128"
 
 
-class CorruptFileError(RuntimeError):
-    """A file the job relies on changed after it was written; it is not trusted and was not modified."""
-
-    def __init__(self, path: str, why: str, what_to_do: str) -> None:
-        super().__init__(f"{path}: {why}; it is not trusted and nothing was changed or deleted. {what_to_do}")
-        self.path = path
-        self.why = why
-
-
 def canonical_digest(doc: dict, key: str = CHECKSUM_KEY) -> str:
     body = {k: v for k, v in doc.items() if k != key}
     return hashing.file_digest(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode())

@@ -6,7 +6,7 @@ Six steps, in order, each logged and recorded as a ``validation_step`` event:
 2. compare the current effective recipe with the one the job started with —
    keys that change results refuse, others are accepted and listed;
 3. load the saved partitioning (count, boundaries, hashes, algorithm) and
-   check it is well formed;
+   check it is well formed and unchanged since planning (its checksum);
 4. recreate the partitions at the saved boundaries over today's input (same
    files, same sizes, same row layout);
 5. re-hash every partition's full content;

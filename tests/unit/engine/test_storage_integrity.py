@@ -25,11 +25,10 @@ from airflow_provider_dj.engine.recipe import load_recipe
 from airflow_provider_dj.engine.resume import ResumeRefusedError
 from airflow_provider_dj.engine.segment_runner import run_segment
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
-from airflow_provider_dj.ops.registry import register
+from airflow_provider_dj.ops import registry
 from airflow_provider_dj.sample_corpus import write_corpus
 
 
-@register
 class FlagEveryNinthMapper(Mapper):
     """Uppercases text and flags every row whose id is a multiple of 9 as failed (so failed/ files exist)."""
 
@@ -41,6 +40,13 @@ class FlagEveryNinthMapper(Mapper):
         out = table.set_column(table.column_names.index("text"), "text", texts)
         errors = pc.if_else(bad, pa.scalar("InvalidAnswer: id divisible by 9"), pa.scalar(None, pa.string()))
         return out.append_column(ROW_ERROR_COLUMN, errors)
+
+
+@pytest.fixture(autouse=True)
+def _test_op(monkeypatch):
+    """The test op is registered for these tests only (the generated op reference lists the registry)."""
+    registry.load_builtin_ops()
+    monkeypatch.setitem(registry._REGISTRY, FlagEveryNinthMapper.name, FlagEveryNinthMapper)
 
 
 RECIPE = """\
@@ -127,6 +133,47 @@ def test_flipped_byte_in_a_committed_checkpoint_is_rejected_and_recomputed(tmp_p
         run_segment(job["dir"], 1, pid)
     export_job(job["dir"])
     assert open(job["out"], "rb").read() == clean
+
+
+def test_final_checkpoint_damaged_before_the_export_fails_it_until_the_partition_is_recomputed(tmp_path, data,
+                                                                                               clean):
+    from airflow_provider_dj.engine.export import MissingFinalCheckpointError
+
+    job = _new_job(tmp_path, "final", data)
+    for pid in range(3):
+        run_segment(job["dir"], 0, pid)
+    resolve_global_op(job["dir"], 3)
+    for pid in range(3):
+        run_segment(job["dir"], 1, pid)
+    final = _cp(job["dir"], 3, "document_deduplicator", 2)
+    flip_byte(final)
+    with pytest.raises(MissingFinalCheckpointError, match="partition 2: final checkpoint is torn; clear its task"):
+        export_job(job["dir"])
+    assert not os.path.exists(job["out"])
+    [rej] = read_events(job["dir"], "checkpoint_rejected")
+    assert rej["checkpoint_path"] == final
+    with pytest.raises(MissingFinalCheckpointError, match="partition 2 .* has no committed final output"):
+        export_job(job["dir"])  # retrying the export alone cannot help: the marker was set aside
+    res = run_segment(job["dir"], 1, 2)  # clearing the partition's task recomputes it
+    assert res.ops_run == [3]
+    export_job(job["dir"])
+    assert open(job["out"], "rb").read() == clean
+
+
+def test_a_damaged_export_is_written_again_after_the_summary_is_moved_aside(tmp_path, data, clean):
+    job = _new_job(tmp_path, "reexp", data)
+    _run_all(job["dir"])
+    flip_byte(job["out"], 0.3)
+    summary = os.path.join(job["dir"], "job_summary.json")
+    os.rename(summary, summary + ".damaged-export")
+    prepared = prepare_job(load_recipe(job["recipe"], {"resume": "reexp"}), job_id="reexp", airflow_run_id="r2")
+    assert prepared.resumed and not prepared.job_complete
+    for pid in range(3):
+        assert run_segment(job["dir"], 0, pid).skipped and run_segment(job["dir"], 1, pid).skipped
+    resolve_global_op(job["dir"], 3)
+    export_job(job["dir"])
+    assert open(job["out"], "rb").read() == clean
+    assert verify_completed_export(job["dir"])["integrity_problems"] == []
 
 
 def test_torn_checkpoint_is_rejected_by_size(tmp_path, data):
