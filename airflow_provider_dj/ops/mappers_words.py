@@ -10,8 +10,6 @@ could call ``keep_words`` with its own test.)
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from typing import Any, Callable, List, Optional
 
 import numpy as np
@@ -20,57 +18,20 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
 from airflow_provider_dj.ops.mappers_text import join_flat, split_flat
-from airflow_provider_dj.ops.model_files import require_model_file
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS, replace_text, text_array
+from airflow_provider_dj.ops.tokenizers import (
+    file_digest,
+    load_sentencepiece,
+    require_sentencepiece,
+    sentencepiece_pieces,
+)
 
 _SPECIAL = "".join(sorted(SPECIAL_CHARACTERS))
 #: Data-Juicer's default ``substrings``.
 DEFAULT_SUBSTRINGS = ("http", "www", ".com", "href", "//")
 #: SentencePiece's word-start mark, which Data-Juicer deletes from every piece.
 SP_SPACE = "\u2581"
-
-
-# --- SentencePiece (tokenization: true) ---------------------------------------------
-# NOTE: ops/tokenizers.py (in progress by another engineer when this was written)
-# holds the same helpers for the filters; once it is committed these three
-# should be replaced by its require_sentencepiece / load_sentencepiece /
-# sentencepiece_pieces.
-def require_sentencepiece(lang: str, *, op: str) -> str:
-    """The path of Data-Juicer's ``{lang}.sp.model`` (its search order), or an OpArgumentError naming it."""
-    try:
-        import sentencepiece  # noqa: F401
-    except ImportError:
-        raise OpArgumentError(
-            "tokenization",
-            f"{op}: tokenization=true needs the 'sentencepiece' package; install it or set tokenization to false",
-        ) from None
-    what = f"SentencePiece model for lang {lang!r}"
-    return require_model_file(f"{lang}.sp.model", op=op, arg="tokenization", what=what)
-
-
-@functools.lru_cache(maxsize=8)
-def load_sentencepiece(path: str) -> Any:
-    """One loaded model per path and process (an actor keeps it across partitions)."""
-    import sentencepiece
-
-    model = sentencepiece.SentencePieceProcessor()
-    try:
-        model.load(path)
-    except (OSError, RuntimeError) as exc:
-        raise OpArgumentError(
-            "tokenization", f"{path} is not a SentencePiece model ({exc}); replace the file"
-        ) from None
-    return model
-
-
-@functools.lru_cache(maxsize=8)
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fill(arr: pa.Array) -> tuple[pa.Array, pa.Array | None]:
@@ -175,7 +136,7 @@ class RemoveWordsWithIncorrectSubstringsMapper(Mapper):
     def fingerprint_args(self) -> dict[str, Any]:
         fp = {**super().fingerprint_args(), "tokenization": self.tokenization, "substrings": list(self.substrings)}
         if self.tokenization:
-            fp.update(lang=self.lang, model_sha256=file_sha256(self._sentencepiece_path()))
+            fp.update(lang=self.lang, model_sha256=file_digest(self._sentencepiece_path()))
         return fp
 
     def _sentencepiece_path(self) -> str:
@@ -188,10 +149,8 @@ class RemoveWordsWithIncorrectSubstringsMapper(Mapper):
 
     def _tokenized(self, arr: pa.Array) -> pa.Array:
         filled, valid = _fill(arr)
-        model = load_sentencepiece(self._sentencepiece_path())
-        texts = filled.to_pylist()
         # SentencePiece's batch API: the per-row work stays in C++ (one call, not one per row).
-        pieces = pa.array(model.encode(texts, out_type=str) if texts else [], pa.list_(pa.string()))
+        pieces = sentencepiece_pieces(load_sentencepiece(self._sentencepiece_path()), filled)
         flat = pc.replace_substring(pieces.flatten(), pattern=SP_SPACE, replacement="")
         parents = np.asarray(pc.list_parent_indices(pieces), dtype=np.int64)
         keep = self._keep(flat)

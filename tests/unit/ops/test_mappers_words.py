@@ -18,6 +18,7 @@ import pytest
 from airflow_provider_dj.ops import mappers_words as mw
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
+from airflow_provider_dj.ops.tokenizers import file_digest
 
 NAME = "remove_words_with_incorrect_substrings_mapper"
 
@@ -100,7 +101,7 @@ def test_tokenization_uses_the_model_and_joins_pieces_without_spaces(sp_dir: Pat
 def test_tokenization_fingerprint_names_the_model(sp_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", str(sp_dir))
     fp = create_op(NAME, {"tokenization": True}).fingerprint_args()
-    assert fp["model_sha256"] == mw.file_sha256(os.path.join(sp_dir, "en.sp.model"))
+    assert fp["model_sha256"] == file_digest(os.path.join(sp_dir, "en.sp.model"))
     assert fp["substrings"] == list(mw.DEFAULT_SUBSTRINGS)
 
 
