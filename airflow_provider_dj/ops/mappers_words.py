@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.mappers_text import join_flat, split_flat
+from airflow_provider_dj.ops.mappers_text import _fill, _restore_nulls, join_flat, split_flat
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS, replace_text, text_array
 from airflow_provider_dj.ops.tokenizers import (
@@ -34,17 +34,6 @@ DEFAULT_SUBSTRINGS = ("http", "www", ".com", "href", "//")
 SP_SPACE = "\u2581"
 
 
-def _fill(arr: pa.Array) -> tuple[pa.Array, pa.Array | None]:
-    """("" for nulls, validity mask or None) so list kernels never see nulls."""
-    if arr.null_count == 0:
-        return arr, None
-    return pc.fill_null(arr, ""), arr.is_valid()
-
-
-def _restore_nulls(out: pa.Array, valid: pa.Array | None) -> pa.Array:
-    return out if valid is None else pc.if_else(valid, out, pa.scalar(None, out.type))
-
-
 def keep_words(arr: pa.Array, keep: Callable[[pa.Array], np.ndarray]) -> pa.Array:
     """Each text rebuilt from the words ``keep`` accepts, the way Data-Juicer rebuilds it.
 
@@ -59,7 +48,7 @@ def keep_words(arr: pa.Array, keep: Callable[[pa.Array], np.ndarray]) -> pa.Arra
     lines, line_doc = split_flat(filled, "\n")
     fields, field_line = split_flat(lines, "\t")
     words, word_field = split_flat(fields, " ")
-    kept = np.asarray(pc.utf8_length(words), dtype=np.int64) > 0
+    kept = np.asarray(pc.binary_length(words), dtype=np.int64) > 0
     if kept.any():
         kept[kept] = keep(words.filter(pa.array(kept)))
     kept_field = word_field[kept]
