@@ -26,13 +26,7 @@ from airflow_provider_dj.ops.base import Filter, OpArgumentError
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import ensure_stat, get_stat
 from airflow_provider_dj.ops.text_kernels import count_words, text_array
-from airflow_provider_dj.ops.tokenizers import (
-    document_words,
-    file_digest,
-    load_sentencepiece,
-    refine_words,
-    require_sentencepiece,
-)
+from airflow_provider_dj.ops.tokenizers import file_digest, load_sentencepiece, piece_words, require_sentencepiece
 
 
 class _RangeFilter(Filter):
@@ -143,8 +137,7 @@ class WordsNumFilter(_RangeFilter):
     def _compute(self, table: pa.Table) -> pa.Array:
         if self.model_path is None:
             return count_words(text_array(table, self.text_key))
-        pieces = document_words(text_array(table, self.text_key), load_sentencepiece(self.model_path))
-        _, starts = refine_words(pieces, lower=False)
+        _, starts = piece_words(load_sentencepiece(self.model_path), text_array(table, self.text_key), lower=False)
         return pa.array(np.diff(starts), pa.int64())
 
 

@@ -33,17 +33,17 @@ from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.filters import _RangeFilter
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import ensure_stat
-from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS, py_lower, text_array
+from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS, text_array
 from airflow_provider_dj.ops.tokenizers import (
     ALPHANUMERIC_HF_TOKENIZER,
-    document_words,
     file_digest,
     hf_tokenizer_digest,
     load_hf_token_counter,
     load_sentencepiece,
     locate_hf_tokenizer,
-    refine_words,
+    piece_words,
     require_sentencepiece,
+    whitespace_words,
 )
 
 # What str.splitlines() splits on ("\r\n" counts as one break).
@@ -261,20 +261,12 @@ def word_tokens(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """DJ's refined words (split on ' ', '\\n', '\\t'; lower-cased; SPECIAL_CHARACTERS
     stripped from both ends; empty ones dropped) as exact integer ids, with row starts.
 
-    Lower-casing the whole text before splitting gives the same words as
-    DJ's per-word ``lower()``: no character lower-cases to a separator, and
-    the separators end Python's final-sigma context just as a word end does.
+    The words come from ``tokenizers.whitespace_words`` (cut from the text
+    buffer at its separator bytes, no list array; the whole text lower-cased
+    first, which gives the same words as DJ's per-word ``lower()``).
     """
-    arr = pc.fill_null(arr, "")
-    rows = len(arr)
-    low = pc.replace_substring(pc.replace_substring(py_lower(arr), "\n", " "), "\t", " ")
-    parts = pc.split_pattern(low, " ")
-    words = pc.utf8_trim(pc.list_flatten(parts), characters=_SPECIAL_STR)
-    nonempty = pc.greater(pc.binary_length(words), 0)
-    row = pc.list_parent_indices(parts).filter(nonempty).to_numpy(zero_copy_only=False)
-    ids = pc.dictionary_encode(words.filter(nonempty)).indices.to_numpy(zero_copy_only=False)
-    starts = np.zeros(rows + 1, np.int64)
-    np.cumsum(np.bincount(row, minlength=rows), out=starts[1:])
+    words, starts = whitespace_words(arr, lower=True)
+    ids = pc.dictionary_encode(words).indices.to_numpy(zero_copy_only=False)
     return ids.astype(np.int64), starts
 
 
@@ -550,7 +542,7 @@ class WordRepetitionFilter(_FloatRangeFilter):
             ids, starts = word_tokens(arr)
             windows, singles, _, _ = ngram_groups(ids, starts, self.rep_len)
             return pa.array(ratio(windows - singles, windows))
-        words, starts = refine_words(document_words(arr, load_sentencepiece(self.model_path)), lower=True)
+        words, starts = piece_words(load_sentencepiece(self.model_path), arr, lower=True)
         ids = pc.dictionary_encode(words).indices.to_numpy(zero_copy_only=False).astype(np.int64)
         windows, singles, _, _ = ngram_groups(ids, starts, self.rep_len)
         out = ratio(windows - singles, windows)

@@ -19,9 +19,10 @@ The lists come from ``flagged_words_dir`` / ``stopwords_dir`` or DJ's
 assets cache (``word_lists.py``); everything is read and checked at
 validation, so a missing list or language fails before any work starts.
 
-Vectorized: the words of a whole table are one Arrow array (split, lower,
-trim and the list look-up are Arrow kernels; runs for the augmentation are
-gathered with ``take``), and per-row counts are one ``bincount``.
+Vectorized: the words of a whole table are one Arrow array, cut from the
+text buffer at its separator bytes without copying (``whitespace_words``);
+lower, trim and the list look-up are Arrow kernels, the augmentation runs
+are gathered with ``take``, and per-row counts are one ``bincount``.
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import text_array
 from airflow_provider_dj.ops.tokenizers import (
     augment_words,
-    document_words,
     file_digest,
     load_sentencepiece,
-    refine_words,
+    refined_words,
     require_sentencepiece,
 )
 from airflow_provider_dj.ops.word_lists import load_word_lists
@@ -69,7 +69,7 @@ def word_list_ratio(
     join_char: str = "",
 ) -> np.ndarray:
     """Per row, (refined words in ``words``) / (refined words), augmentation included; 0.0 for none."""
-    flat, starts = refine_words(document_words(arr, pieces_model), lower=True)
+    flat, starts = refined_words(arr, pieces_model, lower=True)
     rows = len(starts) - 1
     pieces = [(flat, starts)]
     if use_words_aug:

@@ -98,19 +98,26 @@ def _looks_like_tokenizer(folder: str) -> bool:
     return os.path.isdir(folder) and any(os.path.isfile(os.path.join(folder, f)) for f in _TOKENIZER_FILES)
 
 
+def hf_hub_cache() -> str:
+    """The Hugging Face hub cache folder, from the variables ``huggingface_hub`` reads, read now
+    (``huggingface_hub`` itself reads them once, at import)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.path.expanduser(os.environ[var])
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")), "hub")
+
+
 def _hf_cache_snapshot(repo_id: str) -> tuple[str | None, str]:
     """(snapshot folder of ``repo_id`` in the local Hugging Face cache or None, the cache folder)."""
+    cache = hf_hub_cache()
     try:
-        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub comes with the tokenizer libraries
-        cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
-            os.environ.get("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface")), "hub"
-        )
         return None, cache
-    cache = constants.HF_HUB_CACHE
     try:
-        return snapshot_download(repo_id, local_files_only=True), cache
+        return snapshot_download(repo_id, cache_dir=cache, local_files_only=True), cache
     except (LocalEntryNotFoundError, ValueError, OSError):
         return None, cache
 
@@ -232,39 +239,77 @@ __all__ = [
 _SPECIAL_STR = "".join(sorted(SPECIAL_CHARACTERS))
 
 
-def document_words(arr: pa.Array, pieces_model: Any = None) -> pa.ListArray:
-    """Data-Juicer's ``get_words_from_document`` for every row: the SentencePiece pieces when a
-    model is given, else the text split on ' ', '\\n' and '\\t' (empty pieces are left in: every
-    caller refines with a strip, which drops them, exactly as Data-Juicer's split would)."""
-    arr = pc.fill_null(arr, "")
-    if pieces_model is not None:
-        return sentencepiece_pieces(pieces_model, arr)
-    return pc.split_pattern(pc.replace_substring(pc.replace_substring(arr, "\n", " "), "\t", " "), " ")
-
-
-def refine_words(words: pa.ListArray, *, lower: bool) -> tuple[pa.Array, np.ndarray]:
-    """Data-Juicer's ``words_refinement`` with ``strip_chars=SPECIAL_CHARACTERS``: every word
-    lower-cased (``str.lower`` per word, when ``lower``), stripped of special characters at both
-    ends, empty ones dropped.  Returns the surviving words of all rows, in order, and the rows'
-    start offsets into them (R + 1)."""
-    rows = len(words)
-    flat = pc.list_flatten(words)
-    parent = pc.list_parent_indices(words)
-    if lower and len(flat):
-        flat = py_lower(flat)
-    flat = pc.utf8_trim(flat, characters=_SPECIAL_STR)
-    nonempty = pc.greater(pc.binary_length(flat), 0)
-    flat = flat.filter(nonempty)
-    row = parent.filter(nonempty).to_numpy(zero_copy_only=False)
+def _starts(row: np.ndarray, rows: int) -> np.ndarray:
     starts = np.zeros(rows + 1, np.int64)
     np.cumsum(np.bincount(row, minlength=rows), out=starts[1:])
-    return flat, starts
+    return starts
+
+
+def _strip_and_drop(words: pa.Array, row: np.ndarray, rows: int) -> tuple[pa.Array, np.ndarray]:
+    words = pc.utf8_trim(words, characters=_SPECIAL_STR)
+    nonempty = pc.greater(pc.binary_length(words), 0)
+    return words.filter(nonempty), _starts(row[nonempty.to_numpy(zero_copy_only=False)], rows)
+
+
+def whitespace_words(arr: pa.Array, *, lower: bool) -> tuple[pa.Array, np.ndarray]:
+    """Data-Juicer's words without a tokenizer (``split_on_whitespace`` on ' ', '\n', '\t',
+    then ``words_refinement`` with SPECIAL_CHARACTERS), as (words of all rows, row starts R + 1).
+
+    No list array is built: in UTF-8 the three separator bytes never occur inside another
+    character, so the word boundaries are the separator positions of the text buffer itself,
+    and the words are one zero-copy string array over that buffer whose every element is a
+    word plus the separator after it.  The separators are special characters, so the strip
+    removes them with the word's own special ends.  Lower-casing the whole text first equals
+    DJ's per-word ``lower()``: nothing lower-cases to a separator, and a separator ends
+    Python's final-sigma context just as a word's end does.
+    """
+    arr = pc.fill_null(arr, "")
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    rows = len(arr)
+    if lower and rows:
+        arr = py_lower(arr)
+    wide = pa.types.is_large_string(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)[arr.offset : arr.offset + rows + 1]
+    offsets = offsets.astype(np.int64)
+    if not rows or offsets[-1] == offsets[0]:
+        return pa.array([], pa.large_string()), np.zeros(rows + 1, np.int64)
+    data_buf = arr.buffers()[2]
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    text = np.frombuffer(data_buf, np.uint8)[lo:hi]
+    after_sep = np.flatnonzero((text == 0x20) | (text == 0x0A) | (text == 0x09)) + (lo + 1)
+    # Two sorted runs: a stable (tim)sort merges them in linear time; then drop repeats (a row's
+    # start that follows its predecessor's last separator, empty rows).
+    bounds = np.sort(np.concatenate([offsets, after_sep]), kind="stable")
+    bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
+    row = np.searchsorted(offsets, bounds[:-1], side="right") - 1  # empty rows share a start: take the last
+    words = pa.LargeStringArray.from_buffers(len(bounds) - 1, pa.py_buffer(bounds), data_buf)
+    return _strip_and_drop(words, row, rows)
+
+
+def piece_words(model: Any, arr: pa.Array, *, lower: bool) -> tuple[pa.Array, np.ndarray]:
+    """Data-Juicer's words with ``tokenization: true``: ``encode_as_pieces``, then
+    ``words_refinement`` (``str.lower`` per piece when ``lower``, SPECIAL_CHARACTERS stripped,
+    empty ones dropped), as (words of all rows, row starts R + 1)."""
+    pieces = sentencepiece_pieces(model, pc.fill_null(arr, ""))
+    flat = pc.list_flatten(pieces)
+    row = pc.list_parent_indices(pieces).to_numpy(zero_copy_only=False)
+    if lower and len(flat):
+        flat = py_lower(flat)  # per piece: a piece boundary is not a word boundary for final sigma
+    return _strip_and_drop(flat, row, len(pieces))
+
+
+def refined_words(arr: pa.Array, pieces_model: Any = None, *, lower: bool) -> tuple[pa.Array, np.ndarray]:
+    """``piece_words`` with a SentencePiece model, else ``whitespace_words``."""
+    if pieces_model is not None:
+        return piece_words(pieces_model, arr, lower=lower)
+    return whitespace_words(arr, lower=lower)
 
 
 def augment_words(flat: pa.Array, starts: np.ndarray, group_size: int, join_char: str) -> tuple[pa.Array, np.ndarray]:
     """Data-Juicer's ``words_augmentation``: every run of ``group_size`` consecutive words of a
     row joined by ``join_char`` (none for a row with fewer words).  Returns the joined words of
-    all rows and the rows' start offsets, like ``refine_words``."""
+    all rows and the rows' start offsets, like ``refined_words``."""
     n_words = np.diff(starts)
     n_aug = np.maximum(n_words - group_size + 1, 0)
     out_starts = np.zeros(len(n_words) + 1, np.int64)
@@ -276,7 +321,7 @@ def augment_words(flat: pa.Array, starts: np.ndarray, group_size: int, join_char
     parts = [pc.take(flat, pa.array(first + k)) for k in range(group_size)]
     if group_size == 1:
         return parts[0], out_starts
-    return pc.binary_join_element_wise(*parts, join_char), out_starts
+    return pc.binary_join_element_wise(*parts, pa.scalar(join_char, flat.type)), out_starts
 
 
-__all__ += ["augment_words", "document_words", "refine_words"]
+__all__ += ["augment_words", "piece_words", "refined_words", "whitespace_words"]

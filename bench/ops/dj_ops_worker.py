@@ -6,7 +6,8 @@ Usage (normally started by run_ops_bench.py)::
 
 SPEC.json: {"corpus": path, "rows": n, "ops": [{"name":..., "args":{...}}, ...],
             "repeats": r, "budget_s": s, "probe_rows": p}
-(an op entry may carry its own "corpus", e.g. LaTeX sources for the LaTeX ops)
+(an op entry may carry its own "corpus", e.g. LaTeX sources for the LaTeX ops, and an "op" when
+its "name" is a variant such as "words_num_filter:tokenized")
 
 For every op it times the *bare runtime methods* Data-Juicer's default
 executor hands to ``datasets.map``/``filter`` -- no HF dataset, no Arrow
@@ -143,12 +144,13 @@ def main() -> int:
             n_all = len(cols["text"])
             probe_rows = min(n_all, int(spec.get("probe_rows", 2000)))
             rec["corpus"] = entry["corpus"]
-        if name not in OPERATORS.modules:
+        op_name = entry.get("op", name)  # "<op>:tokenized" is a second entry for <op>
+        if op_name not in OPERATORS.modules:
             rec["error"] = "no such op in Data-Juicer"
             log(f"{name}: not in Data-Juicer")
             continue
         try:
-            op = OPERATORS.modules[name](**args)
+            op = OPERATORS.modules[op_name](**args)
             if isinstance(op, Filter):
                 kind = "filter"
             elif isinstance(op, Mapper):
@@ -159,7 +161,7 @@ def main() -> int:
                 raise TypeError(f"unsupported DJ op type {type(op).__mro__[1].__name__}")
             batched = bool(op.is_batched_op())
             bs = int(op.batch_size) if batched else 1
-            add_stats = kind == "filter" and name not in NON_STATS_FILTERS.modules
+            add_stats = kind == "filter" and op_name not in NON_STATS_FILTERS.modules
             rec.update(kind=kind, batched=batched, batch_size=bs)
             # probe (also the warm-up): a prefix, to size the real measurement
             tp, _, _ = run_once(op, kind, cols, probe_rows, bs, add_stats)
