@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="validate a recipe without running anything")
     val.add_argument("recipe")
     val.add_argument("--set", action="append", metavar="KEY=VALUE")
-    val.add_argument("--check-input", action="store_true", help="also check that dataset_path matches files")
+    val.add_argument("--check-input", action="store_true", help="also check the input: dataset_path matches files, and every field the recipe reads "
+                     "is in its rows (Parquet footers, the first MiB of each JSONL file)")
     val.set_defaults(func=cmd_validate)
     unlock = sub.add_parser("unlock", help="remove a job's runner lock by hand (after making sure it is not running)")
     unlock.add_argument("job_id")
