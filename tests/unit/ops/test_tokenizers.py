@@ -208,3 +208,33 @@ def test_fingerprint_names_the_tokenizer(hf_folder: str, sp_model: str, monkeypa
     fp = create_op("words_num_filter", {"tokenization": True}).fingerprint_args()
     assert fp["model_digest"] == tokenizers.file_digest(sp_model)
     assert "model_digest" not in create_op("words_num_filter", {}).fingerprint_args()
+
+
+# --- DJ's whitespace words, cut from the buffer ---------------------------------------
+def _dj_words(text: str | None, lower: bool) -> list[str]:
+    """Data-Juicer's split_on_whitespace + words_refinement(strip SPECIAL_CHARACTERS), plainly."""
+    import re
+
+    words = [w for w in re.split(" |\n|\t", text or "") if w]
+    if lower:
+        words = [w.lower() for w in words]
+    return [s for s in (dj_strip(w) for w in words) if s]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_whitespace_words_equal_data_juicers_split_and_strip(lower: bool) -> None:
+    import random
+
+    rng = random.Random(7)
+    alphabet = [" ", " ", "\n", "\t", "\r", "\u3000", "a", "B", "Σ", "ß", "İ", "我", "🙂", ".", "-", "7", "x", "\u00a0"]
+    texts = ["", None, " ", "\t\n", "a", "ΟΔΟΣ ΟΔΟΣ.", "end "] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(400)
+    ]
+    want = [_dj_words(t, lower) for t in texts]
+    for arr in (pa.array(texts, pa.string()), pa.array(texts, pa.large_string()), pa.array(["pad"] + texts).slice(1)):
+        words, starts = tokenizers.whitespace_words(arr, lower=lower)
+        flat = words.to_pylist()
+        assert [flat[starts[i] : starts[i + 1]] for i in range(len(texts))] == want
+    chunked = pa.chunked_array([pa.array(texts[:100]), pa.array(texts[100:])])
+    words, starts = tokenizers.whitespace_words(chunked, lower=lower)
+    assert len(words) == starts[-1] == sum(map(len, want))
