@@ -325,6 +325,15 @@ def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True) -> RunEn
     already gets the same: the stub goes to the DAG folder Airflow already
     uses (one process, one run at a time) and the configured DB is shared.
     """
+    try:
+        return _prepare_run(recipe_path, dag_id, private)
+    except OSError as exc:  # an unwritable or full home: say which and what to do, not a traceback
+        home = os.environ.get("AIRFLOW_HOME") or os.environ.get("DJ_AIRFLOW_HOME") or DEFAULT_HOME
+        raise AirflowEnvError(f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
+                              f"(and free some space), or point DJ_AIRFLOW_HOME at another directory") from exc
+
+
+def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
     home = configure_airflow_env()
     saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")}
     if not private or "airflow.settings" in sys.modules:

@@ -17,6 +17,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from airflow_provider_dj import airflow_env
 
 
@@ -182,6 +184,15 @@ def test_a_failed_migration_names_the_home_and_what_to_do(tmp_path):
     assert "AirflowEnvError" in proc.stderr and "airflow db migrate" in proc.stderr
     assert f"AIRFLOW_HOME={home}" in proc.stderr and "DJ_AIRFLOW_HOME" in proc.stderr
     assert os.listdir(home / airflow_env.RUNS_DIR) == []  # the failed run left no directory behind
+
+
+def test_an_unwritable_home_is_refused_naming_it_and_what_to_do(tmp_path, monkeypatch):
+    home = tmp_path / "not_a_dir"
+    home.write_text("a file where the home should be")
+    monkeypatch.setenv("AIRFLOW_HOME", str(home))
+    with pytest.raises(airflow_env.AirflowEnvError, match=r"cannot prepare the Airflow home .*not_a_dir.*DJ_AIRFLOW_HOME"):
+        airflow_env.prepare_run("/r/x.yaml", "x")
+    assert home.read_text() == "a file where the home should be"
 
 
 def test_rewriting_a_stub_keeps_one_file_with_the_latest_recipe(tmp_path):
