@@ -45,6 +45,7 @@ PARAM_SCHEMAS: dict[str, list[str]] = {
     "np": ["integer", _NULL],
     "skip_op_error": ["boolean", _NULL],
     "keep_stats_in_res_ds": ["boolean", _NULL],
+    "max_failed_ratio": ["number", _NULL],
     "partition": ["object", _NULL],
     "checkpoint": ["object", _NULL],
     "intermediate_storage": ["object", _NULL],

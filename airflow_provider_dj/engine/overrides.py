@@ -42,7 +42,7 @@ __all__ = [
 OVERRIDABLE_KEYS: frozenset[str] = frozenset(
     {
         "dataset_path", "export_path", "work_dir", "job_id", "resume", "np",
-        "skip_op_error", "keep_stats_in_res_ds", *TRACER_KEYS,
+        "skip_op_error", "keep_stats_in_res_ds", "max_failed_ratio", *TRACER_KEYS,
         *(f"{section}.{leaf}" for section in SECTIONS for leaf in SECTION_KEYS[section]),
     }
 )

@@ -248,7 +248,9 @@ def run_partitions(
     if errors:
         pid, exc = errors[0]
         cause = getattr(exc, "cause", None) or exc
-        raise PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {cause}") from exc
+        failure = PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {cause}")
+        failure.cause = cause  # the op's own exception (a failure-rate guard trip is not worth a retry)
+        raise failure from exc
     if stopped:
         request = forced or next(iter(stopped.values()))
         exc = StopRequested(job_dir, request, partition_ids=sorted(stopped))
@@ -258,7 +260,9 @@ def run_partitions(
 
 
 class PartitionFailedError(RuntimeError):
-    pass
+    """A partition of the group failed; ``cause`` is the exception its op raised."""
+
+    cause: BaseException | None = None
 
 
 def _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, elapsed) -> str:

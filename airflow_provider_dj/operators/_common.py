@@ -94,6 +94,26 @@ class JobStoppedError(AirflowFailException):
     """
 
 
+def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
+    """Run ``body``; a failure-rate guard trip fails the task *without retry*.
+
+    A retry would re-run the same op on the same rows and trip the same guard,
+    costing the whole op again before the job stops anyway.  The message is
+    the guard's (op, partition, count, reasons, what to raise and resume).
+    """
+    from airflow_provider_dj.engine.failure_guard import FailureRateExceededError
+    from airflow_provider_dj.engine.ray_dispatch import PartitionFailedError
+
+    try:
+        return body()
+    except FailureRateExceededError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except PartitionFailedError as exc:
+        if isinstance(exc.cause, FailureRateExceededError):
+            raise AirflowFailException(str(exc)) from exc
+        raise
+
+
 def task_key(context: Any) -> str:
     """One Airflow task instance, across its tries: dag.run.task.map_index."""
     ti = context.get("ti") or context.get("task_instance")

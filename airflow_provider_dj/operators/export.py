@@ -16,7 +16,7 @@ from airflow_provider_dj.engine.events import EventLog, read_events
 from airflow_provider_dj.engine import job_lock
 from airflow_provider_dj.engine.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.job import JobContext
-from airflow_provider_dj.operators._common import event_defaults, run_stoppable
+from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
 
 
 class ExportOperator(BaseOperator):
@@ -89,8 +89,8 @@ class ExportOperator(BaseOperator):
         ctx = JobContext(self.job_dir)
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
-        summary = export_job(self.job_dir, event_defaults=defaults, started_at=started_at,
-                             part_source=self._part_source(ctx))
+        summary = fail_fast_on_guard(lambda: export_job(self.job_dir, event_defaults=defaults, started_at=started_at,
+                                                        part_source=self._part_source(ctx)))
         job_lock.release(self.job_dir, context["dag_run"].run_id)
         EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
             "job_complete", status="completed", input_rows=summary["input"]["total_rows"],

@@ -26,7 +26,7 @@ from airflow_provider_dj.engine import job_lock
 from airflow_provider_dj.engine.job import JobContext
 from airflow_provider_dj.engine.ray_dispatch import DispatchHandle, run_partitions
 from airflow_provider_dj.hooks.ray import RayHook
-from airflow_provider_dj.operators._common import event_defaults, run_stoppable, try_number
+from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable, try_number
 
 MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
@@ -80,7 +80,7 @@ class PartitionGroupOperator(BaseOperator):
         parts = JobContext(self.job_dir).partitioning_info["partitions"]
         rows = {p["partition_id"]: p["num_rows"] for p in parts}
         self._dispatch = DispatchHandle()
-        results = run_partitions(
+        results = fail_fast_on_guard(lambda: run_partitions(
             ray,
             self.job_dir,
             self.segment_index,
@@ -93,7 +93,7 @@ class PartitionGroupOperator(BaseOperator):
             handle=self._dispatch,
             max_in_flight=group.get("max_in_flight"),  # resolved by validate (docs/gpu_planning.md)
             actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
-        )
+        ))
         for r in results:
             if r["skipped"]:
                 self.log.info("partition %s: already complete, no work done", r["partition_id"])

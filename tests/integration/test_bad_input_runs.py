@@ -72,8 +72,11 @@ def test_guard_stops_the_job_before_export_and_a_fixed_recipe_resumes_it(tmp_pat
     data = _rows(tmp_path / "half.jsonl", rows)
     recipe = _recipe(tmp_path, "dag_guard", data)
     export = tmp_path / "dag_guard_out.jsonl"
-    dr = run_dag(recipe, {"job_id": "dag_guard_job"}, retries=0)
+    dr = run_dag(recipe, {"job_id": "dag_guard_job"}, retries=2)
     assert str(dr.state).endswith("failed")
+    # A guard trip fails the partition task without retry: a retry would trip it again.
+    seg = [t for t in dr.get_task_instances() if t.task_id == "partitions_seg0" and str(t.state).endswith("failed")]
+    assert len(seg) == 1 and seg[0].try_number == 1
     states = _task_states(dr)
     assert not any(task.startswith("export") and state.endswith("success") for (task, _), state in states.items())
     assert not export.exists()
@@ -86,11 +89,8 @@ def test_guard_stops_the_job_before_export_and_a_fixed_recipe_resumes_it(tmp_pat
     failed_file = job_dir / "failed" / "op_000_whitespace_normalization_mapper" / "partition_00000.jsonl"
     assert [json.loads(x)["id"] for x in open(failed_file)] == list(range(10))
 
-    # The user decides those rows may fail: raise the limit for that op, resume the same job.
-    text = open(recipe).read().replace("- whitespace_normalization_mapper:\n",
-                                       "- whitespace_normalization_mapper: {max_failed_ratio: 1}\n")
-    open(recipe, "w").write(text)
-    dr2 = run_dag(recipe, {"resume": "dag_guard_job"}, retries=0)
+    # The user decides those rows may fail: raise the limit for this run (dag_run.conf), resume the same job.
+    dr2 = run_dag(recipe, {"resume": "dag_guard_job", "max_failed_ratio": 1}, retries=0)
     assert str(dr2.state).endswith("success")
     assert [json.loads(x)["id"] for x in open(export)] == list(range(10, 20))
     summary = json.load(open(job_dir / "job_summary.json"))

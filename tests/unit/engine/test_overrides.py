@@ -18,7 +18,7 @@ from airflow_provider_dj.engine.overrides import (
 def test_overridable_keys_cover_runtime_values_only():
     for key in (
         "dataset_path", "export_path", "work_dir", "job_id", "resume", "np", "skip_op_error",
-        "keep_stats_in_res_ds", "open_tracer", "op_list_to_trace", "trace_num", "trace_keys",
+        "keep_stats_in_res_ds", "max_failed_ratio", "open_tracer", "op_list_to_trace", "trace_num", "trace_keys",
         "partition.mode", "partition.num_of_partitions", "partition.size", "partition.target_size_mb",
         "partition.max_size_mb", "partition.max_concurrent_partitions", "partition.gpu_probe_sample_seed",
         "checkpoint.enabled", "checkpoint.strategy", "checkpoint.n_ops", "checkpoint.op_names",
@@ -206,3 +206,22 @@ def test_recipe_error_format_and_pickle():
     assert isinstance(e, ValueError)
     e2 = pickle.loads(pickle.dumps(e))
     assert (e2.file, e2.key, e2.message, str(e2)) == (e.file, e.key, e.message, str(e))
+
+
+def test_max_failed_ratio_is_overridable_and_still_validated(tmp_path):
+    """Raising the failure-rate guard for one run (then resuming) needs no recipe edit; a bad value is refused."""
+    import pytest
+
+    from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
+
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a b c d e f"}\n')
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"project_name: guard_override\ndataset_path: {data}\nexport_path: {tmp_path / 'out.jsonl'}\n"
+                      f"process:\n  - whitespace_normalization_mapper:\n")
+    over = normalize_overrides({"max_failed_ratio": 0.9})
+    assert over == {"max_failed_ratio": 0.9}
+    assert load_recipe(str(recipe), over).max_failed_ratio == 0.9
+    assert load_recipe(str(recipe), parse_set_args(["max_failed_ratio=1"])).max_failed_ratio == 1
+    with pytest.raises(RecipeError, match="max_failed_ratio"):
+        load_recipe(str(recipe), normalize_overrides({"max_failed_ratio": 1.5}))
