@@ -23,7 +23,8 @@ Fields every event may carry (absent when unknown, never null):
 ``op_index``, ``op_name``, ``status``, ``duration`` (s), ``input_rows``,
 ``output_rows``, ``filtered``, ``duplicates``, ``failed``,
 ``error_message``, ``try_number``, ``airflow_dag_id``, ``airflow_run_id``,
-``airflow_task_id``, ``airflow_map_index``, ``checkpoint_path``.
+``airflow_task_id``, ``airflow_map_index``, ``checkpoint_path``, ``store``
+(which checkpoint store a ``checkpoint_rejected`` event is about).
 """
 
 from __future__ import annotations
