@@ -159,9 +159,9 @@ DJ_NOTES: dict[str, str] = {
     "lowercase_mapper": "Ours: Python `str.lower()` semantics.",
     "remove_header_mapper": "Same pattern: an RE2 find locates the first header where `regex` does, then a byte "
                             "cut; proven on LaTeX sources by the fixtures.",
-    "remove_comments_mapper": "Data-Juicer's two patterns as line-level Arrow kernels, quirks kept (the character "
-                              "before an inline `%` goes too). `doc_type` is accepted and, as in Data-Juicer, "
-                              "ignored: TeX comments only.",
+    "remove_comments_mapper": "Data-Juicer's two patterns as per-line decisions on the UTF-8 bytes (numpy), quirks "
+                              "kept (the character before an inline `%` goes too). `doc_type` is accepted and, as in "
+                              "Data-Juicer, ignored: TeX comments only.",
     "remove_bibliography_mapper": "Same cut points: one RE2 find, then a byte cut.",
     "expand_macro_mapper": "Per row with `regex` on rows that define a macro; argument-free `\\newcommand`/`\\def` "
                            "only, as in Data-Juicer.",
