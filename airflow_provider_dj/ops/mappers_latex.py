@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import regex
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.mappers_text import join_flat, python_rows, split_flat, with_rows
+from airflow_provider_dj.ops.mappers_text import python_rows
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.text_kernels import replace_text, text_array
 
