@@ -181,7 +181,7 @@ _NL, _PCT, _BACKSLASH = 10, 37, 92  # "\n", "%", "\\": ASCII, so never inside a 
 
 def _lines(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, row) of every line of every row, as byte positions in ``data``
-    (``str.split("\n")``'s lines: a row has one more line than it has newlines)."""
+    (``str.split("\\n")``'s lines: a row has one more line than it has newlines)."""
     n = len(offsets) - 1
     nl = np.flatnonzero(data == _NL)
     per_row = np.bincount(np.searchsorted(offsets[1:], nl, side="right"), minlength=n) + 1

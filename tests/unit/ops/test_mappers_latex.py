@@ -197,3 +197,13 @@ def test_cut_keeps_nulls_slices_and_offsets() -> None:
 
 def run_arr(name: str, arr: pa.Array) -> list:
     return create_op(name, {}).process_table(pa.table({"text": arr})).column("text").to_pylist()
+
+
+@pytest.mark.parametrize("name", OPS + ["remove_words_with_incorrect_substrings_mapper"])
+@pytest.mark.parametrize(
+    "arr", [pa.array([], pa.string()), pa.array([None, None], pa.string()), pa.array(["", ""], pa.large_string())],
+    ids=["empty", "all_null", "empty_strings"],
+)
+def test_degenerate_columns(name: str, arr: pa.Array) -> None:
+    out = create_op(name, {}).process_table(pa.table({"text": arr})).column("text")
+    assert out.type == arr.type and out.to_pylist() == arr.to_pylist()
