@@ -133,8 +133,9 @@ KEY_TEXT: dict[str, str] = {
 # Data-Juicer compatibility, per native op, beyond what is computed (whether
 # Data-Juicer 1.6.1 has the op, argument differences, conformance fixtures).
 DJ_NOTES: dict[str, str] = {
-    "clean_email_mapper": "Data-Juicer's default pattern (lowercase-only domains, as there). A custom pattern runs "
-                          "in RE2 when it means the same there, else Python `re` per row.",
+    "clean_email_mapper": "Data-Juicer's default pattern (lowercase-only domains, as there). A custom pattern is "
+                          "compiled with `regex`, as there; it runs in RE2 only where that is proven identical "
+                          "([recipes.md](recipes.md#patterns)).",
     "whitespace_normalization_mapper": "`str.strip()`, then Data-Juicer's whitespace set becomes spaces; `\\n` "
                                        "kept.",
     "words_num_filter": "Same word splitting and special-character stripping. `tokenization: true` counts the "
@@ -144,11 +145,14 @@ DJ_NOTES: dict[str, str] = {
     "document_deduplicator": "Global: keeps the first occurrence in input order over all partitions (Data-Juicer's "
                              "partitioned executor refuses this op).",
     "document_minhash_deduplicator": "Global clustering over all partitions, lowest row kept; no Jaccard check of "
-                                     "candidates (as Data-Juicer's default executor). `sentencepiece` is rejected.",
-    "document_simhash_deduplicator": "Global clustering within `hamming_distance`, lowest row kept. "
-                                     "`sentencepiece` is rejected.",
-    "clean_links_mapper": "RE2 kernel; Data-Juicer's quirks kept (any `word:x` counts as a scheme).",
-    "clean_ip_mapper": "RE2 kernel; IPs match without word boundaries, as in Data-Juicer.",
+                                     "candidates (as Data-Juicer's default executor). `ignore_pattern` (e.g. "
+                                     "`\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
+    "document_simhash_deduplicator": "Global clustering within `hamming_distance`, lowest row kept. `ignore_pattern` "
+                                     "(e.g. `\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
+    "clean_links_mapper": "RE2 kernel; Data-Juicer's quirks kept (any `word:x` counts as a scheme). A custom pattern "
+                          "is compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
+    "clean_ip_mapper": "RE2 kernel; IPs match without word boundaries, as in Data-Juicer. A custom pattern is "
+                       "compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
     "clean_copyright_mapper": "Same rules, as an RE2/Arrow kernel.",
     "punctuation_normalization_mapper": "Same character table.",
     "clean_html_mapper": "The same library as Data-Juicer (selectolax), run only on rows that contain markup.",
