@@ -211,7 +211,9 @@ class HFTokenCounter:
     def counts(self, arr: pa.Array) -> np.ndarray:
         texts = pc.fill_null(arr, "").to_pylist()
         if self._backend is not None:
-            encodings = self._backend.encode_batch(texts, add_special_tokens=False) if texts else []
+            # encode_batch_fast (tokenizers >= 0.20) skips the character offsets: same tokens, ~25% faster
+            encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
+            encodings = encode(texts, add_special_tokens=False) if texts else []
             return np.fromiter((len(e.ids) for e in encodings), np.int64, len(texts))
         return np.fromiter((len(self._slow.tokenize(t)) for t in texts), np.int64, len(texts))
 
