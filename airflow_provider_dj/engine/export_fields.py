@@ -46,8 +46,13 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from airflow_provider_dj.engine.checkpoints import DELTA_KEEP_COLUMN, PATCH_FLAG_PREFIX
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, STATS_COLUMN
+
+# Spelled here rather than imported from engine/checkpoints.py: the recipe loader
+# imports this module, and checkpoints -> job -> recipe would close a cycle.
+# tests/unit/engine/test_export_fields.py checks they equal checkpoints' names.
+_DELTA_KEEP_COLUMN = "__dj__delta_keep__"
+_PATCH_FLAG_PREFIX = "__dj__delta_set__"
 
 #: Removed by Data-Juicer's exporter unless keep_stats_in_res_ds.
 DJ_STATS_FIELDS = (STATS_COLUMN, "__dj__meta__")
@@ -65,11 +70,11 @@ ENGINE_COLUMNS = frozenset({
     "__dj__input_row__",  # segment_runner.INPUT_ROW_COLUMN: lineage, tracer, batch cursors
     ROW_ERROR_COLUMN,  # a mapper's per-row failure reason
     "__dj__batch_failure_reason__",  # batch_cursor.REASON_COLUMN
-    DELTA_KEEP_COLUMN,  # delta checkpoints
+    _DELTA_KEEP_COLUMN,  # delta checkpoints
     # the columns of failed/ rows (segment_runner)
     "__dj__error__", "__dj__error_type__", "__dj__failed_op__", "__dj__failed_op_index__", "__dj__partition__",
 })
-ENGINE_COLUMN_PREFIXES = (PATCH_FLAG_PREFIX,)
+ENGINE_COLUMN_PREFIXES = (_PATCH_FLAG_PREFIX,)
 
 EXPORT_TYPES = ("jsonl", "json", "parquet")
 

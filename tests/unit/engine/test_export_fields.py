@@ -125,6 +125,12 @@ def test_every_dj_name_in_the_package_is_classified() -> None:
                      and not n.startswith(ENGINE_COLUMN_PREFIXES))
     assert not unknown, f"classify these in engine/export_fields.py (ENGINE_COLUMNS or DJ_FIELD_NAMES): {unknown}"
     assert "__dj__input_row__" in found and "__dj__suffix__" in found  # the scan sees both kinds
+    from airflow_provider_dj.engine import checkpoints
+    from airflow_provider_dj.engine.batch_cursor import KEY_COLUMN, REASON_COLUMN
+    from airflow_provider_dj.engine.segment_runner import INPUT_ROW_COLUMN
+
+    assert {checkpoints.DELTA_KEEP_COLUMN, KEY_COLUMN, REASON_COLUMN, INPUT_ROW_COLUMN} <= ENGINE_COLUMNS
+    assert checkpoints.PATCH_FLAG_PREFIX in ENGINE_COLUMN_PREFIXES
 
 
 def _recipe(tmp_path: Path, extra: str, process: str = "  - text_length_filter: {min_len: 3}\n",
