@@ -42,12 +42,8 @@ def append_line(path: str, text: str, now: float | None = None) -> str:
     data = line.encode("utf-8")
     with _lock:
         if not storage.is_url(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+            # One write, cut back if the disk took only part of it; a full disk names this log file.
+            storage.append_bytes(path, data, what="a progress log line")
         else:
             try:
                 old = storage.read_bytes(path)
