@@ -125,7 +125,7 @@ class WordsNumFilter(_RangeFilter):
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
         if args.get("tokenization"):
-            load_sentencepiece(require_sentencepiece(args.get("lang", "en"), op=cls.name))
+            require_sentencepiece(args.get("lang", "en"), op=cls.name)  # found; loaded on first use
         super().check_values(args)
 
     def fingerprint_args(self) -> dict[str, Any]:

@@ -272,11 +272,14 @@ def word_tokens(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 # --- ops -------------------------------------------------------------------------
 def _check_args(name: str, args: dict[str, Any], tokenizer: str = "") -> None:
-    """Reject what cannot run: a tokenizer that is not on this machine (never downloaded), rep_len < 1."""
+    """Reject what cannot run: a tokenizer that is not on this machine (never downloaded), rep_len < 1.
+
+    The tokenizer is only looked for here, not loaded: DAG parsing validates recipes and must not
+    import sentencepiece or transformers (the op loads it on its first batch, on the worker)."""
     if tokenizer == "huggingface" and args.get("tokenization"):
-        load_hf_token_counter(locate_hf_tokenizer(ALPHANUMERIC_HF_TOKENIZER, op=name))
+        locate_hf_tokenizer(ALPHANUMERIC_HF_TOKENIZER, op=name)  # found; loaded on first use
     elif tokenizer == "sentencepiece" and args.get("tokenization"):
-        load_sentencepiece(require_sentencepiece(args.get("lang", "en"), op=name))
+        require_sentencepiece(args.get("lang", "en"), op=name)
     if args.get("rep_len", 1) < 1:
         raise OpArgumentError("rep_len", f"{name}: rep_len must be a positive integer, got {args['rep_len']}")
 

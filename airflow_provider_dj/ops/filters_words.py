@@ -121,7 +121,7 @@ class _WordListFilter(_FloatRangeFilter):
         lists = load_word_lists(get(cls.dir_arg), cls.words_type, op=cls.name, arg=cls.dir_arg)
         lists.for_lang(get("lang"), op=cls.name)
         if get("tokenization"):
-            load_sentencepiece(require_sentencepiece(get("lang"), op=cls.name))
+            require_sentencepiece(get("lang"), op=cls.name)  # found; loaded on first use, not at DAG parse
 
     def fingerprint_args(self) -> dict[str, Any]:
         return {

@@ -13,7 +13,9 @@ Two kinds, as in Data-Juicer 1.6.1:
   (``HF_HUB_OFFLINE`` semantics), so nothing is ever downloaded; tokens are
   ``tokenizer.tokenize(text)`` (no special tokens, no truncation).
 
-Models load once per process (``functools.lru_cache``): an op instance on a
+Validation only looks for the files (DAG parsing validates recipes and must
+not import sentencepiece or transformers); models load on the op's first
+batch, once per process (``functools.lru_cache``), so an op instance on a
 Ray actor keeps its tokenizer across partitions.  Texts go to each library's
 batch API (SentencePiece's ``encode`` on a list, the Rust ``encode_batch``
 behind a fast Hugging Face tokenizer), the per-row work staying in C++/Rust.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 from typing import Any
 
@@ -56,14 +59,12 @@ def sentencepiece_model_name(lang: str) -> str:
 
 def require_sentencepiece(lang: str, *, op: str) -> str:
     """The path of ``{lang}.sp.model`` or an OpArgumentError that says where to put it."""
-    try:
-        import sentencepiece  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("sentencepiece") is None:  # checked without importing it (DAG parse)
         raise OpArgumentError(
             "tokenization",
             f"{op}: tokenization=true needs the 'sentencepiece' package (pip install "
             f"'airflow-provider-dj[models]'), or set tokenization to false",
-        ) from None
+        )
     try:
         return require_model_file(
             sentencepiece_model_name(lang), op=op, arg="tokenization", what="SentencePiece model (for tokenization: true)"
@@ -80,7 +81,9 @@ def load_sentencepiece(path: str) -> Any:
     try:
         model.load(path)
     except (OSError, RuntimeError) as exc:
-        raise OpArgumentError("tokenization", f"{path} is not a SentencePiece model ({exc}); replace the file") from None
+        raise OpArgumentError(
+            "tokenization", f"{path} is not a SentencePiece model ({exc}); replace the file (or set tokenization to false)"
+        ) from None
     return model
 
 
@@ -99,8 +102,8 @@ def _looks_like_tokenizer(folder: str) -> bool:
 
 
 def hf_hub_cache() -> str:
-    """The Hugging Face hub cache folder, from the variables ``huggingface_hub`` reads, read now
-    (``huggingface_hub`` itself reads them once, at import)."""
+    """The Hugging Face hub cache folder, from the variables ``huggingface_hub`` reads, read at
+    each call (``huggingface_hub`` itself reads them once, at import)."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
             return os.path.expanduser(os.environ[var])
@@ -109,17 +112,26 @@ def hf_hub_cache() -> str:
 
 
 def _hf_cache_snapshot(repo_id: str) -> tuple[str | None, str]:
-    """(snapshot folder of ``repo_id`` in the local Hugging Face cache or None, the cache folder)."""
+    """(snapshot folder of ``repo_id`` in the local Hugging Face cache or None, the cache folder).
+
+    The hub cache layout read directly (``models--{org}--{name}/refs/main`` names the snapshot
+    under ``snapshots/``), as ``huggingface_hub`` does offline, without importing it at
+    validation.  A cache copied without its ``refs`` folder is accepted when it holds exactly
+    one snapshot."""
     cache = hf_hub_cache()
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - huggingface_hub comes with the tokenizer libraries
-        return None, cache
-    try:
-        return snapshot_download(repo_id, cache_dir=cache, local_files_only=True), cache
-    except (LocalEntryNotFoundError, ValueError, OSError):
-        return None, cache
+    repo = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
+    snapshots = os.path.join(repo, "snapshots")
+    ref = os.path.join(repo, "refs", "main")
+    if os.path.isfile(ref):
+        with open(ref, encoding="utf-8") as f:
+            folder = os.path.join(snapshots, f.read().strip())
+        if os.path.isdir(folder):
+            return folder, cache
+    if os.path.isdir(snapshots):
+        entries = [e for e in os.listdir(snapshots) if os.path.isdir(os.path.join(snapshots, e))]
+        if len(entries) == 1:
+            return os.path.join(snapshots, entries[0]), cache
+    return None, cache
 
 
 def locate_hf_tokenizer(name: str, *, op: str) -> str:

@@ -78,15 +78,43 @@ def test_sentencepiece_model_found_in_external_home_then_models_cache(
     assert tokenizers.require_sentencepiece("en", op="x") == sp_model  # the external home comes first
 
 
-def test_a_file_that_is_not_a_sentencepiece_model_is_refused_at_validation(
+def test_a_file_that_is_not_a_sentencepiece_model_fails_on_first_use_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "ext").mkdir()
     (tmp_path / "ext" / "en.sp.model").write_text("not a model")
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", str(tmp_path / "ext"))
+    get_op_class("word_repetition_filter").validate_args({"tokenization": True})  # found: validation only looks
+    op = create_op("word_repetition_filter", {"tokenization": True})
     with pytest.raises(OpArgumentError, match="is not a SentencePiece model") as err:
-        get_op_class("word_repetition_filter").validate_args({"tokenization": True})
+        op.compute_stats(pa.table({"text": ["some text"]}))
     assert str(tmp_path / "ext" / "en.sp.model") in str(err.value)
+
+
+def test_validation_and_construction_never_import_the_tokenizer_libraries(
+    sp_model: str, hf_folder: str, tmp_path: Path
+) -> None:
+    """DAG parsing validates recipes: sentencepiece, tokenizers and transformers load on the first batch."""
+    import json
+    import os
+    import subprocess
+
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "stopwords.json").write_text(json.dumps({"en": ["the"]}))
+    code = (
+        "import sys\n"
+        "from airflow_provider_dj.ops.registry import create_op, get_op_class\n"
+        f"for name, args in [('words_num_filter', {{}}), ('word_repetition_filter', {{}}), ('alphanumeric_filter', {{}}),"
+        f" ('stopwords_filter', {{'stopwords_dir': {str(lists)!r}}})]:\n"
+        "    args = dict(args, tokenization=True)\n"
+        "    get_op_class(name).validate_args(args); create_op(name, args).fingerprint_args()\n"
+        "heavy = {'sentencepiece', 'tokenizers', 'transformers', 'huggingface_hub'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    env = dict(os.environ, DATA_JUICER_EXTERNAL_MODELS_HOME=f"{Path(sp_model).parent}:{Path(hf_folder).parents[1]}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_words_num_counts_stripped_pieces(sp_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,3 +266,12 @@ def test_whitespace_words_equal_data_juicers_split_and_strip(lower: bool) -> Non
     chunked = pa.chunked_array([pa.array(texts[:100]), pa.array(texts[100:])])
     words, starts = tokenizers.whitespace_words(chunked, lower=lower)
     assert len(words) == starts[-1] == sum(map(len, want))
+
+
+def test_hf_cache_copied_without_refs_is_found_when_it_has_one_snapshot(hf_folder: str, tmp_path: Path) -> None:
+    snap = _fill_hf_cache(tmp_path / "hf-hub", hf_folder)
+    (snap.parents[1] / "refs" / "main").unlink()
+    assert tokenizers.locate_hf_tokenizer(PYTHIA, op="x") == str(snap)
+    (snap.parent / "fedcba9").mkdir()  # two snapshots and no ref: which one is meant is unknown
+    with pytest.raises(OpArgumentError, match="never downloads"):
+        tokenizers.locate_hf_tokenizer(PYTHIA, op="x")
