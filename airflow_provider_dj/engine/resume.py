@@ -48,7 +48,8 @@ RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error", "keep_st
 # format and pipeline fingerprint.
 NON_RESULT_KEYS = ("project_name", "export_path", "np", "job_id", "resume", "schedule", "partition", "checkpoint",
                    "intermediate_storage", "tracer", "ignored_keys", "source_file", "work_dir",
-                   "max_failed_ratio")  # the failure-rate guard: raising it and resuming is its purpose
+                   "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
+                   "export_in_parallel")  # how the export is serialized, not what it holds (same bytes)
 
 
 _CORRUPT_INFO_TODO = ("Its partition boundaries and hashes are what every checkpoint is checked against, so the "

@@ -242,3 +242,14 @@ def test_job_id_and_resume_must_agree(job):
 
     with pytest.raises(RecipeError, match="job_id"):
         load_recipe(job["recipe"], {"job_id": "a", "resume": "b"})
+
+
+def test_changing_only_how_the_export_is_serialized_is_accepted_on_resume():
+    """export_in_parallel changes how the export is written, not its bytes: no reason to refuse a resume."""
+    from airflow_provider_dj.engine.resume import config_diff
+
+    refused, accepted = config_diff({"export_in_parallel": True, "process": [{"a": {}}]},
+                                    {"export_in_parallel": False, "process": [{"a": {}}]})
+    assert refused == [] and len(accepted) == 1 and "export_in_parallel" in accepted[0]
+    refused, _ = config_diff({"keep_hashes_in_res_ds": False}, {"keep_hashes_in_res_ds": True})
+    assert refused and "keep_hashes_in_res_ds" in refused[0]  # that one changes the exported rows
