@@ -250,3 +250,41 @@ def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
     assert summary["status"] == "completed" and summary["export"]["path"] == export
     assert _read(export) == _read(os.path.join(cc.root, "exports", "cc_gamma_single.jsonl"))
     assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
+
+
+HEAD_RACE = """
+import json, sys, time
+go_at = float(sys.argv[1])
+while time.time() < go_at:
+    time.sleep(0.005)
+from airflow_provider_dj.hooks.ray import ensure_local_head
+print(json.dumps({"address": ensure_local_head(num_cpus=1)}))
+"""
+
+
+def test_scheduler_tasks_racing_to_start_the_shared_ray_head_start_one(tmp_path):
+    """Three task processes find no head at the same instant: one starts it, the others connect to it."""
+    import sys
+
+    from tests.e2e.airflow_server import free_port, stop_ray_head
+
+    state = str(tmp_path / "ray-state")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DJ_RAY_IN_PROCESS")}
+    env.update(DJ_RAY_STATE_DIR=state, DJ_RAY_HEAD_PORT=str(free_port()))
+    go_at = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", HEAD_RACE, str(go_at)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    try:
+        answers = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err.decode()[-3000:]
+            answers.append(json.loads(out.decode().strip().splitlines()[-1])["address"])
+        assert len(set(answers)) == 1 and answers[0].endswith(":" + env["DJ_RAY_HEAD_PORT"])
+        with open(os.path.join(state, "ray-head.json")) as fh:
+            record = json.load(fh)
+        assert record["address"] == answers[0] and record["ready"] is True
+        with open(os.path.join(state, "ray-head.log"), encoding="utf-8", errors="replace") as fh:
+            assert fh.read().count("Local node IP") == 1  # one `ray start`, not three
+    finally:
+        stop_ray_head(state)
