@@ -118,3 +118,20 @@ def test_keep_words_kernel_matches_python_split_merge() -> None:
         return "\n".join(line for line in lines if line)
 
     assert got.to_pylist() == [reference(t) for t in texts]
+
+
+def test_validation_and_fingerprint_do_not_import_sentencepiece(sp_dir: Path) -> None:
+    """DAG parsing validates recipes: the model library loads on the op's first batch, not before."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_provider_dj.ops.registry import create_op, get_op_class\n"
+        f"args = {{'tokenization': True, 'lang': 'en'}}\n"
+        f"get_op_class({NAME!r}).validate_args(args); create_op({NAME!r}, args).fingerprint_args()\n"
+        "assert 'sentencepiece' not in sys.modules\n"
+    )
+    env = dict(os.environ, DATA_JUICER_EXTERNAL_MODELS_HOME=str(sp_dir))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
