@@ -45,22 +45,20 @@ def train_sentencepiece(
 ) -> str:
     """Train a SentencePiece model from ``corpus`` and write it to ``model_path`` (e.g. ``en.sp.model``).
 
-    Extra ``options`` go to ``SentencePieceTrainer.train`` (say
-    ``character_coverage=0.9995``).  Returns ``model_path``.
+    Extra ``options`` go to ``SentencePieceTrainer.train`` and override the defaults here
+    (one thread, ``character_coverage=1.0``, soft vocabulary limit), say
+    ``character_coverage=0.9995``.  Returns ``model_path``.
     """
     import sentencepiece as spm
 
     model = io.BytesIO()
+    settings = {"num_threads": 1, "character_coverage": 1.0, "hard_vocab_limit": False, "minloglevel": 2, **options}
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(list(corpus)),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
-        num_threads=1,
-        character_coverage=1.0,
-        hard_vocab_limit=False,
-        minloglevel=2,
-        **options,
+        **settings,
     )
     os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
     with open(model_path, "wb") as f:
