@@ -123,13 +123,13 @@ def test_dag_for_dj_only_op_without_data_juicer_is_a_broken_placeholder(tmp_path
                                         f"export_path: {tmp_path}/o.jsonl\nprocess:\n  - text_length_filter:\n")
     (tmp_path / "djonly.yaml").write_text(f"project_name: djonly\ndataset_path: {tmp_path}/in.jsonl\n"
                                           f"export_path: {tmp_path}/o2.jsonl\nprocess:\n  - clean_ip_mapper:\n"
-                                          f"  - remove_comments_mapper: {{doc_type: tex}}\n")
+                                          f"  - chinese_convert_mapper: {{mode: s2t}}\n")
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "data_juicer" else _real_find_spec(name, *a))
     built = register_recipe_dags({}, str(tmp_path))
     assert set(built) == {"good", "dj_broken__djonly"}
     broken = built["dj_broken__djonly"]
-    assert "'remove_comments_mapper' is a Data-Juicer op not implemented natively" in broken.doc_md
+    assert "'chinese_convert_mapper' is a Data-Juicer op not implemented natively" in broken.doc_md
     assert "airflow-provider-dj[data-juicer]" in broken.doc_md
     assert "data_juicer" not in sys.modules
 
