@@ -207,6 +207,9 @@ def release(job_dir: str, airflow_run_id: str | None) -> None:
 
 
 def force_unlock(job_dir: str) -> dict | None:
-    lock = read_lock(job_dir)
-    storage.remove(_path(job_dir))
+    """Remove whatever lock there is (``dj-airflow unlock``); under the guard, so a heartbeat
+    that read the lock just before cannot write it back just after."""
+    with _guard(job_dir):
+        lock = read_lock(job_dir)
+        storage.remove(_path(job_dir))
     return lock

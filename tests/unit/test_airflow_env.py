@@ -152,26 +152,47 @@ def test_runs_started_together_migrate_one_template_and_each_get_a_private_copy(
     assert os.listdir(home / airflow_env.RUNS_DIR) == []
 
 
-def test_a_server_db_is_shared_and_migrated_once(tmp_path, monkeypatch):
+SHARED = textwrap.dedent("""\
+    import json, os, sys
+    from airflow_provider_dj import airflow_env
+    env = airflow_env.prepare_run("/r/x.yaml", "x")
+    seen = {"db": env.db_path, "conn": os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
+            "folder_env": os.environ["AIRFLOW__CORE__DAGS_FOLDER"], "dags": env.dags_folder,
+            "stubs": os.listdir(env.dags_folder), "run_dir": env.run_dir}
+    env.cleanup()
+    seen["conn_after"] = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    print(json.dumps(seen))
+""")
+
+
+def test_a_server_db_is_shared_and_migrated_once(tmp_path):
     """With a DB that takes concurrent writers the run shares it: only the stub folder is private."""
     home = tmp_path / "home"
     home.mkdir()
     url = "postgresql://dj@127.0.0.1:1/shared"  # never connected to: the marker says it is migrated
-    monkeypatch.setenv("AIRFLOW_HOME", str(home))
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", url)
     open(airflow_env._migrated_marker(str(home), url), "w").close()
-    env = airflow_env.prepare_run("/r/x.yaml", "x")
-    try:
-        assert env.db_path is None
-        assert os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == url
-        assert os.environ["AIRFLOW__CORE__DAGS_FOLDER"] == env.dags_folder
-        assert os.listdir(env.dags_folder) == ["dj_cli_x.py"]
-    finally:
-        env.cleanup()
-    assert not os.path.exists(env.run_dir)
-    assert os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == url  # restored, not removed
+    proc = subprocess.run([sys.executable, "-c", SHARED], capture_output=True, text=True, timeout=300,
+                          env=_clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=url))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["db"] is None and seen["conn"] == url == seen["conn_after"]  # shared, and left as it was
+    assert seen["folder_env"] == seen["dags"] and seen["dags"].startswith(seen["run_dir"])
+    assert seen["stubs"] == ["dj_cli_x.py"]
+    assert not os.path.exists(seen["run_dir"])
     # Another URL is another DB: it gets its own marker (it would be migrated).
     assert airflow_env._migrated_marker(str(home), url + "2") != airflow_env._migrated_marker(str(home), url)
+
+
+def test_an_in_process_caller_uses_the_dag_folder_airflow_already_reads(tmp_path):
+    """Airflow fixed its DAG folder and DB when it was imported here: the run must use both."""
+    from airflow import settings
+
+    env = airflow_env.prepare_run(str(tmp_path / "r.yaml"), "in_proc", private=False)
+    assert env.run_dir is None and env.db_path is None
+    assert env.dags_folder == settings.DAGS_FOLDER
+    assert "dj_cli_in_proc.py" in os.listdir(settings.DAGS_FOLDER)
+    env.cleanup()
+    assert "dj_cli_in_proc.py" in os.listdir(settings.DAGS_FOLDER)  # the caller's DAG folder is not ours to empty
 
 
 def test_a_failed_migration_names_the_home_and_what_to_do(tmp_path):
