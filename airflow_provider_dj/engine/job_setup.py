@@ -107,8 +107,10 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
     storage.makedirs(paths.job_dir)
     cfg = recipe.to_dict()
     cfg["job_id"] = job_id
-    write_json(paths.path(EFFECTIVE_CONFIG), cfg)
+    # The lock first: of two runs starting one job id at the same instant, the loser must be refused
+    # before it writes anything, or its config (another export_path, say) could replace the winner's.
     lock_note = job_lock.acquire(paths.job_dir, owner)
+    write_json(paths.path(EFFECTIVE_CONFIG), cfg)
     _record_guard(paths.job_dir, recipe, say)
     write_json(info_path, info)  # last: its presence marks a planned job
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)

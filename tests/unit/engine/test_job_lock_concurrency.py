@@ -101,3 +101,26 @@ def test_concurrent_registrations_all_survive_and_the_file_stays_valid(tmp_path)
     assert sorted(jobs) == sorted(f"w{w}_j{i}" for w in range(6) for i in range(10))
     assert jobs["w3_j7"]["job_dir"] == "/work/w3/j7"
     assert not [n for n in os.listdir(state) if n.startswith(".jobs.")]  # no temp file left behind
+
+
+def test_a_refused_new_job_writes_nothing_over_the_holders_config(tmp_path):
+    """Two runs start one job id at once with different overrides: the one refused by the lock must not
+    have written its effective config (its export_path) over the winner's."""
+    import pytest
+
+    from airflow_provider_dj.engine import job_lock
+    from airflow_provider_dj.engine.job_setup import prepare_job
+    from airflow_provider_dj.engine.recipe import load_recipe
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(f'{{"text": "row number {i} of the input"}}\n' for i in range(6)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"project_name: lock_order\ndataset_path: {data}\nexport_path: {tmp_path / 'mine.jsonl'}\n"
+                      f"work_dir: {tmp_path / 'work'}\nprocess:\n  - whitespace_normalization_mapper:\n")
+    job_dir = tmp_path / "work" / "same_job"
+    os.makedirs(job_dir)
+    holder = dict(job_lock.owner_identity("winner_run"), pid=os.getppid())  # a live process, not ours
+    job_lock.acquire(str(job_dir), holder)
+    with pytest.raises(job_lock.JobLockedError, match="winner_run"):
+        prepare_job(load_recipe(str(recipe)), job_id="same_job", airflow_run_id="loser_run")
+    assert not (job_dir / "metadata" / "effective_config.json").exists()
