@@ -114,7 +114,7 @@ def render(results: dict[str, str]) -> str:
         trace = results.get((name, "trace"))
         if name in REFUSALS:
             verdict = ("refused (as required): " if result == "passed" else f"refusal test {result}: ") + \
-                f"`{_cell(refusal_message(name))[:400]}`"
+                f"`{_cell(refusal_message(name))[:700]}`"
         elif result == "passed":
             verdict = "**yes**"
         elif result.startswith("xfailed"):
