@@ -108,6 +108,8 @@ class AirflowServer:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
             # Slow is not broken on a shared, loaded machine.
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
+            # A task's calls to the execution API (default 5 s) time out when several runs start at once.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "240",
             # The project's DAG file reads its recipes from here.
             "DJ_RECIPES_DIR": self.recipes_dir,

@@ -218,6 +218,8 @@ class E2E:
 
 
 E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow")
+#: dags/example_train_on_export.py: runs on each export event of e2e_sched.
+CONSUMER_DAG = "example_train_on_export"
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -246,11 +248,15 @@ def e2e(request, e2e_inputs):
         conn = f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}"
     else:
         conn, drop = _fresh_postgres_db(pg_url)
-    server = AirflowServer(home=os.path.join(root, "airflow"), sql_alchemy_conn=conn, recipes_dir=recipes)
+    # dags/example_train_on_export.py is scheduled on the scheduled recipe's export Asset.
+    server = AirflowServer(home=os.path.join(root, "airflow"), sql_alchemy_conn=conn, recipes_dir=recipes,
+                           extra_env={"DJ_EXAMPLE_TRAIN_RECIPE": os.path.join(recipes, "e2e_sched.yaml")})
     try:
         client = server.start()
-        for dag_id in E2E_DAGS:
+        for dag_id in (*E2E_DAGS, CONSUMER_DAG):
             client.wait_dag(dag_id)
+        # The consumer listens before the first export event can exist.
+        client.set_paused(CONSUMER_DAG, False)
         # The scheduled recipe starts now, so its first run overlaps the
         # first scenario instead of adding a minute of waiting.
         client.set_paused("e2e_sched", False)

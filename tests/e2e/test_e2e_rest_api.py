@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_dj.engine.events import read_events
 from tests.e2e.airflow_server import ray_worker_pids
-from tests.e2e.conftest import CONF_PARTITIONS, SLOW_OPS
+from tests.e2e.conftest import CONF_PARTITIONS, CONSUMER_DAG, SLOW_OPS
 from tests.integration.crash_helpers import fired, write_faults
 
 pytestmark = pytest.mark.e2e
@@ -110,6 +110,42 @@ def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
     jobs = [d for d in os.listdir(e2e.work) if re.fullmatch(r"\d{8}_\d{6}_[0-9a-f]{6}", d)
             and os.path.exists(os.path.join(e2e.work, d, "job_summary.json"))]
     assert jobs, f"no completed job of the scheduled run in {e2e.work}: {os.listdir(e2e.work)}"
+
+
+def test_scheduled_export_emits_an_asset_event_and_the_consumer_dag_runs_on_it(e2e, reference):
+    """The export is an Asset: its event (over REST) names the job, rows and hash, and the example
+    consumer DAG, scheduled on that Asset and nothing else, runs and checks the file it was given."""
+    import xxhash
+
+    c = e2e.client
+    export = e2e.export_path("e2e_sched")
+    uri = "file://" + export
+
+    def sched_events():
+        body = c.request("GET", "/api/v2/assets/events", params={"source_dag_id": "e2e_sched", "limit": 50})
+        return [ev for ev in body["asset_events"] if ev["uri"] == uri] or None
+
+    events = c.wait_for("an asset event of e2e_sched's export", sched_events, RUN_TIMEOUT)
+    extra = events[0]["extra"]
+    data = _read(export)
+    assert extra["rows"] == data.count(b"\n") == reference.export().count(b"\n")
+    assert extra["checksum_xxh3_128"] == xxhash.xxh3_128_hexdigest(data)
+    assert extra["recipe"] == "e2e_sched" and extra["export_path"] == export
+    assert extra["logical_date"] and extra["partition_key"] == extra["logical_date"]  # a scheduled (nightly) run
+    assert os.path.isfile(os.path.join(e2e.job_dir(extra["job_id"]), "job_summary.json"))
+    assert events[0]["source_task_id"] == "export"
+
+    def consumer_done():
+        runs = [r for r in c.dag_runs(CONSUMER_DAG) if r["state"] in ("success", "failed")]
+        return runs or None
+
+    run = c.wait_for("the consumer DAG's asset-triggered run", consumer_done, RUN_TIMEOUT)[0]
+    assert run["run_type"] == "asset_triggered"
+    assert run["state"] == "success", _explain(e2e, CONSUMER_DAG, run["dag_run_id"])
+    xcom = c.request("GET", f"/api/v2/dags/{CONSUMER_DAG}/dagRuns/{run['dag_run_id']}/taskInstances/train/"
+                            f"xcomEntries/return_value")
+    value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+    assert value == {"job_id": extra["job_id"], "rows": extra["rows"], "export_path": export}
 
 
 def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2e, reference):
