@@ -269,15 +269,13 @@ def sweep_stale_runs(home: str) -> list[str]:
         try:
             with open(os.path.join(path, RUN_OWNER_FILE), encoding="utf-8") as fh:
                 owner = json.load(fh)
-        except FileNotFoundError:
+        except (OSError, ValueError):  # no owner file yet, or an unreadable one
             try:
                 young = time.time() - os.path.getmtime(path) < ORPHAN_AGE_S
             except FileNotFoundError:
                 continue
             if young:
                 continue  # being created right now, or too recent to judge
-            owner = {}
-        except (OSError, ValueError):
             owner = {}
         if owner and _owner_alive(owner):
             continue
@@ -354,8 +352,11 @@ def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
     pid = os.getpid()
     owner = {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start_time(pid),
              "started_at": time.time(), "recipe": recipe_path, "dag_id": dag_id}
-    with open(os.path.join(run_dir, RUN_OWNER_FILE), "w", encoding="utf-8") as fh:
+    # Written whole and renamed into place: a sweep by a run starting at this instant never reads half of it.
+    tmp_owner = os.path.join(run_dir, RUN_OWNER_FILE + ".tmp")
+    with open(tmp_owner, "w", encoding="utf-8") as fh:
         json.dump(owner, fh)
+    os.replace(tmp_owner, os.path.join(run_dir, RUN_OWNER_FILE))
     try:
         dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=os.path.join(run_dir, "dags"))
         os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags

@@ -76,11 +76,14 @@ def test_sweep_removes_only_runs_whose_owner_is_gone(tmp_path):
     young_orphan = _run_dir(tmp_path, "run-young", None)
     old_orphan = _run_dir(tmp_path, "run-old", None, age_s=airflow_env.ORPHAN_AGE_S + 60)
     not_ours = _run_dir(tmp_path, "something-else", None, age_s=airflow_env.ORPHAN_AGE_S + 60)
+    half_written = _run_dir(tmp_path, "run-half", None)  # its owner file is being written this instant
+    with open(os.path.join(half_written, airflow_env.RUN_OWNER_FILE), "w") as fh:
+        fh.write('{"host": ')
 
     removed = airflow_env.sweep_stale_runs(str(tmp_path))
 
     assert sorted(removed) == sorted([crashed, reused, old_orphan])
-    for kept in (live, elsewhere, young_orphan, not_ours):
+    for kept in (live, elsewhere, young_orphan, not_ours, half_written):
         assert os.path.exists(os.path.join(kept, "airflow.db")), kept
     for gone in removed:
         assert not os.path.exists(gone)
