@@ -24,11 +24,12 @@ set +e
 # Test files run in parallel worker processes (pytest-xdist, whole files per worker: module fixtures
 # such as the crash matrix's reference run and the e2e servers stay in one process).  Most tests wait on
 # Airflow, Ray or subprocesses rather than burn CPU, so 4 workers on 2 cores beat 3 (clean clone: 24:31 vs 25:14).
-# DJ_TEST_WORKERS=0 runs everything in this process.
+# DJ_TEST_WORKERS=0 runs everything in this process.  The 30 slowest tests are listed at the end, so a
+# run that grows shows where.
 WORKERS="${DJ_TEST_WORKERS:-4}"
 XDIST=()
 [ "$WORKERS" != "0" ] && XDIST=(-n "$WORKERS" --dist loadfile)
-"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "$@"
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=30 "${XDIST[@]}" "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi
