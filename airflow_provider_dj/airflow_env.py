@@ -234,13 +234,13 @@ def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | N
 # -- private run directories ------------------------------------------------------
 
 def _pid_start_time(pid: int) -> int | None:
-    from airflow_provider_dj.engine.job_lock import pid_start_time
+    from airflow_provider_dj.engine.jobdir.lock import pid_start_time
 
     return pid_start_time(pid)
 
 
 def _owner_alive(owner: dict) -> bool:
-    from airflow_provider_dj.engine.job_lock import pid_alive
+    from airflow_provider_dj.engine.jobdir.lock import pid_alive
 
     if owner.get("host") != socket.gethostname():
         return True  # a home shared between hosts: we cannot tell, so never touch it

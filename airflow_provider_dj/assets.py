@@ -63,7 +63,7 @@ def recipe_export_asset(recipe_path: str):
     Reads and validates the recipe (no data), exactly as the recipe's own DAG
     does, so producer and consumer agree on the URI.
     """
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     return export_asset(load_recipe(recipe_path).export_path)
 

@@ -16,22 +16,22 @@ import time
 
 
 def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume: str | None = None):
-    from airflow_provider_dj.engine.overrides import deep_merge, parse_set_args
+    from airflow_provider_dj.engine.config.overrides import deep_merge, parse_set_args
 
     overrides = parse_set_args(sets or [])
     if job_id:
         overrides = deep_merge(overrides, {"job_id": job_id})
     if resume:
         overrides = deep_merge(overrides, {"resume": resume})
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     return load_recipe(recipe, overrides, override_source="--set"), overrides
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.engine.input_source import InputError
-    from airflow_provider_dj.engine.plan import build_plan
-    from airflow_provider_dj.engine.recipe import RecipeError, check_input_exists, sanitize_dag_id
+    from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.engine.planning.plan import build_plan
+    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
     try:
         recipe, _ = _load(args.recipe, args.set)
@@ -53,9 +53,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _check_input_fields(recipe) -> None:
-    """The validate task's input check (engine/input_schema.py), run here before Airflow or Ray start:
+    """The validate task's input check (engine/input/schema.py), run here before Airflow or Ray start:
     footers and first rows only.  Raises InputError; prints the warnings."""
-    from airflow_provider_dj.engine.input_schema import check_input_fields
+    from airflow_provider_dj.engine.input.schema import check_input_fields
 
     for warning in check_input_fields(recipe).warnings:
         print(f"  input warning: {warning}", file=sys.stderr)
@@ -81,9 +81,9 @@ def _wants_ray(recipe) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
-    from airflow_provider_dj.engine.input_source import InputError
-    from airflow_provider_dj.engine.job import new_job_id
-    from airflow_provider_dj.engine.recipe import RecipeError, check_input_exists, sanitize_dag_id
+    from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.engine.jobdir.layout import new_job_id
+    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
     recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_input_exists(recipe)
             _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
         else:
-            from airflow_provider_dj.engine import storage  # local paths and s3:// alike
+            from airflow_provider_dj.engine.storage import fs as storage# local paths and s3:// alike
 
             info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
             if not storage.exists(info):  # (resume: the input was checked when the job started)
@@ -153,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
         run_env.cleanup()  # this run's stub folder and DB copy only
     wall = time.perf_counter() - t0
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     job_dir = storage.join(recipe.work_dir, job_id)
     summary_path = storage.join(job_dir, "job_summary.json")
@@ -183,7 +183,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:
     """The refusal message if another live runner holds the job's lock (host, pid, run id), else None."""
-    from airflow_provider_dj.engine import job_lock, storage
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.storage import fs as storage
 
     me = job_lock.owner_identity(airflow_run_id)
     try:
@@ -196,17 +197,17 @@ def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | No
 
 
 def cmd_unlock(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.engine import job_lock
-    from airflow_provider_dj.engine.job import validate_job_id
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.jobdir.layout import validate_job_id
 
-    from airflow_provider_dj.engine.job import JobIdError
+    from airflow_provider_dj.engine.jobdir.layout import JobIdError
 
     try:
         validate_job_id(args.job_id)
     except JobIdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     job_dir = storage.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
     lock = job_lock.force_unlock(job_dir)
@@ -215,7 +216,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
 
 def _summary_status(path: str) -> str | None:
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     try:
         return json.loads(storage.read_bytes(path)).get("status")
@@ -225,7 +226,7 @@ def _summary_status(path: str) -> str | None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from airflow_provider_dj.control import JobNotFoundError, stop_job
-    from airflow_provider_dj.engine.job import JobIdError
+    from airflow_provider_dj.engine.jobdir.layout import JobIdError
 
     try:
         res = stop_job(args.job_id, force=args.force, timeout=args.timeout, work_dir=args.work_dir,
@@ -256,7 +257,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.engine.job import JobIdError
+    from airflow_provider_dj.engine.jobdir.layout import JobIdError
     from airflow_provider_dj.monitor import JobNotFoundError, show_job_progress, watch_job
 
     try:

@@ -10,7 +10,7 @@ the work dir, without Airflow's API or the Ray cluster.
     stop_job("20250101_120000_ab12cd", force=True, work_dir="/data/work")  # cancel the Ray work now
 
 A job is found by ``work_dir/job_id``; without a work dir, in the
-recent-jobs registry (``engine.job_registry``) and then under
+recent-jobs registry (``engine.jobdir.registry``) and then under
 ``$DJ_WORK_DIR`` (default ``.``).
 """
 
@@ -20,8 +20,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.engine import job_lock, stop_control, storage
-from airflow_provider_dj.engine.job import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json, validate_job_id
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json, validate_job_id
 
 RUNNING_STATES = ("running", "stopping")
 
@@ -57,7 +59,7 @@ def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
         candidates.append(storage.join(work_dir, job_id))
     else:
         try:
-            from airflow_provider_dj.engine.job_registry import lookup_job
+            from airflow_provider_dj.engine.jobdir.registry import lookup_job
 
             found = lookup_job(job_id)
             if found:
@@ -91,8 +93,8 @@ def _live_lock(job_dir: str) -> dict | None:
 def _progress(job_dir: str) -> dict | None:
     """Partitions whose final checkpoint is committed, of all partitions."""
     try:
-        from airflow_provider_dj.engine.job import JobContext
-        from airflow_provider_dj.engine.resume import completed_checkpoints
+        from airflow_provider_dj.engine.jobdir.layout import JobContext
+        from airflow_provider_dj.engine.jobdir.resume import completed_checkpoints
 
         ctx = JobContext(job_dir)
         done = completed_checkpoints(job_dir, ctx.partitioning_info, ctx.plan)
@@ -132,7 +134,7 @@ def _candidate_dirs(work_dir: str | None) -> list[str]:
                 dirs.append(d)
     if not work_dir:
         try:
-            from airflow_provider_dj.engine.job_registry import recent_jobs
+            from airflow_provider_dj.engine.jobdir.registry import recent_jobs
 
             dirs += [e["job_dir"] for e in recent_jobs().values() if e.get("job_dir")]
         except Exception:  # noqa: BLE001
@@ -172,7 +174,7 @@ def stop_job(job_id: str, force: bool = False, timeout: float = 60, *, work_dir:
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
-    from airflow_provider_dj.engine.events import EventLog
+    from airflow_provider_dj.engine.observe.events import EventLog
 
     EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
     if not running:

@@ -22,9 +22,9 @@ from typing import Any
 import pendulum
 import yaml
 
-from airflow_provider_dj.engine.gpu.decisions import parse_time_concurrency
-from airflow_provider_dj.engine.plan import build_plan
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe, sanitize_dag_id
+from airflow_provider_dj.engine.planning.decisions import parse_time_concurrency
+from airflow_provider_dj.engine.planning.plan import build_plan
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, sanitize_dag_id
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
     # as concurrent Ray tasks on every core.
     group_size = int(os.environ.get("DJ_DEFAULT_GROUP_SIZE", "1"))
     # partition.max_concurrent_partitions, parse-time layer: how many mapped
-    # task instances of one run execute at once (auto: engine.gpu.concurrency).
+    # task instances of one run execute at once (auto: engine.planning.concurrency).
     # The validate task enforces the run-time layer inside each group.
     conc = parse_time_concurrency(recipe)
     concurrency: dict = {"max_active_tis_per_dagrun": conc.value}

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_dj.engine import hashing
+from airflow_provider_dj.engine.input import hashing
 
 CHUNK = 4 * 1024 * 1024
 MB = 1e6
@@ -77,7 +77,7 @@ def run_hash_bench(jsonl_path: str, partition_cfg, repeats: int = 3, rowwise_max
     res["file_bytes"] = file_bytes
 
     # --- planner end-to-end (first, while nothing big is in our heap) ---
-    from airflow_provider_dj.engine.partitioning import plan_partitions
+    from airflow_provider_dj.engine.input.partitioning import plan_partitions
 
     plan_partitions(jsonl_path, partition_cfg)  # warm the page cache
     t_plan, info = _best(lambda: plan_partitions(jsonl_path, partition_cfg), 2)

@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import pyarrow as pa  # noqa: E402
 
-from airflow_provider_dj.engine import batch_cursor  # noqa: E402
-from airflow_provider_dj.engine.op_runner import apply_op  # noqa: E402
+from airflow_provider_dj.engine.execution import batch_cursor# noqa: E402
+from airflow_provider_dj.engine.execution.op_runner import apply_op  # noqa: E402
 from airflow_provider_dj.ops.registry import create_op  # noqa: E402
 from airflow_provider_dj.sample_corpus import generate_rows  # noqa: E402
 

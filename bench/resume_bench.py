@@ -51,10 +51,10 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=16)
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from airflow_provider_dj.engine.job_setup import prepare_job
-    from airflow_provider_dj.engine.plan import build_plan
-    from airflow_provider_dj.engine.recipe import load_recipe
-    from airflow_provider_dj.engine.resume import validate_resume
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.planning.plan import build_plan
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.jobdir.resume import validate_resume
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = os.path.join(HERE, "results", "data", f"corpus_{args.rows}_s42.jsonl")

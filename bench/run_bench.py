@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     # Hash throughput (in this process, on the largest corpus)
     if not args.skip_hash:
         import _hashbench
-        from airflow_provider_dj.engine.recipe import load_recipe
+        from airflow_provider_dj.engine.config.recipe import load_recipe
 
         largest = max(args.sizes)
         rpath = os.path.join(b.recipes, f"ours_{largest}.yaml")

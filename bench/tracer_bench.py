@@ -18,11 +18,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_provider_dj.engine.export import export_job  # noqa: E402
-from airflow_provider_dj.engine.global_ops import resolve_global_op  # noqa: E402
-from airflow_provider_dj.engine.job_setup import prepare_job  # noqa: E402
-from airflow_provider_dj.engine.recipe import load_recipe  # noqa: E402
-from airflow_provider_dj.engine.segment_runner import run_segment  # noqa: E402
+from airflow_provider_dj.engine.output.export import export_job  # noqa: E402
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op  # noqa: E402
+from airflow_provider_dj.engine.jobdir.setup import prepare_job  # noqa: E402
+from airflow_provider_dj.engine.config.recipe import load_recipe  # noqa: E402
+from airflow_provider_dj.engine.execution.segment_runner import run_segment  # noqa: E402
 from airflow_provider_dj.sample_corpus import write_corpus  # noqa: E402
 
 PROCESS = """process:

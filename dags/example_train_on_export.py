@@ -38,7 +38,7 @@ with DAG(
 
     @task
     def train(*, triggering_asset_events=None) -> dict:
-        from airflow_provider_dj.engine.export_check import check_export_file
+        from airflow_provider_dj.engine.output.check import check_export_file
 
         events = list((triggering_asset_events or {}).get(EXPORT, []))
         if not events:

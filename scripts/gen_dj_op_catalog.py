@@ -1,4 +1,4 @@
-"""Regenerate airflow_provider_dj/ops/dj_op_catalog.py from an installed Data-Juicer.
+"""Regenerate airflow_provider_dj/ops/dj_compat/op_catalog.py from an installed Data-Juicer.
 
 Why a generated catalog: the provider must know Data-Juicer's op names, kinds
 and argument names while parsing a recipe (DAG-parse time), where importing
@@ -22,7 +22,7 @@ import os
 import sys
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                   "airflow_provider_dj", "ops", "dj_op_catalog.py")
+                   "airflow_provider_dj", "ops", "dj_compat", "op_catalog.py")
 
 # Simple annotations we can check without importing anything; everything
 # else (Union, pydantic constrained types, ...) is left to Data-Juicer.

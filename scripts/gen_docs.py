@@ -1,7 +1,7 @@
 """Generate docs/recipe_keys.md and docs/ops_reference.md from the code.
 
 Why generated: the recipe keys, their defaults and the op arguments live in
-code (engine/recipe_schema.py, the parser's defaults, each op's ``__init__``
+code (engine/config/schema.py, the parser's defaults, each op's ``__init__``
 signature).  A hand-written table drifts the day someone changes a default.
 Here the facts come from the code and only the prose is written by hand, in
 the two tables below; ``tests/unit/test_generated_docs.py`` fails when the
@@ -280,7 +280,7 @@ def _header(title: str, intro: str) -> list[str]:
 # --------------------------------------------------------------------------
 def _effective_defaults() -> dict:
     """What the parser fills in for a recipe with only the required keys."""
-    from airflow_provider_dj.engine.recipe import parse_recipe
+    from airflow_provider_dj.engine.config.recipe import parse_recipe
 
     minimal = {"dataset_path": "/in/data.jsonl", "export_path": "/out/result.jsonl",
                "process": ["whitespace_normalization_mapper"]}
@@ -288,7 +288,7 @@ def _effective_defaults() -> dict:
 
 
 def _allowed(key: str) -> str:
-    from airflow_provider_dj.engine import recipe_schema as S
+    from airflow_provider_dj.engine.config import schema as S
 
     table = {
         "executor_type": (S.EXECUTOR_TYPE,),
@@ -329,7 +329,7 @@ def _default_for(key: str, eff: dict) -> str:
     if key in ("open_tracer", "op_list_to_trace", "trace_num", "trace_keys"):
         return _code(_fmt(eff["tracer"][key]))
     if key == "intermediate_storage.compression":
-        from airflow_provider_dj.engine import recipe_schema as S
+        from airflow_provider_dj.engine.config import schema as S
 
         return ", ".join(f"{f}: {_code(c)}" for f, c in S.DEFAULT_COMPRESSION.items())
     if "." in key:
@@ -348,9 +348,9 @@ def _text(key: str) -> str:
 
 
 def render_recipe_keys() -> str:
-    from airflow_provider_dj.engine import recipe_schema as S
-    from airflow_provider_dj.engine.overrides import OVERRIDABLE_KEYS
-    from airflow_provider_dj.engine.resume import NON_RESULT_KEYS, RESULT_KEYS
+    from airflow_provider_dj.engine.config import schema as S
+    from airflow_provider_dj.engine.config.overrides import OVERRIDABLE_KEYS
+    from airflow_provider_dj.engine.jobdir.resume import NON_RESULT_KEYS, RESULT_KEYS
 
     eff = _effective_defaults()
     out = _header("Recipe keys", (
@@ -428,13 +428,13 @@ def _annotation(p: inspect.Parameter) -> str:
 
 
 def render_ops_reference() -> str:
-    from airflow_provider_dj.ops import dj_op_catalog as catalog
+    from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
     from airflow_provider_dj.ops.base import COMMON_OP_ARGS
     from airflow_provider_dj.ops.registry import get_op_class, op_names
 
     fixtures = _conformance_variants()
     adapter_doc = ("see [dj_adapter.md](dj_adapter.md)" if os.path.exists(os.path.join(ROOT, "docs", "dj_adapter.md"))
-                   else "`airflow_provider_dj/ops/dj_adapter.py`")
+                   else "`airflow_provider_dj/ops/dj_compat/adapter.py`")
     # Only the package's own ops: tests register ops of their own in the same registry.
     names = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.")]
     missing = [n for n in names if n not in DJ_NOTES]
@@ -448,7 +448,7 @@ def render_ops_reference() -> str:
         f"The {len(names)} ops this provider implements natively (`airflow_provider_dj/ops/`), from the op "
         f"registry. Arguments are each op's own keyword arguments with their types and defaults, taken from its "
         f"`__init__`. **Data-Juicer** says whether Data-Juicer {catalog.DJ_VERSION} has an op of that name and "
-        f"kind, and how the arguments differ from its catalogued ones (`ops/dj_op_catalog.py`). **Conformance** "
+        f"kind, and how the arguments differ from its catalogued ones (`ops/dj_compat/op_catalog.py`). **Conformance** "
         f"counts the fixture variants in `tests/conformance/*/expected/`: outputs recorded by running "
         f"Data-Juicer {catalog.DJ_VERSION} itself on the same inputs, which our op must reproduce exactly "
         f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Other ops of Data-Juicer's "

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 
-from airflow_provider_dj.engine import job_lock, storage
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.job import EXECUTION_PLAN, PARTITIONING_INFO, read_json, validate_job_id
-from airflow_provider_dj.engine.job_registry import lookup_job, registry_path
-from airflow_provider_dj.engine.job_summary import FINAL_STATUSES, read_job_summary
-from airflow_provider_dj.engine.progress_log import partition_log_path, tail_lines
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json, validate_job_id
+from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
+from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, read_job_summary
+from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
 
 
 class JobNotFoundError(LookupError):

@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from airflow_provider_dj.engine import storage
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.job_registry import recent_jobs
-from airflow_provider_dj.engine.job_summary import FINAL_STATUSES, build_job_summary, read_job_summary
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.registry import recent_jobs
+from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
 from airflow_provider_dj.monitor.job_utils import JobUtils, job_status
 
 LAST_EVENTS = 8

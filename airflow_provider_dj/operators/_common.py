@@ -30,7 +30,7 @@ def try_number(context: Any) -> int | None:
 def release_lock_on_failure(context: Any) -> None:
     """Task ``on_failure_callback`` (final failure only, not retries): the run is
     failing, so it no longer holds the job — a new run may resume it at once."""
-    from airflow_provider_dj.engine import job_lock
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
 
     ti = context.get("ti") or context.get("task_instance")
     dag_run = context.get("dag_run")
@@ -55,8 +55,8 @@ def record_final_failure(context: Any, job_dir: str) -> None:
 
     log = logging.getLogger(__name__)
     try:
-        from airflow_provider_dj.engine import stop_control
-        from airflow_provider_dj.engine.job_summary import read_job_summary, write_job_summary
+        from airflow_provider_dj.engine.jobdir import stop_control
+        from airflow_provider_dj.engine.jobdir.summary import read_job_summary, write_job_summary
 
         exc = context.get("exception")
         ti = context.get("ti") or context.get("task_instance")
@@ -75,7 +75,7 @@ def record_final_failure(context: Any, job_dir: str) -> None:
         log.warning("could not record the job failure in %s: %s", job_dir, err)
 
 
-# -- stop requests (engine.stop_control) -----------------------------------------
+# -- stop requests (engine.jobdir.stop_control) -----------------------------------------
 
 try:  # Airflow 3 task SDK; the engine never imports this module
     from airflow.sdk.exceptions import AirflowFailException
@@ -101,8 +101,8 @@ def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
     costing the whole op again before the job stops anyway.  The message is
     the guard's (op, partition, count, reasons, what to raise and resume).
     """
-    from airflow_provider_dj.engine.failure_guard import FailureRateExceededError
-    from airflow_provider_dj.engine.ray_dispatch import PartitionFailedError
+    from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError
+    from airflow_provider_dj.engine.execution.ray_dispatch import PartitionFailedError
 
     try:
         return body()
@@ -122,13 +122,14 @@ def task_key(context: Any) -> str:
 
 def _stopped(operator: Any, context: Any, job_dir: str, exc: Exception) -> JobStoppedError:
     """Record the stop (acknowledgement, summary, lock) and build the task's exception."""
-    from airflow_provider_dj.engine import job_lock, stop_control
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.jobdir import stop_control
 
     request = getattr(exc, "request", {}) or {}
     stop_control.acknowledge_stop(job_dir, task_key(context), try_number(context), request)
     resume = ""
     try:
-        from airflow_provider_dj.engine.job_summary import write_job_summary
+        from airflow_provider_dj.engine.jobdir.summary import write_job_summary
 
         summary = write_job_summary(job_dir, "stopped", event_defaults=event_defaults(context))
         resume = summary.get("resume_command") or ""
@@ -158,7 +159,8 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
     in the UI since (a resume: the request is cleared and the runner lock
     taken again).  A StopRequested raised by the work becomes JobStoppedError.
     """
-    from airflow_provider_dj.engine import job_lock, stop_control
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.jobdir import stop_control
 
     try:
         cleared = stop_control.handle_pending_stop(job_dir, task_key(context), try_number(context))
@@ -169,7 +171,7 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
         operator.log.info("This task was stopped by the request of %s and has been cleared: resuming the job "
                           "(stop request removed; runner lock %s)", cleared.get("requested_at"),
                           job_lock.acquire(job_dir, job_lock.owner_identity(run_id)))
-        from airflow_provider_dj.engine.events import EventLog
+        from airflow_provider_dj.engine.observe.events import EventLog
 
         EventLog(job_dir, storage_basename(job_dir), defaults=event_defaults(context)).emit(
             "stop_cleared", status="resumed", note=f"cleared by a re-run of {task_key(context)}")
@@ -180,6 +182,6 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
 
 
 def storage_basename(job_dir: str) -> str:
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     return storage.basename(job_dir)

@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.events import EventLog, read_events
-from airflow_provider_dj.engine import job_lock
-from airflow_provider_dj.engine.export import export_job, is_job_complete, verify_completed_export
-from airflow_provider_dj.engine.job import JobContext
+from airflow_provider_dj.engine.observe.events import EventLog, read_events
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.output.export import export_job, is_job_complete, verify_completed_export
+from airflow_provider_dj.engine.jobdir.layout import JobContext
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
 
 
@@ -50,8 +50,8 @@ class ExportOperator(BaseOperator):
                       extra["job_id"], extra["rows"], extra["checksum_xxh3_128"])
 
     def _part_source(self, ctx: JobContext):
-        """Parallel JSONL serialization on Ray for big exports (engine/export_parts.py); None: in this task."""
-        from airflow_provider_dj.engine import export_parts
+        """Parallel JSONL serialization on Ray for big exports (engine/output/parts.py); None: in this task."""
+        from airflow_provider_dj.engine.output import parts as export_parts
 
         info = ctx.partitioning_info
         parts = [p["partition_id"] for p in info["partitions"]]

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.export import is_job_complete
-from airflow_provider_dj.engine.global_ops import resolve_global_op
+from airflow_provider_dj.engine.output.export import is_job_complete
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.operators._common import event_defaults, run_stoppable
 
 

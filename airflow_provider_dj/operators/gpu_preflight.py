@@ -25,13 +25,13 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine import storage
+from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.gpu.preflight import (
     PreflightSettings, cuda_ops, declared_num_gpus, op_entries_from_recipe, run_preflight,
 )
-from airflow_provider_dj.engine.job import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.overrides import normalize_overrides
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.config.overrides import normalize_overrides
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 
 
 class GpuPreflightOperator(BaseOperator):

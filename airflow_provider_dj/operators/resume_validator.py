@@ -19,13 +19,13 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.events import EventLog
-from airflow_provider_dj.engine.job import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.input_source import InputError
-from airflow_provider_dj.engine.job_setup import ResumeRefusedError, prepare_job
-from airflow_provider_dj.engine.overrides import normalize_overrides
-from airflow_provider_dj.engine.stop_control import clear_stop_request_before
-from airflow_provider_dj.engine.recipe import load_recipe
+from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.input.sources import InputError
+from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
+from airflow_provider_dj.engine.config.overrides import normalize_overrides
+from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
+from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.operators._common import event_defaults
 
 
@@ -49,7 +49,7 @@ class ResumeValidatorOperator(BaseOperator):
         self.recipe_path = recipe_path
         # group_size: the size when partition.execution_group_size is auto but
         # there are no GPU probe figures (CPU-only pipelines).  A recipe integer
-        # wins; auto with a probe report is resolved here (engine.gpu.decisions).
+        # wins; auto with a probe report is resolved here (engine.planning.decisions).
         # max_active_groups: the mapped task's parse-time max_active_tis_per_dagrun,
         # so the run-time limit per group splits the run's total between groups.
         self.group_size = group_size
@@ -59,7 +59,7 @@ class ResumeValidatorOperator(BaseOperator):
         """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
         import os
 
-        from airflow_provider_dj.engine.gpu.decisions import decide_run
+        from airflow_provider_dj.engine.planning.decisions import decide_run
         from airflow_provider_dj.engine.gpu.profiles import load_report
 
         def resolve(info: dict, job_dir: str) -> int:
@@ -101,7 +101,7 @@ class ResumeValidatorOperator(BaseOperator):
             raise
         except InputError as exc:
             # The input does not fit the recipe (a field it reads in no row, bytes that are not UTF-8, a line
-            # that is not a JSON object): retrying cannot help, so fail without retries (engine/input_schema.py).
+            # that is not a JSON object): retrying cannot help, so fail without retries (engine/input/schema.py).
             self.log.error("Input refused before any work; nothing was planned or written:\n%s", exc)
             raise InputRefused(str(exc)) from exc
         # Resuming a stopped job: a stop requested before this run started is
@@ -128,7 +128,7 @@ class ResumeValidatorOperator(BaseOperator):
                       len(prepared.groups))
         decisions = decided.get("decisions")
         if decisions is not None:
-            from airflow_provider_dj.engine.actor_pool import stage_resources
+            from airflow_provider_dj.engine.execution.actor_pool import stage_resources
 
             resources = stage_resources(prepared.job_dir, decisions.actor_plan)
             for g in prepared.groups:

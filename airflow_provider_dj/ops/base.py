@@ -62,7 +62,7 @@ COMMON_OP_ARGS: dict[str, Any] = {
     # writes; dotted paths, wildcards allowed.  Absent = unknown.
     "input_columns": (list, str, type(None)),
     "output_columns": (list, str, type(None)),
-    # The failure-rate guard's limit for this op (engine/failure_guard.py); the
+    # The failure-rate guard's limit for this op (engine/execution/failure_guard.py); the
     # recipe's top-level max_failed_ratio applies when absent.
     "max_failed_ratio": (int, float, type(None)),
 }
@@ -189,7 +189,7 @@ class Op:
     def check_values(cls, args: dict[str, Any]) -> None:
         """Hook for value checks beyond types (ranges, regex compiles). Raise OpArgumentError."""
 
-    # -- the fields an op reads and writes (engine/input_schema.py) ---------
+    # -- the fields an op reads and writes (engine/input/schema.py) ---------
     @classmethod
     def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
         """The input fields this op reads, each mapped to the argument that names it.
@@ -233,7 +233,7 @@ class Op:
     #: True for ops whose start-up is costly (a model to load): a segment that
     #: holds one runs its partitions on a pool of Ray actors that keep the op
     #: instance (and its model) alive across partitions, so start-up is paid
-    #: once per actor, not per partition (engine/actor_pool.py).
+    #: once per actor, not per partition (engine/execution/actor_pool.py).
     stateful: ClassVar[bool] = False
 
     def setup(self) -> None:

@@ -13,23 +13,23 @@ from airflow_provider_dj.ops.base import Op
 
 _REGISTRY: dict[str, type[Op]] = {}
 _BUILTIN_MODULES = (
-    "airflow_provider_dj.ops.mappers",
-    "airflow_provider_dj.ops.filters",
-    "airflow_provider_dj.ops.deduplicators",
-    "airflow_provider_dj.ops.mappers_text",
-    "airflow_provider_dj.ops.mappers_web",
-    "airflow_provider_dj.ops.filters_text",
-    "airflow_provider_dj.ops.filters_fields",
-    "airflow_provider_dj.ops.near_dedup",
-    "airflow_provider_dj.ops.filters_words",
-    "airflow_provider_dj.ops.mappers_latex",
-    "airflow_provider_dj.ops.mappers_words",
+    "airflow_provider_dj.ops.mappers.basic",
+    "airflow_provider_dj.ops.filters.basic",
+    "airflow_provider_dj.ops.dedup.exact",
+    "airflow_provider_dj.ops.mappers.text",
+    "airflow_provider_dj.ops.mappers.web",
+    "airflow_provider_dj.ops.filters.text",
+    "airflow_provider_dj.ops.filters.fields",
+    "airflow_provider_dj.ops.dedup.near",
+    "airflow_provider_dj.ops.filters.words",
+    "airflow_provider_dj.ops.mappers.latex",
+    "airflow_provider_dj.ops.mappers.words",
     # fastText / KenLM / SentencePiece are imported on the op's first use, never at registration.
-    "airflow_provider_dj.ops.language_id",
-    "airflow_provider_dj.ops.perplexity",
+    "airflow_provider_dj.ops.filters.language_id",
+    "airflow_provider_dj.ops.filters.perplexity",
     # Imports nothing heavy: torch and the model load on the op's first batch.
-    "airflow_provider_dj.ops.text_embedding",
-    "airflow_provider_dj.ops.llm_api",
+    "airflow_provider_dj.ops.mappers.embedding",
+    "airflow_provider_dj.ops.llm.api_mapper",
 )
 _loaded = False
 
@@ -74,7 +74,7 @@ def get_op_class(name: str) -> type[Op]:
         return cls
     # Not native: maybe a Data-Juicer op, run through the adapter when
     # data_juicer is installed (checked with find_spec, never imported here).
-    from airflow_provider_dj.ops import dj_adapter
+    from airflow_provider_dj.ops.dj_compat import adapter as dj_adapter
 
     adapted = dj_adapter.adapted_op_class(name)
     if adapted is not None:

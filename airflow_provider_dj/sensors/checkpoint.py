@@ -14,7 +14,7 @@ Two uses:
 The job is named by ``job_dir``, or by ``work_dir`` + ``job_id``.  All three
 modes — ``poke``, ``reschedule`` and ``deferrable=True`` (which hands the
 wait to ``triggers.checkpoint.CheckpointTrigger``) — run the same check
-(``engine.job_watch.check``) and end the same way: success when the target
+(``engine.jobdir.watch.check``) and end the same way: success when the target
 is reached (or the job already completed), and an immediate
 ``AirflowFailException`` naming the failed partition(s) and their error
 when the job has failed, rather than waiting for the timeout.
@@ -28,9 +28,9 @@ from typing import Any, Sequence
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from airflow_provider_dj.engine import storage
-from airflow_provider_dj.engine.job import job_id_for_run
-from airflow_provider_dj.engine.job_watch import JobFailedError, WaitTargetError, check
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import job_id_for_run
+from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
 
 
 def committed_partitions(job_dir: str, segment_index: int) -> tuple[list[int], list[int]]:

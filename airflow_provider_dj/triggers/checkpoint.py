@@ -1,7 +1,7 @@
 """CheckpointTrigger: the deferrable half of ``CheckpointSensor``.
 
 Runs in the triggerer and polls the job directory with the same check the
-sensor's ``poke`` uses (``engine.job_watch.check``), in a worker thread
+sensor's ``poke`` uses (``engine.jobdir.watch.check``), in a worker thread
 (``asyncio.to_thread``) so blocking filesystem or object-store reads never
 stall the triggerer's event loop.  It yields exactly one event: success,
 or failure with the message naming the failed partitions — the sensor's
@@ -38,7 +38,7 @@ class CheckpointTrigger(BaseTrigger):
                            "poke_interval": self.poke_interval}
 
     def _check(self) -> dict:
-        from airflow_provider_dj.engine.job_watch import JobFailedError, WaitTargetError, check
+        from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
 
         try:
             st = check(self.job_dir, after_op=self.after_op, segment_index=self.segment_index,

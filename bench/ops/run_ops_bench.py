@@ -109,7 +109,7 @@ def model_files_home(out: str) -> str:
     """
     import shutil
 
-    from airflow_provider_dj.ops.model_files import packaged_lid_model
+    from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 
     folder = os.path.join(out, "models")
     os.makedirs(folder, exist_ok=True)
@@ -215,7 +215,7 @@ def time_ours(name: str, args: dict, table, repeats: int, dj_rows: int | None) -
     import numpy as np
     import pyarrow as pa
 
-    from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+    from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
     from airflow_provider_dj.ops.registry import create_op
 
     op = create_op(name.split(":")[0], dict(args))  # "<op>:tokenized" is a second entry for <op>
@@ -302,7 +302,7 @@ def dedup_mem_worker(n: int, parts: int, repeats: int) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+    from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 
     def status(key: str) -> int:
         for line in open("/proc/self/status"):

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from airflow_provider_dj.ops import text_kernels as tk
+from airflow_provider_dj.ops.kernels import text as tk
 from airflow_provider_dj.ops.base import STATS_COLUMN, Deduplicator, Filter, Mapper
-from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 FIX = Path(__file__).parent / "fixtures"

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.op_runner import apply_op
-from airflow_provider_dj.ops import filters_text as ft
-from airflow_provider_dj.ops import text_kernels as tk
+from airflow_provider_dj.engine.execution.op_runner import apply_op
+from airflow_provider_dj.ops.filters import text as ft
+from airflow_provider_dj.ops.kernels import text as tk
 from airflow_provider_dj.ops.base import STATS_COLUMN
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 

@@ -151,7 +151,7 @@ def set_args(values: dict[str, object]) -> list[str]:
 
 def validate(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
     """Load and validate in this process with the run's environment; raises RecipeError when refused."""
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     for key, value in env.variables().items():
         monkeypatch.setenv(key, value)
@@ -209,7 +209,7 @@ def run_once(name: str, env: RecipeEnv, root: str) -> tuple[str, subprocess.Comp
 
 def check_refusal(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
     """A recipe that cannot run offline is refused at validation, naming the missing thing; nothing is written."""
-    from airflow_provider_dj.engine.recipe import RecipeError
+    from airflow_provider_dj.engine.config.recipe import RecipeError
 
     expected = load_summary()[name]
     # Data-Juicer itself cannot run it here: it would download the missing file, and offline it

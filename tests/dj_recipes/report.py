@@ -47,7 +47,7 @@ def outcomes(junit_paths: list[str]) -> dict[tuple[str, str], str]:
 def refusal_message(name: str) -> str:
     import pytest
 
-    from airflow_provider_dj.engine.recipe import RecipeError
+    from airflow_provider_dj.engine.config.recipe import RecipeError
     from tests.dj_recipes.harness import validate
 
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:

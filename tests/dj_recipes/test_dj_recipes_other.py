@@ -30,7 +30,7 @@ def test_shipped_recipe_traces_what_data_juicer_traces(name, recipe_env):
 def test_every_shipped_recipe_validates_or_names_its_missing_file(recipe_env, tmp_path, monkeypatch):
     """Cheap guard over all recipes at once (no run): nothing is refused for syntax, a key or an argument;
     the only refusals are the listed ones, and each names its missing file."""
-    from airflow_provider_dj.engine.recipe import RecipeError
+    from airflow_provider_dj.engine.config.recipe import RecipeError
     from tests.dj_recipes.cases import CASES
     from tests.dj_recipes.harness import REFUSALS, validate
 

@@ -75,7 +75,7 @@ def run_dag(airflow_home, ray_cluster):
     """Run a recipe's DAG with dag.test(); returns the DagRun."""
     from airflow_provider_dj.airflow_env import write_cli_dag_stub
     from airflow_provider_dj.dag_factory import build_dag
-    from airflow_provider_dj.engine.recipe import load_recipe, sanitize_dag_id
+    from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     def run(recipe_path: str, conf: dict | None = None, retries: int | None = None):
         dag_id = sanitize_dag_id(load_recipe(recipe_path).project_name)

@@ -32,7 +32,7 @@ def direct_checks(rows: list[dict]) -> dict:
     """Adapter on Arrow tables vs the Data-Juicer op called on its own batch format."""
     from data_juicer.ops.base_op import OPERATORS
 
-    from airflow_provider_dj.ops.dj_adapter import adapter_class
+    from airflow_provider_dj.ops.dj_compat.adapter import adapter_class
     from airflow_provider_dj.ops.registry import create_op
 
     table = pa.Table.from_pylist(rows).append_column("__dj__input_row__", pa.array(range(len(rows)), pa.int64()))
@@ -89,13 +89,13 @@ PROCESS = """process:
 def engine_run(work: str, data: str, parts: int) -> list[dict]:
     """The full engine, in-process (no Airflow, no Ray), with document_deduplicator
     forced through the adapter so the global phase runs on Data-Juicer's hashes."""
-    from airflow_provider_dj.engine.export import export_job
-    from airflow_provider_dj.engine.global_ops import resolve_global_op
-    from airflow_provider_dj.engine.job_setup import prepare_job
-    from airflow_provider_dj.engine.recipe import load_recipe
-    from airflow_provider_dj.engine.segment_runner import run_segment
+    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.execution.segment_runner import run_segment
     from airflow_provider_dj.ops import registry
-    from airflow_provider_dj.ops.dj_adapter import DJDeduplicator, check_adapted_ops
+    from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator, check_adapted_ops
 
     registry.load_builtin_ops()
     registry._REGISTRY.pop("document_deduplicator", None)  # test hook: adapter instead of the native op

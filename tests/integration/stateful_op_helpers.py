@@ -7,7 +7,7 @@ of the engine's own ``op_init`` events.  ``test_counting_init_mapper_plain``
 is the same op without the flag: it runs as plain Ray tasks, one instance
 per partition, and gives the reference export.
 
-Ray workers import this module by name (``engine.actor_pool.op_modules``),
+Ray workers import this module by name (``engine.execution.actor_pool.op_modules``),
 which registers the ops there too.
 """
 

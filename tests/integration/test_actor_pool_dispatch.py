@@ -1,11 +1,11 @@
-"""The actor pool at the dispatch layer (engine.ray_dispatch.run_partitions), on the session's real local Ray.
+"""The actor pool at the dispatch layer (engine.execution.ray_dispatch.run_partitions), on the session's real local Ray.
 
 No Airflow here: the job is prepared with the engine (``prepare_job``) and
 one segment's partitions are dispatched directly, so the two paths that are
 awkward through dag.test are driven exactly: an actor process that dies
 mid-partition (a replacement actor runs the rest), and a kill from another
 thread (what ``on_kill`` does) that must kill the pool's actors.
-Nothing is mocked; faults come from engine.faults.
+Nothing is mocked; faults come from engine.execution.faults.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.ray_dispatch import DispatchHandle, DispatchKilledError, PartitionFailedError, run_partitions
-from airflow_provider_dj.engine.recipe import load_recipe
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, DispatchKilledError, PartitionFailedError, run_partitions
+from airflow_provider_dj.engine.config.recipe import load_recipe
 from tests.integration.stateful_op_helpers import init_count
 
 pytestmark = pytest.mark.integration

@@ -18,12 +18,12 @@ import threading
 
 import pytest
 
-from airflow_provider_dj.engine.events import EventLog
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.sample_corpus import write_corpus
 from tests.integration import sensor_wait_helpers as H
 

@@ -155,7 +155,7 @@ CASES = [
     # the export wrote its first partition into its temp file
     Case("export_mid", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
          seg1_skipped=(0, 1, 2, 3)),
-    # the same with the partitions serialized by Ray workers into part files (engine/export_parts.py)
+    # the same with the partitions serialized by Ray workers into part files (engine/output/parts.py)
     Case("export_mid-parallel", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
          seg1_skipped=(0, 1, 2, 3), env={"DJ_PARALLEL_EXPORT_MIN_ROWS": "0"}),
     # every_n_ops n=2 checkpoints ops 1, 3 (and the final 4): a kill after op 2 goes back to op 1

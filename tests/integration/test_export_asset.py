@@ -32,7 +32,7 @@ def test_export_emits_asset_event_with_job_rows_and_hash(make_recipe, run_dag, t
 
     from airflow_provider_dj.assets import path_to_asset_uri
     from airflow_provider_dj.dag_factory import build_dag
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     recipe_path = make_recipe("asset_event_recipe", parts=2)
     recipe = load_recipe(recipe_path)
@@ -75,7 +75,7 @@ def test_overridden_export_path_is_named_in_the_event(make_recipe, run_dag, tmp_
 
 
 def test_check_export_file_refuses_a_changed_or_truncated_export(tmp_path):
-    from airflow_provider_dj.engine.export_check import ExportMismatchError, check_export_file
+    from airflow_provider_dj.engine.output.check import ExportMismatchError, check_export_file
 
     path = tmp_path / "x.jsonl"
     data = b'{"text": "a"}\n{"text": "b"}\n'
@@ -96,7 +96,7 @@ def test_example_consumer_dag_is_scheduled_on_the_recipe_export(make_recipe, mon
     """dags/example_train_on_export.py, loaded as the dag-processor would, watches the recipe's export Asset."""
     import importlib.util
 
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     recipe_path = make_recipe("asset_consumer_recipe", parts=1)
     monkeypatch.setenv("DJ_EXAMPLE_TRAIN_RECIPE", recipe_path)

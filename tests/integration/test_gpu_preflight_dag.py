@@ -59,7 +59,7 @@ def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, corpus, run
 
 
 def test_preflight_disabled_requires_explicit_num_gpus(tmp_path, corpus, fake_gpu_op):
-    from airflow_provider_dj.engine.recipe import RecipeError
+    from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
 
     recipe = _recipe(tmp_path, corpus, "no_probe", "  - fake_dag_cuda_mapper:\n",

@@ -13,10 +13,10 @@ import os
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.op_runner import apply_op
+from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import OpArgumentError
-from airflow_provider_dj.ops.llm_call_record import decode_line, encode_line
-from airflow_provider_dj.ops.llm_client import ChatConfigError, ChatUnavailableError, RetryPolicy, parse_retry_after
+from airflow_provider_dj.ops.llm.call_record import decode_line, encode_line
+from airflow_provider_dj.ops.llm.client import ChatConfigError, ChatUnavailableError, RetryPolicy, parse_retry_after
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from tests.integration.fake_chat_server import FakeChatServer
 

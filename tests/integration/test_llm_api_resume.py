@@ -4,7 +4,7 @@ A worker process runs a recipe whose only op is ``llm_api_mapper`` against
 the local fake chat server
 (tests/integration/fake_chat_server.py).  The server itself SIGKILLs the
 run's process session when a chosen request arrives — between two calls of
-one batch, where the batch cursor (engine/batch_cursor.py) has not committed
+one batch, where the batch cursor (engine/execution/batch_cursor.py) has not committed
 yet, so only the durable call record can save the calls already made.  The
 real CLI (Airflow dag.test + its private Ray) then resumes the job.
 """
@@ -46,9 +46,9 @@ process:
 
 WORKER = """
 import sys
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 job = prepare_job(load_recipe(sys.argv[1]), job_id="llmkill")
 run_segment(job.job_dir, 0, 0)
 """

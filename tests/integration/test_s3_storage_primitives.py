@@ -24,7 +24,7 @@ def _prefix() -> str:
 
 
 def test_atomic_write_read_and_listing_see_other_writers_at_once(s3_env):
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     base = s3_env.url(_prefix())
     storage.atomic_write_bytes(storage.join(base, "a.json"), b'{"a": 1}')
@@ -42,7 +42,7 @@ def test_atomic_write_read_and_listing_see_other_writers_at_once(s3_env):
 
 
 def test_atomic_file_writer_uploads_only_on_success(s3_env):
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     key = f"{_prefix()}/export.jsonl"
     with pytest.raises(RuntimeError):
@@ -56,7 +56,7 @@ def test_atomic_file_writer_uploads_only_on_success(s3_env):
 
 
 def test_event_logs_of_one_process_never_overwrite_each_other(s3_env, monkeypatch):
-    from airflow_provider_dj.engine import events
+    from airflow_provider_dj.engine.observe import events
 
     monkeypatch.setattr(events, "REMOTE_ROLL_BYTES", 600)  # force several parts per writer
     prefix = _prefix()
@@ -76,7 +76,7 @@ def test_event_logs_of_one_process_never_overwrite_each_other(s3_env, monkeypatc
 
 
 def test_checkpoint_without_marker_or_with_torn_data_is_not_trusted(s3_env):
-    from airflow_provider_dj.engine.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     prefix = _prefix()
     store = CheckpointStore(s3_env.url(prefix))
@@ -97,7 +97,7 @@ def test_checkpoint_without_marker_or_with_torn_data_is_not_trusted(s3_env):
 
 
 def test_runner_lock_on_s3(s3_env):
-    from airflow_provider_dj.engine import job_lock
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
 
     job_dir = s3_env.url(_prefix())
     me = job_lock.owner_identity("run_a")
@@ -110,7 +110,8 @@ def test_runner_lock_on_s3(s3_env):
 
 def test_credentials_from_an_airflow_connection_never_shown(s3_server, monkeypatch):
     """The endpoint comes only from the connection's extra: if it were ignored, s3fs would try AWS and fail."""
-    from airflow_provider_dj.engine import storage, storage_options
+    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.engine.storage import options as storage_options
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(k, raising=False)
@@ -140,7 +141,7 @@ def test_credentials_from_an_airflow_connection_never_shown(s3_server, monkeypat
 
 
 def test_recipe_keeps_urls_and_refuses_unknown_protocols(tmp_path):
-    from airflow_provider_dj.engine.recipe import RecipeError, parse_recipe
+    from airflow_provider_dj.engine.config.recipe import RecipeError, parse_recipe
 
     data = {"dataset_path": "data/in.jsonl", "export_path": "s3://bkt/out/result.jsonl",
             "process": ["whitespace_normalization_mapper"]}
@@ -159,9 +160,9 @@ def test_retention_deletes_on_s3(s3_env):
     """Retention after a successful export: per-partition and whole-directory deletes on the bucket."""
     from types import SimpleNamespace
 
-    from airflow_provider_dj.engine import storage
-    from airflow_provider_dj.engine.checkpoints import CheckpointStore
-    from airflow_provider_dj.engine.export import apply_retention
+    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.output.export import apply_retention
 
     prefix = _prefix()
     job_dir = s3_env.url(prefix)

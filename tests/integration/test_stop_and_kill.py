@@ -1,6 +1,6 @@
 """Graceful stop, forced stop and Airflow's kill paths, on a real Airflow (dag.test) and a real local Ray.
 
-Nothing is mocked.  A ``delay`` fault (engine.faults) holds one partition's
+Nothing is mocked.  A ``delay`` fault (engine.execution.faults) holds one partition's
 Ray task at a known point so the stop or kill lands mid-run; a helper
 thread plays the user (``stop_job``) or Airflow's supervisor (SIGTERM to
 the task process, which Airflow's task runner turns into ``on_kill``).
@@ -18,10 +18,10 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_dj.control import job_status, stop_job
-from airflow_provider_dj.engine import stop_control
-from airflow_provider_dj.engine.checkpoints import CheckpointStore
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.job import JobContext
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.layout import JobContext
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def run_dag(airflow_home, ray_cluster):
     """Like conftest's run_dag, module-scoped, and able to adjust the DAG before it runs."""
     from airflow_provider_dj.airflow_env import write_cli_dag_stub
     from airflow_provider_dj.dag_factory import build_dag
-    from airflow_provider_dj.engine.recipe import load_recipe, sanitize_dag_id
+    from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     def run(recipe_path: str, conf: dict | None = None, retries: int | None = None, adjust=None):
         dag_id = sanitize_dag_id(load_recipe(recipe_path).project_name)

@@ -63,7 +63,7 @@ def _run_dir(home, name: str, owner: dict | None, age_s: float = 0.0) -> str:
 
 
 def test_sweep_removes_only_runs_whose_owner_is_gone(tmp_path):
-    from airflow_provider_dj.engine.job_lock import pid_start_time
+    from airflow_provider_dj.engine.jobdir.lock import pid_start_time
 
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

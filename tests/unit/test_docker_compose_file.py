@@ -16,7 +16,7 @@ import re
 import pytest
 import yaml
 
-from airflow_provider_dj.engine.recipe import load_recipe
+from airflow_provider_dj.engine.config.recipe import load_recipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKER = os.path.join(ROOT, "docker")

@@ -54,7 +54,7 @@ def test_check_mode_reports_no_stale_file(gen):
 
 
 def test_recipe_keys_rows_carry_the_parsers_defaults(gen):
-    from airflow_provider_dj.engine import recipe_schema as S
+    from airflow_provider_dj.engine.config import schema as S
 
     text = gen.render_recipe_keys()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z_.]+)` \|.*$", text, re.M)}
@@ -66,7 +66,7 @@ def test_recipe_keys_rows_carry_the_parsers_defaults(gen):
     assert f"| `{S.DEFAULT_NP}` |" in rows["np"]
     assert "| `every_n_ops` |" in rows["checkpoint.strategy"]
     assert "| `42` |" in rows["partition.gpu_probe_sample_seed"]
-    # resume refusal follows engine/resume.py's RESULT_KEYS
+    # resume refusal follows engine/jobdir/resume.py's RESULT_KEYS
     assert "| refused |" in rows["dataset_path"] and "| accepted |" in rows["export_path"]
     assert "| accepted |" in rows["open_tracer"]  # tracer keys live under "tracer", a non-result key
     # every Data-Juicer key we ignore is listed
@@ -105,7 +105,7 @@ def test_conformance_counts_come_from_fixture_files(gen):
 
 
 def test_undescribed_recipe_key_fails_generation(gen, monkeypatch):
-    from airflow_provider_dj.engine import recipe_schema as S
+    from airflow_provider_dj.engine.config import schema as S
 
     monkeypatch.setitem(S.SECTION_KEYS, "checkpoint", S.SECTION_KEYS["checkpoint"] + ("brand_new_key",))
     with pytest.raises(gen.MissingProseError, match="checkpoint.brand_new_key"):

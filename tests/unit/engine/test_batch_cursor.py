@@ -1,4 +1,4 @@
-"""Batch cursors of expensive ops (engine/batch_cursor.py): commit, resume, key checks, stop, cleanup.
+"""Batch cursors of expensive ops (engine/execution/batch_cursor.py): commit, resume, key checks, stop, cleanup.
 
 The ops here are small real Mappers/Filters defined in this file (no model):
 what is under test is the engine's batch loop, which is the same for any op.
@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_dj.engine import batch_cursor as bc
-from airflow_provider_dj.engine.events import EventLog, read_events
-from airflow_provider_dj.engine.faults import FAULT_FILE, InjectedFault, load_faults
-from airflow_provider_dj.engine.op_runner import apply_op
-from airflow_provider_dj.engine.stop_control import StopRequested, request_stop
+from airflow_provider_dj.engine.execution import batch_cursor as bc
+from airflow_provider_dj.engine.observe.events import EventLog, read_events
+from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault, load_faults
+from airflow_provider_dj.engine.execution.op_runner import apply_op
+from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, request_stop
 from airflow_provider_dj.ops.base import STATS_COLUMN, Filter, Mapper
 
 KEY = bc.KEY_COLUMN

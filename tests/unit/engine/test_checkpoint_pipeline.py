@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.checkpoint_pipeline import CheckpointPipeline
+from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
 
 
 def test_writes_commit_in_order_with_at_most_one_in_flight():
@@ -66,7 +66,7 @@ def test_disabled_pipeline_writes_synchronously(monkeypatch):
 
 
 def test_a_bad_parallel_export_threshold_names_the_variable(monkeypatch):
-    from airflow_provider_dj.engine.export_parts import parallel_export_min_rows
+    from airflow_provider_dj.engine.output.parts import parallel_export_min_rows
 
     monkeypatch.setenv("DJ_PARALLEL_EXPORT_MIN_ROWS", "lots")
     with pytest.raises(ValueError, match=r"DJ_PARALLEL_EXPORT_MIN_ROWS='lots' is not a whole number of rows"):

@@ -8,13 +8,13 @@ import os
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.checkpoints import CheckpointStore, StorageFormat
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.sample_corpus import write_corpus
 
 T = pa.table({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
@@ -193,7 +193,7 @@ def test_a_delta_whose_row_count_does_not_match_its_base_is_ignored(tmp_path):
 
 
 def test_a_mapper_checkpoint_stores_only_the_rows_it_changed(tmp_path):
-    from airflow_provider_dj.engine.op_runner import mapper_delta
+    from airflow_provider_dj.engine.execution.op_runner import mapper_delta
 
     n = 1000
     base = pa.table({"text": [f"row {i} " + "x" * 200 for i in range(n)], "meta": list(range(n)),
@@ -221,7 +221,7 @@ def test_a_mapper_checkpoint_stores_only_the_rows_it_changed(tmp_path):
 
 
 def test_no_mapper_delta_when_rows_moved_or_most_data_changed():
-    from airflow_provider_dj.engine.op_runner import mapper_delta
+    from airflow_provider_dj.engine.execution.op_runner import mapper_delta
 
     base = pa.table({"text": ["a" * 50, "b" * 50, "c" * 50], "__dj__input_row__": [0, 1, 2]})
     assert mapper_delta(base, base.take([2, 1, 0])) is None  # same count, other rows
@@ -238,7 +238,7 @@ def test_delta_checkpoints_can_be_turned_off(tmp_path, monkeypatch):
 
 
 def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine.checkpoints import read_checkpoint
+    from airflow_provider_dj.engine.storage.checkpoints import read_checkpoint
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 300, seed=5)
     jobs = {}

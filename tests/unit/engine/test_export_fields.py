@@ -1,4 +1,4 @@
-"""Exports keep fields as Data-Juicer 1.6.1's exporter does (engine/export_fields.py).
+"""Exports keep fields as Data-Juicer 1.6.1's exporter does (engine/output/fields.py).
 
 The expected exports come from Data-Juicer itself (tests/conformance/export_fields,
 made by its default executor in its own venv); here our engine runs the same
@@ -19,18 +19,18 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.export_fields import (
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.output.fields import (
     DJ_FIELD_NAMES,
     ENGINE_COLUMN_PREFIXES,
     ENGINE_COLUMNS,
     clean_for_export,
     dropped_columns,
 )
-from airflow_provider_dj.engine.export_parts import write_part
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.output.parts import write_part
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 
 FIX = Path(__file__).parents[2] / "conformance" / "export_fields"
 SPEC = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
@@ -123,11 +123,11 @@ def test_every_dj_name_in_the_package_is_classified() -> None:
         found |= set(re.findall(r"[\"'](__dj__[A-Za-z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
     unknown = sorted(n for n in found if n not in ENGINE_COLUMNS and n not in DJ_FIELD_NAMES
                      and not n.startswith(ENGINE_COLUMN_PREFIXES))
-    assert not unknown, f"classify these in engine/export_fields.py (ENGINE_COLUMNS or DJ_FIELD_NAMES): {unknown}"
+    assert not unknown, f"classify these in engine/output/fields.py (ENGINE_COLUMNS or DJ_FIELD_NAMES): {unknown}"
     assert "__dj__input_row__" in found and "__dj__suffix__" in found  # the scan sees both kinds
-    from airflow_provider_dj.engine import checkpoints
-    from airflow_provider_dj.engine.batch_cursor import KEY_COLUMN, REASON_COLUMN
-    from airflow_provider_dj.engine.segment_runner import INPUT_ROW_COLUMN
+    from airflow_provider_dj.engine.storage import checkpoints
+    from airflow_provider_dj.engine.execution.batch_cursor import KEY_COLUMN, REASON_COLUMN
+    from airflow_provider_dj.engine.execution.segment_runner import INPUT_ROW_COLUMN
 
     assert {checkpoints.DELTA_KEEP_COLUMN, KEY_COLUMN, REASON_COLUMN, INPUT_ROW_COLUMN} <= ENGINE_COLUMNS
     assert checkpoints.PATCH_FLAG_PREFIX in ENGINE_COLUMN_PREFIXES
@@ -177,6 +177,6 @@ def test_export_keys_accepted_as_in_data_juicer(tmp_path: Path) -> None:
     assert (default.keep_hashes_in_res_ds, default.export_in_parallel) == (False, True)
     # Defaults stay out of the effective config, so jobs started before these keys resume unchanged.
     assert "keep_hashes_in_res_ds" not in default.to_dict() and "export_in_parallel" not in default.to_dict()
-    from airflow_provider_dj.engine.recipe_schema import recipe_from_dict
+    from airflow_provider_dj.engine.config.schema import recipe_from_dict
 
     assert recipe_from_dict(r.to_dict()) == r

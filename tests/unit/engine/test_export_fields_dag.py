@@ -22,7 +22,7 @@ def run_dag():
 
     from airflow_provider_dj.airflow_env import configure_airflow_env, ensure_db, write_cli_dag_stub
     from airflow_provider_dj.dag_factory import build_dag
-    from airflow_provider_dj.engine.recipe import load_recipe, sanitize_dag_id
+    from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     home = configure_airflow_env()
     ensure_db(home)

@@ -1,4 +1,4 @@
-"""The failure-rate guard (engine/failure_guard.py): per partition after the op, per job before export.
+"""The failure-rate guard (engine/execution/failure_guard.py): per partition after the op, per job before export.
 
 Real job directories, the real planner, segment runner and exporter, in process
 (the Airflow path is in tests/integration/test_bad_input_runs.py).  The rows an
@@ -13,19 +13,19 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.export import MissingFinalCheckpointError, export_job
-from airflow_provider_dj.engine.failure_guard import (
+from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError, export_job
+from airflow_provider_dj.engine.execution.failure_guard import (
     DEFAULT_MAX_FAILED_RATIO,
     MIN_FAILED_ROWS,
     FailureRateExceededError,
     exceeded,
     load_settings,
 )
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.plan import build_plan
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe, parse_recipe
-from airflow_provider_dj.engine.resume import config_diff
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.planning.plan import build_plan
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, parse_recipe
+from airflow_provider_dj.engine.jobdir.resume import config_diff
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 
 
 @pytest.mark.parametrize("failed, rows_in, limit, stops", [
@@ -188,7 +188,7 @@ def test_rows_lacking_the_text_key_fail_up_front_with_a_plain_reason():
     partition whose rows have no such field at all fails every row without the row-by-row retry."""
     import pyarrow as pa
 
-    from airflow_provider_dj.engine.op_runner import apply_op
+    from airflow_provider_dj.engine.execution.op_runner import apply_op
     from airflow_provider_dj.ops.registry import create_op
 
     op = create_op("text_length_filter", {"min_len": 1})

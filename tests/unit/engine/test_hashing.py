@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.hashing import ArrowTableHasher, ByteStreamHasher, hash_table
+from airflow_provider_dj.engine.input.hashing import ArrowTableHasher, ByteStreamHasher, hash_table
 
 ROWS = [{"id": i, "text": f"sample {i} " * (i % 5 + 1), "meta": {"src": "web" if i % 2 else None}, "tags": [i, i + 1]}
         for i in range(500)]

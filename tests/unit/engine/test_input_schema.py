@@ -1,4 +1,4 @@
-"""The input is checked against the recipe before work starts (engine/input_schema.py, input_source.py).
+"""The input is checked against the recipe before work starts (engine/input/schema.py, input_source.py).
 
 Real files on disk, the real recipe loader and the real planner; nothing mocked.
 Each bad input of issue 12 item 2 has its outcome pinned here: refused before
@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_dj.engine.input_schema import (
+from airflow_provider_dj.engine.input.schema import (
     InputMismatchError,
     check_input_fields,
     file_mentions_key,
     required_fields,
 )
-from airflow_provider_dj.engine.input_source import InputError, InputFile, list_input_files
-from airflow_provider_dj.engine.partitioning import plan_partitions, read_partition
-from airflow_provider_dj.engine.recipe import PartitionConfig, RecipeError, check_input_exists, parse_recipe
+from airflow_provider_dj.engine.input.sources import InputError, InputFile, list_input_files
+from airflow_provider_dj.engine.input.partitioning import plan_partitions, read_partition
+from airflow_provider_dj.engine.config.recipe import PartitionConfig, RecipeError, check_input_exists, parse_recipe
 
 
 def write_jsonl(path, rows) -> str:
@@ -126,7 +126,7 @@ def test_every_registered_op_declares_fields_without_error():
 
 def test_field_in_later_rows_only_is_not_refused(tmp_path, monkeypatch):
     """The sample is the first rows; a field first seen past it is found by the byte search."""
-    import airflow_provider_dj.engine.input_schema as mod
+    import airflow_provider_dj.engine.input.schema as mod
 
     monkeypatch.setattr(mod, "SAMPLE_BYTES", 64)  # the sample holds the first rows only
     rows = [{"body": f"row {i}"} for i in range(50)] + [{"text": "late"}]
@@ -136,7 +136,7 @@ def test_field_in_later_rows_only_is_not_refused(tmp_path, monkeypatch):
 
 
 def test_a_first_line_longer_than_the_sample_is_read_whole(tmp_path, monkeypatch):
-    import airflow_provider_dj.engine.input_schema as mod
+    import airflow_provider_dj.engine.input.schema as mod
 
     monkeypatch.setattr(mod, "SAMPLE_BYTES", 64)
     f = write_jsonl(tmp_path / "long.jsonl", [{"text": "x" * 500}, {"text": "y"}])
@@ -217,7 +217,7 @@ def test_non_utf8_bytes_are_refused_at_planning_naming_line_and_byte(tmp_path):
 
 def test_non_utf8_in_a_later_block_of_a_big_file(tmp_path, monkeypatch):
     """The check runs per stream block, with the open line carried over: the line number stays exact."""
-    import airflow_provider_dj.engine.input_source as src
+    import airflow_provider_dj.engine.input.sources as src
 
     real = src.iter_stream
     monkeypatch.setattr(src, "iter_stream", lambda f, start=0, end=None, chunk=16 << 20: real(f, start, end, 7))

@@ -12,7 +12,8 @@ import multiprocessing as mp
 import os
 import time
 
-from airflow_provider_dj.engine import job_lock, job_registry
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir import registry as job_registry
 
 
 def _race_acquire(job_dir: str, run_id: str, go_at: float, out) -> None:
@@ -108,9 +109,9 @@ def test_a_refused_new_job_writes_nothing_over_the_holders_config(tmp_path):
     have written its effective config (its export_path) over the winner's."""
     import pytest
 
-    from airflow_provider_dj.engine import job_lock
-    from airflow_provider_dj.engine.job_setup import prepare_job
-    from airflow_provider_dj.engine.recipe import load_recipe
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     data = tmp_path / "in.jsonl"
     data.write_text("".join(f'{{"text": "row number {i} of the input"}}\n' for i in range(6)))

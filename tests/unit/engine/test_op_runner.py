@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_dj.engine.op_runner import apply_op
+from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import Filter, Mapper
 
 
@@ -58,10 +58,10 @@ def test_filter_accounting():
 
 @pytest.mark.parametrize("policy,kept", [("keep_all", True), ("cleanup_all", False), ("keep_failed_only", False)])
 def test_retention_policy_applied_after_success(tmp_path, policy, kept):
-    from airflow_provider_dj.engine.export import export_job
-    from airflow_provider_dj.engine.job_setup import prepare_job
-    from airflow_provider_dj.engine.recipe import load_recipe
-    from airflow_provider_dj.engine.segment_runner import run_segment
+    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.execution.segment_runner import run_segment
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 30, seed=1)
@@ -81,7 +81,7 @@ def test_retention_policy_applied_after_success(tmp_path, policy, kept):
 
 
 def test_progress_line_shows_rows_rate_and_eta():
-    from airflow_provider_dj.engine.ray_dispatch import _progress_line
+    from airflow_provider_dj.engine.execution.ray_dispatch import _progress_line
 
     line = _progress_line(0, [0, 1, 2, 3], {0: {}, 1: {}}, [], {0: 250, 1: 250, 2: 250, 3: 250}, 2.0)
     assert line == "segment 0: 2/4 partitions (500/1,000 rows) done, 0 failed, 2.0s, 250 rows/s, ETA 2.0s"
@@ -111,10 +111,10 @@ def test_a_missing_value_is_a_failure_not_a_success():
 def test_failed_samples_record_op_partition_input_row_and_error(tmp_path):
     import json
 
-    from airflow_provider_dj.engine.job_setup import prepare_job
-    from airflow_provider_dj.engine.recipe import load_recipe
-    from airflow_provider_dj.engine.segment_runner import _write_failed
-    from airflow_provider_dj.engine.job import JobContext
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.execution.segment_runner import _write_failed
+    from airflow_provider_dj.engine.jobdir.layout import JobContext
 
     rows = pa.table({"text": ["bad"], "__dj__input_row__": pa.array([41], pa.int64())})
     data = tmp_path / "in.jsonl"

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_dj.engine.op_runner import apply_op
+from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper, OpFatalError
 
 

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from airflow_provider_dj.engine.overrides import (
+from airflow_provider_dj.engine.config.overrides import (
     OVERRIDABLE_KEYS,
     RecipeError,
     deep_merge,
@@ -212,7 +212,7 @@ def test_max_failed_ratio_is_overridable_and_still_validated(tmp_path):
     """Raising the failure-rate guard for one run (then resuming) needs no recipe edit; a bad value is refused."""
     import pytest
 
-    from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
+    from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 
     data = tmp_path / "in.jsonl"
     data.write_text('{"text": "a b c d e f"}\n')

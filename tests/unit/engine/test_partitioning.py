@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dj.engine.partitioning import (
+from airflow_provider_dj.engine.input.partitioning import (
     InputChangedError,
     PartitioningError,
     choose_partition_count,

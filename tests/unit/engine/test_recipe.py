@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_dj.engine.recipe import (
+from airflow_provider_dj.engine.config.recipe import (
     CheckpointConfig,
     IntermediateStorageConfig,
     PartitionConfig,
@@ -180,7 +180,7 @@ def test_text_keys_string_or_list(tmp_path):
 def test_dj_global_keys_are_ignored_and_recorded(tmp_path):
     r = load_recipe(write(tmp_path, base_data(use_cache=True, open_monitor=False, export_shard_size=0,
                                               op_fusion=False, suffixes=[], event_logging={"enabled": True})))
-    # export_shard_size is an export key now (honoured: 0 is one file; engine/export_fields.py), not ignored
+    # export_shard_size is an export key now (honoured: 0 is one file; engine/output/fields.py), not ignored
     assert r.ignored_keys == ("event_logging", "op_fusion", "open_monitor", "suffixes", "use_cache")
 
 

@@ -1,4 +1,4 @@
-"""Stop requests as job-directory state (engine.stop_control) and the segment runner's stop points.
+"""Stop requests as job-directory state (engine.jobdir.stop_control) and the segment runner's stop points.
 
 Engine only, in-process: no Airflow, no Ray, nothing mocked.
 """
@@ -11,15 +11,15 @@ import pickle
 
 import pytest
 
-from airflow_provider_dj.engine import stop_control
-from airflow_provider_dj.engine.checkpoints import CheckpointStore
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.job import JobContext
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
-from airflow_provider_dj.engine.stop_control import StopRequested
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -133,11 +133,11 @@ def test_stop_lands_after_the_committed_op_and_resume_matches_a_clean_run(tmp_pa
 
 
 def test_a_stop_raised_inside_an_op_is_reported_as_a_stop_not_an_op_failure(tmp_path, monkeypatch):
-    """An expensive op's batch loop calls check_stop after each committed batch (engine.batch_cursor).
+    """An expensive op's batch loop calls check_stop after each committed batch (engine.execution.batch_cursor).
     Here a wrapper around the real apply_op stands in for such an op at op 2: it runs the op, then a
     stop is requested and checked, as the batch loop would after its last batch."""
     job = _job(tmp_path, "inop", "inop.jsonl")
-    from airflow_provider_dj.engine import segment_runner
+    from airflow_provider_dj.engine.execution import segment_runner
 
     real = segment_runner.apply_op
 

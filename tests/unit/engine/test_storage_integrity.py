@@ -16,14 +16,14 @@ import pyarrow.compute as pc
 import pytest
 import xxhash
 
-from airflow_provider_dj.engine import job_lock
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.export import ExportMismatchError, export_job, verify_completed_export
-from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.resume import ResumeRefusedError
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
 from airflow_provider_dj.ops import registry
 from airflow_provider_dj.sample_corpus import write_corpus
@@ -137,7 +137,7 @@ def test_flipped_byte_in_a_committed_checkpoint_is_rejected_and_recomputed(tmp_p
 
 def test_final_checkpoint_damaged_before_the_export_fails_it_until_the_partition_is_recomputed(tmp_path, data,
                                                                                                clean):
-    from airflow_provider_dj.engine.export import MissingFinalCheckpointError
+    from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError
 
     job = _new_job(tmp_path, "final", data)
     for pid in range(3):
@@ -283,7 +283,7 @@ def test_changed_trace_and_failed_files_of_a_completed_job_are_reported_by_path(
 
 
 def test_flipped_trace_candidates_are_not_merged(tmp_path, data, caplog):
-    from airflow_provider_dj.engine.tracer import merge_traces
+    from airflow_provider_dj.engine.observe.tracer import merge_traces
 
     job = _new_job(tmp_path, "cand", data)
     _run_all(job["dir"])
@@ -308,7 +308,7 @@ def _no_temp_files(root: str) -> list[str]:
 
 
 def test_enospc_at_a_checkpoint_write_fails_clearly_then_resumes(tmp_path, data, clean, monkeypatch):
-    from airflow_provider_dj.engine.storage import StorageFullError
+    from airflow_provider_dj.engine.storage.fs import StorageFullError
 
     job = _new_job(tmp_path, "full", data)
     monkeypatch.setenv("DJ_CHECKPOINT_PIPELINE", "0")  # the background writer re-raises the same error; keep it simple
@@ -333,7 +333,7 @@ def test_enospc_at_a_checkpoint_write_fails_clearly_then_resumes(tmp_path, data,
 
 
 def test_enospc_during_the_export_leaves_no_export_and_a_retry_matches(tmp_path, data, clean, monkeypatch):
-    from airflow_provider_dj.engine.storage import StorageFullError
+    from airflow_provider_dj.engine.storage.fs import StorageFullError
 
     job = _new_job(tmp_path, "fullexp", data)
     for pid in range(3):
@@ -353,8 +353,8 @@ def test_enospc_during_the_export_leaves_no_export_and_a_retry_matches(tmp_path,
 
 
 def test_enospc_at_an_event_write_fails_clearly_and_leaves_no_torn_line(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine.events import EventLog, parse_event_lines
-    from airflow_provider_dj.engine.storage import StorageFullError
+    from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
+    from airflow_provider_dj.engine.storage.fs import StorageFullError
 
     log = EventLog(str(tmp_path), "j", writer="w")
     log.emit("job_start")
@@ -370,7 +370,7 @@ def test_enospc_at_an_event_write_fails_clearly_and_leaves_no_torn_line(tmp_path
 
 
 def test_seam_counts_writes_and_keeps_the_old_file(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine import storage
+    from airflow_provider_dj.engine.storage import fs as storage
 
     path = str(tmp_path / "d" / "f.json")
     monkeypatch.setenv("DJ_STORAGE_ENOSPC", "f.json@3")
@@ -421,8 +421,8 @@ def fill(directory: str, leave: int = 0) -> str:
 
 
 def test_real_full_file_system_atomic_write_and_event_append(small_fs):
-    from airflow_provider_dj.engine import storage
-    from airflow_provider_dj.engine.events import EventLog, parse_event_lines
+    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
 
     log = EventLog(small_fs, "j", writer="w")
     log.emit("job_start")

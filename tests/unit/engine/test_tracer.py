@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.ops.registry import create_op
 from airflow_provider_dj.sample_corpus import write_corpus
 
@@ -147,7 +147,7 @@ def test_op_list_to_trace_limits_files(tmp_path, corpus):
 def test_missing_candidates_are_reported_not_hidden(tmp_path, corpus):
     """Candidates of partition 0 lost (e.g. tracing switched on only at a resume that loaded
     the op from a checkpoint): the merge says the file is incomplete and which partition."""
-    from airflow_provider_dj.engine.tracer import merge_traces
+    from airflow_provider_dj.engine.observe.tracer import merge_traces
 
     job_dir, _ = run_job(tmp_path, corpus, 3, job_id="lost")
     os.remove(os.path.join(job_dir, "trace", "parts", "op_000_clean_email_mapper", "partition_00000.json"))

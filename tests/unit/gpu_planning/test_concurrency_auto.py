@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from airflow_provider_dj.engine.gpu.concurrency import in_flight_per_group, resolve_max_concurrent
-from airflow_provider_dj.engine.gpu.decisions import decide_run, parse_time_concurrency
+from airflow_provider_dj.engine.planning.concurrency import in_flight_per_group, resolve_max_concurrent
+from airflow_provider_dj.engine.planning.decisions import decide_run, parse_time_concurrency
 from airflow_provider_dj.engine.gpu.planner import ActorPlan, PlanningError
 from airflow_provider_dj.engine.gpu.profiles import ReportFormatError, cluster_from_report, stages_from_report
-from airflow_provider_dj.engine.recipe import parse_recipe
+from airflow_provider_dj.engine.config.recipe import parse_recipe
 
 FAKE_GPU_OP = "planning_test_gpu_mapper"  # registered by this folder's conftest.py
 

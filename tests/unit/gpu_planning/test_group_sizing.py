@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dj.engine.gpu.groups import (
+from airflow_provider_dj.engine.planning.groups import (
     auto_group_size,
     overhead_ratio,
     resolve_group_size,
     uniform_positions,
 )
-from airflow_provider_dj.engine.plan import execution_groups
+from airflow_provider_dj.engine.planning.plan import execution_groups
 
 
 def test_auto_picks_the_smallest_group_meeting_the_ratio():

@@ -163,7 +163,7 @@ def test_independent_targets_probe_in_parallel_workers(fake_cuda_ops, small_corp
 
 def test_recipe_accepts_field_contract_args(fake_cuda_ops, small_corpus, tmp_path):
     from airflow_provider_dj.engine.gpu.preflight import op_entries_from_recipe
-    from airflow_provider_dj.engine.recipe import parse_recipe
+    from airflow_provider_dj.engine.config.recipe import parse_recipe
 
     recipe = parse_recipe({"dataset_path": small_corpus, "export_path": str(tmp_path / "o.jsonl"),
                            "process": [{"fake_cuda_embed_mapper": {"input_columns": ["text"],

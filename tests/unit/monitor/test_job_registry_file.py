@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from airflow_provider_dj.engine.job_registry import lookup_job, recent_jobs, register_job, registry_path
+from airflow_provider_dj.engine.jobdir.registry import lookup_job, recent_jobs, register_job, registry_path
 
 
 def test_registry_lives_where_the_env_says_and_is_bounded(tmp_path):

@@ -19,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
-from airflow_provider_dj.ops import dj_adapter, dj_batches, dj_op_catalog
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.ops.dj_compat import adapter as dj_adapter
+from airflow_provider_dj.ops.dj_compat import batches as dj_batches
+from airflow_provider_dj.ops.dj_compat import op_catalog as dj_op_catalog
 from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class
 
 _real_find_spec = importlib.util.find_spec
@@ -84,11 +86,11 @@ def test_refused_data_juicer_ops_say_why_even_when_installed(dj_installed, name,
 
 
 def test_native_op_wins_over_data_juicer(dj_installed):
-    assert get_op_class("document_deduplicator").__module__ == "airflow_provider_dj.ops.deduplicators"
+    assert get_op_class("document_deduplicator").__module__ == "airflow_provider_dj.ops.dedup.exact"
 
 
 def test_with_data_juicer_installed_recipe_validates_and_plans_without_importing_it(dj_installed, tmp_path):
-    from airflow_provider_dj.engine.plan import build_plan
+    from airflow_provider_dj.engine.planning.plan import build_plan
 
     r = load_recipe(_recipe(tmp_path, "  - remove_specific_chars_mapper: {chars_to_remove: 'x'}\n"
                                       "  - general_field_filter: {filter_condition: 'n > 1'}\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.recipe import RecipeError, parse_recipe
+from airflow_provider_dj.engine.config.recipe import RecipeError, parse_recipe
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
-from airflow_provider_dj.ops.word_lists import load_word_lists
+from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from helpers_models import train_sentencepiece  # noqa: E402

@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import language_id as lid
+from airflow_provider_dj.ops.filters import language_id as lid
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
-from airflow_provider_dj.ops.model_files import packaged_lid_model
+from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 OP = "language_id_score_filter"

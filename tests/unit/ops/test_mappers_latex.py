@@ -1,4 +1,4 @@
-"""Unit tests for the LaTeX mappers of ``ops/mappers_latex.py``.
+"""Unit tests for the LaTeX mappers of ``ops/mappers/latex.py``.
 
 Data-Juicer equivalence on real LaTeX sources is checked by
 tests/conformance/test_conformance_mappers_latex.py; here: exact results of
@@ -13,7 +13,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import mappers_latex as ml
+from airflow_provider_dj.ops.mappers import latex as ml
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from airflow_provider_dj.ops import mappers_web as mm
-from airflow_provider_dj.ops import mappers_text as mt
+from airflow_provider_dj.ops.mappers import web as mm
+from airflow_provider_dj.ops.mappers import text as mt
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class, op_names
 

@@ -1,4 +1,4 @@
-"""Unit tests for ``ops/mappers_words.py`` (remove_words_with_incorrect_substrings_mapper).
+"""Unit tests for ``ops/mappers/words.py`` (remove_words_with_incorrect_substrings_mapper).
 
 Data-Juicer equivalence (both splitters, default and custom substrings) is
 checked by tests/conformance/test_conformance_mappers_latex.py; here: exact
@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import mappers_words as mw
+from airflow_provider_dj.ops.mappers import words as mw
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
-from airflow_provider_dj.ops.tokenizers import file_digest
+from airflow_provider_dj.ops.kernels.tokenizers import file_digest
 
 NAME = "remove_words_with_incorrect_substrings_mapper"
 

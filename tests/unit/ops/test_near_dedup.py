@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import near_dedup as nd
+from airflow_provider_dj.ops.dedup import near as nd
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.ops.base import STATS_COLUMN
-from airflow_provider_dj.ops.deduplicators import first_occurrence_mask
+from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
 
 ALPHABET = list("abcXYZ019 .-+_@@\t\n!,") + ["\u3000", "\xa0", "\u200b", "\x1c", "\x85", "Σ", "İ", "中", "🙂", "١"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops import text_kernels as tk
-from airflow_provider_dj.ops.patterns import to_re2
+from airflow_provider_dj.ops.kernels import text as tk
+from airflow_provider_dj.ops.kernels.patterns import to_re2
 
 
 def test_regex_module_space_semantics() -> None:

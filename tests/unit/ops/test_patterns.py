@@ -1,4 +1,4 @@
-"""ops/patterns.py: user patterns compile as Data-Juicer compiles them (``regex``),
+"""ops/kernels/patterns.py: user patterns compile as Data-Juicer compiles them (``regex``),
 bad ones are reported with op, argument, pattern and position, and the RE2 fast
 path is taken only where it gives ``regex``'s exact result."""
 
@@ -12,7 +12,7 @@ import pytest
 import regex
 
 from airflow_provider_dj.ops.base import OpArgumentError
-from airflow_provider_dj.ops.patterns import (
+from airflow_provider_dj.ops.kernels.patterns import (
     DOTALL,
     check_replacement,
     compile_user_pattern,

@@ -12,7 +12,7 @@ import pytest
 import regex
 
 from airflow_provider_dj.cli import main
-from airflow_provider_dj.engine.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 

@@ -11,7 +11,7 @@ import math
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import perplexity as ppl
+from airflow_provider_dj.ops.filters import perplexity as ppl
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from tests import helpers_lm
@@ -152,7 +152,7 @@ def test_a_broken_model_file_fails_with_its_path(models, tmp_path):
 
 def test_unusable_model_fails_the_op_even_with_skip_op_error(models, tmp_path):
     """Every row would fail the same way: the engine must stop, not move the whole batch to failed/."""
-    from airflow_provider_dj.engine.op_runner import apply_op
+    from airflow_provider_dj.engine.execution.op_runner import apply_op
 
     bad = tmp_path / "en.arpa.bin"
     bad.write_text("not a language model\n")

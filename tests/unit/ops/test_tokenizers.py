@@ -14,10 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops import filters_text, tokenizers
+from airflow_provider_dj.ops.filters import text as filters_text
+from airflow_provider_dj.ops.kernels import tokenizers
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
-from airflow_provider_dj.ops.text_kernels import SPECIAL_CHARACTERS
+from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from helpers_models import build_hf_tokenizer, train_sentencepiece  # noqa: E402

@@ -1,4 +1,4 @@
-"""CheckpointSensor's check (engine.job_watch) and its trigger, over real job directories.
+"""CheckpointSensor's check (engine.jobdir.watch) and its trigger, over real job directories.
 
 Jobs are prepared and run in-process with the real engine; the trigger is
 run with asyncio directly (its run() polls in a thread, as in the triggerer).
@@ -12,12 +12,12 @@ import threading
 
 import pytest
 
-from airflow_provider_dj.engine.events import EventLog
-from airflow_provider_dj.engine.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job_setup import prepare_job
-from airflow_provider_dj.engine.job_watch import JobFailedError, WaitTargetError, check
-from airflow_provider_dj.engine.recipe import load_recipe
-from airflow_provider_dj.engine.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.sample_corpus import write_corpus
 
 PROCESS = """process:
@@ -147,7 +147,7 @@ def test_scheduled_job_id_matches_the_recipe_dags_scheduled_run():
     from airflow.models.dagrun import DagRun
     from airflow.utils.types import DagRunType
 
-    from airflow_provider_dj.engine.job import job_id_for_run
+    from airflow_provider_dj.engine.jobdir.layout import job_id_for_run
     from airflow_provider_dj.sensors.checkpoint import scheduled_job_id
 
     when = pendulum.datetime(2026, 11, 29, tz="UTC")

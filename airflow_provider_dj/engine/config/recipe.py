@@ -1,0 +1,515 @@
+"""Typed, validated recipe model: Data-Juicer-style YAML in, frozen dataclasses out.
+
+Why validate everything up front: a recipe is turned into a DAG at parse time
+and then runs for hours on a cluster.  A typo in an op argument, an enum, or a
+path suffix must fail when the DAG is parsed (or when the CLI loads the
+file), with the file, the dotted key path, the bad value and what to write
+instead, never as a stack trace in task 37.
+
+This module is Airflow-free and never touches the data: parsing a recipe must
+not list buckets or stat files (the scheduler parses DAGs constantly).  The
+one function that looks at the input, ``check_input_exists``, is called by
+tasks, not by the parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob as globmod
+import os
+import posixpath
+import re
+from typing import Any
+
+import yaml
+
+from airflow_provider_dj.engine.config import schema as S
+from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
+from airflow_provider_dj.engine.config.schema import (
+    CheckpointConfig,
+    IntermediateStorageConfig,
+    OpSpec,
+    PartitionConfig,
+    Recipe,
+    RecipeError,
+    TracerConfig,
+    recipe_from_dict,
+)
+from airflow_provider_dj.ops.base import OpArgumentError, suggest
+from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class, op_names
+
+__all__ = [
+    "CheckpointConfig", "IntermediateStorageConfig", "OpSpec", "PartitionConfig", "Recipe",
+    "RecipeError", "TracerConfig", "check_input_exists", "load_recipe", "parse_recipe",
+    "recipe_from_dict", "sanitize_dag_id",
+]
+
+
+def sanitize_dag_id(project_name: str) -> str:
+    """Airflow dag ids allow letters, digits, ``_``, ``-`` and ``.``; everything else becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", project_name)
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+class _RecipeYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads exponent numbers without a dot (``2e5``, ``1e-3``).
+
+    YAML 1.1 (PyYAML) reads ``max_len: 2e5`` as the *string* '2e5'; Data-Juicer's
+    config parser (jsonargparse) reads it as the number, and its shipped recipes
+    use it (pile-philpaper-refine: ``max_len: 5e5``).  A whole value (``5e5``)
+    becomes an int so that it passes as an op's int argument; others stay float.
+    """
+
+
+_EXP_NUMBER = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+
+
+def _construct_exp_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    text = loader.construct_scalar(node)
+    value = float(text)
+    return int(value) if "." not in text and value.is_integer() else value
+
+
+_RecipeYamlLoader.add_implicit_resolver("tag:dj-airflow:exp-number", _EXP_NUMBER, list("-+0123456789."))
+_RecipeYamlLoader.add_constructor("tag:dj-airflow:exp-number", _construct_exp_number)
+
+
+def load_recipe(path: str | os.PathLike, overrides: dict | None = None, *,
+                override_source: str = "dag_run.conf") -> Recipe:
+    """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=_RecipeYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except FileNotFoundError:
+        raise RecipeError(path, None, "recipe file not found") from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(path, None, f"invalid YAML: {exc}") from None
+    return parse_recipe(data, source_file=path, base_dir=os.path.dirname(path),
+                        overrides=overrides, override_source=override_source)
+
+
+def parse_recipe(data: dict, *, source_file: str | None = None, base_dir: str | None = None,
+                 overrides: dict | None = None, override_source: str = "dag_run.conf") -> Recipe:
+    """Validate recipe data (overrides merged in first) and build a Recipe.
+
+    ``base_dir`` anchors relative paths; it defaults to the file's directory,
+    else the current directory."""
+    if data is None:
+        raise RecipeError(source_file, None, "recipe is empty; it needs at least dataset_path, export_path and process")
+    if not isinstance(data, dict):
+        raise RecipeError(source_file, None, f"a recipe must be a mapping of keys, got {type(data).__name__}")
+    try:
+        norm = normalize_overrides(overrides, source=override_source)
+    except RecipeError as exc:
+        raise exc.with_file(source_file) from None
+    if base_dir is None:
+        base_dir = os.path.dirname(source_file) if source_file else os.getcwd()
+    return _Parser(source_file, base_dir, _leaves(norm), override_source).parse(deep_merge(data, norm))
+
+
+def _leaves(nested: dict, prefix: str = "") -> frozenset[str]:
+    out: set[str] = set()
+    for k, v in nested.items():
+        path = f"{prefix}.{k}" if prefix else k
+        out |= _leaves(v, path) if isinstance(v, dict) and path in S.SECTIONS else {path}
+    return frozenset(out)
+
+
+def _get(d: dict, key: str, default: Any = None) -> Any:
+    """``d[key]``, with an explicit null meaning "use the default" (Data-Juicer writes ``size: null``)."""
+    value = d.get(key)
+    return default if value is None else value
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(text: str) -> bool:
+    return re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None
+
+
+class _Parser:
+    """One parse: knows the file and which keys came from overrides, to word errors."""
+
+    def __init__(self, file: str | None, base_dir: str, overridden: frozenset[str], source: str) -> None:
+        self.file, self.base_dir, self.overridden, self.source = file, base_dir, overridden, source
+
+    def err(self, key: str | None, message: str, *related: str) -> RecipeError:
+        keys = [k for k in (key, *related) if k]
+        hit = any(k == o or k.startswith((o + ".", o + "[")) or o.startswith(k + ".")
+                  for k in keys for o in self.overridden)
+        return RecipeError(self.file, key, message + (f" (from {self.source})" if hit else ""))
+
+    # -- scalar checks ----------------------------------------------------
+    def bool_(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.err(key, f"must be true or false, got {value!r}")
+        return value
+
+    def int_(self, value: Any, key: str, minimum: int = 1, *, none: bool = False, auto: bool = False) -> int | None:
+        if (value is None and none) or (auto and value == "auto"):
+            return None
+        if not _is_int(value) or value < minimum:
+            alts = (' or "auto"' if auto else "") + (" or null" if none else "")
+            raise self.err(key, f"must be an integer >= {minimum}{alts}, got {value!r}")
+        return value
+
+    def ratio(self, value: Any, key: str) -> float | None:
+        """A fraction in [0, 1] or null (the failure-rate guard's limit)."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise self.err(key, f"must be a number from 0 to 1 (the fraction of an op's input rows that may fail "
+                           f"before the job stops; 1 turns the guard off), got {value!r}")
+        return float(value)
+
+    def str_(self, value: Any, key: str, *, none: bool = False) -> str | None:
+        if value is None and none:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.err(key, f"must be a non-empty string (quote it in YAML), got {value!r}")
+        return value.strip()
+
+    def enum(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+        if value not in allowed:
+            hint = suggest(value, allowed) if isinstance(value, str) else ""
+            raise self.err(key, f"must be one of {', '.join(allowed)}, got {value!r}.{hint}")
+        return value
+
+    def str_list(self, value: Any, key: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise self.err(key, f"must be a list of non-empty strings, got {value!r}")
+        return tuple(value)
+
+    def section(self, data: dict, name: str) -> dict:
+        raw = _get(data, name)
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise self.err(name, f"must be a mapping of {', '.join(S.SECTION_KEYS[name][:4])}, ...; got {raw!r}")
+        for k in raw:
+            if k not in S.SECTION_KEYS[name]:
+                raise self.err(f"{name}.{k}", f"unknown key {k!r} in {name}.{suggest(str(k), S.SECTION_KEYS[name])} "
+                               f"Allowed: {', '.join(S.SECTION_KEYS[name])}")
+        return raw
+
+    # -- whole recipe -----------------------------------------------------
+    def parse(self, data: dict) -> Recipe:
+        allowed = set(S.OWN_TOP_LEVEL_KEYS) | S.DJ_IGNORED_KEYS
+        for k in data:
+            if k not in allowed:
+                raise self.err(str(k), f"unknown recipe key {k!r}.{suggest(str(k), allowed)} Keys this provider "
+                               f"uses: {', '.join(sorted(set(S.OWN_TOP_LEVEL_KEYS) - {'partition_size'}))}")
+        executor = _get(data, "executor_type", S.EXECUTOR_TYPE)
+        if executor != S.EXECUTOR_TYPE:
+            raise self.err("executor_type", f"got {executor!r}, but this provider runs recipes only with the "
+                           f"partitioned, checkpointed executor; set executor_type: {S.EXECUTOR_TYPE} "
+                           f"(or remove the key)")
+        process = self.process(_get(data, "process"))
+        names = [op.name for op in process]
+        dataset_path = self.dataset_path(_get(data, "dataset_path"))
+        export_path = self.export_path(_get(data, "export_path"), dataset_path)
+        work_dir = _get(data, "work_dir")
+        if work_dir is None:
+            work_dir = posixpath.dirname(export_path) if "://" in export_path else os.path.dirname(export_path)
+        else:
+            work_dir = self.path(self.str_(work_dir, "work_dir"))
+        for key, url in (("dataset_path", dataset_path), ("export_path", export_path), ("work_dir", work_dir)):
+            self.url_driver(key, url)
+        text_keys = self.str_list(_get(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
+        if not text_keys:
+            raise self.err("text_keys", "must name at least one field, e.g. text_keys: text")
+        job_id = self.safe_id(_get(data, "job_id"), "job_id")
+        resume = self.safe_id(_get(data, "resume"), "resume")
+        if job_id and resume and job_id != resume:
+            raise self.err("resume", f"resume {resume!r} and job_id {job_id!r} differ; resuming continues that job, "
+                           f"so set only resume (or make both the same id)", "job_id")
+        export_opts = self.export_options(data, export_path, process)
+        project = _get(data, "project_name")
+        if project is None:
+            project = os.path.splitext(os.path.basename(self.file))[0] if self.file else S.DEFAULT_PROJECT_NAME
+        return Recipe(
+            source_file=self.file,
+            project_name=self.str_(project, "project_name"),
+            dataset_path=dataset_path,
+            export_path=export_path,
+            work_dir=work_dir,
+            text_keys=text_keys,
+            np=self.int_(_get(data, "np", S.DEFAULT_NP), "np"),
+            process=process,
+            executor_type=S.EXECUTOR_TYPE,
+            partition=self.partition(data),
+            checkpoint=self.checkpoint(self.section(data, "checkpoint"), names),
+            intermediate_storage=self.storage(self.section(data, "intermediate_storage")),
+            tracer=TracerConfig(
+                open_tracer=self.bool_(_get(data, "open_tracer", False), "open_tracer"),
+                op_list_to_trace=self.op_refs(_get(data, "op_list_to_trace"), "op_list_to_trace", names),
+                trace_num=self.int_(_get(data, "trace_num", 10), "trace_num"),
+                trace_keys=self.str_list(_get(data, "trace_keys"), "trace_keys"),
+            ),
+            skip_op_error=self.bool_(_get(data, "skip_op_error", S.DEFAULT_SKIP_OP_ERROR), "skip_op_error"),
+            keep_stats_in_res_ds=self.bool_(_get(data, "keep_stats_in_res_ds", False), "keep_stats_in_res_ds"),
+            job_id=job_id or resume,  # resuming a job means running under its id (as Data-Juicer does)
+            resume=resume,
+            schedule=self.schedule(_get(data, "schedule")),
+            ignored_keys=tuple(sorted(k for k in data if k in S.DJ_IGNORED_KEYS)),
+            max_failed_ratio=self.ratio(_get(data, "max_failed_ratio"), "max_failed_ratio"),
+            keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
+            export_in_parallel=export_opts.export_in_parallel,
+        )
+
+    def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
+        """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""
+        from airflow_provider_dj.engine.output.fields import check_export_keys
+
+        dedups = [op.name for op in process if getattr(get_op_class(op.name), "kind", "") == "deduplicator"]
+        return check_export_keys(data, export_path, dedups, err=self.err)
+
+    def process(self, raw: Any) -> tuple[OpSpec, ...]:
+        if raw is None or raw == []:
+            raise self.err("process", "the recipe needs a non-empty process list of ops, e.g. "
+                           "process: [whitespace_normalization_mapper, {words_num_filter: {min_num: 10}}]")
+        if not isinstance(raw, list):
+            raise self.err("process", f"must be a list of ops (- op_name: {{args}}), got {raw!r}")
+        specs = []
+        for i, item in enumerate(raw):
+            key = f"process[{i}]"
+            if isinstance(item, str):
+                name, args = item, {}
+            elif isinstance(item, dict) and len(item) == 1:
+                name, args = next(iter(item.items()))
+            else:
+                raise self.err(key, f"each process entry must be one op as '- op_name: {{args}}' (a single-key "
+                               f"mapping) or '- op_name', got {item!r}")
+            if not isinstance(name, str):
+                raise self.err(key, f"op name must be a string, got {name!r}")
+            args = {} if args is None else args
+            if not isinstance(args, dict) or not all(isinstance(a, str) for a in args):
+                raise self.err(f"{key}.{name}", f"op arguments must be a mapping (arg: value), got {args!r}")
+            try:
+                cls = get_op_class(name)
+            except UnknownOpError as exc:
+                known = op_names()
+                listing = f" Available ops: {', '.join(known)}" if len(known) <= 40 else ""
+                raise self.err(key, f"{exc.message}{listing}") from None
+            try:
+                cls.validate_args(args)
+            except OpArgumentError as exc:
+                raise self.err(f"{key}.{name}.{exc.key}", str(exc)) from None
+            specs.append(OpSpec(i, name, copy.deepcopy(args)))
+        return tuple(specs)
+
+    def op_refs(self, raw: Any, key: str, names: list[str]) -> tuple[str, ...]:
+        refs = self.str_list(raw, key)
+        for j, ref in enumerate(refs):
+            if ref not in names:
+                raise self.err(f"{key}[{j}]", f"{ref!r} is not an op in process.{suggest(ref, names)} "
+                               f"Ops in process: {', '.join(dict.fromkeys(names))}")
+        return refs
+
+    def schedule(self, raw: Any) -> str | None:
+        value = self.str_(raw, "schedule", none=True)
+        if value is None or value in S.SCHEDULE_PRESETS:
+            return value
+        if value.startswith("@"):
+            raise self.err("schedule", f"unknown preset {value!r}.{suggest(value, S.SCHEDULE_PRESETS)} "
+                           f"Presets: {', '.join(S.SCHEDULE_PRESETS)}")
+        try:
+            from croniter import croniter
+        except ImportError:  # pragma: no cover - airflow always ships croniter
+            return value
+        if not croniter.is_valid(value):
+            raise self.err("schedule", f"{value!r} is not a valid cron expression (minute hour day month weekday, "
+                           f"e.g. '0 3 * * *') or preset ({', '.join(S.SCHEDULE_PRESETS)})")
+        return value
+
+    def safe_id(self, raw: Any, key: str) -> str | None:
+        value = self.str_(raw, key, none=True)
+        if value is not None and (not S.SAFE_ID_RE.match(value) or ".." in value):
+            raise self.err(key, f"{value!r} is not a safe id: use 1-128 characters of letters, digits, '_', '-', '.', "
+                           f"not starting with '.' and without '..' or path separators (it names a directory)")
+        return value
+
+    # -- paths ------------------------------------------------------------
+    def url_driver(self, key: str, value: str) -> None:
+        """A URL's fsspec driver must be importable here, or the job would fail mid-run (docs/object_store.md)."""
+        if "://" not in value:
+            return
+        protocol = value.split("://", 1)[0]
+        try:
+            from fsspec.registry import get_filesystem_class
+
+            get_filesystem_class(protocol)
+        except ImportError as exc:
+            hint = " (pip install 'airflow-provider-dj[s3]')" if protocol in ("s3", "s3a") else ""
+            raise self.err(key, f"{value!r}: the {protocol}:// file system driver is not installed here{hint}: "
+                           f"{exc}") from None
+        except ValueError:
+            raise self.err(key, f"{value!r}: unknown URL protocol {protocol!r}; use a local path or an fsspec "
+                           f"URL such as s3://bucket/prefix") from None
+
+    def path(self, value: str) -> str:
+        if "://" in value:
+            return value
+        value = os.path.expanduser(value)
+        return os.path.normpath(os.path.join(self.base_dir, value))
+
+    def dataset_path(self, raw: Any) -> str:
+        if raw is None:
+            raise self.err("dataset_path", "is required: a .jsonl/.json/.parquet file (optionally .gz/.zst for "
+                           "JSON Lines), a directory, or a glob such as /data/*.jsonl")
+        value = self.str_(raw, "dataset_path")
+        tokens = value.split()
+        if len(tokens) > 1 and (any(_is_number(t) for t in tokens)
+                                or sum(t.lower().endswith(S.DATASET_SUFFIXES) for t in tokens) > 1):
+            raise self.err("dataset_path", f"{value!r} looks like a Data-Juicer weighted mixture ('<weight> <path> "
+                           f"...'); mixtures are not supported. Put the files in one directory and point dataset_path "
+                           f"at it, or use a glob such as '/data/*.jsonl'")
+        name = value.rstrip("/").rsplit("/", 1)[-1].lower()
+        ext = name.rsplit(".", 1)[-1] if "." in name else ""
+        if not name.endswith(S.DATASET_SUFFIXES) and ext in S.UNSUPPORTED_DATA_EXTENSIONS:
+            raise self.err("dataset_path", f"{value!r}: unsupported file type .{ext}; use "
+                           f"{', '.join(S.DATASET_SUFFIXES)} files, a directory of them, or a glob")
+        return self.path(value)
+
+    def export_path(self, raw: Any, dataset_path: str) -> str:
+        if raw is None:
+            raise self.err("export_path", "is required: the result file, ending in .jsonl, .json or .parquet")
+        value = self.str_(raw, "export_path")
+        if not value.lower().endswith(S.EXPORT_SUFFIXES) or any(c in value for c in S.GLOB_CHARS):
+            raise self.err("export_path", f"{value!r} must be one file path ending in .jsonl, .json (written as "
+                           f"JSON Lines) or .parquet, e.g. /data/out/result.jsonl")
+        resolved = self.path(value)
+        if resolved == dataset_path:
+            raise self.err("export_path", f"{value!r} is the input dataset_path; write the result elsewhere",
+                           "dataset_path")
+        return resolved
+
+    # -- sections ---------------------------------------------------------
+    def partition(self, data: dict) -> PartitionConfig:
+        raw = dict(self.section(data, "partition"))
+        legacy = _get(data, "partition_size")
+        if legacy is not None:
+            legacy = self.int_(legacy, "partition_size")
+            if _get(raw, "size") is not None and raw["size"] != legacy:
+                raise self.err("partition_size", f"deprecated partition_size={legacy!r} conflicts with "
+                               f"partition.size={raw['size']!r}; keep only partition.size", "partition.size")
+            raw.setdefault("size", legacy)
+        mode = self.enum(_get(raw, "mode", "auto"), "partition.mode", S.PARTITION_MODES)
+        count = self.int_(_get(raw, "num_of_partitions"), "partition.num_of_partitions", none=True, auto=True)
+        size = self.int_(_get(raw, "size"), "partition.size", none=True)
+        if mode == "manual" and count is not None and size is not None:
+            given_count = "partition.num_of_partitions" in self.overridden
+            given_size = "partition.size" in self.overridden
+            if given_count != given_size:  # an override of one replaces the recipe's other
+                count, size = (count, None) if given_count else (None, size)
+            else:
+                raise self.err("partition", f"manual mode takes either num_of_partitions ({count}) or size ({size}), "
+                               f"not both; remove one")
+        if mode == "manual" and count is None and size is None:
+            count = S.DEFAULT_MANUAL_PARTITIONS
+        target = self.int_(_get(raw, "target_size_mb", 256), "partition.target_size_mb")
+        max_mb = self.int_(_get(raw, "max_size_mb"), "partition.max_size_mb", none=True)
+        if max_mb is not None and max_mb < target:
+            raise self.err("partition.max_size_mb", f"{max_mb} is below target_size_mb ({target}); raise it or lower "
+                           f"target_size_mb", "partition.target_size_mb")
+        # For "opt_" keys null is a value of its own (gpu_probe_sample_seed: null = a fresh sample each run).
+        extra = {k: self.extra(k, raw[k] if k in raw and kind.startswith("opt_") else _get(raw, k, default), kind)
+                 for k, (default, kind) in S.PARTITION_EXTRA.items()}
+        return PartitionConfig(
+            mode=mode, num_of_partitions=count, size=size, target_size_mb=target, max_size_mb=max_mb,
+            max_concurrent_partitions=self.int_(_get(raw, "max_concurrent_partitions"),
+                                                "partition.max_concurrent_partitions", none=True, auto=True),
+            extra=extra,
+        )
+
+    def extra(self, name: str, value: Any, kind: str) -> Any:
+        key = f"partition.{name}"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "bool":
+            return self.bool_(value, key)
+        if kind == "auto_or_pos_int":
+            return "auto" if value == "auto" else self.int_(value, key, auto=True)
+        if kind in ("pos_int", "nonneg_int"):
+            return self.int_(value, key, 1 if kind == "pos_int" else 0)
+        if kind == "opt_int" and not (value is None or _is_int(value)):
+            raise self.err(key, f"must be an integer or null, got {value!r}")
+        if kind == "opt_pos_number" and not (value is None or (number and value > 0)):
+            raise self.err(key, f"must be a positive number of seconds or null, got {value!r}")
+        if kind == "opt_str" and not (value is None or (isinstance(value, str) and value.strip())):
+            raise self.err(key, f"must be a non-empty string (an Airflow pool name) or null, got {value!r}")
+        if kind == "ratio" and not (number and 0 < value <= 1):
+            raise self.err(key, f"must be a number in (0, 1], got {value!r}")
+        return value
+
+    def checkpoint(self, raw: dict, names: list[str]) -> CheckpointConfig:
+        enabled = self.bool_(_get(raw, "enabled", True), "checkpoint.enabled")
+        strategy = self.enum(_get(raw, "strategy", "every_n_ops"), "checkpoint.strategy", S.CHECKPOINT_STRATEGIES)
+        n_ops = self.int_(_get(raw, "n_ops", 5), "checkpoint.n_ops")
+        refs = self.op_refs(_get(raw, "op_names"), "checkpoint.op_names", names)
+        if not enabled or strategy == "disabled":
+            return CheckpointConfig(False, "disabled", n_ops, refs)
+        if strategy == "manual" and not refs:
+            raise self.err("checkpoint.op_names", f"strategy manual needs op_names: the ops after which to "
+                           f"checkpoint, from process: {', '.join(dict.fromkeys(names))}", "checkpoint.strategy")
+        return CheckpointConfig(True, strategy, n_ops, refs)
+
+    def storage(self, raw: dict) -> IntermediateStorageConfig:
+        fmt = self.enum(_get(raw, "format", "parquet"), "intermediate_storage.format", S.STORAGE_FORMATS)
+        comp = _get(raw, "compression", S.DEFAULT_COMPRESSION[fmt])
+        if comp is False:  # YAML 1.1 reads a bare `no`/`off` as false
+            comp = "none"
+        allowed = S.STORAGE_COMPRESSIONS[fmt]
+        if comp not in allowed:
+            raise self.err("intermediate_storage.compression", f"{comp!r} is not available for format {fmt}; use "
+                           f"one of {', '.join(allowed)}.{suggest(str(comp), allowed)}", "intermediate_storage.format")
+        return IntermediateStorageConfig(
+            format=fmt, compression=comp,
+            preserve_intermediate_data=self.bool_(_get(raw, "preserve_intermediate_data", False),
+                                                  "intermediate_storage.preserve_intermediate_data"),
+            retention_policy=self.enum(_get(raw, "retention_policy", "keep_all"),
+                                       "intermediate_storage.retention_policy", S.RETENTION_POLICIES),
+        )
+
+
+# --------------------------------------------------------------------------
+# Run-time check (tasks call this; DAG parsing must not)
+# --------------------------------------------------------------------------
+def check_input_exists(recipe: Recipe) -> None:
+    """Raise RecipeError if ``dataset_path`` matches no readable input file.
+
+    Local paths: the file, any readable file under the directory, or any glob
+    match.  URLs are checked through fsspec when it and the protocol's driver
+    are importable; otherwise the check is skipped and the reader reports.
+    """
+    path = recipe.dataset_path
+    missing = RecipeError(recipe.source_file, "dataset_path",
+                          f"{path!r} matches no input files; check the path, or give a directory or glob holding "
+                          f"{', '.join(S.DATASET_SUFFIXES)} files")
+    is_glob = any(c in path for c in S.GLOB_CHARS)
+    if "://" in path:
+        try:
+            from airflow_provider_dj.engine.storage.fs import get_fs  # credentials/endpoint for s3:// URLs
+            fs, inner = get_fs(path)
+        except (ImportError, ValueError):  # no fsspec, or no driver for this protocol here
+            return
+        if not (fs.glob(inner) if is_glob else fs.exists(inner)):
+            raise missing
+        return
+    if is_glob:
+        candidates = (p for p in globmod.iglob(path, recursive=True) if os.path.isfile(p))
+    elif os.path.isdir(path):
+        candidates = (os.path.join(root, n) for root, _d, files in os.walk(path) for n in files
+                      if not n.startswith(".") and n.lower().endswith(S.DATASET_SUFFIXES))
+    else:
+        candidates = iter([path] if os.path.isfile(path) else [])
+    if next(candidates, None) is None:
+        raise missing

@@ -1,0 +1,1 @@
+"""Running the plan: segments on partitions, ops on tables, global ops, Ray dispatch, faults."""

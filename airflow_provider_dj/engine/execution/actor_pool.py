@@ -1,0 +1,293 @@
+"""Actor pools: one set of Ray actors per execution group, so a model starts once per actor.
+
+Why: a plain Ray task per partition builds its ops afresh, so an op with a
+costly start-up (a model to load) pays it for every partition.  An execution
+group (docs/gpu_planning.md) is the run of partitions that should share one
+start-up.  When a segment holds a ``stateful`` op (``ops.base.Op.stateful``),
+``ray_dispatch.run_partitions`` starts a small pool of Ray actors for the
+group — one PartitionGroupOperator execution — sends each partition to a
+free actor, and kills the actors when the group ends (or is killed).  Each
+actor keeps its stateful op instances, keyed by op index and fingerprint,
+across every partition it runs; other ops are still created per partition,
+as in a plain task, so no op that keeps per-partition state is shared by
+accident.  Checkpoints stay per logical partition: an actor runs the very
+same ``segment_runner.run_segment`` a plain task runs.
+
+Pure-CPU segments without stateful ops keep plain tasks: an actor costs a
+dedicated worker process and its resources for the group's whole life.
+
+What an actor holds (``resolve_pool``): one replica of every op of the
+segment, used one partition at a time, so its GPU share is the sum of the
+segment's per-op shares (memory is held together) and its CPUs the largest
+per-op figure (the ops run one after another).  Per-op figures come from the
+validate task's actor plan (``stage_resources``: the probe report's
+``num_gpus``/``num_cpus``), else from the op's explicit recipe arguments.
+The actor count is the group's in-flight limit (``max_in_flight``, itself
+derived from the planned actors), bounded by the planned actors of the
+segment's ops and by the group's partitions.
+
+Evidence: every actor writes ``actor_start`` and every kept op instance
+``op_init`` (with its set-up duration), so tests and the monitor can count
+model start-ups per group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_PACKAGE = "airflow_provider_dj."
+
+
+class PoolResourceError(RuntimeError):
+    """The pool's actors ask for resources the Ray cluster does not have at all (they would wait forever)."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    actors: int
+    num_cpus: float
+    num_gpus: float
+    stateful_ops: list[int] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _op_class(name: str):
+    from airflow_provider_dj.ops.registry import get_op_class
+
+    return get_op_class(name)
+
+
+def segment_op_indices(segment) -> list[int]:
+    """Every op a partition of this segment may instantiate (mask, per-partition ops, key phase)."""
+    extra = [i for i in (segment.applies_global, segment.keys_for_global) if i is not None]
+    return sorted(set(segment.op_indices) | set(extra))
+
+
+def stateful_op_indices(plan, segment) -> list[int]:
+    return [i for i in segment_op_indices(segment) if getattr(_op_class(plan.ops[i].name), "stateful", False)]
+
+
+def op_modules(plan) -> list[str]:
+    """Modules outside this package that define the plan's ops (a plugin's or a test's).
+
+    A Ray worker imports them before it builds ops, so their ``@register``
+    runs there too; the provider's own ops are found by the registry itself.
+    """
+    mods = {_op_class(o.name).__module__ for o in plan.ops}
+    return sorted(m for m in mods if not m.startswith(_PACKAGE) and m != "__main__")
+
+
+def import_op_modules(modules) -> None:
+    for mod in modules or ():
+        importlib.import_module(mod)
+
+
+def stage_resources(job_dir: str, actor_plan) -> dict | None:
+    """Per planned op (key: op index as a string): planned actors and one replica's Ray resources.
+
+    Written into every execution group by the validate task, so the
+    partition task sizes its pool from the real probe report.
+    """
+    if actor_plan is None:
+        return None
+    from airflow_provider_dj.engine.gpu.profiles import load_report, stages_from_report
+
+    report = load_report(job_dir)
+    if not report:
+        return None
+    stages = {s.op_index: s for s in stages_from_report(report)}
+    return {str(i): {"actors": int(n), "num_gpus": float(stages[i].num_gpus), "num_cpus": float(stages[i].num_cpus)}
+            for i, n in sorted(actor_plan.actors.items()) if i in stages}
+
+
+def _op_resources(spec, resources: dict | None) -> dict:
+    planned = (resources or {}).get(str(spec.index))
+    if planned:
+        return planned
+    cls = _op_class(spec.name)
+    gpus = spec.args.get("num_gpus")
+    if gpus is None and getattr(cls, "uses_cuda", False):
+        gpus = getattr(cls, "gpu_num_gpus", None)
+    return {"num_gpus": float(gpus or 0.0), "num_cpus": spec.args.get("num_cpus")}
+
+
+def resolve_pool(plan, segment, n_partitions: int, *, max_in_flight: int | None = None,
+                 cpus_per_partition: float = 1.0, actor_resources: dict | None = None) -> PoolSpec | None:
+    """The pool for one group of ``n_partitions`` partitions of ``segment``; None = plain tasks."""
+    stateful = stateful_op_indices(plan, segment)
+    if not stateful or n_partitions < 1:
+        return None
+    ops = [plan.ops[i] for i in segment_op_indices(segment)]
+    per_op = {o.index: _op_resources(o, actor_resources) for o in ops}
+    shares = sum(float(r.get("num_gpus") or 0.0) for r in per_op.values())
+    num_gpus = float(math.ceil(shares - 1e-9)) if shares > 1 + 1e-9 else shares  # Ray splits only one device
+    cpus = [float(r["num_cpus"]) for r in per_op.values() if r.get("num_cpus") is not None]
+    num_cpus = max([float(cpus_per_partition), *cpus])
+    bounds = {"partitions in the group": n_partitions}
+    if max_in_flight:
+        bounds["max_in_flight"] = int(max_in_flight)
+    planned = [int(r["actors"]) for r in per_op.values() if r.get("actors")]
+    if planned:
+        bounds["planned actors"] = min(planned)
+    which = min(bounds, key=lambda k: bounds[k])
+    actors = max(1, bounds[which])
+    names = ", ".join(f"{plan.ops[i].name}#{i}" for i in stateful)
+    reason = (f"stateful op(s) {names}: {actors} actor(s), bound by {which} "
+              f"({', '.join(f'{k} {v}' for k, v in bounds.items())})")
+    return PoolSpec(actors, num_cpus, num_gpus, stateful, reason)
+
+
+def check_cluster_fits(ray: Any, spec: PoolSpec, segment_index: int) -> None:
+    """Refuse, before any actor starts, a pool no node of this cluster can ever place."""
+    try:
+        total = ray.cluster_resources()
+    except Exception:  # noqa: BLE001 - a client without the call: let Ray schedule
+        return
+    for key, need in (("GPU", spec.num_gpus), ("CPU", spec.num_cpus)):
+        have = float(total.get(key, 0.0))
+        if need > 0 and need > have + 1e-9:
+            raise PoolResourceError(
+                f"segment {segment_index}: each actor of the pool needs {key}={need:g} but the Ray cluster has "
+                f"{have:g}; run on a cluster with {key}s, or lower the op's num_gpus/num_cpus in the recipe "
+                f"(or re-run the GPU preflight so the plan matches this cluster)")
+
+
+class SegmentActor:
+    """Runs partitions of one segment in one long-lived process, keeping stateful ops alive."""
+
+    def __init__(self, job_dir: str, segment_index: int, actor_index: int, event_defaults: dict,
+                 modules: list[str]) -> None:
+        t0 = time.perf_counter()
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        import_op_modules(modules)
+        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.layout import JobContext
+
+        self.job_dir = job_dir
+        self.segment_index = segment_index
+        self.actor_index = actor_index
+        self._ops: dict[tuple[int, str], Any] = {}
+        self._partition: int | None = None
+        # Its own writer: on object storage a writer rewrites its whole file,
+        # so it must not share one with run_segment's log in this process.
+        host = socket.gethostname().replace("_", "-")
+        self._events = EventLog(job_dir, JobContext(job_dir).job_id, writer=f"{host}-{os.getpid()}-actor",
+                                defaults=dict(event_defaults or {}))
+        self._events.emit("actor_start", segment=segment_index, actor_index=actor_index, pid=os.getpid(),
+                          duration=round(time.perf_counter() - t0, 6), status="running")
+
+    def run(self, partition_id: int, try_number: int | None, event_defaults: dict) -> dict:
+        from airflow_provider_dj.engine.execution.segment_runner import run_segment
+        from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
+
+        self._partition = partition_id
+        self._events.defaults = dict(event_defaults or {}, try_number=try_number)
+        try:
+            return run_segment(self.job_dir, self.segment_index, partition_id, try_number=try_number,
+                               event_defaults=event_defaults, op_factory=self.op).to_dict()
+        except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch._segment_task)
+            return {"partition_id": partition_id, "segment_index": self.segment_index, "stopped": True,
+                    "request": exc.request}
+
+    def op(self, spec, text_key: str):
+        """run_segment's op factory: stateful ops once per actor, the rest per partition."""
+        from airflow_provider_dj.ops.registry import create_op
+
+        if not getattr(_op_class(spec.name), "stateful", False):
+            return create_op(spec.name, spec.args, text_key)
+        key = (spec.index, spec.fingerprint)
+        op = self._ops.get(key)
+        if op is None:
+            t0 = time.perf_counter()
+            op = create_op(spec.name, spec.args, text_key)
+            setup = getattr(op, "setup", None)
+            if setup is not None:
+                setup()
+            self._ops[key] = op
+            took = round(time.perf_counter() - t0, 6)
+            self._events.emit("op_init", partition_id=self._partition, segment=self.segment_index,
+                              op_index=spec.index, op_name=spec.name, duration=took, actor_index=self.actor_index,
+                              pid=os.getpid(), status="success")
+            log.info("actor %d: %s (op %d) set up in %.2fs; kept for the group's next partitions",
+                     self.actor_index, spec.name, spec.index, took)
+        return op
+
+
+class GroupActorPool:
+    """The driver's side: starts the actors, hands partitions to free ones, kills them at the end."""
+
+    def __init__(self, ray: Any, spec: PoolSpec, job_dir: str, segment_index: int, event_defaults: dict,
+                 modules: list[str], handle: Any = None) -> None:
+        self.ray = ray
+        self.spec = spec
+        self.job_dir = job_dir
+        self.segment_index = segment_index
+        self.event_defaults = dict(event_defaults or {})
+        self.modules = list(modules)
+        self.handle = handle
+        self._cls = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0,
+                               max_task_retries=0)(SegmentActor)
+        self.actors: list = []  # every actor started (for the kill at the end)
+        self.free: list = []
+        self.busy: dict = {}  # ref -> actor
+        self.replaced = 0
+        for _ in range(spec.actors):
+            self.free.append(self._start())
+
+    def _start(self):
+        actor = self._cls.remote(self.job_dir, self.segment_index, len(self.actors), self.event_defaults,
+                                 self.modules)
+        self.actors.append(actor)
+        if self.handle is not None:
+            self.handle.track_actors(self.ray, self.actors)
+        return actor
+
+    def submit(self, partition_id: int, try_number: int | None, event_defaults: dict):
+        if not self.free:  # an actor died earlier: its replacement starts only when work needs it
+            self.free.append(self._start())
+            self.replaced += 1
+        actor = self.free.pop(0)
+        ref = actor.run.remote(partition_id, try_number, dict(event_defaults or {}))
+        self.busy[ref] = actor
+        return ref
+
+    def release(self, ref, error: BaseException | None = None) -> None:
+        """The partition behind ``ref`` ended; its actor is free again unless it died."""
+        actor = self.busy.pop(ref, None)
+        if actor is None:
+            return
+        if error is not None and _actor_died(self.ray, error):
+            log.warning("segment %d: an actor of the pool died (%s); a new one starts for the next partition",
+                        self.segment_index, type(error).__name__)
+            self._kill(actor)
+            return
+        self.free.append(actor)
+
+    def _kill(self, actor) -> None:
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - already dead
+            log.debug("kill of actor: %s", exc)
+
+    def shutdown(self) -> None:
+        """Kill every actor of the pool: the group's models and GPU shares are released now."""
+        for actor in self.actors:
+            self._kill(actor)
+        self.free.clear()
+
+
+def _actor_died(ray: Any, error: BaseException) -> bool:
+    died = getattr(getattr(ray, "exceptions", None), "RayActorError", None)
+    return died is not None and isinstance(error, died)

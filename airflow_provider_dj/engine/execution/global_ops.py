@@ -1,0 +1,90 @@
+"""The global phase of a deduplicator: all partitions' keys -> per-partition keep masks.
+
+Runs once per global op, after the barrier.  It reads only the 16-byte keys
+each partition task committed (memory bounded by the number of rows, not
+the text size), walks them in input order keeping each key's first
+occurrence — exactly what a single-process deduplicator over the whole
+dataset keeps — and commits one keep mask per partition.  Re-running it is
+idempotent: masks already committed for the same keys are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
+from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
+from airflow_provider_dj.ops.registry import create_op
+
+log = logging.getLogger(__name__)
+
+
+class MissingKeysError(RuntimeError):
+    pass
+
+
+def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | None = None) -> dict:
+    ctx = JobContext(job_dir)
+    plan = ctx.plan
+    op = plan.ops[op_index]
+    if not op.is_global:
+        raise ValueError(f"op {op_index} ({op.name}) is not a global op")
+    parts = ctx.partitioning_info["partitions"]
+    ks, ms = keys_store(job_dir), mask_store(job_dir)
+    events = EventLog(job_dir, ctx.job_id, defaults=event_defaults)
+    t0 = time.perf_counter()
+    events.emit("global_op_start", op_index=op_index, op_name=op.name, partitions=len(parts))
+
+    if parts and all(ms.is_committed(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint) for p in parts):
+        log.info("global op %d (%s): keep masks already committed for all %d partitions", op_index, op.name, len(parts))
+        events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
+        return {"op_index": op_index, "skipped": True}
+
+    keys: list[pa.Table] = []
+    for p in parts:
+        cp = ks.load_valid(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint)
+        if cp is None:
+            raise MissingKeysError(
+                f"global op {op_index} ({op.name}): keys of partition {p['partition_id']} "
+                f"(rows {p['start_row']}-{p['end_row'] - 1}) are missing; clear that partition's segment task"
+            )
+        keys.append(cp.table)
+    total = int(sum(k.num_rows for k in keys))
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    if not total:
+        mask = np.zeros(0, dtype=bool)
+    elif hasattr(op_impl, "resolve_global"):
+        # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
+        # partitions' signatures, in input order, themselves.
+        mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)
+    else:
+        mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+    if len(mask) != total:
+        raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
+    # Tracer (open_tracer): duplicate pairs, written before the masks commit so a
+    # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
+    write_duplicate_trace(ctx, op_index, op_impl, keys, mask)
+    offset = 0
+    fault_spec = load_faults(job_dir)
+    for n, (p, k) in enumerate(zip(parts, keys)):
+        part_mask = mask[offset : offset + k.num_rows]
+        offset += k.num_rows
+        ms.save(op_index=op_index, op_name=op.name, partition_id=p["partition_id"],
+                table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
+                partition_hash=p["content_hash"], fingerprint=op.fingerprint, accounting=[])
+        if n == 0:
+            maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")
+    kept = int(mask.sum())
+    dur = time.perf_counter() - t0
+    log.info("global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur)
+    events.emit("global_op_complete", op_index=op_index, op_name=op.name, input_rows=total, output_rows=kept,
+                duplicates=total - kept, duration=round(dur, 6), status="success")
+    return {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}

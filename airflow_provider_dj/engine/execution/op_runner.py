@@ -1,0 +1,280 @@
+"""Apply one op to one table, with row accounting and per-sample failure isolation.
+
+With ``skip_op_error`` an op that raises on a batch is retried row by row
+so that only the rows that really fail are set aside — with the op and the
+reason — in ``failed/``; they never reach the export silently, and they are
+counted (invariant 6: in = out + filtered + duplicates + failed).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_dj.engine.storage.checkpoints import PATCH_FLAG_PREFIX
+from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
+
+
+@dataclass
+class RowDelta:
+    """How an op's output derives from its input, when it only drops rows and sets a few columns.
+
+    ``columns`` holds the columns the op added or replaced, over the *input*
+    rows (so it lines up with ``keep``); every other output column is the
+    input's, untouched.  A checkpoint can then store just this
+    (engine/storage/checkpoints.py, delta checkpoints) instead of the whole table.
+    """
+
+    keep: pa.Array  # bool, one flag per input row
+    columns: pa.Table  # added or replaced columns, one row per input row
+
+
+@dataclass
+class OpOutcome:
+    table: pa.Table
+    accounting: dict
+    failed_rows: pa.Table | None = None
+    failed_reasons: list[str] = field(default_factory=list)
+    delta: RowDelta | None = None
+
+
+def _same_data(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """True when both columns are the very same buffers (an op passed the column through)."""
+    if a.type != b.type or a.num_chunks != b.num_chunks or len(a) != len(b):
+        return False
+    for ca, cb in zip(a.chunks, b.chunks):
+        if ca.offset != cb.offset or len(ca) != len(cb):
+            return False
+        if [x.address if x is not None else 0 for x in ca.buffers()] != \
+                [x.address if x is not None else 0 for x in cb.buffers()]:
+            return False
+    return True
+
+
+_ROW_ID = "__dj__input_row__"
+
+
+def _sparse(values: pa.ChunkedArray, changed: pa.ChunkedArray) -> pa.Array:
+    """``values`` on the ``changed`` rows, null elsewhere, holding only the changed rows' data
+    (``if_else`` against a null scalar keeps every string's bytes)."""
+    flags = changed.to_numpy() if isinstance(changed, pa.Array) else changed.combine_chunks().to_numpy(
+        zero_copy_only=False)
+    picked = values.filter(changed)
+    index = pa.array(np.cumsum(flags, dtype=np.int64) - 1, mask=~flags)
+    return picked.take(index)
+
+
+def mapper_delta(table: pa.Table, out: pa.Table) -> RowDelta | None:
+    """The delta of a row-preserving op's output against its input: per column, the rows it changed.
+
+    A cleaning mapper rewrites a few rows (those with an e-mail address, odd
+    whitespace): a changed column is stored as its new values on the changed
+    rows only (nulls elsewhere) plus a flag column, so the checkpoint costs
+    what changed, not the whole text again.  None when rows moved, or when
+    most of the data changed (a whole checkpoint is then as cheap).
+    """
+    if out.num_rows != table.num_rows:
+        return None
+    if _ROW_ID in table.column_names and _ROW_ID in out.column_names and \
+            not _same_data(table.column(_ROW_ID), out.column(_ROW_ID)) and \
+            not table.column(_ROW_ID).equals(out.column(_ROW_ID)):
+        return None  # same count, other rows: not a per-row edit
+    cols: dict[str, pa.ChunkedArray] = {}
+    for c in out.column_names:
+        new = out.column(c)
+        if c not in table.column_names or table.column(c).type != new.type:
+            cols[c] = new  # added (or retyped): stored whole
+            continue
+        old = table.column(c)
+        if _same_data(old, new):
+            continue
+        try:
+            both_null = pc.and_(pc.is_null(old), pc.is_null(new))
+            changed = pc.and_(pc.invert(both_null), pc.fill_null(pc.not_equal(old, new), True))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # no element-wise compare (structs, lists)
+            cols[c] = new
+            continue
+        if not pc.any(changed).as_py():
+            continue  # rebuilt, same values
+        cols[c] = _sparse(new, changed)
+        cols[PATCH_FLAG_PREFIX + c] = changed
+    patch = pa.table(cols) if cols else pa.table({})
+    if cols and patch.nbytes > out.nbytes // 2:  # (whitespace normalization touches ~30 % of the sample corpus)
+        return None
+    return RowDelta(keep=pa.array(np.ones(out.num_rows, dtype=bool)), columns=patch)
+
+
+def row_delta(table: pa.Table, with_new: pa.Table, keep: pa.Array) -> RowDelta | None:
+    """The delta of ``with_new.filter(keep)`` against ``table``, or None when it would not be small.
+
+    ``with_new`` has one row per input row: the input's columns, some of them
+    replaced, plus added ones.  Columns are compared by buffer identity, so a
+    passed-through column is never copied; an op that rebuilt its columns
+    simply gets no delta.
+    """
+    changed = [c for c in with_new.column_names
+               if c not in table.column_names or not _same_data(table.column(c), with_new.column(c))]
+    cols = with_new.select(changed)
+    if cols.nbytes > with_new.nbytes // 4:  # mostly new data: a whole checkpoint is as cheap to write
+        return None
+    return RowDelta(keep=keep, columns=cols)
+
+
+class InvalidOutputError(ValueError):
+    """An op returned an empty/invalid value where a value is required."""
+
+
+def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int, tuple | None]:
+    """Returns (output, filtered count, (filter input with stats, keep mask) or None for a mapper)."""
+    if isinstance(op, Mapper):
+        out = op.process_table(table)
+        if out.num_rows != table.num_rows:
+            raise RuntimeError(f"{op.name} changed the row count ({table.num_rows} -> {out.num_rows})")
+        key = op.text_key
+        if key in table.column_names and key in out.column_names:
+            lost = pc.and_(pc.is_valid(table.column(key)), pc.is_null(out.column(key)))
+            if ROW_ERROR_COLUMN in out.column_names:  # flagged rows fail anyway, with their own reason
+                lost = pc.and_(lost, pc.is_null(out.column(ROW_ERROR_COLUMN)))
+            if pc.any(lost).as_py():
+                # A value where one is required came back empty: a failure,
+                # never a success that quietly exports a null.
+                raise InvalidOutputError(f"{op.name} returned no value for field {key!r}")
+        return out, 0, None
+    if isinstance(op, Filter):
+        with_stats = op.compute_stats(table)
+        mask = op.keep_mask(with_stats)
+        if len(mask) != table.num_rows:
+            raise RuntimeError(f"{op.name} returned {len(mask)} keep flags for {table.num_rows} rows")
+        mask = pc.fill_null(mask, False)
+        out = with_stats.filter(mask)
+        return out, table.num_rows - out.num_rows, (with_stats, mask)
+    raise TypeError(f"{op.name}: {type(op).__name__} is not a per-row op")
+
+
+def _split_flagged_rows(out: pa.Table, failed: list[pa.Table], reasons: list[str]) -> pa.Table:
+    """Move rows a Mapper flagged in ``ROW_ERROR_COLUMN`` to ``failed``; return the rest.
+
+    Flagged rows fail whether or not ``skip_op_error`` is set: the op ran
+    fine and judged those samples bad (an LLM's empty answer), which is a
+    per-sample outcome like a filter's, not an op crash to be tolerated or
+    not.  The failed rows are the op's output rows (input columns unchanged
+    by convention), so the sample and its input row id are kept.
+    """
+    if ROW_ERROR_COLUMN not in out.column_names:
+        return out
+    flags = out.column(ROW_ERROR_COLUMN)
+    bad = pc.is_valid(flags)
+    if pc.any(bad).as_py():
+        failed.append(out.filter(bad).drop_columns([ROW_ERROR_COLUMN]))
+        reasons.extend(str(r) for r in flags.filter(bad).to_pylist())
+        out = out.filter(pc.invert(bad))
+    return out.drop_columns([ROW_ERROR_COLUMN])
+
+
+def split_missing_fields(op: Op, table: pa.Table, needs: tuple[str, ...]) -> tuple[pa.Table, pa.Table | None, list[str]]:
+    """(rows the op can read, rows it cannot, a reason per unreadable row) for the fields in ``needs``.
+
+    Why before the op: a row without the field an op reads is the sample's
+    failure, not the op's, whatever ``skip_op_error`` says; setting those
+    rows aside at once gives each the same plain reason ("field 'text' is
+    missing or null") instead of an op's KeyError or a silent filter, and
+    spares the row-by-row retry.  A top-level field absent from every row of
+    the table fails them all; for the op's text key a null also counts as
+    missing (Data-Juicer's loader drops such rows silently; here they are
+    counted and kept in ``failed/``).  Other fields may legitimately be null
+    (``specified_field_filter`` compares None), so only their absence counts.
+    """
+    if not needs or table.num_rows == 0:
+        return table, None, []
+    for name in needs:
+        if "." not in name and name not in table.column_names:
+            fields = ", ".join(c for c in table.column_names if not c.startswith("__dj__")) or "(none)"
+            reason = (f"MissingFieldError: field {name!r} is not in these rows (their fields: {fields}); "
+                      f"{op.name} reads it")
+            return table.slice(0, 0), table, [reason] * table.num_rows
+    key = op.text_key
+    if key not in needs or key not in table.column_names or table.column(key).null_count == 0:
+        return table, None, []
+    missing = pc.is_null(table.column(key))
+    reason = f"MissingFieldError: field {key!r} is missing or null in this row; {op.name} reads it"
+    bad = table.filter(missing)
+    return table.filter(pc.invert(missing)), bad, [reason] * bad.num_rows
+
+
+def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs: tuple[str, ...] = ()) -> OpOutcome:
+    """``needs``: the top-level fields the op reads (``Op.input_fields``); rows lacking one fail
+    up front (``split_missing_fields``).  Empty: no such check (the op sees every row)."""
+    t0 = time.perf_counter()
+    rows_in = table.num_rows
+    failed: list[pa.Table] = []
+    reasons: list[str] = []
+    kept = None
+    table, missing_rows, missing_reasons = split_missing_fields(op, table, needs)
+    if missing_rows is not None:
+        failed.append(missing_rows)
+        reasons.extend(missing_reasons)
+    try:
+        if missing_rows is not None and table.num_rows == 0:
+            out, filtered = table, 0  # no row the op could read: nothing to run it on
+        else:
+            out, filtered, kept = _apply_whole(op, table)
+    except Exception as exc:
+        if not skip_op_error or isinstance(exc, OpFatalError):
+            raise
+        # Isolate the failing rows: process one row at a time.
+        pieces: list[pa.Table] = []
+        filtered = 0
+        for i in range(table.num_rows):
+            row = table.slice(i, 1)
+            try:
+                o, f, _ = _apply_whole(op, row)
+                pieces.append(o)
+                filtered += f
+            except Exception as exc:  # noqa: BLE001 - recorded with the sample
+                failed.append(row)
+                reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
+        pieces = [p for p in pieces if p.num_rows]
+        out = pa.concat_tables(pieces, promote_options="permissive") if pieces else table.slice(0, 0)
+    out = _split_flagged_rows(out, failed, reasons)
+    n_failed = sum(t.num_rows for t in failed)
+    acct = {
+        "op_index": op_index,
+        "op_name": op.name,
+        "kind": op.kind,
+        "rows_in": rows_in,
+        "rows_out": out.num_rows,
+        "filtered": filtered,
+        "duplicates": 0,
+        "failed": n_failed,
+        "duration_s": round(time.perf_counter() - t0, 6),
+    }
+    failed_table = pa.concat_tables(failed, promote_options="permissive") if failed else None
+    delta = row_delta(table, *kept) if kept is not None and not failed else None
+    return OpOutcome(out, acct, failed_table, reasons, delta)
+
+
+def apply_keep_mask(op: Deduplicator, op_index: int, table: pa.Table, mask: pa.Array, duration_s: float = 0.0) -> OpOutcome:
+    if len(mask) != table.num_rows:
+        raise RuntimeError(
+            f"{op.name}: keep mask has {len(mask)} entries but the partition has {table.num_rows} rows; "
+            f"the previous segment's output changed after the global step — clear the global step too"
+        )
+    t0 = time.perf_counter()
+    out = table.filter(mask)
+    acct = {
+        "op_index": op_index,
+        "op_name": op.name,
+        "kind": op.kind,
+        "rows_in": table.num_rows,
+        "rows_out": out.num_rows,
+        "filtered": 0,
+        "duplicates": table.num_rows - out.num_rows,
+        "failed": 0,
+        "duration_s": round(duration_s + time.perf_counter() - t0, 6),
+    }
+    return OpOutcome(out, acct, delta=RowDelta(keep=mask, columns=pa.table({})))

@@ -1,0 +1,1 @@
+"""The input: sources, row indexing, exact partitions and their content hashes."""

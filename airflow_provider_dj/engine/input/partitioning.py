@@ -1,0 +1,243 @@
+"""Exact row partitions of the ordered input (invariant 3) and their hashes.
+
+``plan_partitions`` scans the input once, chooses the partition count,
+computes each partition's row range, the byte/row-group segments a task
+needs to read exactly that range, and its full-content hash.  The result is
+``checkpoints/partitioning_info.json``: the contract every later task — and
+every resume — checks itself against.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir.integrity import seal_json
+from airflow_provider_dj.engine.input.sources import (
+    InputFile,
+    index_inputs,
+    iter_stream,
+    list_input_files,
+    read_jsonl_range,
+    read_parquet_range,
+)
+
+# 2: the document carries checksum_xxh3_128 (engine/jobdir/integrity.py), checked on every resume; 1 (no checksum)
+# is still read, unverified, so jobs planned before checksums can resume.
+PARTITIONING_INFO_VERSION = 2
+READABLE_PARTITIONING_INFO_VERSIONS = (1, 2)
+# Data-Juicer's text-modality defaults for auto mode (rows per partition).
+TEXT_DEFAULT_ROWS = 10_000
+TEXT_MAX_ROWS = 50_000
+DEFAULT_MANUAL_PARTITIONS = 4
+
+
+class PartitioningError(ValueError):
+    """The requested partitioning cannot be made; raised before any partition task starts."""
+
+
+def row_boundaries(total_rows: int, num_partitions: int) -> list[tuple[int, int]]:
+    """Split [0, total_rows) into ``num_partitions`` contiguous ranges differing by at most one row."""
+    if total_rows == 0:
+        return []  # an empty input has no partitions (and exports an empty file)
+    if num_partitions < 1:
+        raise PartitioningError(f"num_of_partitions must be at least 1, got {num_partitions}")
+    if num_partitions > total_rows:
+        raise PartitioningError(
+            f"num_of_partitions={num_partitions} but the input has only {total_rows} rows; "
+            f"set partition.num_of_partitions to at most {total_rows}"
+        )
+    base, extra = divmod(total_rows, num_partitions)
+    bounds = []
+    start = 0
+    for i in range(num_partitions):
+        end = start + base + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int, str]:
+    """(count, how it was chosen).  ``partition_cfg`` is the recipe's PartitionConfig."""
+    if total_rows == 0:
+        return 0, "empty input"
+    if partition_cfg.mode == "manual":
+        if partition_cfg.num_of_partitions:
+            return int(partition_cfg.num_of_partitions), "manual: num_of_partitions"
+        if partition_cfg.size:
+            return math.ceil(total_rows / int(partition_cfg.size)), f"manual: size={partition_cfg.size} rows"
+        return min(DEFAULT_MANUAL_PARTITIONS, total_rows), "manual: default count"
+    # auto: rows per partition from the measured bytes per row and the target size.
+    bytes_per_row = total_bytes / total_rows if total_rows else 0
+    if bytes_per_row > 0:
+        target = (partition_cfg.target_size_mb or 256) * 1024 * 1024
+        if partition_cfg.max_size_mb:
+            target = min(target, partition_cfg.max_size_mb * 1024 * 1024)
+        rows = int(target // bytes_per_row)
+        rows = max(1, min(rows, TEXT_MAX_ROWS))
+        how = f"auto: {bytes_per_row:.0f} bytes/row, target {partition_cfg.target_size_mb} MB, capped at {TEXT_MAX_ROWS} rows"
+    else:
+        rows = int(partition_cfg.size or TEXT_DEFAULT_ROWS)
+        how = f"auto: fallback size={rows} rows"
+    return max(1, math.ceil(total_rows / rows)), how
+
+
+@dataclass
+class PartitionSpec:
+    partition_id: int
+    start_row: int
+    end_row: int
+    content_hash: str
+    segments: list[dict]
+    nbytes: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.end_row - self.start_row
+
+    def to_dict(self) -> dict:
+        return {
+            "partition_id": self.partition_id,
+            "start_row": self.start_row,
+            "end_row": self.end_row,
+            "num_rows": self.num_rows,
+            "content_hash": self.content_hash,
+            "nbytes": self.nbytes,
+            "segments": self.segments,
+        }
+
+
+def _segments_for(files: list[InputFile], file_row_offsets: np.ndarray, start: int, end: int) -> list[dict]:
+    segs = []
+    for idx, f in enumerate(files):
+        f_start, f_end = int(file_row_offsets[idx]), int(file_row_offsets[idx + 1])
+        lo, hi = max(start, f_start), min(end, f_end)
+        if lo >= hi:
+            continue
+        local_lo, local_hi = lo - f_start, hi - f_start
+        seg = {"file": idx, "row_start": local_lo, "row_end": local_hi}
+        if f.format == "jsonl":
+            assert f.row_starts is not None
+            seg["byte_start"] = int(f.row_starts[local_lo])
+            # Up to the next row's start so blank lines between rows belong
+            # to exactly one partition; the last row runs to the stream end.
+            seg["byte_end"] = int(f.row_starts[local_hi]) if local_hi < f.num_rows else int(f.stream_len)
+        segs.append(seg)
+    return segs
+
+
+def hash_recorded_partition(algorithm: str, input_files: list[dict], segments: list[dict]) -> tuple[str, int]:
+    """(content hash, bytes hashed) of a partition as it is on disk now.
+
+    Used both when planning and when a resume re-verifies a job: JSONL is
+    hashed from its bytes without parsing, Parquet from its Arrow columns.
+    """
+    if algorithm == hashing.JSONL_ALGORITHM:
+        h = hashing.ByteStreamHasher()
+        for seg in segments:
+            f = input_files[seg["file"]]
+            src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
+            for block in iter_stream(src, seg["byte_start"], seg["byte_end"]):
+                h.update(block)
+        return h.hexdigest(), h.nbytes
+    ah = hashing.ArrowTableHasher()
+    nbytes = 0
+    for seg in segments:
+        f = input_files[seg["file"]]
+        t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
+        ah.update(t)
+        nbytes += t.nbytes
+    return ah.hexdigest(), nbytes
+
+
+def algorithm_for(files: list[InputFile]) -> str:
+    return hashing.JSONL_ALGORITHM if files[0].format == "jsonl" else hashing.ARROW_ALGORITHM
+
+
+def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
+    """Scan the input, choose boundaries, hash each partition; return partitioning_info."""
+    t0 = time.perf_counter()
+    files = list_input_files(dataset_path)
+    index_inputs(files)
+    total_rows = sum(f.num_rows for f in files)
+    total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
+    count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
+    bounds = row_boundaries(total_rows, count)
+    offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
+    t_index = time.perf_counter() - t0
+    file_descr = []
+    for f in files:
+        d = f.describe()
+        if f.format == "parquet":
+            d["row_group_rows"] = f.row_group_rows
+        else:
+            d["stream_len"] = f.stream_len
+        file_descr.append(d)
+    algorithm = algorithm_for(files)
+    parts = []
+    hashed_bytes = 0
+    t1 = time.perf_counter()
+    for pid, (s, e) in enumerate(bounds):
+        segs = _segments_for(files, offsets, s, e)
+        digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
+        hashed_bytes += nbytes
+        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
+    t_hash = time.perf_counter() - t1
+    # Sealed last (engine/jobdir/integrity.py): a key added to this document after the seal makes every resume refuse it.
+    return seal_json({
+        "version": PARTITIONING_INFO_VERSION,
+        "algorithm": algorithm,
+        "dataset_path": dataset_path,
+        "input_files": file_descr,
+        "total_rows": total_rows,
+        "total_bytes": total_bytes,
+        "num_partitions": len(parts),
+        "how_chosen": how,
+        "partitions": parts,
+        "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
+    })
+
+
+class InputChangedError(RuntimeError):
+    """The rows in front of a task are not the rows the job was planned on."""
+
+
+def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> pa.Table:
+    """Read exactly one partition's rows; verify its content hash first."""
+    part = info["partitions"][partition_id]
+    files = info["input_files"]
+    tables: list[pa.Table] = []
+    if info["algorithm"] == hashing.JSONL_ALGORITHM:
+        h = hashing.ByteStreamHasher()
+        for seg in part["segments"]:
+            t, raw = read_jsonl_range(files[seg["file"]], seg["byte_start"], seg["byte_end"])
+            h.update(raw)
+            if t.num_rows:
+                tables.append(t)
+        digest = h.hexdigest()
+    else:
+        ah = hashing.ArrowTableHasher()
+        for seg in part["segments"]:
+            f = files[seg["file"]]
+            t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
+            ah.update(t)
+            tables.append(t)
+        digest = ah.hexdigest()
+    if verify_hash and digest != part["content_hash"]:
+        raise InputChangedError(
+            f"partition {partition_id} (rows {part['start_row']}-{part['end_row']}) no longer matches "
+            f"the input the job was planned on (hash {digest} != recorded {part['content_hash']}); "
+            f"the input changed since the job started: start a new job instead of resuming"
+        )
+    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    if table.num_rows != part["num_rows"]:
+        raise InputChangedError(
+            f"partition {partition_id}: read {table.num_rows} rows, expected {part['num_rows']}"
+        )
+    return table

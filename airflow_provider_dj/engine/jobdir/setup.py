@@ -1,0 +1,162 @@
+"""Start a new job or re-attach to an existing one — the engine side of the `validate` task.
+
+A new job: validate the effective recipe, check the input exists, plan
+partitions (scan + hash), and write the effective config, the partitioning
+info and the execution plan into the job directory, then take the runner
+lock.
+
+An existing job directory (a retried/cleared run, or an explicit resume):
+never re-plan and never delete.  ``engine.jobdir.resume.validate_resume`` proves
+the job may be continued — or refuses with a specific reason, leaving the
+job directory byte-for-byte untouched (invariant 7).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.observe.events import EventLog, write_buffered
+from airflow_provider_dj.engine.planning.execution_plan import plan_document
+from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths
+from airflow_provider_dj.engine.jobdir.layout import validate_job_id, write_json
+from airflow_provider_dj.engine.input.partitioning import plan_partitions
+from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
+from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PreparedJob", "ResumeRefusedError", "prepare_job"]
+
+
+@dataclass
+class PreparedJob:
+    job_id: str
+    job_dir: str
+    groups: list[dict]
+    resumed: bool
+    num_partitions: int
+    total_rows: int
+    job_complete: bool = False
+    accepted_changes: list[str] = field(default_factory=list)
+    lock_note: str = ""
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], int] = 1,
+                event_defaults: dict | None = None,
+                airflow_run_id: str | None = None, log_step: Callable[[str], None] | None = None) -> PreparedJob:
+    """``recipe`` is the effective engine.config.recipe.Recipe (overrides applied).
+
+    ``group_size`` may be a callable (partitioning_info, job_dir) -> int: the
+    ``auto`` size needs the partitions and the probe report (engine.gpu).
+    """
+    from airflow_provider_dj.engine.config.recipe import check_input_exists
+
+    validate_job_id(job_id)
+    say = log_step or log.info
+    paths = JobPaths(recipe.work_dir, job_id)
+    info_path = paths.path(PARTITIONING_INFO)
+    plan = build_plan(recipe)
+    # Data-Juicer ops run through the adapter get their argument values checked
+    # by Data-Juicer here, before any partition runs (no-op without such ops).
+    from airflow_provider_dj.ops.dj_compat.adapter import check_adapted_ops
+
+    check_adapted_ops(recipe)
+    owner = job_lock.owner_identity(airflow_run_id)
+    if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
+        # Everything before the lock is taken only reads the job directory.
+        job_lock.check(paths.job_dir, owner)
+        report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
+        info = report.info
+        events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
+        write_buffered(events, report.events)
+        lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)
+        if lock_note:
+            say(f"runner lock {lock_note}")
+        if not report.job_complete:
+            from airflow_provider_dj.engine.jobdir.summary import mark_resumed
+
+            if mark_resumed(paths.job_dir):
+                say("job_summary.json of the previous (failed/stopped) run now says running")
+        size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
+        groups = [] if report.job_complete else execution_groups(info, size, report.completed)
+        for g in groups:
+            g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
+        plan.groups = groups
+        if not report.job_complete:
+            write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+            _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
+            _register(job_id, paths.job_dir)
+        return PreparedJob(job_id, paths.job_dir, groups, True, info["num_partitions"], info["total_rows"],
+                           report.job_complete, report.accepted_changes, lock_note)
+    if recipe.resume:
+        raise ResumeRefusedError("metadata_missing", f"resume={recipe.resume!r}: there is no job directory at "
+                                 f"{paths.job_dir}; check the token and work_dir")
+    check_input_exists(recipe)
+    t0 = time.perf_counter()
+    check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
+    info = plan_partitions(recipe.dataset_path, recipe.partition)
+    maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
+    storage.makedirs(paths.job_dir)
+    cfg = recipe.to_dict()
+    cfg["job_id"] = job_id
+    # The lock first: of two runs starting one job id at the same instant, the loser must be refused
+    # before it writes anything, or its config (another export_path, say) could replace the winner's.
+    lock_note = job_lock.acquire(paths.job_dir, owner)
+    write_json(paths.path(EFFECTIVE_CONFIG), cfg)
+    _record_guard(paths.job_dir, recipe, say)
+    write_json(info_path, info)  # last: its presence marks a planned job
+    events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
+    events.emit("plan_created", partitions=info["num_partitions"], input_rows=info["total_rows"],
+                duration=round(time.perf_counter() - t0, 6), how=info["how_chosen"])
+    say(f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
+        f"in {time.perf_counter() - t0:.2f}s")
+    size = group_size(info, paths.job_dir) if callable(group_size) else group_size
+    groups = execution_groups(info, size) if info["partitions"] else []
+    plan.groups = groups
+    write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+    _register(job_id, paths.job_dir)
+    return PreparedJob(job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"],
+                       lock_note=lock_note)
+
+
+def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None):
+    """The input check of engine/input/schema.py: raises InputMismatchError (nothing written) when a
+    field the recipe reads is in no row; logs the files that lack one, or have no rows."""
+    from airflow_provider_dj.engine.input.schema import check_input_fields
+
+    say = say or log.info
+    t0 = time.perf_counter()
+    check = check_input_fields(recipe)
+    say(f"input check: the {check.files} input file(s) hold the field(s) the recipe reads "
+        f"({', '.join(check.fields) or 'none'}) ({time.perf_counter() - t0:.2f}s)")
+    for warning in check.warnings:
+        say(f"input warning: {warning}")
+    return check
+
+
+def _record_guard(job_dir: str, recipe, say: Callable[[str], None]) -> None:
+    from airflow_provider_dj.engine.execution.failure_guard import MIN_FAILED_ROWS, write_settings
+
+    g = write_settings(job_dir, recipe)
+    extra = f"; per op: {g.per_op}" if g.per_op else ""
+    say(f"failure-rate guard: an op failing more than {g.job_ratio:g} of its input (and at least "
+        f"{MIN_FAILED_ROWS} rows, or all of them) stops the job before export{extra}")
+
+
+def _register(job_id: str, job_dir: str) -> None:
+    """Record the job in this machine's recent-jobs registry (for ``dj-airflow monitor``); never fails the job."""
+    try:
+        from airflow_provider_dj.engine.jobdir.registry import register_job
+
+        register_job(job_id, job_dir, status="running")
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not update the recent-jobs registry: %s", exc)

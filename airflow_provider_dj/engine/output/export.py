@@ -1,0 +1,291 @@
+"""Export, row accounting, job summary and retention.
+
+The export concatenates each partition's final checkpoint in partition
+order — partitions are contiguous row ranges and every op preserves order,
+so the result is in input order whatever the partition count (invariant 5).
+It is written atomically: a crash mid-export leaves the previous export (or
+nothing), never half a file.  Before writing anything the accounting of
+every op is checked (invariant 6); a mismatch fails the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.output.fields import clean_for_export
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext, write_json
+from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class AccountingError(RuntimeError):
+    """Rows appeared or vanished between ops: the job must not export."""
+
+
+class MissingFinalCheckpointError(RuntimeError):
+    pass
+
+
+def check_accounting(per_partition: dict[int, list[dict]], num_ops: int, part_rows: dict[int, int]) -> list[dict]:
+    """Verify each partition's op chain and return per-op totals."""
+    totals = []
+    for i in range(num_ops):
+        totals.append({"op_index": i, "rows_in": 0, "rows_out": 0, "filtered": 0, "duplicates": 0, "failed": 0,
+                       "duration_s": 0.0})
+    for pid, acct in per_partition.items():
+        if [a["op_index"] for a in acct] != list(range(num_ops)):
+            raise AccountingError(f"partition {pid}: accounting covers ops {[a['op_index'] for a in acct]}, expected 0..{num_ops - 1}")
+        expected_in = part_rows[pid]
+        for a in acct:
+            lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
+            if a["rows_in"] != expected_in or lost != 0:
+                raise AccountingError(
+                    f"partition {pid} op {a['op_index']} ({a['op_name']}): rows_in={a['rows_in']} (expected {expected_in}), "
+                    f"out={a['rows_out']} filtered={a['filtered']} duplicates={a['duplicates']} failed={a['failed']}"
+                )
+            expected_in = a["rows_out"]
+            t = totals[a["op_index"]]
+            t["op_name"] = a["op_name"]
+            for k in ("rows_in", "rows_out", "filtered", "duplicates", "failed"):
+                t[k] += a[k]
+            t["duration_s"] = round(t["duration_s"] + a.get("duration_s", 0.0), 6)
+    return totals
+
+
+class _HashingWriter:
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.h = xxhash.xxh3_128()
+        self.n = 0
+
+    def write(self, b) -> int:
+        self.h.update(b)
+        self.n += len(b)
+        return self.fh.write(b)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def tell(self) -> int:
+        return self.n
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+
+def _write_table(table: pa.Table, out) -> int:
+    write_jsonl(table, out)
+    return table.num_rows
+
+
+def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int]:
+    """Copy each part file into the export in order; yield its row count."""
+    for part in part_source():
+        with storage.open_read(part["path"]) as fh:
+            for chunk in storage.iter_chunks(fh):
+                out.write(chunk)
+        yield part["rows"]
+
+
+def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None,
+               part_source: Callable[[], Iterator[dict]] | None = None) -> dict:
+    """``part_source`` (JSONL exports only): yields each partition's serialized part, in partition
+    order, from parallel workers (engine/output/parts.py); without it, this process serializes."""
+    ctx = JobContext(job_dir)
+    recipe, plan = ctx.recipe, ctx.plan
+    parts = ctx.partitioning_info["partitions"]
+    store = CheckpointStore(job_dir, ctx.storage_format)
+    events = EventLog(job_dir, ctx.job_id, defaults=event_defaults)
+    final = plan.final_op_index
+    t0 = time.perf_counter()
+    events.emit("export_start", export_path=recipe.export_path, partitions=len(parts))
+
+    markers: dict[int, dict] = {}
+    for p in parts:
+        pid = p["partition_id"]
+        if not store.is_committed(final, plan.ops[final].name, pid, p["content_hash"], plan.ops[final].fingerprint):
+            raise MissingFinalCheckpointError(
+                f"partition {pid} (rows {p['start_row']}-{p['end_row'] - 1}) has no committed final output; "
+                f"clear its partition task to compute it"
+            )
+        markers[pid] = store.read_marker(final, plan.ops[final].name, pid)
+    per_op = check_accounting({pid: m["accounting"] for pid, m in markers.items()}, len(plan.ops),
+                              {p["partition_id"]: p["num_rows"] for p in parts})
+    # The failure-rate guard over the whole job (engine/execution/failure_guard.py), before anything is written.
+    from airflow_provider_dj.engine.execution.failure_guard import check_job, load_settings
+
+    check_job(job_dir, load_settings(job_dir, recipe), per_op, {pid: m["accounting"] for pid, m in markers.items()},
+              resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}")
+
+    def tables():
+        for p in parts:
+            cp = store.load_valid(final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint)
+            if cp is None:
+                raise MissingFinalCheckpointError(f"partition {p['partition_id']}: final checkpoint is torn; clear its task")
+            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+
+    if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
+        part_source = None
+    rows = 0
+    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
+        out = _HashingWriter(raw)
+        if recipe.export_path.endswith(".parquet"):
+            loaded = [t for t in tables()]
+            table = pa.concat_tables(loaded, promote_options="permissive") if loaded else pa.table({})
+            pq.write_table(table, out, compression="snappy")
+            rows = table.num_rows
+        else:
+            fault_spec = load_faults(job_dir)
+            for n, nrows in enumerate(_jsonl_parts(part_source, out) if part_source else
+                                      (_write_table(t, out) for t in tables())):
+                rows += nrows
+                if n == 0:
+                    out.flush()
+                    maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
+    if part_source is not None:
+        from airflow_provider_dj.engine.output.parts import remove_parts
+
+        remove_parts(job_dir)  # only once the export is committed
+    checksum, nbytes = out.h.hexdigest(), out.n
+    expected = per_op[-1]["rows_out"] if per_op else 0
+    if rows != expected:
+        raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
+    duration = time.perf_counter() - t0
+    events.emit("export_complete", export_path=recipe.export_path, output_rows=rows, duration=round(duration, 6),
+                checksum=checksum, serialized_in_parallel=part_source is not None or None)
+    summary = {
+        "job_id": ctx.job_id,
+        "status": "completed",
+        "project_name": recipe.project_name,
+        "start_time": started_at,
+        "end_time": time.time(),
+        "duration_s": (time.time() - started_at) if started_at else None,
+        "input": {"dataset_path": recipe.dataset_path, "total_rows": ctx.partitioning_info["total_rows"],
+                  "partitions": len(parts), "hash_algorithm": ctx.partitioning_info["algorithm"]},
+        "export": {"path": recipe.export_path, "rows": rows, "bytes": nbytes, "checksum_xxh3_128": checksum,
+                   "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
+                   "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds},
+        "ops": per_op,
+        "partitions": [
+            {"partition_id": pid, "input_rows": parts[pid]["num_rows"], "output_rows": markers[pid]["num_rows"],
+             "accounting": markers[pid]["accounting"]}
+            for pid in sorted(markers)
+        ],
+        "failed_samples": sum(o["failed"] for o in per_op),
+        "checkpoint_strategy": plan.strategy,
+        "checkpoint_points": plan.checkpoint_points,
+        "effective_config": ctx.effective_config,
+        "resume_command": f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+    }
+    if recipe.tracer.open_tracer:  # merge per-partition trace candidates into trace/*.jsonl (engine.observe.tracer)
+        from airflow_provider_dj.engine.observe.tracer import merge_traces
+
+        summary["trace"] = merge_traces(job_dir)
+    from airflow_provider_dj.engine.jobdir.summary import after_summary_written, enrich_completed_summary
+
+    summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
+    summary["retention"] = apply_retention(ctx, markers)
+    write_json(ctx.path(JOB_SUMMARY), summary)
+    after_summary_written(job_dir, summary)
+    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
+    return summary
+
+
+def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
+    """Delete intermediate state after a *successful* export, as the recipe asks.
+
+    keep_all keeps everything; keep_failed_only keeps the checkpoints of
+    partitions that set samples aside in failed/ (so they can be inspected or
+    reprocessed) and removes the rest; cleanup_all removes all op checkpoints,
+    dedup keys and masks.  partitioning_info.json, failed/ samples, events and
+    the summary are always kept, and preserve_intermediate_data: true keeps
+    everything.  A failed or stopped job never reaches this point, so resume
+    state is never deleted by a failure (invariant 7).
+    """
+    st = ctx.recipe.intermediate_storage
+    policy = "keep_all" if st.preserve_intermediate_data else st.retention_policy
+    if policy == "keep_all":
+        return {"policy": policy, "removed": []}
+    root = storage.join(ctx.job_dir, "checkpoints")
+    removed = []
+    keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
+    for d in storage.listdir(root):
+        full = storage.join(root, d)
+        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_")):
+            continue
+        if policy == "cleanup_all" or not keep_pids:
+            storage.remove_tree(full)
+            removed.append(d)
+            continue
+        for name in storage.listdir(full):
+            try:
+                pid = int(name.split("_")[1].split(".")[0])
+            except (IndexError, ValueError):
+                continue
+            if pid not in keep_pids:
+                storage.remove(storage.join(full, name))
+        removed.append(f"{d} (except partitions {sorted(keep_pids)})")
+    return {"policy": policy, "removed": removed}
+
+
+class ExportMismatchError(RuntimeError):
+    """A completed job's export no longer matches its summary; nothing is rewritten."""
+
+
+def is_job_complete(job_dir: str) -> bool:
+    path = storage.join(job_dir, JOB_SUMMARY)
+    if not storage.exists(path):
+        return False
+    try:
+        import json
+
+        return json.loads(storage.read_bytes(path)).get("status") == "completed"
+    except ValueError:
+        return False
+
+
+def verify_completed_export(job_dir: str) -> dict:
+    """Re-check a completed job's export against its summary (size and xxh3 checksum)."""
+    import json
+
+    summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
+    exp = summary["export"]
+    # Streamed: a completed job's export may be many GB; one flipped byte anywhere changes the xxh3.
+    h, n = xxhash.xxh3_128(), 0
+    try:
+        with storage.open_read(exp["path"]) as fh:
+            for chunk in storage.iter_chunks(fh):
+                h.update(chunk)
+                n += len(chunk)
+    except FileNotFoundError:
+        raise ExportMismatchError(f"job {summary['job_id']} completed, but its export {exp['path']} is missing; "
+                                  f"restore it or start a new job") from None
+    got = h.hexdigest()
+    if n != exp["bytes"] or got != exp["checksum_xxh3_128"]:
+        raise ExportMismatchError(
+            f"job {summary['job_id']} completed, but its export {exp['path']} changed since "
+            f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
+            f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job")
+    # The job's side outputs: their damage is reported with the path (the export itself is intact).
+    from airflow_provider_dj.engine.jobdir.integrity import failed_file_problems
+    from airflow_provider_dj.engine.observe.tracer import trace_file_problems
+
+    problems = failed_file_problems(job_dir, {p["partition_id"]: p.get("accounting") or []
+                                              for p in summary.get("partitions", [])}) + trace_file_problems(job_dir)
+    for problem in problems:
+        log.warning("completed job %s: %s; this file is not trusted (nothing was rewritten)", summary["job_id"],
+                    problem)
+    summary["integrity_problems"] = problems
+    return summary

@@ -1,0 +1,1 @@
+"""Recipe -> plan: segments between global ops, execution groups, concurrency, decisions."""

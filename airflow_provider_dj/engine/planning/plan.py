@@ -1,0 +1,197 @@
+"""Execution plan: segments between global ops, checkpoint points, groups.
+
+A recipe's op list is cut at every global op (deduplicator).  Each
+*segment* is per-partition work that runs in one mapped Airflow task per
+execution group:
+
+    segment 0:  ops [0, g1)           then the per-partition key phase of g1
+    segment 1:  apply g1's keep mask, ops (g1, g2), key phase of g2
+    ...
+    last:       apply the last global op's mask, remaining ops
+
+Between segments sits a barrier and the global step that turns all
+partitions' keys into keep masks.  The plan is pure data (no Airflow), so
+the DAG factory and the engine derive the same structure from the recipe,
+and it is written to ``dag_execution_plan.json`` for people and tools.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import xxhash
+
+from airflow_provider_dj.ops.base import ENGINE_OP_ARGS
+from airflow_provider_dj.ops.registry import get_op_class
+
+
+@dataclass(frozen=True)
+class PlannedOp:
+    index: int
+    name: str
+    args: dict
+    kind: str
+    is_global: bool
+    fingerprint: str  # of ops 0..index: a checkpoint is reusable only under the same prefix pipeline
+
+
+@dataclass(frozen=True)
+class Segment:
+    index: int
+    start: int  # first per-partition op index run here
+    end: int  # exclusive; == index of the global op that follows, or len(ops)
+    applies_global: int | None  # global op whose keep mask is applied first
+    keys_for_global: int | None  # global op whose keys are computed last
+
+    @property
+    def op_indices(self) -> list[int]:
+        return list(range(self.start, self.end))
+
+    def task_id(self) -> str:
+        return f"partitions_seg{self.index}"
+
+
+@dataclass
+class ExecutionPlan:
+    ops: list[PlannedOp]
+    segments: list[Segment]
+    checkpoint_points: list[int]  # "state after op i" is saved for these i
+    strategy: str
+    text_key: str
+    groups: list[dict] = field(default_factory=list)
+
+    @property
+    def final_op_index(self) -> int:
+        return len(self.ops) - 1
+
+    def global_task_id(self, op_index: int) -> str:
+        return f"global_op{op_index}_{self.ops[op_index].name}"
+
+    def barrier_task_id(self, segment_index: int) -> str:
+        return f"barrier_seg{segment_index}"
+
+    def to_dict(self) -> dict:
+        nodes = []
+        for g in self.groups or []:
+            for pid in g["partition_ids"]:
+                for op in self.ops:
+                    seg = next(s for s in self.segments if op.index in s.op_indices or op.index == s.keys_for_global)
+                    nodes.append(
+                        {
+                            "id": f"op{op.index}_p{pid}",
+                            "op_index": op.index,
+                            "op_name": op.name,
+                            "partition_id": pid,
+                            "segment": seg.index,
+                            "checkpoint": op.index in self.checkpoint_points,
+                            "airflow_task_id": seg.task_id(),
+                            "group_id": g["group_id"],
+                        }
+                    )
+        return {
+            "ops": [asdict(o) for o in self.ops],
+            "segments": [dict(asdict(s), airflow_task_id=s.task_id()) for s in self.segments],
+            "barriers": [
+                {
+                    "after_segment": s.index,
+                    "global_op_index": s.keys_for_global,
+                    "airflow_task_ids": [self.barrier_task_id(s.index), self.global_task_id(s.keys_for_global)],
+                }
+                for s in self.segments
+                if s.keys_for_global is not None
+            ],
+            "checkpoint_strategy": self.strategy,
+            "checkpoint_points": self.checkpoint_points,
+            "execution_groups": self.groups,
+            "nodes": nodes,
+        }
+
+
+def _fingerprints(process, text_key: str) -> list[str]:
+    h = xxhash.xxh3_128()
+    h.update(json.dumps({"text_key": text_key}, sort_keys=True).encode())
+    out = []
+    for spec in process:
+        # Engine-only arguments (the failure-rate guard's limit) do not change what an op outputs.
+        args = {k: v for k, v in spec.args.items() if k not in ENGINE_OP_ARGS}
+        h.update(json.dumps({"name": spec.name, "args": args}, sort_keys=True, default=str).encode())
+        out.append(h.copy().hexdigest())
+    return out
+
+
+def checkpoint_points(strategy: str, n_ops: int, op_names: tuple[str, ...], ops: list[PlannedOp]) -> list[int]:
+    """Op indices whose output the strategy checkpoints, plus the ones the DAG needs.
+
+    Needed regardless of strategy: the state just before each global op
+    (the next segment starts from it, in another task) and the final state
+    (the export task reads it).  'disabled' means nothing beyond those.
+    """
+    n = len(ops)
+    chosen: set[int] = set()
+    if strategy == "every_op":
+        chosen = set(range(n))
+    elif strategy == "every_n_ops":
+        chosen = {i for i in range(n) if (i + 1) % max(1, n_ops) == 0}
+    elif strategy == "manual":
+        chosen = {op.index for op in ops if op.name in set(op_names)}
+    for op in ops:
+        if op.is_global and op.index > 0:
+            chosen.add(op.index - 1)
+    if n:
+        chosen.add(n - 1)
+    # A global op's own output exists only after its mask is applied in the
+    # next segment, which is where it is saved when chosen.
+    return sorted(chosen)
+
+
+def build_plan(recipe) -> ExecutionPlan:
+    """Plan from a Recipe (engine.config.recipe.Recipe); no data is read."""
+    fps = _fingerprints(recipe.process, recipe.text_key)
+    ops = []
+    for spec, fp in zip(recipe.process, fps):
+        cls = get_op_class(spec.name)
+        ops.append(PlannedOp(spec.index, spec.name, dict(spec.args), cls.kind, bool(cls.is_global), fp))
+    segments: list[Segment] = []
+    start = 0
+    applies: int | None = None
+    for op in ops:
+        if op.is_global:
+            segments.append(Segment(len(segments), start, op.index, applies, op.index))
+            applies = op.index
+            start = op.index + 1
+    segments.append(Segment(len(segments), start, len(ops), applies, None))
+    cp = recipe.checkpoint
+    strategy = cp.strategy if cp.enabled else "disabled"
+    points = checkpoint_points(strategy, cp.n_ops, tuple(cp.op_names), ops)
+    return ExecutionPlan(ops=ops, segments=segments, checkpoint_points=points, strategy=strategy, text_key=recipe.text_key)
+
+
+def execution_groups(partitioning_info: dict, group_size: int = 1, completed: dict | None = None) -> list[dict]:
+    """Consecutive partitions grouped for one mapped task each (one per group by default).
+
+    ``completed`` (on resume: partition id -> {"last_op", "final"}): when
+    unfinished partitions resume from different checkpoints, every group
+    holds one partition (why: ``engine.planning.groups.uniform_positions``).
+    """
+    from airflow_provider_dj.engine.planning.groups import uniform_positions
+
+    if completed and not uniform_positions(completed):
+        group_size = 1
+    parts = partitioning_info["partitions"]
+    groups = []
+    for gi, i in enumerate(range(0, len(parts), max(1, group_size))):
+        members = parts[i : i + group_size]
+        first, last = members[0], members[-1]
+        ids = [p["partition_id"] for p in members]
+        pid_label = f"p{ids[0]}" if len(ids) == 1 else f"p{ids[0]}-p{ids[-1]}"
+        groups.append(
+            {
+                "group_id": gi,
+                "partition_ids": ids,
+                "start_row": first["start_row"],
+                "end_row": last["end_row"],
+                "label": f"{pid_label} rows {first['start_row']}-{last['end_row'] - 1}",
+            }
+        )
+    return groups

@@ -1,0 +1,1 @@
+"""Deduplicators: exact and near-duplicate removal, with a global phase across partitions."""

@@ -1,0 +1,2 @@
+"""Data-Juicer compatibility: its own ops through the adapter, its op catalog, model and
+word-list look-up."""

@@ -1,0 +1,1 @@
+"""Shared text kernels: vectorized string functions, Data-Juicer's regex semantics, tokenizers."""

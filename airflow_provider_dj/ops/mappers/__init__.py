@@ -1,0 +1,1 @@
+"""Mappers: ops that rewrite a sample's text or fields."""
