@@ -98,8 +98,9 @@ def configured_db_url(home: str) -> str:
     env = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
     if env:
         return env
-    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD") or \
-            os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET"):
+    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD") or os.environ.get(
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET"
+    ):
         return "server://configured-by-command-or-secret"  # not SQLite as far as we can tell: share it
     cfg_path = os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg")
     parser = configparser.ConfigParser(interpolation=None, strict=False)
@@ -118,9 +119,11 @@ def _airflow_bin() -> str:
 def _run_airflow(args: list[str], env: dict, home: str) -> None:
     proc = subprocess.run([_airflow_bin(), *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise AirflowEnvError(f"`airflow {' '.join(args)}` failed (AIRFLOW_HOME={home}); fix the error below, "
-                              f"or point DJ_AIRFLOW_HOME at a fresh directory:\n"
-                              f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        raise AirflowEnvError(
+            f"`airflow {' '.join(args)}` failed (AIRFLOW_HOME={home}); fix the error below, "
+            f"or point DJ_AIRFLOW_HOME at a fresh directory:\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
 
 
 def _write_default_config(home: str) -> None:
@@ -131,10 +134,14 @@ def _write_default_config(home: str) -> None:
     lock, before any run imports Airflow.  The per-run DB and stub-folder
     overrides are left out, so they do not end up in the file.
     """
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__DAGS_FOLDER")}
-    proc = subprocess.run([sys.executable, "-c", "import airflow.configuration"], capture_output=True, text=True,
-                          env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__DAGS_FOLDER")
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", "import airflow.configuration"], capture_output=True, text=True, env=env
+    )
     if proc.returncode != 0:
         raise AirflowEnvError(f"Airflow could not write its default configuration in {home}:\n{proc.stderr[-3000:]}")
 
@@ -221,9 +228,11 @@ def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | N
                     os.remove(os.path.join(folder, name))
     os.makedirs(folder, exist_ok=True)
     stub = os.path.join(folder, f"dj_cli_{dag_id.replace('.', '_').replace('-', '_')}.py")
-    text = ('"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
-            "from airflow_provider_dj.dag_factory import build_dag\n\n"
-            f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r})\n")
+    text = (
+        '"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
+        "from airflow_provider_dj.dag_factory import build_dag\n\n"
+        f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r})\n"
+    )
     fd, tmp = tempfile.mkstemp(prefix=".stub.", suffix=".tmp", dir=folder)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
@@ -232,6 +241,7 @@ def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | N
 
 
 # -- private run directories ------------------------------------------------------
+
 
 def _pid_start_time(pid: int) -> int | None:
     from airflow_provider_dj.engine.jobdir.lock import pid_start_time
@@ -327,8 +337,10 @@ def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True) -> RunEn
         return _prepare_run(recipe_path, dag_id, private)
     except OSError as exc:  # an unwritable or full home: say which and what to do, not a traceback
         home = os.environ.get("AIRFLOW_HOME") or os.environ.get("DJ_AIRFLOW_HOME") or DEFAULT_HOME
-        raise AirflowEnvError(f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
-                              f"(and free some space), or point DJ_AIRFLOW_HOME at another directory") from exc
+        raise AirflowEnvError(
+            f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
+            f"(and free some space), or point DJ_AIRFLOW_HOME at another directory"
+        ) from exc
 
 
 def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
@@ -350,8 +362,14 @@ def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
     os.makedirs(root, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root)
     pid = os.getpid()
-    owner = {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start_time(pid),
-             "started_at": time.time(), "recipe": recipe_path, "dag_id": dag_id}
+    owner = {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "pid_start": _pid_start_time(pid),
+        "started_at": time.time(),
+        "recipe": recipe_path,
+        "dag_id": dag_id,
+    }
     # Written whole and renamed into place: a sweep by a run starting at this instant never reads half of it.
     tmp_owner = os.path.join(run_dir, RUN_OWNER_FILE + ".tmp")
     with open(tmp_owner, "w", encoding="utf-8") as fh:

@@ -29,9 +29,9 @@ def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.planning.plan import build_plan
-    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
     try:
         recipe, _ = _load(args.recipe, args.set)
@@ -81,9 +81,9 @@ def _wants_ray(recipe) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
+    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.jobdir.layout import new_job_id
-    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
 
     recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
@@ -93,13 +93,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_input_exists(recipe)
             _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
         else:
-            from airflow_provider_dj.engine.storage import fs as storage# local paths and s3:// alike
+            from airflow_provider_dj.engine.storage import fs as storage  # local paths and s3:// alike
 
             info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
             if not storage.exists(info):  # (resume: the input was checked when the job started)
-                print(f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
-                      f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
-                      f"new job with --job-id", file=sys.stderr)
+                print(
+                    f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
+                    f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
+                    f"new job with --job-id",
+                    file=sys.stderr,
+                )
                 return 2
     except (RecipeError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -130,8 +133,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except AirflowEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"Resume token: {job_id}. Re-trigger with resume={job_id} "
-          f"(or dj-airflow run {args.recipe} --resume {job_id}) to resume this job.", flush=True)
+    print(
+        f"Resume token: {job_id}. Re-trigger with resume={job_id} "
+        f"(or dj-airflow run {args.recipe} --resume {job_id}) to resume this job.",
+        flush=True,
+    )
 
     # Ray starts lazily, in this process, when the first partition task needs
     # it (RayHook): a private cluster, never whatever Ray runs on the machine.
@@ -163,13 +169,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  job:    {job_id} ({job_dir})")
         print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
         for op in summary["ops"]:
-            print(f"  op {op['op_index']} {op.get('op_name', ''):<34} in {op['rows_in']:>9}  out {op['rows_out']:>9}"
-                  f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}")
+            print(
+                f"  op {op['op_index']} {op.get('op_name', ''):<34} in {op['rows_in']:>9}  out {op['rows_out']:>9}"
+                f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
+            )
         print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
         return 0
     if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
-        print(f"\nDAG run {run_id}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
-              f"work is kept in {job_dir}", file=sys.stderr)
+        print(
+            f"\nDAG run {run_id}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
+            f"work is kept in {job_dir}",
+            file=sys.stderr,
+        )
         print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
         return 3
     refused = _held_by_another_runner(recipe.work_dir, job_id, run_id)
@@ -198,9 +209,7 @@ def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | No
 
 def cmd_unlock(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine.jobdir import lock as job_lock
-    from airflow_provider_dj.engine.jobdir.layout import validate_job_id
-
-    from airflow_provider_dj.engine.jobdir.layout import JobIdError
+    from airflow_provider_dj.engine.jobdir.layout import JobIdError, validate_job_id
 
     try:
         validate_job_id(args.job_id)
@@ -229,8 +238,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine.jobdir.layout import JobIdError
 
     try:
-        res = stop_job(args.job_id, force=args.force, timeout=args.timeout, work_dir=args.work_dir,
-                       requested_by=f"dj-airflow stop (pid {os.getpid()})")
+        res = stop_job(
+            args.job_id,
+            force=args.force,
+            timeout=args.timeout,
+            work_dir=args.work_dir,
+            requested_by=f"dj-airflow stop (pid {os.getpid()})",
+        )
     except (JobIdError, JobNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -262,8 +276,13 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
     try:
         if args.watch:
-            frames = watch_job(args.job_id, interval=args.interval, max_iterations=args.max_iterations,
-                               detailed=args.detailed, work_dir=args.work_dir)
+            frames = watch_job(
+                args.job_id,
+                interval=args.interval,
+                max_iterations=args.max_iterations,
+                detailed=args.detailed,
+                work_dir=args.work_dir,
+            )
             return 0 if frames else 1
         show_job_progress(args.job_id, detailed=args.detailed, work_dir=args.work_dir)
     except (JobIdError, JobNotFoundError) as exc:
@@ -294,8 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="validate a recipe without running anything")
     val.add_argument("recipe")
     val.add_argument("--set", action="append", metavar="KEY=VALUE")
-    val.add_argument("--check-input", action="store_true", help="also check the input: dataset_path matches files, and every field the recipe reads "
-                     "is in its rows (Parquet footers, the first MiB of each JSONL file)")
+    val.add_argument(
+        "--check-input",
+        action="store_true",
+        help="also check the input: dataset_path matches files, and every field the recipe reads "
+        "is in its rows (Parquet footers, the first MiB of each JSONL file)",
+    )
     val.set_defaults(func=cmd_validate)
     unlock = sub.add_parser("unlock", help="remove a job's runner lock by hand (after making sure it is not running)")
     unlock.add_argument("job_id")
@@ -303,8 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.set_defaults(func=cmd_unlock)
     stopj = sub.add_parser("stop", help="ask a running job to stop at its next committed boundary (resumable)")
     stopj.add_argument("job_id")
-    stopj.add_argument("--work-dir", help="the recipe's work_dir (default: recent-jobs registry, then $DJ_WORK_DIR or .)")
-    stopj.add_argument("--force", action="store_true", help="cancel the in-flight Ray work now (uncommitted batches lost)")
+    stopj.add_argument(
+        "--work-dir", help="the recipe's work_dir (default: recent-jobs registry, then $DJ_WORK_DIR or .)"
+    )
+    stopj.add_argument(
+        "--force", action="store_true", help="cancel the in-flight Ray work now (uncommitted batches lost)"
+    )
     stopj.add_argument("--timeout", type=float, default=60, help="seconds to wait for the stop (0: do not wait)")
     stopj.set_defaults(func=cmd_stop)
     jobs = sub.add_parser("jobs", help="list running jobs: id, status, progress, directory")
@@ -312,7 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--all", action="store_true", help="also list completed, stopped, failed and idle jobs")
     jobs.add_argument("--json", action="store_true", help="machine-readable output")
     jobs.set_defaults(func=cmd_jobs)
-    mon = sub.add_parser("monitor", help="show a job's progress per partition and op (running, failed, stopped or done)")
+    mon = sub.add_parser(
+        "monitor", help="show a job's progress per partition and op (running, failed, stopped or done)"
+    )
     mon.add_argument("job_id")
     mon.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR, then the recent-jobs registry)")
     mon.add_argument("--detailed", action="store_true", help="add per-op tables and rows per partition and op")

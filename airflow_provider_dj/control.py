@@ -22,8 +22,14 @@ from dataclasses import dataclass, field
 
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.layout import (
+    EFFECTIVE_CONFIG,
+    JOB_SUMMARY,
+    PARTITIONING_INFO,
+    read_json,
+    validate_job_id,
+)
 from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json, validate_job_id
 
 RUNNING_STATES = ("running", "stopping")
 
@@ -69,11 +75,14 @@ def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
         candidates.append(storage.join(_default_work_dir(), job_id))
     for job_dir in candidates:
         tried.append(job_dir)
-        if storage.exists(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/"))) or \
-                storage.exists(storage.join(job_dir, *PARTITIONING_INFO.split("/"))):
+        if storage.exists(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/"))) or storage.exists(
+            storage.join(job_dir, *PARTITIONING_INFO.split("/"))
+        ):
             return job_dir
-    raise JobNotFoundError(f"no job {job_id!r}: looked in {', '.join(tried)} (no metadata/effective_config.json); "
-                           f"pass the recipe's work_dir (--work-dir / work_dir=) or set DJ_WORK_DIR")
+    raise JobNotFoundError(
+        f"no job {job_id!r}: looked in {', '.join(tried)} (no metadata/effective_config.json); "
+        f"pass the recipe's work_dir (--work-dir / work_dir=) or set DJ_WORK_DIR"
+    )
 
 
 def _summary(job_dir: str) -> dict | None:
@@ -101,8 +110,11 @@ def _progress(job_dir: str) -> dict | None:
     except Exception:  # noqa: BLE001 - an unplanned or half-written job has no progress yet
         return None
     final = sum(1 for d in done.values() if d["final"])
-    return {"partitions_final": final, "partitions_total": len(done),
-            "percent": round(100.0 * final / len(done), 1) if done else 0.0}
+    return {
+        "partitions_final": final,
+        "partitions_total": len(done),
+        "percent": round(100.0 * final / len(done), 1) if done else 0.0,
+    }
 
 
 def job_status(job_dir: str) -> dict:
@@ -120,8 +132,14 @@ def job_status(job_dir: str) -> dict:
         status = summary["status"]
     else:
         status = "stopped" if request else "idle"
-    return {"job_id": storage.basename(job_dir), "job_dir": job_dir, "status": status, "progress": _progress(job_dir),
-            "stop_request": request, "runner": job_lock.describe(lock) if lock else None}
+    return {
+        "job_id": storage.basename(job_dir),
+        "job_dir": job_dir,
+        "status": status,
+        "progress": _progress(job_dir),
+        "stop_request": request,
+        "runner": job_lock.describe(lock) if lock else None,
+    }
 
 
 def _candidate_dirs(work_dir: str | None) -> list[str]:
@@ -155,8 +173,15 @@ def list_jobs(work_dir: str | None = None, *, running_only: bool = True) -> list
     return out
 
 
-def stop_job(job_id: str, force: bool = False, timeout: float = 60, *, work_dir: str | None = None,
-             requested_by: str | None = None, poll_s: float = 0.5) -> StopResult:
+def stop_job(
+    job_id: str,
+    force: bool = False,
+    timeout: float = 60,
+    *,
+    work_dir: str | None = None,
+    requested_by: str | None = None,
+    poll_s: float = 0.5,
+) -> StopResult:
     """Ask a job to stop, and wait up to ``timeout`` seconds until it has.
 
     Graceful: workers finish the op or batch they are in, commit it, and
@@ -169,8 +194,9 @@ def stop_job(job_id: str, force: bool = False, timeout: float = 60, *, work_dir:
     job_dir = resolve_job_dir(job_id, work_dir)
     summary = _summary(job_dir)
     if summary and summary.get("status") == "completed":
-        return StopResult(job_id, job_dir, "completed", f"job {job_id} already completed; nothing to stop",
-                          summary=summary)
+        return StopResult(
+            job_id, job_dir, "completed", f"job {job_id} already completed; nothing to stop", summary=summary
+        )
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
@@ -178,25 +204,57 @@ def stop_job(job_id: str, force: bool = False, timeout: float = 60, *, work_dir:
 
     EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
     if not running:
-        return StopResult(job_id, job_dir, "not_running",
-                          f"job {job_id} has no live runner: the request is recorded; a worker still running "
-                          f"stops at its next boundary, and the next resume clears it", request)
+        return StopResult(
+            job_id,
+            job_dir,
+            "not_running",
+            f"job {job_id} has no live runner: the request is recorded; a worker still running "
+            f"stops at its next boundary, and the next resume clears it",
+            request,
+        )
     t0 = time.time()
     since = stop_control.request_time(request)
     while True:
         summary = _summary(job_dir) or {}
         status = summary.get("status")
         if status == "completed":
-            return StopResult(job_id, job_dir, "completed", f"job {job_id} completed before the stop took effect",
-                              request, time.time() - t0, summary)
+            return StopResult(
+                job_id,
+                job_dir,
+                "completed",
+                f"job {job_id} completed before the stop took effect",
+                request,
+                time.time() - t0,
+                summary,
+            )
         if status == "stopped" and float(summary.get("end_time") or 0) >= since:
-            return StopResult(job_id, job_dir, "stopped", f"job {job_id} stopped; committed work kept. Resume with: "
-                              f"{summary.get('resume_command')}", request, time.time() - t0, summary)
+            return StopResult(
+                job_id,
+                job_dir,
+                "stopped",
+                f"job {job_id} stopped; committed work kept. Resume with: {summary.get('resume_command')}",
+                request,
+                time.time() - t0,
+                summary,
+            )
         if _live_lock(job_dir) is None:
-            return StopResult(job_id, job_dir, "stopped", f"job {job_id} no longer has a runner (stopped or failed); "
-                              f"see {storage.join(job_dir, JOB_SUMMARY)}", request, time.time() - t0, summary or None)
+            return StopResult(
+                job_id,
+                job_dir,
+                "stopped",
+                f"job {job_id} no longer has a runner (stopped or failed); see {storage.join(job_dir, JOB_SUMMARY)}",
+                request,
+                time.time() - t0,
+                summary or None,
+            )
         if time.time() - t0 >= timeout:
-            return StopResult(job_id, job_dir, "stop_pending", f"job {job_id} has not stopped within {timeout:g}s; "
-                              f"workers stop at their next committed boundary (use force=True to cancel now)",
-                              request, time.time() - t0)
+            return StopResult(
+                job_id,
+                job_dir,
+                "stop_pending",
+                f"job {job_id} has not stopped within {timeout:g}s; "
+                f"workers stop at their next committed boundary (use force=True to cancel now)",
+                request,
+                time.time() - t0,
+            )
         time.sleep(poll_s)

@@ -22,9 +22,9 @@ from typing import Any
 import pendulum
 import yaml
 
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, sanitize_dag_id
 from airflow_provider_dj.engine.planning.decisions import parse_time_concurrency
 from airflow_provider_dj.engine.planning.plan import build_plan
-from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, sanitize_dag_id
 
 log = logging.getLogger(__name__)
 
@@ -81,19 +81,20 @@ def _doc(recipe, plan) -> str:
         f"### Data-Juicer recipe `{recipe.project_name}`\n\nRecipe file: `{recipe.source_file}`\n\n"
         f"Input: `{recipe.dataset_path}`  \nExport: `{recipe.export_path}`  \nWork dir: `{recipe.work_dir}`\n\n"
         f"Ops:\n{ops}\n\nCheckpoint strategy: {plan.strategy} (after ops {plan.checkpoint_points}).\n\n"
-        f"Override recipe values with `dag_run.conf`, e.g. `{{\"partition\": {{\"num_of_partitions\": 4}}}}` "
-        f"or `{{\"partition.num_of_partitions\": 4}}`; resume a job with `{{\"resume\": \"<job id>\"}}`."
+        f'Override recipe values with `dag_run.conf`, e.g. `{{"partition": {{"num_of_partitions": 4}}}}` '
+        f'or `{{"partition.num_of_partitions": 4}}`; resume a job with `{{"resume": "<job id>"}}`.'
     )
 
 
-def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | None = None,
-              retry_delay: timedelta | None = None):
+def build_dag(
+    recipe_path: str, *, dag_id: str | None = None, retries: int | None = None, retry_delay: timedelta | None = None
+):
     """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe."""
     from airflow.sdk import DAG
 
     from airflow_provider_dj.assets import export_asset, input_asset
-    from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators._common import release_lock_on_failure
+    from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
     from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
@@ -131,15 +132,15 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
         catchup=False,
         max_active_runs=1,
         params=_params(),
-        default_args={"retries": retries, "retry_delay": retry_delay,
-                      "on_failure_callback": release_lock_on_failure},
+        default_args={"retries": retries, "retry_delay": retry_delay, "on_failure_callback": release_lock_on_failure},
         tags=["data-juicer", "airflow-provider-dj"],
         description=f"Data-Juicer recipe {os.path.basename(recipe_path)}",
         doc_md=_doc(recipe, plan),
     ) as dag:
         preflight = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe_path)
-        validate = ResumeValidatorOperator(task_id="validate", recipe_path=recipe_path, group_size=group_size,
-                                           max_active_groups=conc.value)
+        validate = ResumeValidatorOperator(
+            task_id="validate", recipe_path=recipe_path, group_size=group_size, max_active_groups=conc.value
+        )
         preflight >> validate
         upstream = validate
         for seg in plan.segments:
@@ -154,18 +155,31 @@ def build_dag(recipe_path: str, *, dag_id: str | None = None, retries: int | Non
             upstream >> seg_task
             upstream = seg_task
             if seg.keys_for_global is not None:
-                barrier = CheckpointSensor(task_id=plan.barrier_task_id(seg.index), job_dir=JOB_DIR_TEMPLATE,
-                                           segment_index=seg.index, trigger_rule="none_failed", poke_interval=2)
-                glob_task = GlobalOpOperator(task_id=plan.global_task_id(seg.keys_for_global),
-                                             job_dir=JOB_DIR_TEMPLATE, op_index=seg.keys_for_global,
-                                             trigger_rule="none_failed")
+                barrier = CheckpointSensor(
+                    task_id=plan.barrier_task_id(seg.index),
+                    job_dir=JOB_DIR_TEMPLATE,
+                    segment_index=seg.index,
+                    trigger_rule="none_failed",
+                    poke_interval=2,
+                )
+                glob_task = GlobalOpOperator(
+                    task_id=plan.global_task_id(seg.keys_for_global),
+                    job_dir=JOB_DIR_TEMPLATE,
+                    op_index=seg.keys_for_global,
+                    trigger_rule="none_failed",
+                )
                 upstream >> barrier >> glob_task
                 upstream = glob_task
         # The export is an Airflow Asset (its input the inlet): consumer DAGs can be scheduled on it.
-        export = ExportOperator(task_id="export", job_dir=JOB_DIR_TEMPLATE, trigger_rule="none_failed",
-                                recipe_name=recipe.project_name, declared_export_path=recipe.export_path,
-                                outlets=[export_asset(recipe.export_path)],
-                                inlets=[input_asset(recipe.dataset_path)])
+        export = ExportOperator(
+            task_id="export",
+            job_dir=JOB_DIR_TEMPLATE,
+            trigger_rule="none_failed",
+            recipe_name=recipe.project_name,
+            declared_export_path=recipe.export_path,
+            outlets=[export_asset(recipe.export_path)],
+            inlets=[input_asset(recipe.dataset_path)],
+        )
         upstream >> export
     return dag
 
@@ -184,9 +198,15 @@ def _broken_dag(dag_id: str, path: str, message: str):
         def execute(self, context: Any) -> None:
             raise RecipeError(self.error)
 
-    with DAG(dag_id=dag_id, schedule=None, start_date=START_DATE, catchup=False,
-             tags=["data-juicer", "broken-recipe"], description=f"BROKEN RECIPE {os.path.basename(path)}",
-             doc_md=f"### This recipe failed to load\n\n`{path}`\n\n```\n{message}\n```") as dag:
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        tags=["data-juicer", "broken-recipe"],
+        description=f"BROKEN RECIPE {os.path.basename(path)}",
+        doc_md=f"### This recipe failed to load\n\n`{path}`\n\n```\n{message}\n```",
+    ) as dag:
         RecipeErrorOperator(task_id="recipe_error", error=message)
     return dag
 
@@ -238,8 +258,11 @@ def register_recipe_dags(namespace: dict, directory: str | None = None, only_dag
         if len(paths) > 1:
             for p in paths:
                 others = [o for o in paths if o != p]
-                broken(p, f"{p}: dag_id {dag_id!r} is also produced by {', '.join(others)}; "
-                          f"give each recipe a distinct project_name")
+                broken(
+                    p,
+                    f"{p}: dag_id {dag_id!r} is also produced by {', '.join(others)}; "
+                    f"give each recipe a distinct project_name",
+                )
             continue
         if only_dag_id and only_dag_id != dag_id:
             continue

@@ -82,9 +82,7 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_provider_dj.triggers.checkpoint"],
             }
         ],
-        "hooks": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dj.hooks.ray"]}
-        ],
+        "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dj.hooks.ray"]}],
         "connection-types": [
             {
                 "connection-type": "ray",

@@ -36,7 +36,8 @@ def compare_exports(ours_path: str, dj_path: str, max_diffs: int = 5) -> dict:
     if a_text == b_text:
         out["status"] = "MATCH"
         out["detail"] = f"{len(a_text)} rows, identical text sequence" + (
-            "" if out["ids_match"] else " (but the id sequences differ)")
+            "" if out["ids_match"] else " (but the id sequences differ)"
+        )
         return out
     diffs = []
     for i in range(max(len(a_text), len(b_text))):
@@ -53,9 +54,11 @@ def compare_exports(ours_path: str, dj_path: str, max_diffs: int = 5) -> dict:
     out["only_in_ours"] = sum((ca - cb).values())
     out["only_in_dj"] = sum((cb - ca).values())
     out["first_differences"] = diffs
-    out["detail"] = (f"ours {len(a_text)} rows, DJ {len(b_text)} rows; "
-                     + ("same rows in a different order" if same_multiset
-                        else f"{out['only_in_ours']} rows only in ours, {out['only_in_dj']} only in DJ"))
+    out["detail"] = f"ours {len(a_text)} rows, DJ {len(b_text)} rows; " + (
+        "same rows in a different order"
+        if same_multiset
+        else f"{out['only_in_ours']} rows only in ours, {out['only_in_dj']} only in DJ"
+    )
     return out
 
 

@@ -28,7 +28,6 @@ import json
 import os
 import time
 
-import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
@@ -107,8 +106,12 @@ def run_hash_bench(jsonl_path: str, partition_cfg, repeats: int = 3, rowwise_max
         return h.hexdigest()
 
     t_bs, _ = _best(byte_stream, repeats)
-    res["byte_stream_xxh3"] = {"seconds": t_bs, "bytes": file_bytes, "mb_s": file_bytes / MB / t_bs,
-                               "chunk_bytes": CHUNK}
+    res["byte_stream_xxh3"] = {
+        "seconds": t_bs,
+        "bytes": file_bytes,
+        "mb_s": file_bytes / MB / t_bs,
+        "chunk_bytes": CHUNK,
+    }
 
     def raw_sha():
         h = hashlib.sha256()
@@ -130,8 +133,13 @@ def run_hash_bench(jsonl_path: str, partition_cfg, repeats: int = 3, rowwise_max
         return h.hexdigest()
 
     t_ar, _ = _best(arrow_hash, repeats)
-    res["arrow_table_xxh3"] = {"seconds": t_ar, "bytes": table.nbytes, "mb_s": table.nbytes / MB / t_ar,
-                               "rows": table.num_rows, "parquet": pq_path}
+    res["arrow_table_xxh3"] = {
+        "seconds": t_ar,
+        "bytes": table.nbytes,
+        "mb_s": table.nbytes / MB / t_ar,
+        "rows": table.num_rows,
+        "parquet": pq_path,
+    }
 
     # --- per-row JSON + sha256 ---
     n_rows = table.num_rows

@@ -165,8 +165,16 @@ def set_autogroup_nice(pid: int, nice: int) -> str | None:
     return None
 
 
-def run_measured(cmd: list[str], *, env: dict, log_path: str, timeout_s: float, cwd: str | None = None,
-                 interval: float = 0.25, nice: int = 0) -> RunResult:
+def run_measured(
+    cmd: list[str],
+    *,
+    env: dict,
+    log_path: str,
+    timeout_s: float,
+    cwd: str | None = None,
+    interval: float = 0.25,
+    nice: int = 0,
+) -> RunResult:
     """Run ``cmd`` (stdout+stderr to ``log_path``), return wall time and peak memory.
 
     ``nice``: scheduling priority for the run's session (see set_autogroup_nice).
@@ -178,9 +186,12 @@ def run_measured(cmd: list[str], *, env: dict, log_path: str, timeout_s: float, 
         full_cmd = [GNU_TIME, "-v", "-o", time_file] + full_cmd
     if shutil.which(full_cmd[0]) is None and not os.path.exists(full_cmd[0]):
         return RunResult(cmd, None, 0.0, False, 0, 0, 0, None, log_path, error=f"executable not found: {full_cmd[0]}")
+
     def busy() -> float:
         ct = psutil.cpu_times()
-        return sum(ct) - ct.idle - getattr(ct, "iowait", 0.0) - getattr(ct, "guest", 0.0) - getattr(ct, "guest_nice", 0.0)
+        return (
+            sum(ct) - ct.idle - getattr(ct, "iowait", 0.0) - getattr(ct, "guest", 0.0) - getattr(ct, "guest_nice", 0.0)
+        )
 
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     me = psutil.Process()
@@ -188,8 +199,9 @@ def run_measured(cmd: list[str], *, env: dict, log_path: str, timeout_s: float, 
     with open(log_path, "w") as log:
         busy0 = busy()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(full_cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            full_cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
         nice_problem = set_autogroup_nice(proc.pid, nice) if nice else None
         sampler = _TreeSampler(proc.pid, interval)
         sampler.start()
@@ -213,10 +225,18 @@ def run_measured(cmd: list[str], *, env: dict, log_path: str, timeout_s: float, 
         if m:
             max_single = int(m.group(1)) * 1024
     result = RunResult(
-        cmd=cmd, rc=rc, wall_s=wall, timed_out=timed_out, peak_tree_rss=sampler.peak_rss,
-        peak_tree_pss=sampler.peak_pss, peak_nprocs=sampler.peak_nprocs, max_single_rss=max_single,
-        log_path=log_path, samples=sampler.samples,
-        cpu_tree_s=sum(sampler.cpu_by_pid.values()), cpu_machine_busy_s=busy1 - busy0,
+        cmd=cmd,
+        rc=rc,
+        wall_s=wall,
+        timed_out=timed_out,
+        peak_tree_rss=sampler.peak_rss,
+        peak_tree_pss=sampler.peak_pss,
+        peak_nprocs=sampler.peak_nprocs,
+        max_single_rss=max_single,
+        log_path=log_path,
+        samples=sampler.samples,
+        cpu_tree_s=sum(sampler.cpu_by_pid.values()),
+        cpu_machine_busy_s=busy1 - busy0,
         # Minus this process too (the poller): what is left is other users' load.
         foreign_cpu_s=max(0.0, (busy1 - busy0) - sum(sampler.cpu_by_pid.values()) - (me1 - me0)),
         loadavg_before=load_before,

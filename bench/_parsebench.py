@@ -28,7 +28,7 @@ def main() -> int:
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 50
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    from _recipes import ours_recipe, write_yaml  # noqa: E402  (cheap: yaml only)
+    from _recipes import ours_recipe, write_yaml
 
     home = os.environ.get("AIRFLOW_HOME") or os.environ.get("DJ_AIRFLOW_HOME")
     if home:
@@ -40,26 +40,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dj_parse_bench_") as tmp:
         rdir = os.path.join(tmp, "recipes")
         for i in range(n):
-            r = ours_recipe(name=f"bench_parse_{i:03d}", dataset_path=dataset_path,
-                            export_path=os.path.join(tmp, "out", f"r{i}.jsonl"),
-                            work_dir=os.path.join(tmp, "work"), partitions=str(1 + i % 8))
+            r = ours_recipe(
+                name=f"bench_parse_{i:03d}",
+                dataset_path=dataset_path,
+                export_path=os.path.join(tmp, "out", f"r{i}.jsonl"),
+                work_dir=os.path.join(tmp, "work"),
+                partitions=str(1 + i % 8),
+            )
             # Some variety in the op arguments.
             r["process"] = [dict(op) for op in r["process"]]
             r["process"][2] = {"words_num_filter": {"min_num": 3 + i % 5, "max_num": 2000}}
             write_yaml(os.path.join(rdir, f"recipe_{i:03d}.yaml"), r)
 
         t0 = time.perf_counter()
-        import airflow_provider_dj.dag_factory as dag_factory  # noqa: E402
+        import airflow_provider_dj.dag_factory as dag_factory
 
         res["import_provider_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        import airflow.sdk  # noqa: E402,F401
-        import airflow_provider_dj.operators.export  # noqa: E402,F401
-        import airflow_provider_dj.operators.global_op  # noqa: E402,F401
-        import airflow_provider_dj.operators.gpu_preflight  # noqa: E402,F401
-        import airflow_provider_dj.operators.partition_group  # noqa: E402,F401
-        import airflow_provider_dj.operators.resume_validator  # noqa: E402,F401
-        import airflow_provider_dj.sensors.checkpoint  # noqa: E402,F401
+        import airflow.sdk  # noqa: F401
+
+        import airflow_provider_dj.operators.export
+        import airflow_provider_dj.operators.global_op
+        import airflow_provider_dj.operators.gpu_preflight
+        import airflow_provider_dj.operators.partition_group
+        import airflow_provider_dj.operators.resume_validator
+        import airflow_provider_dj.sensors.checkpoint  # noqa: F401
 
         res["import_airflow_s"] = time.perf_counter() - t0
 

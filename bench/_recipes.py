@@ -27,8 +27,9 @@ def _partition_section(partitions: str) -> dict:
     return {"mode": "manual", "num_of_partitions": int(partitions)}
 
 
-def ours_recipe(*, name: str, dataset_path: str, export_path: str, work_dir: str, partitions: str = "4",
-                np_: int = 2) -> dict:
+def ours_recipe(
+    *, name: str, dataset_path: str, export_path: str, work_dir: str, partitions: str = "4", np_: int = 2
+) -> dict:
     return {
         "project_name": name,
         "dataset_path": os.path.abspath(dataset_path),

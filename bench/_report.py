@@ -100,9 +100,14 @@ def summarize(results: dict) -> dict:
     for key in ("ours_1row", "ours_0row", "dj_1row", "dj_0row"):
         r = st.get(key)
         if r:
-            s[f"startup_{key}"] = {"wall_s": r["wall_s"], "rc": r["rc"], "error": r.get("error"),
-                                   "error_line": r.get("error_line"),
-                                   "peak_tree_pss": r.get("peak_tree_pss"), "breakdown": r.get("breakdown")}
+            s[f"startup_{key}"] = {
+                "wall_s": r["wall_s"],
+                "rc": r["rc"],
+                "error": r.get("error"),
+                "error_line": r.get("error_line"),
+                "peak_tree_pss": r.get("peak_tree_pss"),
+                "breakdown": r.get("breakdown"),
+            }
 
     h = results.get("hash") or {}
     if "byte_stream_xxh3" in h:
@@ -119,39 +124,73 @@ def summarize(results: dict) -> dict:
         }
     p = results.get("parse") or {}
     if "first_ms_per_recipe" in p:
-        s["parse"] = {k: p[k] for k in ("n_recipes", "import_provider_s", "import_airflow_s", "first_ms_per_recipe",
-                                        "warm_ms_per_recipe", "dags_built", "tasks_per_dag")}
+        s["parse"] = {
+            k: p[k]
+            for k in (
+                "n_recipes",
+                "import_provider_s",
+                "import_airflow_s",
+                "first_ms_per_recipe",
+                "warm_ms_per_recipe",
+                "dags_built",
+                "tasks_per_dag",
+            )
+        }
 
     # Bars
     bars = []
     mr = s.get("marginal_ratio_for_bar")
     parts = []
     if s.get("marginal_ratio"):
-        parts.append(f"same sizes {s['marginal_ratio_pair'][0]}->{s['marginal_ratio_pair'][1]}: {s['marginal_ratio']:.1f}x")
+        parts.append(
+            f"same sizes {s['marginal_ratio_pair'][0]}->{s['marginal_ratio_pair'][1]}: {s['marginal_ratio']:.1f}x"
+        )
     if s.get("marginal_ratio_largest_pairs"):
         om, dm = s["ours_marginal"], s["dj_marginal"]
-        parts.append(f"each its largest sizes (ours {om['n1']}->{om['n2']}, DJ {dm['n1']}->{dm['n2']}): "
-                     f"{s['marginal_ratio_largest_pairs']:.1f}x")
-    bars.append({"bar": f"marginal throughput >= {BAR_MARGINAL_RATIO:g}x Data-Juicer's",
-                 "value": None if mr is None else f"{mr:.1f}x (lower of: {'; '.join(parts)})",
-                 "pass": None if mr is None else mr >= BAR_MARGINAL_RATIO})
+        parts.append(
+            f"each its largest sizes (ours {om['n1']}->{om['n2']}, DJ {dm['n1']}->{dm['n2']}): "
+            f"{s['marginal_ratio_largest_pairs']:.1f}x"
+        )
+    bars.append(
+        {
+            "bar": f"marginal throughput >= {BAR_MARGINAL_RATIO:g}x Data-Juicer's",
+            "value": None if mr is None else f"{mr:.1f}x (lower of: {'; '.join(parts)})",
+            "pass": None if mr is None else mr >= BAR_MARGINAL_RATIO,
+        }
+    )
     e2e = next((r for r in s["per_size"] if r["rows"] == BAR_E2E_SIZE), None)
     ratio = e2e["ratio"] if e2e else None
-    bars.append({"bar": f"end-to-end at {BAR_E2E_SIZE} rows <= {BAR_E2E_RATIO:g}x Data-Juicer's wall time",
-                 "value": None if ratio is None else f"{ratio:.2f}x ({e2e['ours_wall_s']:.1f} s vs {e2e['dj_wall_s']:.1f} s)",
-                 "pass": None if ratio is None else ratio <= BAR_E2E_RATIO})
+    bars.append(
+        {
+            "bar": f"end-to-end at {BAR_E2E_SIZE} rows <= {BAR_E2E_RATIO:g}x Data-Juicer's wall time",
+            "value": None
+            if ratio is None
+            else f"{ratio:.2f}x ({e2e['ours_wall_s']:.1f} s vs {e2e['dj_wall_s']:.1f} s)",
+            "pass": None if ratio is None else ratio <= BAR_E2E_RATIO,
+        }
+    )
     # The issue defines the fixed start-up on an empty input; the 1-row run (which
     # also starts Ray and runs every op once) is shown beside it.
     su0, su1 = (s.get("startup_ours_0row") or {}), (s.get("startup_ours_1row") or {})
     su_t = su0.get("wall_s") if su0.get("rc") == 0 else None
     one = f"; 1-row run {su1['wall_s']:.1f} s" if su1.get("rc") == 0 else ""
-    bars.append({"bar": f"fixed start-up (empty input) < {BAR_STARTUP_S:g} s",
-                 "value": None if su_t is None else f"{su_t:.1f} s{one}",
-                 "pass": None if su_t is None else su_t < BAR_STARTUP_S})
+    bars.append(
+        {
+            "bar": f"fixed start-up (empty input) < {BAR_STARTUP_S:g} s",
+            "value": None if su_t is None else f"{su_t:.1f} s{one}",
+            "pass": None if su_t is None else su_t < BAR_STARTUP_S,
+        }
+    )
     hs = s.get("hash")
-    bars.append({"bar": "partition hashing >= 1 GB/s per core (JSONL byte-stream kernel)",
-                 "value": None if not hs else f"{hs['byte_stream_mb_s']:.0f} MB/s (Arrow kernel {hs['arrow_mb_s']:.0f} MB/s)",
-                 "pass": None if not hs else hs["byte_stream_mb_s"] >= BAR_HASH_MB_S})
+    bars.append(
+        {
+            "bar": "partition hashing >= 1 GB/s per core (JSONL byte-stream kernel)",
+            "value": None
+            if not hs
+            else f"{hs['byte_stream_mb_s']:.0f} MB/s (Arrow kernel {hs['arrow_mb_s']:.0f} MB/s)",
+            "pass": None if not hs else hs["byte_stream_mb_s"] >= BAR_HASH_MB_S,
+        }
+    )
     s["bars"] = bars
     return s
 
@@ -162,37 +201,55 @@ def render_table(results: dict, s: dict) -> str:
     L: list[str] = []
     L.append("=" * 120)
     L.append(f"dj-airflow vs Data-Juicer {v.get('py-data-juicer', '?')} (default executor)  -  {results['timestamp']}")
-    L.append(f"machine: {m['nproc']} CPUs ({m.get('cpu_model')}), {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
-             f"{m['platform']}")
+    L.append(
+        f"machine: {m['nproc']} CPUs ({m.get('cpu_model')}), {m['ram_bytes'] / 2**30:.1f} GiB RAM, {m['platform']}"
+    )
     g = m.get("git") or {}
     snap = results["config"].get("snapshot")
     if snap:
         L.append(f"code: snapshot of commit {snap['commit'][:10]} (working-tree edits excluded)")
     elif g.get("commit"):
-        L.append(f"code: working tree at commit {g['commit'][:10]}" + (
-            f" + {g['modified_tracked_files']} modified tracked files" if g.get("modified_tracked_files") else "")
-            + " (edits made during the run are measured too)")
-    L.append(f"versions: python {v.get('python')}, airflow {v.get('apache-airflow')}, ray {v.get('ray')}, "
-             f"pyarrow {v.get('pyarrow')}; ours: partitions={results['config']['partitions']}, checkpoint every_op; "
-             f"DJ: np={results['config']['dj_np']}, use_cache=false; nice {results['config'].get('nice', 0)}")
-    L.append("wall = whole process, launch to exit; peak mem = max over samples of the summed RSS (PSS) of the "
-             "process tree;")
+        L.append(
+            f"code: working tree at commit {g['commit'][:10]}"
+            + (f" + {g['modified_tracked_files']} modified tracked files" if g.get("modified_tracked_files") else "")
+            + " (edits made during the run are measured too)"
+        )
+    L.append(
+        f"versions: python {v.get('python')}, airflow {v.get('apache-airflow')}, ray {v.get('ray')}, "
+        f"pyarrow {v.get('pyarrow')}; ours: partitions={results['config']['partitions']}, checkpoint every_op; "
+        f"DJ: np={results['config']['dj_np']}, use_cache=false; nice {results['config'].get('nice', 0)}"
+    )
+    L.append(
+        "wall = whole process, launch to exit; peak mem = max over samples of the summed RSS (PSS) of the process tree;"
+    )
     L.append("CPU s = user+system CPU seconds of the whole process tree (less sensitive to other load than wall time);")
-    L.append("other load = CPU cores used by other processes on the machine during the run, ours/DJ "
-             "(0.00 = quiet; high values mean the timing is disturbed)")
+    L.append(
+        "other load = CPU cores used by other processes on the machine during the run, ours/DJ "
+        "(0.00 = quiet; high values mean the timing is disturbed)"
+    )
     L.append("-" * 120)
-    L.append(f"{'rows':>9} | {'ours s':>7} | {'DJ s':>7} | {'ours/DJ':>7} | {'ours rows/s':>11} | {'DJ rows/s':>9} | "
-             f"{'ours peak RSS (PSS)':>21} | {'DJ peak RSS (PSS)':>21} | {'CPU s ours/DJ':>13} | {'other load':>10} | check")
+    L.append(
+        f"{'rows':>9} | {'ours s':>7} | {'DJ s':>7} | {'ours/DJ':>7} | {'ours rows/s':>11} | {'DJ rows/s':>9} | "
+        f"{'ours peak RSS (PSS)':>21} | {'DJ peak RSS (PSS)':>21} | {'CPU s ours/DJ':>13} | {'other load':>10} | check"
+    )
     for r in s["per_size"]:
-        o_mem = f"{gib(r['ours_peak_tree_rss'])} ({gib(r['ours_peak_tree_pss']).replace(' GiB', '')})" \
-            if r["ours_wall_s"] else "-"
-        d_mem = f"{gib(r['dj_peak_tree_rss'])} ({gib(r['dj_peak_tree_pss']).replace(' GiB', '')})" \
-            if r["dj_wall_s"] else "-"
-        L.append(f"{r['rows']:>9} | {_fmt(r['ours_wall_s']):>7} | {_fmt(r['dj_wall_s']):>7} | "
-                 f"{_fmt(r['ratio'], '.2f'):>7} | {_fmt(r['ours_rows_s'], ',.0f'):>11} | "
-                 f"{_fmt(r['dj_rows_s'], ',.0f'):>9} | {o_mem:>21} | {d_mem:>21} | "
-                 f"{_fmt(r['ours_cpu_s'], '.0f'):>6}/{_fmt(r['dj_cpu_s'], '.0f'):<6} | "
-                 f"{_fmt(r['ours_other_load'], '.2f')}/{_fmt(r['dj_other_load'], '.2f'):<5} | {r['check'] or '-'}")
+        o_mem = (
+            f"{gib(r['ours_peak_tree_rss'])} ({gib(r['ours_peak_tree_pss']).replace(' GiB', '')})"
+            if r["ours_wall_s"]
+            else "-"
+        )
+        d_mem = (
+            f"{gib(r['dj_peak_tree_rss'])} ({gib(r['dj_peak_tree_pss']).replace(' GiB', '')})"
+            if r["dj_wall_s"]
+            else "-"
+        )
+        L.append(
+            f"{r['rows']:>9} | {_fmt(r['ours_wall_s']):>7} | {_fmt(r['dj_wall_s']):>7} | "
+            f"{_fmt(r['ratio'], '.2f'):>7} | {_fmt(r['ours_rows_s'], ',.0f'):>11} | "
+            f"{_fmt(r['dj_rows_s'], ',.0f'):>9} | {o_mem:>21} | {d_mem:>21} | "
+            f"{_fmt(r['ours_cpu_s'], '.0f'):>6}/{_fmt(r['dj_cpu_s'], '.0f'):<6} | "
+            f"{_fmt(r['ours_other_load'], '.2f')}/{_fmt(r['dj_other_load'], '.2f'):<5} | {r['check'] or '-'}"
+        )
         if r["ours_retried"]:
             L.append(f"{'':>9}   ours: re-run {r['ours_retried']}x after Ray was killed under it (see JSON)")
         if r["ours_error"]:
@@ -200,8 +257,12 @@ def render_table(results: dict, s: dict) -> str:
         if r["dj_error"]:
             L.append(f"{'':>9}   DJ: {r['dj_error']}")
     L.append("-" * 120)
-    for key, label in (("startup_ours_1row", "ours, 1-row input"), ("startup_ours_0row", "ours, 0-row input"),
-                       ("startup_dj_1row", "DJ,   1-row input"), ("startup_dj_0row", "DJ,   0-row input")):
+    for key, label in (
+        ("startup_ours_1row", "ours, 1-row input"),
+        ("startup_ours_0row", "ours, 0-row input"),
+        ("startup_dj_1row", "DJ,   1-row input"),
+        ("startup_dj_0row", "DJ,   0-row input"),
+    ):
         st = s.get(key)
         if not st:
             continue
@@ -209,56 +270,79 @@ def render_table(results: dict, s: dict) -> str:
             extra = ""
             bd = st.get("breakdown") or {}
             if "before_first_task_s" in bd:
-                extra = (f"  (launch->first task {bd['before_first_task_s']:.1f} s, tasks "
-                         f"{bd.get('tasks_span_s', 0):.1f} s, last task->exit {bd.get('after_last_task_s', 0):.1f} s)")
+                extra = (
+                    f"  (launch->first task {bd['before_first_task_s']:.1f} s, tasks "
+                    f"{bd.get('tasks_span_s', 0):.1f} s, last task->exit {bd.get('after_last_task_s', 0):.1f} s)"
+                )
             L.append(f"fixed start-up, {label}: {st['wall_s']:.1f} s{extra}")
             reps = (results.get("startup") or {}).get(key.replace("startup_", "") + "_repeats")
             if reps:
-                L.append(f"   (fastest of {len(reps)} runs: " + ", ".join(
-                    f"{r['wall_s']:.1f}" if r["rc"] == 0 else "failed" for r in reps) + " s)")
+                L.append(
+                    f"   (fastest of {len(reps)} runs: "
+                    + ", ".join(f"{r['wall_s']:.1f}" if r["rc"] == 0 else "failed" for r in reps)
+                    + " s)"
+                )
         else:
-            L.append(f"fixed start-up, {label}: FAILED after {st['wall_s']:.1f} s ({st.get('error')}): "
-                     f"{st.get('error_line') or ''}")
+            L.append(
+                f"fixed start-up, {label}: FAILED after {st['wall_s']:.1f} s ({st.get('error')}): "
+                f"{st.get('error_line') or ''}"
+            )
     warm = results.get("warmup")
     if warm:
-        L.append(f"warm-up run (not counted; {'incl. one-time airflow db migrate' if warm['db_migrated_in_this_run'] else 'DB already migrated'}): "
-                 f"{warm['wall_s']:.1f} s")
+        L.append(
+            f"warm-up run (not counted; {'incl. one-time airflow db migrate' if warm['db_migrated_in_this_run'] else 'DB already migrated'}): "
+            f"{warm['wall_s']:.1f} s"
+        )
     for key, label in (("ours_marginal", "ours"), ("dj_marginal", "DJ  ")):
         mm = s.get(key)
         if mm and mm["rows_per_s"]:
-            L.append(f"marginal throughput {label} ({mm['n1']}->{mm['n2']} rows): {mm['rows_per_s']:,.0f} rows/s"
-                     f"  (implied fixed cost {mm['intercept_s']:.1f} s)")
+            L.append(
+                f"marginal throughput {label} ({mm['n1']}->{mm['n2']} rows): {mm['rows_per_s']:,.0f} rows/s"
+                f"  (implied fixed cost {mm['intercept_s']:.1f} s)"
+            )
     sp = s.get("same_pair")
     if sp and sp["ours"]["rows_per_s"] and sp["dj"]["rows_per_s"]:
-        L.append(f"marginal throughput, same sizes {sp['ours']['n1']}->{sp['ours']['n2']}: ours "
-                 f"{sp['ours']['rows_per_s']:,.0f} rows/s vs DJ {sp['dj']['rows_per_s']:,.0f} rows/s = "
-                 f"{s['marginal_ratio']:.2f}x")
+        L.append(
+            f"marginal throughput, same sizes {sp['ours']['n1']}->{sp['ours']['n2']}: ours "
+            f"{sp['ours']['rows_per_s']:,.0f} rows/s vs DJ {sp['dj']['rows_per_s']:,.0f} rows/s = "
+            f"{s['marginal_ratio']:.2f}x"
+        )
     if s.get("marginal_ratio_largest_pairs"):
-        L.append(f"marginal throughput, each over its two largest sizes: ours/DJ = {s['marginal_ratio_largest_pairs']:.2f}x")
+        L.append(
+            f"marginal throughput, each over its two largest sizes: ours/DJ = {s['marginal_ratio_largest_pairs']:.2f}x"
+        )
     hs = s.get("hash")
     if hs:
-        L.append(f"partition hash, 1 core, data in memory (MB = 10^6 B): xxh3 byte-stream {hs['byte_stream_mb_s']:,.0f} MB/s, "
-                 f"xxh3 Arrow columns {hs['arrow_mb_s']:,.0f} MB/s; per-row JSON+sha256 {hs['rowwise_sha256_mb_s']:,.1f} MB/s "
-                 f"({hs['rowwise_sha256_mb_s_excl_conversion']:,.1f} excl. Arrow->dict); raw sha256 {hs['raw_sha256_mb_s']:,.0f} MB/s")
-        L.append(f"   speed-up vs per-row JSON+sha256: byte-stream {hs['speedup_byte_stream_vs_rowwise']:,.0f}x, "
-                 f"Arrow {hs['speedup_arrow_vs_rowwise']:,.0f}x (per row); planner (index+hash from page cache): "
-                 f"hash {_fmt(hs['planner_hash_mb_s'], ',.0f')} MB/s, total {_fmt(hs['planner_total_mb_s'], ',.0f')} MB/s")
+        L.append(
+            f"partition hash, 1 core, data in memory (MB = 10^6 B): xxh3 byte-stream {hs['byte_stream_mb_s']:,.0f} MB/s, "
+            f"xxh3 Arrow columns {hs['arrow_mb_s']:,.0f} MB/s; per-row JSON+sha256 {hs['rowwise_sha256_mb_s']:,.1f} MB/s "
+            f"({hs['rowwise_sha256_mb_s_excl_conversion']:,.1f} excl. Arrow->dict); raw sha256 {hs['raw_sha256_mb_s']:,.0f} MB/s"
+        )
+        L.append(
+            f"   speed-up vs per-row JSON+sha256: byte-stream {hs['speedup_byte_stream_vs_rowwise']:,.0f}x, "
+            f"Arrow {hs['speedup_arrow_vs_rowwise']:,.0f}x (per row); planner (index+hash from page cache): "
+            f"hash {_fmt(hs['planner_hash_mb_s'], ',.0f')} MB/s, total {_fmt(hs['planner_total_mb_s'], ',.0f')} MB/s"
+        )
     elif results.get("hash", {}).get("error"):
         L.append(f"hash bench failed: {results['hash']['error']}")
     ps = s.get("parse")
     if ps:
-        L.append(f"DAG parse, {ps['n_recipes']} recipes ({ps['tasks_per_dag']} tasks each): first pass "
-                 f"{ps['first_ms_per_recipe']:.1f} ms/recipe, re-parse {ps['warm_ms_per_recipe']:.1f} ms/recipe; "
-                 f"one-time imports: provider {ps['import_provider_s'] * 1000:.0f} ms + airflow.sdk/operators "
-                 f"{ps['import_airflow_s'] * 1000:.0f} ms")
+        L.append(
+            f"DAG parse, {ps['n_recipes']} recipes ({ps['tasks_per_dag']} tasks each): first pass "
+            f"{ps['first_ms_per_recipe']:.1f} ms/recipe, re-parse {ps['warm_ms_per_recipe']:.1f} ms/recipe; "
+            f"one-time imports: provider {ps['import_provider_s'] * 1000:.0f} ms + airflow.sdk/operators "
+            f"{ps['import_airflow_s'] * 1000:.0f} ms"
+        )
     elif results.get("parse", {}).get("error"):
         L.append(f"parse bench failed: {results['parse']['error']}")
     checks = [(n, e["check"]) for n, e in results.get("runs", {}).items() if e.get("check")]
     if results.get("startup", {}).get("check_1row"):
         checks.insert(0, ("1", results["startup"]["check_1row"]))
     if checks:
-        L.append("export check (ours vs DJ, text sequence + row count): " + ", ".join(
-            f"{n} rows {c['status']}" for n, c in checks))
+        L.append(
+            "export check (ours vs DJ, text sequence + row count): "
+            + ", ".join(f"{n} rows {c['status']}" for n, c in checks)
+        )
     L.append("-" * 120)
     for b in s["bars"]:
         verdict = "n/a " if b["pass"] is None else ("PASS" if b["pass"] else "FAIL")
@@ -324,7 +408,8 @@ def finish(bench, results: dict, t_start: float) -> int:
     with open(base + ".txt", "w") as fh:
         fh.write(table + "\n")
     print(f"results: {base}.json  (table: {base}.txt{', chart: ' + png if png else ''}; logs: {bench.logs})")
-    failed = [n for n, e in results.get("runs", {}).items()
-              if not _ok(e.get("ours")) or ("dj" in e and not _ok(e["dj"]))]
+    failed = [
+        n for n, e in results.get("runs", {}).items() if not _ok(e.get("ours")) or ("dj" in e and not _ok(e["dj"]))
+    ]
     mismatched = [n for n, e in results.get("runs", {}).items() if e.get("check") and e["check"]["status"] != "MATCH"]
     return 1 if failed or mismatched else 0

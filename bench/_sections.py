@@ -23,7 +23,6 @@ import sys
 import time
 
 import xxhash
-
 from run_bench import ensure_corpus, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,8 +61,24 @@ def file_digest(path: str) -> str | None:
 
 def _slim(res: dict) -> dict:
     """The figures of one run worth keeping in the section JSON."""
-    keep = ("wall_s", "rc", "error", "error_line", "peak_tree_rss", "peak_tree_pss", "peak_nprocs", "cpu_tree_s",
-            "foreign_cpu_s", "rows_in", "rows_out", "num_partitions", "job_id", "log_path", "recipe", "failed_attempts")
+    keep = (
+        "wall_s",
+        "rc",
+        "error",
+        "error_line",
+        "peak_tree_rss",
+        "peak_tree_pss",
+        "peak_nprocs",
+        "cpu_tree_s",
+        "foreign_cpu_s",
+        "rows_in",
+        "rows_out",
+        "num_partitions",
+        "job_id",
+        "log_path",
+        "recipe",
+        "failed_attempts",
+    )
     out = {k: res.get(k) for k in keep if k in res}
     bd = res.get("breakdown") or {}
     tasks = bd.get("tasks") or {}
@@ -122,16 +137,29 @@ def checkpoint_sweep(b, dataset: str, n: int, repeats: int, keep_every_op: bool)
                 full, res = res, full
             if res is not None:
                 _drop_job(res)
-    best = {name: min((r for r in rs if r.get("rc") == 0), key=lambda r: r["wall_s"], default=None)
-            for name, rs in runs.items()}
+    best = {
+        name: min((r for r in rs if r.get("rc") == 0), key=lambda r: r["wall_s"], default=None)
+        for name, rs in runs.items()
+    }
     base = best.get(BASELINE)
     table = []
     for name in STRATEGIES:
         r = best[name]
         row = {"strategy": name, "checkpoint": STRATEGIES[name], "ok": r is not None}
         if r:
-            row |= {k: r.get(k) for k in ("wall_s", "cpu_tree_s", "partition_tasks_s", "peak_tree_pss",
-                                           "peak_tree_rss", "rows_out", "export_digest", "other_load")}
+            row |= {
+                k: r.get(k)
+                for k in (
+                    "wall_s",
+                    "cpu_tree_s",
+                    "partition_tasks_s",
+                    "peak_tree_pss",
+                    "peak_tree_rss",
+                    "rows_out",
+                    "export_digest",
+                    "other_load",
+                )
+            }
             row["overhead_wall"] = _ratio(r["wall_s"], base and base["wall_s"])
             row["overhead_cpu"] = _ratio(r["cpu_tree_s"], base and base["cpu_tree_s"])
             row["overhead_partition_tasks"] = _ratio(r["partition_tasks_s"], base and base["partition_tasks_s"])
@@ -139,12 +167,22 @@ def checkpoint_sweep(b, dataset: str, n: int, repeats: int, keep_every_op: bool)
         table.append(row)
     every_op = next(r for r in table if r["strategy"] == "every_op")
     ov = every_op.get("overhead_wall")
-    out = {"rows": n, "repeats": repeats, "baseline": BASELINE, "table": table, "runs": runs,
-           "aim": {"what": f"every_op wall overhead vs disabled <= {AIM_EVERY_OP_OVERHEAD:.0%}",
-                   "value": ov, "pass": None if ov is None else ov <= AIM_EVERY_OP_OVERHEAD}}
+    out = {
+        "rows": n,
+        "repeats": repeats,
+        "baseline": BASELINE,
+        "table": table,
+        "runs": runs,
+        "aim": {
+            "what": f"every_op wall overhead vs disabled <= {AIM_EVERY_OP_OVERHEAD:.0%}",
+            "value": ov,
+            "pass": None if ov is None else ov <= AIM_EVERY_OP_OVERHEAD,
+        },
+    }
     if full is not None:
-        out["resume_from"] = {k: full[k] for k in ("job_id", "recipe", "export", "job_dir", "wall_s",
-                                                    "export_digest", "rows_in")} | {"run": _slim(full)}
+        out["resume_from"] = {
+            k: full[k] for k in ("job_id", "recipe", "export", "job_dir", "wall_s", "export_digest", "rows_in")
+        } | {"run": _slim(full)}
     return out
 
 
@@ -157,18 +195,36 @@ def _resume_events(job_dir: str, since: float) -> dict:
 
     evs = read_events(job_dir, since=since)
     count = lambda t: sum(1 for e in evs if e.get("event_type") == t)  # noqa: E731
-    return {"validation_steps": count("validation_step"), "checkpoints_loaded": count("checkpoint_load"),
-            "partitions_resumed": count("partition_resume"), "op_units_redone": count("op_complete"),
-            "checkpoints_written": count("checkpoint_save")}
+    return {
+        "validation_steps": count("validation_step"),
+        "checkpoints_loaded": count("checkpoint_load"),
+        "partitions_resumed": count("partition_resume"),
+        "op_units_redone": count("op_complete"),
+        "checkpoints_written": count("checkpoint_save"),
+    }
 
 
 def _resume_row(label: str, res: dict, full_wall: float, events: dict | None) -> dict:
     r = _slim(res)
-    return {"case": label, **{k: r.get(k) for k in ("wall_s", "validate_s", "partition_tasks_s", "rc", "error",
-                                                      "cpu_tree_s", "peak_tree_pss", "other_load")},
-            "share_of_full": (r["wall_s"] / full_wall) if r.get("wall_s") and full_wall else None,
-            "validate_share_of_full": (r["validate_s"] / full_wall) if r.get("validate_s") and full_wall else None,
-            "events": events}
+    return {
+        "case": label,
+        **{
+            k: r.get(k)
+            for k in (
+                "wall_s",
+                "validate_s",
+                "partition_tasks_s",
+                "rc",
+                "error",
+                "cpu_tree_s",
+                "peak_tree_pss",
+                "other_load",
+            )
+        },
+        "share_of_full": (r["wall_s"] / full_wall) if r.get("wall_s") and full_wall else None,
+        "validate_share_of_full": (r["validate_s"] / full_wall) if r.get("validate_s") and full_wall else None,
+        "events": events,
+    }
 
 
 def resume_cost(b, dataset: str, n: int, full: dict | None) -> dict:
@@ -183,8 +239,15 @@ def resume_cost(b, dataset: str, n: int, full: dict | None) -> dict:
         if res.get("rc") != 0:
             return {"rows": n, "error": f"full run failed: {res.get('error')}; log {res.get('log_path')}"}
     full_wall = full["wall_s"]
-    rows = [{"case": "full run (every_op)", "wall_s": full_wall, "share_of_full": 1.0,
-             "validate_s": (full.get("run") or _slim(full)).get("validate_s"), "rc": 0}]
+    rows = [
+        {
+            "case": "full run (every_op)",
+            "wall_s": full_wall,
+            "share_of_full": 1.0,
+            "validate_s": (full.get("run") or _slim(full)).get("validate_s"),
+            "rc": 0,
+        }
+    ]
 
     t0 = time.time()
     done = b.run_ours(f"resume_done_{n}", dataset, n, "4", resume=full, infra_retries=0, keep_work=True)
@@ -197,8 +260,11 @@ def resume_cost(b, dataset: str, n: int, full: dict | None) -> dict:
     with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
         json.dump([KILL_FAULT], fh)
     killed = b.run_ours(f"resume_kill_{n}", dataset, n, "4", job_id=kill_id, infra_retries=0, keep_work=True)
-    fired = os.listdir(os.path.join(job_dir, "_fault_injection.fired")) if os.path.isdir(
-        os.path.join(job_dir, "_fault_injection.fired")) else []
+    fired = (
+        os.listdir(os.path.join(job_dir, "_fault_injection.fired"))
+        if os.path.isdir(os.path.join(job_dir, "_fault_injection.fired"))
+        else []
+    )
     row = _resume_row("run killed mid-job (SIGKILL, whole tree)", killed, full_wall, None)
     row["fault"] = KILL_FAULT
     row["fault_fired"] = bool(fired)
@@ -214,11 +280,18 @@ def resume_cost(b, dataset: str, n: int, full: dict | None) -> dict:
     lost = None
     if killed.get("wall_s") and resumed.get("rc") == 0:
         lost = (killed["wall_s"] + resumed["wall_s"]) / full_wall - 1.0
-    return {"rows": n, "full_wall_s": full_wall, "table": rows,
-            "crash_overhead": lost,  # (killed + resumed) / full - 1: what the crash cost in all
-            "checks": {"kill_fired": bool(fired), "killed_rc": killed.get("rc"),
-                       "resume_of_completed_same_export": _same(done_digest, full.get("export_digest")),
-                       "resume_after_kill_same_export": _same(resumed_digest, full.get("export_digest"))}}
+    return {
+        "rows": n,
+        "full_wall_s": full_wall,
+        "table": rows,
+        "crash_overhead": lost,  # (killed + resumed) / full - 1: what the crash cost in all
+        "checks": {
+            "kill_fired": bool(fired),
+            "killed_rc": killed.get("rc"),
+            "resume_of_completed_same_export": _same(done_digest, full.get("export_digest")),
+            "resume_after_kill_same_export": _same(resumed_digest, full.get("export_digest")),
+        },
+    }
 
 
 # ------------------------------------------------------------------ (3) scale and memory
@@ -228,10 +301,27 @@ def _scale_run(b, tag: str, dataset: str, n: int, part_rows: int) -> dict:
     res = b.run_ours(tag, dataset, n, "4", extra={"partition": {"mode": "manual", "size": part_rows}})
     _finish_export(res, keep=False)
     r = _slim(res)
-    return {"rows": n, "partition_rows": part_rows, "input_bytes": os.path.getsize(dataset),
-            **{k: r.get(k) for k in ("wall_s", "cpu_tree_s", "peak_tree_rss", "peak_tree_pss", "num_partitions",
-                                     "rows_out", "rc", "error", "other_load", "partition_tasks_s")},
-            "rows_per_s": (n / r["wall_s"]) if r.get("wall_s") and r.get("rc") == 0 else None}
+    return {
+        "rows": n,
+        "partition_rows": part_rows,
+        "input_bytes": os.path.getsize(dataset),
+        **{
+            k: r.get(k)
+            for k in (
+                "wall_s",
+                "cpu_tree_s",
+                "peak_tree_rss",
+                "peak_tree_pss",
+                "num_partitions",
+                "rows_out",
+                "rc",
+                "error",
+                "other_load",
+                "partition_tasks_s",
+            )
+        },
+        "rows_per_s": (n / r["wall_s"]) if r.get("wall_s") and r.get("rc") == 0 else None,
+    }
 
 
 def scale(b, sizes: list[int], part_rows: int, sweep_at: int, sweep_factors: tuple[float, ...]) -> dict:
@@ -255,10 +345,21 @@ def scale(b, sizes: list[int], part_rows: int, sweep_at: int, sweep_factors: tup
         # The reference is the sweep size (1M by default) unless that is the largest size itself.
         ref = next((r for r in ok[:-1] if r["rows"] == sweep_at), ok[-2])
         ratio = top["peak_tree_pss"] / ref["peak_tree_pss"]
-        bounded = {"largest_rows": top["rows"], "reference_rows": ref["rows"], "pss_ratio": ratio,
-                   "input_ratio": top["rows"] / ref["rows"], "limit": BOUNDED_RATIO, "pass": ratio <= BOUNDED_RATIO}
-    return {"partition_rows": part_rows, "by_size": by_size, "sweep_at_rows": sweep_at, "by_partition_size": by_part,
-            "bounded": bounded}
+        bounded = {
+            "largest_rows": top["rows"],
+            "reference_rows": ref["rows"],
+            "pss_ratio": ratio,
+            "input_ratio": top["rows"] / ref["rows"],
+            "limit": BOUNDED_RATIO,
+            "pass": ratio <= BOUNDED_RATIO,
+        }
+    return {
+        "partition_rows": part_rows,
+        "by_size": by_size,
+        "sweep_at_rows": sweep_at,
+        "by_partition_size": by_part,
+        "bounded": bounded,
+    }
 
 
 # ------------------------------------------------------------------ (4) per-op throughput
@@ -291,8 +392,18 @@ def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> 
     from airflow_provider_dj.ops.registry import op_names
 
     ops = benchmarkable_ops()
-    cmd = [sys.executable, os.path.join(HERE, "ops", "run_ops_bench.py"), "--rows", str(rows), "--out", out,
-           "--repeats", str(repeats), "--ops", *ops]
+    cmd = [
+        sys.executable,
+        os.path.join(HERE, "ops", "run_ops_bench.py"),
+        "--rows",
+        str(rows),
+        "--out",
+        out,
+        "--repeats",
+        str(repeats),
+        "--ops",
+        *ops,
+    ]
     if skip_dj:
         cmd.append("--skip-dj")
     if dj_python:
@@ -326,10 +437,10 @@ def check_disk(b, sizes: list[int], bytes_per_row: float = 660.0, factor: float 
     need = missing * bytes_per_row + factor * max(sizes) * bytes_per_row
     free = shutil.disk_usage(b.out).free
     if free < need:
-        return (f"not enough disk under {b.out}: about {need / 1e9:.1f} GB needed for sizes {sizes} "
-                f"(corpora not yet in {b.data_dir} plus {factor:g}x the largest for checkpoints and export), "
-                f"{free / 1e9:.1f} GB free; free some space, pass --out/--data-dir on a larger disk, or drop the "
-                f"largest of --sizes")
+        return (
+            f"not enough disk under {b.out}: about {need / 1e9:.1f} GB needed for sizes {sizes} "
+            f"(corpora not yet in {b.data_dir} plus {factor:g}x the largest for checkpoints and export), "
+            f"{free / 1e9:.1f} GB free; free some space, pass --out/--data-dir on a larger disk, or drop the "
+            f"largest of --sizes"
+        )
     return None
-
-

@@ -32,7 +32,7 @@ def _scale(values: list[float], log: bool, ref: float | None):
         lo, hi = math.floor(lo), math.ceil(hi) if hi > lo else lo + 1
 
         def fx(v: float) -> float:
-            return (math.log10(max(v, 10 ** lo)) - lo) / (hi - lo) * PLOT_W
+            return (math.log10(max(v, 10**lo)) - lo) / (hi - lo) * PLOT_W
 
         return fx, fx(1.0)
     lo, hi = min(pts + [0.0]), max(pts + [0.0])
@@ -62,19 +62,24 @@ def _panel(p: dict, y0: float) -> tuple[list[str], float]:
             x1 = fx(v)
             left, w = min(x0, x1), abs(x1 - x0)
             color = p.get("colors", COLORS)[i % len(p.get("colors", COLORS))]
-            out.append(f'<rect x="{LABEL_W + left:.1f}" y="{y:.0f}" width="{max(w, 1):.1f}" height="{BAR_H}" '
-                       f'fill="{color}"/>')
-            out.append(f'<text x="{LABEL_W + max(x0, x1) + 4:.0f}" y="{y + BAR_H - 4:.0f}" class="v">'
-                       f'{escape(fmt.format(v))}{escape(p.get("unit", ""))}</text>')
+            out.append(
+                f'<rect x="{LABEL_W + left:.1f}" y="{y:.0f}" width="{max(w, 1):.1f}" height="{BAR_H}" fill="{color}"/>'
+            )
+            out.append(
+                f'<text x="{LABEL_W + max(x0, x1) + 4:.0f}" y="{y + BAR_H - 4:.0f}" class="v">'
+                f"{escape(fmt.format(v))}{escape(p.get('unit', ''))}</text>"
+            )
         y += BAR_H + GAP
     axis_top, axis_bottom = y0 + PANEL_TOP - 3, y
-    out.append(f'<line x1="{LABEL_W + x0:.1f}" y1="{axis_top:.0f}" x2="{LABEL_W + x0:.1f}" y2="{axis_bottom:.0f}" '
-               f'class="ax"/>')
+    out.append(
+        f'<line x1="{LABEL_W + x0:.1f}" y1="{axis_top:.0f}" x2="{LABEL_W + x0:.1f}" y2="{axis_bottom:.0f}" class="ax"/>'
+    )
     if p.get("ref") is not None:
         xr = LABEL_W + fx(p["ref"])
         out.append(f'<line x1="{xr:.1f}" y1="{axis_top:.0f}" x2="{xr:.1f}" y2="{axis_bottom:.0f}" class="ref"/>')
-        out.append(f'<text x="{xr + 3:.1f}" y="{axis_bottom + 12:.0f}" class="n">'
-                   f'{escape(p.get("ref_label", "aim"))}</text>')
+        out.append(
+            f'<text x="{xr + 3:.1f}" y="{axis_bottom + 12:.0f}" class="n">{escape(p.get("ref_label", "aim"))}</text>'
+        )
     if p.get("log"):
         out.append(f'<text x="{LABEL_W}" y="{axis_bottom + 12:.0f}" class="n">log scale</text>')
     return out, axis_bottom + PANEL_BOTTOM
@@ -83,17 +88,24 @@ def _panel(p: dict, y0: float) -> tuple[list[str], float]:
 def render_svg(title: str, subtitle: str, panels: list[dict]) -> str:
     """``panels``: dicts with ``title``, ``bars`` [(label, value or None)], optional ``unit``, ``fmt``,
     ``log``, ``ref`` (a reference line, e.g. the aim) and ``ref_label``."""
-    body: list[str] = [f'<text x="10" y="22" class="h">{escape(title)}</text>',
-                       f'<text x="10" y="40" class="n">{escape(subtitle)}</text>']
+    body: list[str] = [
+        f'<text x="10" y="22" class="h">{escape(title)}</text>',
+        f'<text x="10" y="40" class="n">{escape(subtitle)}</text>',
+    ]
     y = 48.0
     for p in panels:
         lines, y = _panel(p, y)
         body += lines
     height = int(y + 10)
-    style = ("<style>text{font-family:sans-serif;fill:#222}.h{font-size:16px;font-weight:bold}"
-             ".t{font-size:13px;font-weight:bold}.l{font-size:11px;text-anchor:end}.v{font-size:11px}"
-             ".n{font-size:10px;fill:#666}.ax{stroke:#333;stroke-width:1}"
-             ".ref{stroke:#d62728;stroke-width:1.2;stroke-dasharray:4 3}</style>")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}">{style}<rect width="100%" height="100%" fill="white"/>'
-            + "".join(body) + "</svg>\n")
+    style = (
+        "<style>text{font-family:sans-serif;fill:#222}.h{font-size:16px;font-weight:bold}"
+        ".t{font-size:13px;font-weight:bold}.l{font-size:11px;text-anchor:end}.v{font-size:11px}"
+        ".n{font-size:10px;fill:#666}.ax{stroke:#333;stroke-width:1}"
+        ".ref{stroke:#d62728;stroke-width:1.2;stroke-dasharray:4 3}</style>"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}">{style}<rect width="100%" height="100%" fill="white"/>'
+        + "".join(body)
+        + "</svg>\n"
+    )

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import pyarrow as pa  # noqa: E402
 
-from airflow_provider_dj.engine.execution import batch_cursor# noqa: E402
+from airflow_provider_dj.engine.execution import batch_cursor  # noqa: E402
 from airflow_provider_dj.engine.execution.op_runner import apply_op  # noqa: E402
 from airflow_provider_dj.ops.registry import create_op  # noqa: E402
 from airflow_provider_dj.sample_corpus import generate_rows  # noqa: E402
@@ -43,8 +43,9 @@ def _table(n: int, chars: int) -> pa.Table:
 
 def _batched(op, table, job_dir):
     t0 = time.perf_counter()
-    out = batch_cursor.run_expensive_op(op, 0, table, job_dir=job_dir, partition_id=0, partition_hash="bench",
-                                        fingerprint="bench", skip_op_error=False)
+    out = batch_cursor.run_expensive_op(
+        op, 0, table, job_dir=job_dir, partition_id=0, partition_hash="bench", fingerprint="bench", skip_op_error=False
+    )
     return out, time.perf_counter() - t0
 
 
@@ -77,21 +78,27 @@ def main() -> None:
         # Alternate plain and batched runs and keep each one's best: the first pass over new
         # sequence lengths pays torch's CPU kernel set-up, and a shared machine's load swings.
         t_plain = t_batched = float("inf")
-        for rep in range(args.reps):
+        for _rep in range(args.reps):
             plain, t = _plain(op, table)
             t_plain = min(t_plain, t)
             shutil.rmtree(os.path.join(work, "emb"), ignore_errors=True)
             batched, t = _batched(op, table, os.path.join(work, "emb"))
             t_batched = min(t_batched, t)
-        print(f"embedding, plain apply:   {args.rows:,} rows in {t_plain:.2f}s = {args.rows / t_plain:,.0f} rows/s"
-              f" (best of {args.reps})")
+        print(
+            f"embedding, plain apply:   {args.rows:,} rows in {t_plain:.2f}s = {args.rows / t_plain:,.0f} rows/s"
+            f" (best of {args.reps})"
+        )
         import numpy as np
 
-        diff = np.abs(np.array(batched.table.column("text_embedding").to_pylist(), dtype=np.float32)
-                      - np.array(plain.table.column("text_embedding").to_pylist(), dtype=np.float32)).max()
-        print(f"embedding, batch cursor:  {args.rows:,} rows in {t_batched:.2f}s = {args.rows / t_batched:,.0f} rows/s"
-              f" ({-(-args.rows // args.batch_size)} batches of {args.batch_size}); overhead "
-              f"{100 * (t_batched - t_plain) / t_plain:+.1f}%; max |diff| vs plain {diff:.1e} (other padding groups)")
+        diff = np.abs(
+            np.array(batched.table.column("text_embedding").to_pylist(), dtype=np.float32)
+            - np.array(plain.table.column("text_embedding").to_pylist(), dtype=np.float32)
+        ).max()
+        print(
+            f"embedding, batch cursor:  {args.rows:,} rows in {t_batched:.2f}s = {args.rows / t_batched:,.0f} rows/s"
+            f" ({-(-args.rows // args.batch_size)} batches of {args.batch_size}); overhead "
+            f"{100 * (t_batched - t_plain) / t_plain:+.1f}%; max |diff| vs plain {diff:.1e} (other padding groups)"
+        )
         _, t_resume = _batched(op, table, os.path.join(work, "emb"))
         print(f"embedding, resume of a finished cursor (load only): {t_resume:.3f}s")
 
@@ -103,8 +110,10 @@ def main() -> None:
         assert cbatched.table.equals(cplain.table)
         n_batches = -(-args.cheap_rows // args.cheap_batch_size)
         print(f"cheap mapper, plain apply:  {args.cheap_rows:,} rows in {tc_plain:.3f}s")
-        print(f"cheap mapper, batch cursor: {tc_batched:.3f}s for {n_batches} batches = "
-              f"{1000 * (tc_batched - tc_plain) / n_batches:.2f} ms commit overhead per batch")
+        print(
+            f"cheap mapper, batch cursor: {tc_batched:.3f}s for {n_batches} batches = "
+            f"{1000 * (tc_batched - tc_plain) / n_batches:.2f} ms commit overhead per batch"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -53,10 +53,10 @@ def main() -> int:
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from airflow_provider_dj.engine.planning.decisions import decide_run
-    from airflow_provider_dj.engine.gpu.profiles import startup_seconds
-    from airflow_provider_dj.engine.gpu.preflight import PreflightSettings, op_entries_from_recipe, run_preflight
     from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.gpu.preflight import PreflightSettings, op_entries_from_recipe, run_preflight
+    from airflow_provider_dj.engine.gpu.profiles import startup_seconds
+    from airflow_provider_dj.engine.planning.decisions import decide_run
     from airflow_provider_dj.sample_corpus import write_corpus
 
     base = a.dir or tempfile.mkdtemp(prefix="dj-gpu-plan-bench-")
@@ -65,16 +65,25 @@ def main() -> int:
         write_corpus(data, a.rows, seed=7)
     recipe_path = os.path.join(base, "recipe.yaml")
     with open(recipe_path, "w") as fh:
-        fh.write(RECIPE.format(data=data, out=os.path.join(base, "out.jsonl"), work=os.path.join(base, "work"),
-                               parts=a.partitions))
+        fh.write(
+            RECIPE.format(
+                data=data, out=os.path.join(base, "out.jsonl"), work=os.path.join(base, "work"), parts=a.partitions
+            )
+        )
     recipe = load_recipe(recipe_path)
 
     probe_dir = os.path.join(base, "probe_job")
     if os.path.exists(os.path.join(probe_dir, "gpu_probe_results.json")):
         os.remove(os.path.join(probe_dir, "gpu_probe_results.json"))  # measure a cold probe, not the cache
     t0 = time.perf_counter()
-    report = run_preflight(op_entries_from_recipe(recipe), PreflightSettings.from_recipe(recipe), probe_dir,
-                           executor="local", force_cpu=True, say=lambda m: print("  probe:", m))
+    report = run_preflight(
+        op_entries_from_recipe(recipe),
+        PreflightSettings.from_recipe(recipe),
+        probe_dir,
+        executor="local",
+        force_cpu=True,
+        say=lambda m: print("  probe:", m),
+    )
     probe_s = time.perf_counter() - t0
 
     info = {"num_partitions": a.partitions, "total_rows": a.rows}
@@ -90,24 +99,34 @@ def main() -> int:
     full_s = None
     if a.full:
         t2 = time.perf_counter()
-        proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "dj-airflow"), "run", recipe_path],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "dj-airflow"), "run", recipe_path],
+            capture_output=True,
+            text=True,
+        )
         full_s = time.perf_counter() - t2
         if proc.returncode != 0:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
             return proc.returncode
     run_s = full_s if full_s is not None else estimate_s
     figures = {
-        "rows": a.rows, "partitions": a.partitions, "cpus": os.cpu_count(),
+        "rows": a.rows,
+        "partitions": a.partitions,
+        "cpus": os.cpu_count(),
         "device": report["device"]["kind"],
         "probe_seconds": round(probe_s, 2),
-        "probe_model_init_s": op.get("model_init_s"), "planned_startup_s": round(startup, 2), "probe_rows_per_s": op.get("rows_per_s"),
+        "probe_model_init_s": op.get("model_init_s"),
+        "planned_startup_s": round(startup, 2),
+        "probe_rows_per_s": op.get("rows_per_s"),
         "probe_batch_size": op.get("batch_size"),
         "planning_ms": round(plan_ms, 2),
-        "actors": plan.actors, "pipeline_rows_per_s": round(plan.pipeline_rows_per_s, 1),
-        "execution_group_size": decisions.group.size, "group_reason": decisions.group.reason,
+        "actors": plan.actors,
+        "pipeline_rows_per_s": round(plan.pipeline_rows_per_s, 1),
+        "execution_group_size": decisions.group.size,
+        "group_reason": decisions.group.reason,
         "max_concurrent_partitions": decisions.concurrency.value,
-        "run_seconds": round(run_s, 1), "run_seconds_kind": "measured (dj-airflow run)" if full_s else "estimated",
+        "run_seconds": round(run_s, 1),
+        "run_seconds_kind": "measured (dj-airflow run)" if full_s else "estimated",
         "probe_share_of_run": round(probe_s / (probe_s + run_s), 4),
     }
     for k, v in figures.items():

@@ -78,8 +78,9 @@ def figures_from_markdown(text: str, source: str = DOC) -> BenchFigures:
     for line in text.splitlines():
         m = _ROW.match(line)
         if m:
-            points.append(SizePoint(int(m["rows"]), float(m["ours"]), float(m["dj"]),
-                                    float(m["ours_pss"]), float(m["dj_pss"])))
+            points.append(
+                SizePoint(int(m["rows"]), float(m["ours"]), float(m["dj"]), float(m["ours_pss"]), float(m["dj_pss"]))
+            )
     if not points:
         raise NoFiguresError(f"{source}: no per-size result rows ('rows | ours s | DJ s | ...') found")
     t = _TITLE.search(text)
@@ -94,9 +95,15 @@ def figures_from_json(data: dict, source: str) -> BenchFigures:
     for r in rows:
         if r.get("ours_wall_s") is None or r.get("dj_wall_s") is None or r.get("ours_error") or r.get("dj_error"):
             continue  # a failed run has no comparable bar
-        points.append(SizePoint(int(r["rows"]), round(r["ours_wall_s"], 1), round(r["dj_wall_s"], 1),
-                                round((r.get("ours_peak_tree_pss") or 0) / 2**30, 2),
-                                round((r.get("dj_peak_tree_pss") or 0) / 2**30, 2)))
+        points.append(
+            SizePoint(
+                int(r["rows"]),
+                round(r["ours_wall_s"], 1),
+                round(r["dj_wall_s"], 1),
+                round((r.get("ours_peak_tree_pss") or 0) / 2**30, 2),
+                round((r.get("dj_peak_tree_pss") or 0) / 2**30, 2),
+            )
+        )
     if not points:
         raise NoFiguresError(f"{source}: summary.per_size has no size where both runs succeeded")
     label = f"dj-airflow vs Data-Juicer 1.6.1 (default executor), {str(data.get('timestamp', ''))[:10]}"
@@ -123,8 +130,11 @@ def _nice_max(v: float) -> float:
 
 
 def _human_rows(n: int) -> str:
-    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
-        f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n))
+    return (
+        f"{n // 1_000_000}M"
+        if n >= 1_000_000 and n % 1_000_000 == 0
+        else (f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n))
+    )
 
 
 def _panel(x0: float, title: str, unit: str, pairs: list[tuple[str, float, float]], fmt: str) -> list[str]:
@@ -137,10 +147,11 @@ def _panel(x0: float, title: str, unit: str, pairs: list[tuple[str, float, float
         v = vmax * i / 4
         y = base - h * i / 4
         out.append(f'<line x1="{x0 + left:.1f}" y1="{y:.1f}" x2="{x0 + left + w:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{x0 + left - 6:.1f}" y="{y + 4:.1f}" class="axis" text-anchor="end">'
-                   f'{v:g}</text>')
-    out.append(f'<text x="{x0 + 14:.1f}" y="{top + h / 2:.1f}" class="axis" '
-               f'transform="rotate(-90 {x0 + 14:.1f} {top + h / 2:.1f})" text-anchor="middle">{escape(unit)}</text>')
+        out.append(f'<text x="{x0 + left - 6:.1f}" y="{y + 4:.1f}" class="axis" text-anchor="end">{v:g}</text>')
+    out.append(
+        f'<text x="{x0 + 14:.1f}" y="{top + h / 2:.1f}" class="axis" '
+        f'transform="rotate(-90 {x0 + 14:.1f} {top + h / 2:.1f})" text-anchor="middle">{escape(unit)}</text>'
+    )
     group_w = w / len(pairs)
     bar_w = min(48.0, group_w / 3)
     for g, (label, ours, dj) in enumerate(pairs):
@@ -148,13 +159,18 @@ def _panel(x0: float, title: str, unit: str, pairs: list[tuple[str, float, float
         for k, (value, cls) in enumerate(((ours, "ours"), (dj, "dj"))):
             bh = h * value / vmax
             bx = cx - bar_w + k * bar_w
-            out.append(f'<rect x="{bx:.1f}" y="{base - bh:.1f}" width="{bar_w - 2:.1f}" height="{bh:.1f}" '
-                       f'class="{cls}" data-value="{value:g}"><title>{escape(label)} {cls}: '
-                       f'{value:{fmt}} {escape(unit)}</title></rect>')
-            out.append(f'<text x="{bx + (bar_w - 2) / 2:.1f}" y="{base - bh - 4:.1f}" class="val" '
-                       f'text-anchor="middle">{value:{fmt}}</text>')
-        out.append(f'<text x="{cx:.1f}" y="{base + 18:.1f}" class="axis" text-anchor="middle">'
-                   f'{escape(label)} rows</text>')
+            out.append(
+                f'<rect x="{bx:.1f}" y="{base - bh:.1f}" width="{bar_w - 2:.1f}" height="{bh:.1f}" '
+                f'class="{cls}" data-value="{value:g}"><title>{escape(label)} {cls}: '
+                f"{value:{fmt}} {escape(unit)}</title></rect>"
+            )
+            out.append(
+                f'<text x="{bx + (bar_w - 2) / 2:.1f}" y="{base - bh - 4:.1f}" class="val" '
+                f'text-anchor="middle">{value:{fmt}}</text>'
+            )
+        out.append(
+            f'<text x="{cx:.1f}" y="{base + 18:.1f}" class="axis" text-anchor="middle">{escape(label)} rows</text>'
+        )
     return out
 
 
@@ -199,9 +215,14 @@ def load_figures(json_path: str | None = None) -> tuple[BenchFigures, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", nargs="?", const="newest", metavar="FILE",
-                    help="draw a bench_*.json written by bench/run_bench.py (no FILE: the newest) instead of "
-                         "the table in docs/benchmarks.md")
+    ap.add_argument(
+        "--json",
+        nargs="?",
+        const="newest",
+        metavar="FILE",
+        help="draw a bench_*.json written by bench/run_bench.py (no FILE: the newest) instead of "
+        "the table in docs/benchmarks.md",
+    )
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     try:

@@ -51,10 +51,10 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=16)
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
-    from airflow_provider_dj.engine.planning.plan import build_plan
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.jobdir.resume import validate_resume
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.planning.plan import build_plan
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = os.path.join(HERE, "results", "data", f"corpus_{args.rows}_s42.jsonl")
@@ -65,8 +65,14 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="dj-resume-bench-")
     recipe_path = os.path.join(scratch, "recipe.yaml")
     with open(recipe_path, "w") as fh:
-        fh.write(RECIPE.format(data=data, out=os.path.join(scratch, "out.jsonl"), work=os.path.join(scratch, "work"),
-                               parts=args.partitions))
+        fh.write(
+            RECIPE.format(
+                data=data,
+                out=os.path.join(scratch, "out.jsonl"),
+                work=os.path.join(scratch, "work"),
+                parts=args.partitions,
+            )
+        )
 
     # 1. validation step alone, on a planned job
     recipe = load_recipe(recipe_path)
@@ -75,25 +81,42 @@ def main() -> None:
     plan_s = time.perf_counter() - t0
     job_dir = os.path.join(scratch, "work", "plan_only")
     t0 = time.perf_counter()
-    report = validate_resume(load_recipe(recipe_path, {"resume": "plan_only"}), job_dir, build_plan(recipe),
-                             log_step=lambda _m: None)
+    report = validate_resume(
+        load_recipe(recipe_path, {"resume": "plan_only"}), job_dir, build_plan(recipe), log_step=lambda _m: None
+    )
     val_s = time.perf_counter() - t0
 
     # 2. full run vs resume of the completed job, through the CLI (Airflow + Ray)
     env = dict(os.environ, DJ_AIRFLOW_HOME=os.path.join(HERE, "results", "airflow_home"))
     cli = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
-    _run([cli, "run", recipe_path, "--job-id", "warmup", "--set", "partition.num_of_partitions=1",
-          "--set", f"dataset_path={os.path.join(ROOT, 'dags', 'recipes', 'data', 'demo_corpus.jsonl')}"], env)
+    _run(
+        [
+            cli,
+            "run",
+            recipe_path,
+            "--job-id",
+            "warmup",
+            "--set",
+            "partition.num_of_partitions=1",
+            "--set",
+            f"dataset_path={os.path.join(ROOT, 'dags', 'recipes', 'data', 'demo_corpus.jsonl')}",
+        ],
+        env,
+    )
     full_s = _run([cli, "run", recipe_path, "--job-id", "full"], env)
     resume_s = _run([cli, "run", recipe_path, "--resume", "full"], env)
 
     print(f"\nmachine: {os.cpu_count()} cores; input {args.rows:,} rows, {mb:.0f} MB, {args.partitions} partitions")
     print(f"{'planning (index + hash)':<44}{plan_s:>9.2f} s   {mb / plan_s:>8.0f} MB/s")
     print(f"{'resume validation (6 steps)':<44}{val_s:>9.2f} s   {mb / val_s:>8.0f} MB/s")
-    print(f"{'  of which step 5, hash verification':<44}{report.hash_seconds:>9.2f} s   "
-          f"{report.hashed_bytes / 1e6 / max(report.hash_seconds, 1e-9):>8.0f} MB/s")
+    print(
+        f"{'  of which step 5, hash verification':<44}{report.hash_seconds:>9.2f} s   "
+        f"{report.hashed_bytes / 1e6 / max(report.hash_seconds, 1e-9):>8.0f} MB/s"
+    )
     print(f"{'full dj-airflow run':<44}{full_s:>9.2f} s")
-    print(f"{'dj-airflow run --resume (job complete)':<44}{resume_s:>9.2f} s   {resume_s / full_s:>8.1%} of the full run")
+    print(
+        f"{'dj-airflow run --resume (job complete)':<44}{resume_s:>9.2f} s   {resume_s / full_s:>8.1%} of the full run"
+    )
 
 
 if __name__ == "__main__":

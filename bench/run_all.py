@@ -67,42 +67,65 @@ OPS_DJ_S = 480.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="What each section measures: docs/benchmarks.md (section 'Gathered run').")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="What each section measures: docs/benchmarks.md (section 'Gathered run').",
+    )
     p.add_argument("--sizes", type=int, nargs="+", help="scale section sizes in rows (default 100000 1000000 10000000)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: sizes 20000 100000, checkpoint/resume at 100000 rows, 25000 rows per partition, "
-                        "per-op at 20000 rows, no Data-Juicer, no quiet-wait")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: sizes 20000 100000, checkpoint/resume at 100000 rows, 25000 rows per partition, "
+        "per-op at 20000 rows, no Data-Juicer, no quiet-wait",
+    )
     p.add_argument("--skip-dj", action="store_true", help="per-op section without Data-Juicer (ours only)")
     p.add_argument("--only", nargs="+", choices=SECTION_NAMES, help="run only these sections")
     p.add_argument("--out", help="results directory (default bench/results/<timestamp>/)")
-    p.add_argument("--data-dir", default=os.path.join(HERE, "results", "data"),
-                   help="corpus cache shared between runs (a 10M-row corpus is 6.6 GB; generated once)")
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(HERE, "results", "data"),
+        help="corpus cache shared between runs (a 10M-row corpus is 6.6 GB; generated once)",
+    )
     p.add_argument("--ck-rows", type=int, help="rows for the checkpoint and resume sections (default 1000000)")
     p.add_argument("--repeats", type=int, default=1, help="checkpoint sweep: best of N per strategy (round-robin)")
     p.add_argument("--partition-rows", type=int, help="scale section: rows per partition (default 250000)")
-    p.add_argument("--sweep-at", type=int, help="scale section: input size of the partition-size sweep (default: "
-                                                "the largest of --sizes up to 1000000)")
+    p.add_argument(
+        "--sweep-at",
+        type=int,
+        help="scale section: input size of the partition-size sweep (default: the largest of --sizes up to 1000000)",
+    )
     p.add_argument("--ops-rows", type=int, help="per-op section corpus size (default 200000)")
     p.add_argument("--ops-repeats", type=int, help="per-op section: ours best of N (default 3)")
-    p.add_argument("--dj-python", default=os.environ.get("DJ_PYTHON", os.path.join(default_dj_venv(), "bin", "python")),
-                   help="Data-Juicer's interpreter for the per-op section")
+    p.add_argument(
+        "--dj-python",
+        default=os.environ.get("DJ_PYTHON", os.path.join(default_dj_venv(), "bin", "python")),
+        help="Data-Juicer's interpreter for the per-op section",
+    )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--nice", type=int, default=0, help="autogroup nice of every measured run (see bench/README.md)")
-    p.add_argument("--quiet-wait", type=float, help="before each run wait up to S s for other load to drop "
-                                                    "(default 60; 0 with --quick)")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        help="before each run wait up to S s for other load to drop (default 60; 0 with --quick)",
+    )
     p.add_argument("--quiet-threshold", type=float, default=0.25)
     p.add_argument("--timeout-scale", type=float, default=1.0)
     p.add_argument("--infra-retries", type=int, default=2)
     p.add_argument("--keep-work", action="store_true", help="keep job directories (checkpoints) after each run")
-    p.add_argument("--snapshot", action="store_true",
-                   help="benchmark the committed code (git archive of HEAD's airflow_provider_dj/ first on "
-                        "PYTHONPATH), so edits made to the working tree during the run do not leak in")
+    p.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="benchmark the committed code (git archive of HEAD's airflow_provider_dj/ first on "
+        "PYTHONPATH), so edits made to the working tree during the run do not leak in",
+    )
     p.add_argument("--estimate-only", action="store_true", help="print the plan and its expected duration, then stop")
     p.add_argument("--render", metavar="JSON", help="only re-render report.md/report.svg from an earlier results.json")
-    p.add_argument("--publish", action="store_true",
-                   help="copy the report to docs/benchmarks_gathered.md and the chart to docs/img/")
+    p.add_argument(
+        "--publish",
+        action="store_true",
+        help="copy the report to docs/benchmarks_gathered.md and the chart to docs/img/",
+    )
     a = p.parse_args(argv)
     q = a.quick
     a.sizes = sorted(set(a.sizes or ([20_000, 100_000] if q else [100_000, 1_000_000, 10_000_000])))
@@ -130,8 +153,11 @@ def plan(a: argparse.Namespace) -> dict:
     if "resume" in a.sections:
         if "checkpoint" not in a.sections:
             runs.append(("resume: full run", a.ck_rows, 1.0))
-        runs += [("resume: completed job", a.ck_rows, 0.05), ("resume: killed run", a.ck_rows, 0.35),
-                 ("resume: after kill", a.ck_rows, 0.7)]
+        runs += [
+            ("resume: completed job", a.ck_rows, 0.05),
+            ("resume: killed run", a.ck_rows, 0.35),
+            ("resume: after kill", a.ck_rows, 0.7),
+        ]
     if "scale" in a.sections:
         runs += [(f"scale {n}", n, 1.0) for n in a.sizes]
         runs += [(f"scale {a.sweep_at} x{f:g}", a.sweep_at, 1.0) for f in (0.5, 2.0)]
@@ -147,21 +173,31 @@ def plan(a: argparse.Namespace) -> dict:
     if "ops" in a.sections:
         ops_s = a.ops_rows * a.ops_repeats * OPS_OURS_S_PER_ROW_REPEAT + (0 if a.skip_dj else OPS_DJ_S)
     total = sum(s for _, _, s in est) + gen_s + ops_s
-    return {"runs": est, "generate_rows": gen, "generate_s": gen_s, "ops_s": ops_s, "total_s": total,
-            "corpus_sizes": sorted(need)}
+    return {
+        "runs": est,
+        "generate_rows": gen,
+        "generate_s": gen_s,
+        "ops_s": ops_s,
+        "total_s": total,
+        "corpus_sizes": sorted(need),
+    }
 
 
 def print_plan(pl: dict) -> None:
-    log(f"plan: {len(pl['runs'])} dj-airflow runs, corpora to generate: "
-        f"{', '.join(f'{n:,}' for n in pl['generate_rows']) or 'none (cached)'}")
+    log(
+        f"plan: {len(pl['runs'])} dj-airflow runs, corpora to generate: "
+        f"{', '.join(f'{n:,}' for n in pl['generate_rows']) or 'none (cached)'}"
+    )
     for label, n, s in pl["runs"]:
         log(f"      {label:<28} {n:>11,} rows  ~{s:6.0f} s")
     if pl["generate_s"]:
         log(f"      {'corpus generation':<28} {sum(pl['generate_rows']):>11,} rows  ~{pl['generate_s']:6.0f} s")
     if pl["ops_s"]:
         log(f"      {'per-op bench':<28} {'':>11}       ~{pl['ops_s']:6.0f} s")
-    log(f"EXPECTED DURATION: about {pl['total_s'] / 60:.0f} min on a 2-core machine "
-        f"(more under load; the model is in bench/run_all.py)")
+    log(
+        f"EXPECTED DURATION: about {pl['total_s'] / 60:.0f} min on a 2-core machine "
+        f"(more under load; the model is in bench/run_all.py)"
+    )
 
 
 def machine(out: str) -> dict:
@@ -173,8 +209,9 @@ def machine(out: str) -> dict:
     m["gpu"] = None
     if shutil.which("nvidia-smi"):
         try:
-            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                   text=True, timeout=30).stdout.split("\n")
+            names = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            ).stdout.split("\n")
             m["gpu"] = ", ".join(n.strip() for n in names if n.strip()) or None
         except (OSError, subprocess.SubprocessError):
             pass
@@ -243,15 +280,38 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {problem}")
         return 2
     t0 = time.perf_counter()
-    results: dict = {"timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
-                     "argv": sys.argv[1:] if argv is None else argv, "machine": machine(a.out),
-                     "config": {k: getattr(a, k) for k in ("quick", "sizes", "ck_rows", "repeats", "partition_rows",
-                                                           "sweep_at", "ops_rows", "ops_repeats", "skip_dj", "seed",
-                                                           "quiet_wait", "nice", "sections")},
-                     "estimate_s": pl["total_s"], "sections": {}, "notes": [], "snapshot": snapshot}
+    results: dict = {
+        "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
+        "argv": sys.argv[1:] if argv is None else argv,
+        "machine": machine(a.out),
+        "config": {
+            k: getattr(a, k)
+            for k in (
+                "quick",
+                "sizes",
+                "ck_rows",
+                "repeats",
+                "partition_rows",
+                "sweep_at",
+                "ops_rows",
+                "ops_repeats",
+                "skip_dj",
+                "seed",
+                "quiet_wait",
+                "nice",
+                "sections",
+            )
+        },
+        "estimate_s": pl["total_s"],
+        "sections": {},
+        "notes": [],
+        "snapshot": snapshot,
+    }
     m = results["machine"]
-    log(f"machine: {m['nproc']} cores ({m['cpu_model']}), {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
-        f"load {m['loadavg_start']}; results in {a.out}")
+    log(
+        f"machine: {m['nproc']} cores ({m['cpu_model']}), {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
+        f"load {m['loadavg_start']}; results in {a.out}"
+    )
 
     warm = b.run_ours("warmup_1row", ensure_corpus(b.data_dir, 1, a.seed)[0], 1, "1")
     if warm["rc"] != 0:
@@ -297,12 +357,16 @@ def main(argv: list[str] | None = None) -> int:
     results["total_s"] = time.perf_counter() - t0
     results["failed"] = failed
     if results["machine"]["loadavg_start"][0] > 0.5 * (m["nproc"] or 1):
-        results["notes"].append(f"The machine was busy at the start (load average {m['loadavg_start'][0]:.1f} on "
-                                f"{m['nproc']} cores): the figures are noisy.")
+        results["notes"].append(
+            f"The machine was busy at the start (load average {m['loadavg_start'][0]:.1f} on "
+            f"{m['nproc']} cores): the figures are noisy."
+        )
     _save(results, a.out)
     write_reports(results, a.out, a.publish)
-    log(f"took {results['total_s'] / 60:.1f} min (estimated {pl['total_s'] / 60:.0f} min); "
-        + (f"FAILED: {', '.join(failed)}" if failed else "every section succeeded"))
+    log(
+        f"took {results['total_s'] / 60:.1f} min (estimated {pl['total_s'] / 60:.0f} min); "
+        + (f"FAILED: {', '.join(failed)}" if failed else "every section succeeded")
+    )
     return 1 if failed else 0
 
 

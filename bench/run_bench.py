@@ -38,7 +38,9 @@ try:
     if importlib.util.find_spec("airflow_provider_dj") is None:
         raise ImportError("No module named 'airflow_provider_dj'")
 except ImportError as _exc:  # pragma: no cover - wrong interpreter
-    sys.exit(f"error: {_exc}. Run this script with the project's virtualenv: {REPO}/.venv/bin/python bench/run_bench.py")
+    sys.exit(
+        f"error: {_exc}. Run this script with the project's virtualenv: {REPO}/.venv/bin/python bench/run_bench.py"
+    )
 
 import _compare  # noqa: E402
 import _logparse  # noqa: E402
@@ -97,10 +99,19 @@ def git_info() -> dict:
     """The code under test (read-only git queries)."""
     out: dict = {}
     try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                       timeout=30).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True, timeout=30).stdout
+        out["commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+            or None
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         out["modified_tracked_files"] = len([line for line in status.splitlines() if line.strip()])
     except (OSError, subprocess.SubprocessError):
         pass
@@ -121,12 +132,17 @@ def ensure_dj_venv(venv: str) -> str | None:
     exe = os.path.join(venv, "bin", "dj-process")
     if os.path.exists(exe):
         return exe
-    log(f"Data-Juicer venv not found at {venv}; creating it (python3 -m venv + pip install "
-        f"py-data-juicer=={DJ_VERSION} aiohttp) ...")
+    log(
+        f"Data-Juicer venv not found at {venv}; creating it (python3 -m venv + pip install "
+        f"py-data-juicer=={DJ_VERSION} aiohttp) ..."
+    )
     try:
         subprocess.run(["python3", "-m", "venv", venv], check=True, timeout=300)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", f"py-data-juicer=={DJ_VERSION}", "aiohttp"],
-                       check=True, timeout=3600)
+        subprocess.run(
+            [os.path.join(venv, "bin", "pip"), "install", "-q", f"py-data-juicer=={DJ_VERSION}", "aiohttp"],
+            check=True,
+            timeout=3600,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         log(f"error: could not create the Data-Juicer venv: {exc}; use --skip-dj or DJ_VENV=/path/to/venv")
         return None
@@ -135,9 +151,16 @@ def ensure_dj_venv(venv: str) -> str | None:
 
 def dj_version(venv: str) -> str | None:
     try:
-        out = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('py-data-juicer'))"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                os.path.join(venv, "bin", "python"),
+                "-c",
+                "import importlib.metadata as m; print(m.version('py-data-juicer'))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -194,22 +217,34 @@ SNAPSHOT_DIR: str | None = None
 def make_snapshot(out: str) -> dict:
     """Extract HEAD's airflow_provider_dj/ with `git archive` (read-only for the repo) and use it."""
     global SNAPSHOT_DIR
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            timeout=30, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+    ).stdout.strip()
     dest = os.path.join(out, "snapshot", commit[:12])
     if not os.path.isdir(os.path.join(dest, "airflow_provider_dj")):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-        archive = subprocess.run(["git", "archive", "--format=tar", commit, "airflow_provider_dj"], cwd=REPO,
-                                 capture_output=True, timeout=120, check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit, "airflow_provider_dj"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=True,
+        ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True, timeout=120)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
     env = dict(os.environ, PYTHONPATH=dest + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # cwd outside the repo, like the runs: `python -c` puts the cwd first on sys.path.
-    where = subprocess.run([sys.executable, "-c", "import airflow_provider_dj as m; print(m.__file__)"], env=env,
-                           capture_output=True, text=True, timeout=120, cwd=out).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import airflow_provider_dj as m; print(m.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=out,
+    ).stdout.strip()
     if not where.startswith(dest):
         raise RuntimeError(f"the snapshot at {dest} is not what gets imported ({where!r})")
     SNAPSHOT_DIR = dest
@@ -223,17 +258,19 @@ def base_env() -> dict:
     env.pop("RAY_ADDRESS", None)
     if SNAPSHOT_DIR:
         env["PYTHONPATH"] = SNAPSHOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    env.update({
-        "RAY_TMPDIR": RAY_TMPDIR,
-        "PYTHONUNBUFFERED": "1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "DO_NOT_TRACK": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    })
+    env.update(
+        {
+            "RAY_TMPDIR": RAY_TMPDIR,
+            "PYTHONUNBUFFERED": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "DO_NOT_TRACK": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     return env
 
 
@@ -266,17 +303,29 @@ class Bench:
             return None
         q = _measure.wait_for_quiet(self.args.quiet_wait, self.args.quiet_threshold)
         if not q["quiet"]:
-            log(f"      note: the machine is busy ({q['other_load_cores']:.2f} cores used by other processes after "
-                f"waiting {q['waited_s']:.0f}s); measuring anyway")
+            log(
+                f"      note: the machine is busy ({q['other_load_cores']:.2f} cores used by other processes after "
+                f"waiting {q['waited_s']:.0f}s); measuring anyway"
+            )
         return q
 
     def _timeout(self, n: int, base: float, per_row: float) -> float:
         return (base + per_row * n) * self.args.timeout_scale
 
     # -- ours
-    def run_ours(self, tag: str, dataset: str, n: int, partitions: str, *, extra: dict | None = None,
-                 job_id: str | None = None, resume: dict | None = None, infra_retries: int | None = None,
-                 keep_work: bool | None = None) -> dict:
+    def run_ours(
+        self,
+        tag: str,
+        dataset: str,
+        n: int,
+        partitions: str,
+        *,
+        extra: dict | None = None,
+        job_id: str | None = None,
+        resume: dict | None = None,
+        infra_retries: int | None = None,
+        keep_work: bool | None = None,
+    ) -> dict:
         """One measured run; retried (up to --infra-retries) when Ray itself died under it.
 
         For bench/run_all.py: ``extra`` overrides top-level recipe keys (e.g. the
@@ -288,13 +337,16 @@ class Bench:
         failed: list[dict] = []
         retries = self.args.infra_retries if infra_retries is None else infra_retries
         while True:
-            res = self._run_ours_once(tag, dataset, n, partitions, extra=extra, job_id=job_id, resume=resume,
-                                      keep_work=keep_work)
+            res = self._run_ours_once(
+                tag, dataset, n, partitions, extra=extra, job_id=job_id, resume=resume, keep_work=keep_work
+            )
             reason = _logparse.ray_infra_failure(res["log_path"]) if res["rc"] != 0 else None
             if not reason or len(failed) >= retries:
                 break
-            log(f"      Ray infrastructure failure ({reason}), not a product result: retrying "
-                f"(another process may have run `ray stop`)")
+            log(
+                f"      Ray infrastructure failure ({reason}), not a product result: retrying "
+                f"(another process may have run `ray stop`)"
+            )
             kept = res["log_path"] + f".attempt{len(failed) + 1}"
             shutil.move(res["log_path"], kept)
             res["log_path"] = kept
@@ -303,8 +355,18 @@ class Bench:
             res["failed_attempts"] = failed
         return res
 
-    def _run_ours_once(self, tag: str, dataset: str, n: int, partitions: str, *, extra: dict | None = None,
-                       job_id: str | None = None, resume: dict | None = None, keep_work: bool | None = None) -> dict:
+    def _run_ours_once(
+        self,
+        tag: str,
+        dataset: str,
+        n: int,
+        partitions: str,
+        *,
+        extra: dict | None = None,
+        job_id: str | None = None,
+        resume: dict | None = None,
+        keep_work: bool | None = None,
+    ) -> dict:
         self.counter += 1
         if resume:
             job_id, recipe, export = resume["job_id"], resume["recipe"], resume["export"]
@@ -312,8 +374,9 @@ class Bench:
         else:
             job_id = job_id or f"bench_{tag}_{self.ts}_{self.counter}"
             export = os.path.join(self.exports, f"ours_{tag}.jsonl")
-            data = _recipes.ours_recipe(name=f"bench_{tag}", dataset_path=dataset, export_path=export,
-                                        work_dir=self.work, partitions=partitions)
+            data = _recipes.ours_recipe(
+                name=f"bench_{tag}", dataset_path=dataset, export_path=export, work_dir=self.work, partitions=partitions
+            )
             data.update(extra or {})
             recipe = _recipes.write_yaml(os.path.join(self.recipes, f"ours_{tag}.yaml"), data)
             cli_args = ["--job-id", job_id]
@@ -327,13 +390,22 @@ class Bench:
         quiet = self._quiet()
         started = time.time()
         # Not the repo root: Ray puts the driver's cwd on its workers' sys.path (it would shadow --snapshot).
-        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch,
-                                    nice=self.args.nice)
+        r = _measure.run_measured(
+            cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch, nice=self.args.nice
+        )
         ended = time.time()
         res = r.to_dict()
-        res.update({"rows_in": n, "recipe": recipe, "export": export, "job_id": job_id, "partitions": partitions,
-                    "quiet_wait": quiet,
-                    "breakdown": _logparse.parse_ours_log(log_path, started, ended)})
+        res.update(
+            {
+                "rows_in": n,
+                "recipe": recipe,
+                "export": export,
+                "job_id": job_id,
+                "partitions": partitions,
+                "quiet_wait": quiet,
+                "breakdown": _logparse.parse_ours_log(log_path, started, ended),
+            }
+        )
         job_dir = os.path.join(self.work, job_id)
         summary = os.path.join(job_dir, "job_summary.json")
         if os.path.exists(summary):
@@ -346,9 +418,11 @@ class Bench:
             res["error_line"] = _logparse.last_error_line(log_path)
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
-            log(f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
+            log(
+                f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
                 f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
-                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores")
+                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores"
+            )
         res["job_dir"] = job_dir
         if not (self.args.keep_work if keep_work is None else keep_work) and os.path.isdir(job_dir):
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -361,25 +435,40 @@ class Bench:
         hf = os.path.join(self.scratch, f"hf_{tag}")
         for d in (work, hf):
             shutil.rmtree(d, ignore_errors=True)
-        recipe = _recipes.write_yaml(os.path.join(self.recipes, f"dj_{tag}.yaml"), _recipes.dj_recipe(
-            name=f"bench_dj_{tag}", dataset_path=dataset, export_path=export, work_dir=work, np_=self.args.dj_np))
+        recipe = _recipes.write_yaml(
+            os.path.join(self.recipes, f"dj_{tag}.yaml"),
+            _recipes.dj_recipe(
+                name=f"bench_dj_{tag}", dataset_path=dataset, export_path=export, work_dir=work, np_=self.args.dj_np
+            ),
+        )
         env = base_env()
-        env.update({
-            "HF_HOME": hf,
-            "HF_DATASETS_CACHE": os.path.join(hf, "datasets"),
-            "HUGGINGFACE_HUB_CACHE": os.path.join(hf, "hub"),
-            "DATA_JUICER_CACHE_HOME": os.path.join(hf, "data_juicer"),
-            "XDG_CACHE_HOME": os.path.join(hf, "xdg"),
-        })
+        env.update(
+            {
+                "HF_HOME": hf,
+                "HF_DATASETS_CACHE": os.path.join(hf, "datasets"),
+                "HUGGINGFACE_HUB_CACHE": os.path.join(hf, "hub"),
+                "DATA_JUICER_CACHE_HOME": os.path.join(hf, "data_juicer"),
+                "XDG_CACHE_HOME": os.path.join(hf, "xdg"),
+            }
+        )
         cmd = [dj_exe, "--config", recipe]
         log_path = os.path.join(self.logs, f"dj_{tag}.log")
         timeout = self._timeout(n, 600, 0.006)
         log(f"DJ    {tag:>9}: dj-process ({n} rows, np={self.args.dj_np}, timeout {timeout:.0f}s) ...")
         quiet = self._quiet()
-        r = _measure.run_measured(cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch,
-                                    nice=self.args.nice)
+        r = _measure.run_measured(
+            cmd, env=env, log_path=log_path, timeout_s=timeout, cwd=self.scratch, nice=self.args.nice
+        )
         res = r.to_dict()
-        res.update({"rows_in": n, "recipe": recipe, "export": export, "quiet_wait": quiet, "breakdown": _logparse.parse_dj_log(log_path)})
+        res.update(
+            {
+                "rows_in": n,
+                "recipe": recipe,
+                "export": export,
+                "quiet_wait": quiet,
+                "breakdown": _logparse.parse_dj_log(log_path),
+            }
+        )
         if os.path.exists(export):
             with open(export, "rb") as fh:
                 res["rows_out"] = sum(1 for line in fh if line.strip())
@@ -387,9 +476,11 @@ class Bench:
             res["error_line"] = _logparse.last_error_line(log_path)
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
-            log(f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
+            log(
+                f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
                 f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
-                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores")
+                f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores"
+            )
         if not self.args.keep_work:
             for d in (work, hf):
                 shutil.rmtree(d, ignore_errors=True)
@@ -405,9 +496,20 @@ class Bench:
         log(f"parse: {self.args.parse_recipes} recipes via register_recipe_dags (fresh interpreter) ...")
         with open(log_path, "w") as fh:
             try:
-                p = subprocess.run([sys.executable, os.path.join(HERE, "_parsebench.py"), out_json, dataset,
-                                    str(self.args.parse_recipes)], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                   timeout=600, cwd=self.scratch)
+                p = subprocess.run(
+                    [
+                        sys.executable,
+                        os.path.join(HERE, "_parsebench.py"),
+                        out_json,
+                        dataset,
+                        str(self.args.parse_recipes),
+                    ],
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    timeout=600,
+                    cwd=self.scratch,
+                )
                 rc = p.returncode
             except subprocess.TimeoutExpired:
                 rc = None
@@ -421,17 +523,27 @@ class Bench:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Results: <out>/bench_<timestamp>.json (+ .txt table, + .png when matplotlib is available)")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Results: <out>/bench_<timestamp>.json (+ .txt table, + .png when matplotlib is available)",
+    )
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000], help="corpus sizes in rows")
     p.add_argument("--quick", action="store_true", help="sizes 20000 and 100000 (overrides --sizes)")
     p.add_argument("--skip-dj", action="store_true", help="do not run Data-Juicer")
     p.add_argument("--dj-max-rows", type=int, default=1_000_000, help="skip Data-Juicer above this many rows")
-    p.add_argument("--dj-max-minutes", type=float, default=15.0,
-                   help="skip a Data-Juicer run whose wall time, extrapolated from the smaller sizes, exceeds this "
-                        "(0: never skip)")
-    p.add_argument("--dj-venv", default=default_dj_venv(),
-                   help="virtualenv with py-data-juicer (default: $DJ_VENV, /work/djvenv, else bench/.djvenv, created)")
+    p.add_argument(
+        "--dj-max-minutes",
+        type=float,
+        default=15.0,
+        help="skip a Data-Juicer run whose wall time, extrapolated from the smaller sizes, exceeds this "
+        "(0: never skip)",
+    )
+    p.add_argument(
+        "--dj-venv",
+        default=default_dj_venv(),
+        help="virtualenv with py-data-juicer (default: $DJ_VENV, /work/djvenv, else bench/.djvenv, created)",
+    )
     p.add_argument("--dj-np", type=int, default=2, help="Data-Juicer np (worker processes)")
     p.add_argument("--partitions", default="4", help="our partition count (manual) or 'auto' (default: 4)")
     p.add_argument("--seed", type=int, default=42)
@@ -441,21 +553,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hash-repeats", type=int, default=3)
     p.add_argument("--skip-hash", action="store_true")
     p.add_argument("--skip-parse", action="store_true")
-    p.add_argument("--startup-repeats", type=int, default=1,
-                   help="run our 1-row start-up measurement N times and report the fastest (and all)")
+    p.add_argument(
+        "--startup-repeats",
+        type=int,
+        default=1,
+        help="run our 1-row start-up measurement N times and report the fastest (and all)",
+    )
     p.add_argument("--skip-startup", action="store_true", help="skip the 1-row / 0-row start-up runs")
-    p.add_argument("--snapshot", action="store_true",
-                   help="benchmark the committed code: extract HEAD's airflow_provider_dj/ (git archive) and put it "
-                        "first on PYTHONPATH, so edits made to the working tree during the run do not leak in")
-    p.add_argument("--nice", type=int, default=0,
-                   help="scheduling priority of every measured run (both executors alike): each run is its own "
-                        "session, whose autogroup nice is set to N (and this script's nice changed by N); e.g. -10 "
-                        "(needs root) makes the timings less sensitive to other load on a shared machine")
-    p.add_argument("--infra-retries", type=int, default=2,
-                   help="re-run one of our runs when Ray itself died under it (e.g. a `ray stop` elsewhere)")
-    p.add_argument("--quiet-wait", type=float, default=120.0,
-                   help="before each run, wait up to this many seconds for other processes' CPU load to drop "
-                        "(0: do not wait)")
+    p.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="benchmark the committed code: extract HEAD's airflow_provider_dj/ (git archive) and put it "
+        "first on PYTHONPATH, so edits made to the working tree during the run do not leak in",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="scheduling priority of every measured run (both executors alike): each run is its own "
+        "session, whose autogroup nice is set to N (and this script's nice changed by N); e.g. -10 "
+        "(needs root) makes the timings less sensitive to other load on a shared machine",
+    )
+    p.add_argument(
+        "--infra-retries",
+        type=int,
+        default=2,
+        help="re-run one of our runs when Ray itself died under it (e.g. a `ray stop` elsewhere)",
+    )
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        help="before each run, wait up to this many seconds for other processes' CPU load to drop (0: do not wait)",
+    )
     p.add_argument("--quiet-threshold", type=float, default=0.25, help="'quiet' = other load below this many cores")
     p.add_argument("--keep-work", action="store_true", help="keep job directories (checkpoints) after each run")
     p.add_argument("--render", metavar="JSON", help="only re-print the table of an earlier bench_<ts>.json")
@@ -503,10 +633,16 @@ def main(argv: list[str] | None = None) -> int:
         "argv": sys.argv[1:] if argv is None else argv,
         "machine": machine_info(),
         "config": {
-            "sizes": args.sizes, "partitions": args.partitions, "seed": args.seed, "dj_np": args.dj_np,
+            "sizes": args.sizes,
+            "partitions": args.partitions,
+            "seed": args.seed,
+            "dj_np": args.dj_np,
             "nice": os.nice(0),
             "snapshot": snapshot,
-            "dj_max_rows": args.dj_max_rows, "dj_max_minutes": args.dj_max_minutes, "ops": _recipes.OPS, "memory_poll_s": 0.25,
+            "dj_max_rows": args.dj_max_rows,
+            "dj_max_minutes": args.dj_max_minutes,
+            "ops": _recipes.OPS,
+            "memory_poll_s": 0.25,
         },
         "notes": [],
     }
@@ -539,8 +675,12 @@ def main(argv: list[str] | None = None) -> int:
     # Warm-up: pays the one-time `airflow db migrate` (and the OS page cache for the code).
     migrated_before = bool(glob.glob(os.path.join(b.airflow_home, ".dj_db_migrated_*")))
     warm = b.run_ours("warmup_1row", corpora[1], 1, "1")
-    results["warmup"] = {"wall_s": warm["wall_s"], "rc": warm["rc"], "db_migrated_in_this_run": not migrated_before,
-                         "log": warm["log_path"]}
+    results["warmup"] = {
+        "wall_s": warm["wall_s"],
+        "rc": warm["rc"],
+        "db_migrated_in_this_run": not migrated_before,
+        "log": warm["log_path"],
+    }
     if warm["rc"] != 0:
         log("error: the warm-up run failed; fix that first (see its log). Stopping.")
         _report.finish(b, results, t_start)
@@ -550,21 +690,30 @@ def main(argv: list[str] | None = None) -> int:
     startup: dict = {}
     if not args.skip_startup:
         for rows, tag in ((1, "1row"), (0, "0row")):
-            reps = [b.run_ours(tag if k == 0 else f"{tag}_r{k + 1}", corpora[rows], rows, "1")
-                    for k in range(max(1, args.startup_repeats))]
+            reps = [
+                b.run_ours(tag if k == 0 else f"{tag}_r{k + 1}", corpora[rows], rows, "1")
+                for k in range(max(1, args.startup_repeats))
+            ]
             ok = [r for r in reps if r["rc"] == 0]
             # The fastest successful repeat: the least disturbed by other load.
             startup[f"ours_{tag}"] = min(ok, key=lambda r: r["wall_s"]) if ok else reps[0]
             if len(reps) > 1:
-                startup[f"ours_{tag}_repeats"] = [{"wall_s": r["wall_s"], "rc": r["rc"],
-                                                   "foreign_cpu_s": r["foreign_cpu_s"], "log_path": r["log_path"]}
-                                                  for r in reps]
+                startup[f"ours_{tag}_repeats"] = [
+                    {
+                        "wall_s": r["wall_s"],
+                        "rc": r["rc"],
+                        "foreign_cpu_s": r["foreign_cpu_s"],
+                        "log_path": r["log_path"],
+                    }
+                    for r in reps
+                ]
         if dj_exe:
             startup["dj_1row"] = b.run_dj("1row", corpora[1], 1, dj_exe)
             startup["dj_0row"] = b.run_dj("0row", corpora[0], 0, dj_exe)
             if startup["ours_1row"]["rc"] == 0 and startup["dj_1row"]["rc"] == 0:
-                startup["check_1row"] = _compare.compare_exports(startup["ours_1row"]["export"],
-                                                                 startup["dj_1row"]["export"])
+                startup["check_1row"] = _compare.compare_exports(
+                    startup["ours_1row"]["export"], startup["dj_1row"]["export"]
+                )
     results["startup"] = startup
 
     # Main runs
@@ -578,8 +727,10 @@ def main(argv: list[str] | None = None) -> int:
             if n > args.dj_max_rows:
                 entry["dj_skipped"] = f"{n} rows > --dj-max-rows {args.dj_max_rows}"
             elif predicted is not None and args.dj_max_minutes > 0 and predicted > args.dj_max_minutes * 60:
-                entry["dj_skipped"] = (f"predicted {predicted:.0f} s from the smaller sizes' marginal rate > "
-                                       f"--dj-max-minutes {args.dj_max_minutes:g}")
+                entry["dj_skipped"] = (
+                    f"predicted {predicted:.0f} s from the smaller sizes' marginal rate > "
+                    f"--dj-max-minutes {args.dj_max_minutes:g}"
+                )
                 entry["dj_predicted_wall_s"] = predicted
             if entry.get("dj_skipped"):
                 log(f"DJ    {n:>9}: skipped ({entry['dj_skipped']})")
@@ -597,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     # Hash throughput (in this process, on the largest corpus)
     if not args.skip_hash:
         import _hashbench
+
         from airflow_provider_dj.engine.config.recipe import load_recipe
 
         largest = max(args.sizes)

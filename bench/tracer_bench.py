@@ -18,12 +18,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_provider_dj.engine.output.export import export_job  # noqa: E402
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op  # noqa: E402
-from airflow_provider_dj.engine.jobdir.setup import prepare_job  # noqa: E402
-from airflow_provider_dj.engine.config.recipe import load_recipe  # noqa: E402
-from airflow_provider_dj.engine.execution.segment_runner import run_segment  # noqa: E402
-from airflow_provider_dj.sample_corpus import write_corpus  # noqa: E402
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.sample_corpus import write_corpus
 
 PROCESS = """process:
   - clean_email_mapper:
@@ -37,10 +37,12 @@ PROCESS = """process:
 def one_run(tmp: str, data: str, parts: int, tracer: bool, tag: str) -> float:
     recipe = os.path.join(tmp, f"{tag}.yaml")
     with open(recipe, "w") as fh:
-        fh.write(f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
-                 + ("open_tracer: true\ntrace_num: 10\n" if tracer else "")
-                 + f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: every_n_ops}}\n"
-                 + PROCESS)
+        fh.write(
+            f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
+            + ("open_tracer: true\ntrace_num: 10\n" if tracer else "")
+            + f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: every_n_ops}}\n"
+            + PROCESS
+        )
     t0 = time.perf_counter()
     job = prepare_job(load_recipe(recipe), job_id=tag)
     for p in range(parts):

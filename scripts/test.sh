@@ -20,6 +20,9 @@ if [ -z "${DJ_E2E_POSTGRES_URL:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; }
     echo "[test] no PostgreSQL: the e2e PostgreSQL variant skips here (and fails under CI)" >&2
   fi
 fi
+# Lint and format first (ruff, configured in pyproject.toml): a style slip fails in seconds, not after the suite.
+"$ROOT/.venv/bin/ruff" check --quiet . || { echo "[test] ruff check failed: run .venv/bin/ruff check --fix ." >&2; exit 1; }
+"$ROOT/.venv/bin/ruff" format --check --quiet . || { echo "[test] not formatted: run .venv/bin/ruff format ." >&2; exit 1; }
 set +e
 # Test files run in parallel worker processes (pytest-xdist, whole files per worker: module fixtures
 # such as the crash matrix's reference run and the e2e servers stay in one process).  Most tests wait on

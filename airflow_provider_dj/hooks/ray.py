@@ -42,10 +42,10 @@ ALLOWED_EXTRAS = frozenset(RAY_CONN_FIELDS)
 
 try:  # Airflow is optional for the engine; the hook is usable without it in scripts.
     from airflow.sdk.bases.hook import BaseHook  # type: ignore[import-not-found]
-except Exception:  # pragma: no cover
+except Exception:  # noqa: BLE001 - Airflow's import path differs between versions  # pragma: no cover
     try:
         from airflow.hooks.base import BaseHook  # type: ignore
-    except Exception:  # pragma: no cover
+    except Exception:  # noqa: BLE001 - no Airflow at all: the hook still works in scripts  # pragma: no cover
         BaseHook = object  # type: ignore[misc,assignment]
 
 
@@ -74,7 +74,7 @@ class RayHook(BaseHook):  # type: ignore[misc]
             return {}
         try:
             conn = self.get_connection(self.ray_conn_id)
-        except Exception:  # connection not defined: fall through to env / embedded
+        except Exception:  # noqa: BLE001 - connection not defined: fall through to env / embedded
             return {}
         extra = conn.extra_dejson or {}
         unknown = sorted(set(extra) - ALLOWED_EXTRAS)
@@ -146,7 +146,7 @@ class RayHook(BaseHook):  # type: ignore[misc]
         try:
             ray = self.get_client()
             return True, f"connected; cluster resources: {ray.cluster_resources()}"
-        except Exception as exc:  # pragma: no cover - depends on the cluster
+        except Exception as exc:  # noqa: BLE001 - depends on the cluster  # pragma: no cover
             return False, str(exc)
 
 
@@ -205,8 +205,15 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
 
         ensure_auth_token()  # made once, atomically, before `ray start` would write one
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-        cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
-               "--disable-usage-stats"]
+        cmd = [
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ]
         if num_cpus:
             cmd.append(f"--num-cpus={int(num_cpus)}")
         if object_store_memory:
@@ -227,8 +234,7 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
         deadline = time.time() + 120
         while not _head_alive(address):
             if proc.poll() is not None or time.time() > deadline:
-                raise RayConnectionError(
-                    f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
+                raise RayConnectionError(f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
             time.sleep(0.2)
         _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": True})
         return address

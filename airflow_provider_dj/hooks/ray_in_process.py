@@ -77,8 +77,14 @@ def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
     ensure_auth_token()
     import ray
 
-    ray.init(address="local", num_cpus=num_cpus or None, include_dashboard=False, configure_logging=False,
-             log_to_driver=True, **init_kwargs)
+    ray.init(
+        address="local",
+        num_cpus=num_cpus or None,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=True,
+        **init_kwargs,
+    )
 
 
 def _ray_initialized() -> bool:
@@ -97,7 +103,7 @@ def start_in_background(num_cpus: int, init_kwargs: dict[str, Any] | None = None
             t0 = time.perf_counter()
             try:
                 _init(num_cpus, dict(init_kwargs or {}))
-            except BaseException as exc:  # reported to the first task that needs Ray
+            except BaseException as exc:  # noqa: BLE001 - reported to the first task that needs Ray
                 _state["error"] = exc
             _state["seconds"] = time.perf_counter() - t0
             _ready.set()
@@ -120,8 +126,11 @@ def ensure_started(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
         t0 = time.perf_counter()
         _ready.wait()
         if _state["error"] is None and _ray_initialized():
-            log.info("in-process Ray started in the background in %.2fs (this task waited %.2fs)",
-                     _state["seconds"], time.perf_counter() - t0)
+            log.info(
+                "in-process Ray started in the background in %.2fs (this task waited %.2fs)",
+                _state["seconds"],
+                time.perf_counter() - t0,
+            )
             return
         if _state["error"] is not None:
             log.warning("starting Ray in the background failed (%s); starting it now", _state["error"])

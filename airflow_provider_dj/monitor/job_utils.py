@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json, validate_job_id
 from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, read_job_summary
+from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
+from airflow_provider_dj.engine.storage import fs as storage
 
 
 class JobNotFoundError(LookupError):
@@ -34,10 +34,14 @@ def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
     recorded = lookup_job(job_id)
     if recorded and storage.exists(recorded):
         return recorded
-    looked.append(f"the recent-jobs registry {registry_path()}"
-                  + (f" (recorded {recorded}, which no longer exists)" if recorded else " (not recorded)"))
-    raise JobNotFoundError(f"job {job_id!r} not found; looked in: {'; '.join(looked)}. Pass the recipe's "
-                           f"work_dir with --work-dir (or set DJ_WORK_DIR)")
+    looked.append(
+        f"the recent-jobs registry {registry_path()}"
+        + (f" (recorded {recorded}, which no longer exists)" if recorded else " (not recorded)")
+    )
+    raise JobNotFoundError(
+        f"job {job_id!r} not found; looked in: {'; '.join(looked)}. Pass the recipe's "
+        f"work_dir with --work-dir (or set DJ_WORK_DIR)"
+    )
 
 
 def job_status(job_dir: str, summary: dict | None = None, events: list[dict] | None = None) -> str:

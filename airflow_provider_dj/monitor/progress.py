@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.monitor.job_utils import JobUtils, job_status
 
 LAST_EVENTS = 8
@@ -58,8 +58,10 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
             view["export"] = written.get("export", view.get("export"))
             if not any(p["ops_done"] for p in view.get("partitions") or []):
                 view["ops"] = written.get("ops", view.get("ops"))
-                view["partitions"] = [dict(p, status="completed", ops_done=len(p.get("accounting", [])))
-                                      for p in written.get("partitions", [])]
+                view["partitions"] = [
+                    dict(p, status="completed", ops_done=len(p.get("accounting", [])))
+                    for p in written.get("partitions", [])
+                ]
     starts = [e["timestamp"] for e in events if e.get("event_type") == "job_start"]
     run_start = starts[-1] if starts else (events[0]["timestamp"] if events else now)
     this_run = [e for e in events if e.get("timestamp", 0) >= run_start]
@@ -78,8 +80,12 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
         if p["partition_id"] in current and p.get("status") != "completed":
             ev = current[p["partition_id"]]
             p["status"] = "running"
-            p["current_op"] = {"op_index": ev.get("op_index"), "op_name": ev.get("op_name"),
-                               "input_rows": ev.get("input_rows"), "since_s": round(now - ev["timestamp"], 1)}
+            p["current_op"] = {
+                "op_index": ev.get("op_index"),
+                "op_name": ev.get("op_name"),
+                "input_rows": ev.get("input_rows"),
+                "since_s": round(now - ev["timestamp"], 1),
+            }
     failures = [e for e in events if e.get("event_type") in ("op_failed", "partition_failed", "job_failed")]
     return {
         "job_id": view.get("job_id") or storage.basename(job_dir),
@@ -88,8 +94,9 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
         "project_name": view.get("project_name"),
         "start_time": view.get("start_time"),
         "end_time": view.get("end_time") if status in FINAL_STATUSES else None,
-        "duration_s": view.get("duration_s") if status in FINAL_STATUSES else (round(now - view["start_time"], 1)
-                                                                                if view.get("start_time") else None),
+        "duration_s": view.get("duration_s")
+        if status in FINAL_STATUSES
+        else (round(now - view["start_time"], 1) if view.get("start_time") else None),
         "input": view.get("input"),
         "ops": view.get("ops") or [],
         "partitions": parts,
@@ -111,8 +118,15 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
     }
 
 
-def show_job_progress(job_id: str, detailed: bool = True, *, work_dir: str | None = None, job_dir: str | None = None,
-                      file: TextIO | None | str = "stdout", width: int = 30) -> str:
+def show_job_progress(
+    job_id: str,
+    detailed: bool = True,
+    *,
+    work_dir: str | None = None,
+    job_dir: str | None = None,
+    file: TextIO | None | str = "stdout",
+    width: int = 30,
+) -> str:
     """Print (to ``file``, default stdout; None prints nothing) and return the monitor's text for a job."""
     file = sys.stdout if file == "stdout" else file
     from airflow_provider_dj.monitor.render import render_progress
@@ -124,9 +138,17 @@ def show_job_progress(job_id: str, detailed: bool = True, *, work_dir: str | Non
     return text
 
 
-def watch_job(job_id: str, *, interval: float = 5.0, max_iterations: int | None = None, detailed: bool = False,
-              work_dir: str | None = None, file: TextIO | None | str = "stdout", clear: bool | None = None,
-              sleep: Callable[[float], None] = time.sleep) -> list[str]:
+def watch_job(
+    job_id: str,
+    *,
+    interval: float = 5.0,
+    max_iterations: int | None = None,
+    detailed: bool = False,
+    work_dir: str | None = None,
+    file: TextIO | None | str = "stdout",
+    clear: bool | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
     """Re-render every ``interval`` seconds until the job is no longer running
     (or ``max_iterations`` renders).  Returns the rendered frames."""
     file = sys.stdout if file == "stdout" else file

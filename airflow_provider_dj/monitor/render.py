@@ -34,7 +34,10 @@ def _dur(s: float | None) -> str:
 
 def describe_event(e: dict) -> str:
     """One event as one short line."""
-    parts = [datetime.fromtimestamp(e.get("timestamp", 0), tz=timezone.utc).strftime("%H:%M:%S"), e.get("event_type", "?")]
+    parts = [
+        datetime.fromtimestamp(e.get("timestamp", 0), tz=timezone.utc).strftime("%H:%M:%S"),
+        e.get("event_type", "?"),
+    ]
     if "partition_id" in e:
         parts.append(f"p{e['partition_id']}")
     if "op_index" in e:
@@ -69,22 +72,28 @@ def _partition_line(p: dict, n_ops: int, width: int) -> str:
 
 
 def _op_table(ops: list[dict], n_parts: int) -> list[str]:
-    head = f"  {'op':>3} {'name':<34} {'parts':>7} {'in':>10} {'out':>10} {'filtered':>9} {'dup':>8} {'failed':>7} " \
-           f"{'time':>9} {'rows/s':>10}"
+    head = (
+        f"  {'op':>3} {'name':<34} {'parts':>7} {'in':>10} {'out':>10} {'filtered':>9} {'dup':>8} {'failed':>7} "
+        f"{'time':>9} {'rows/s':>10}"
+    )
     lines = [head]
     for o in ops:
         rps = o.get("rows_per_s")
-        lines.append(f"  {o['op_index']:>3} {str(o.get('op_name', ''))[:34]:<34} "
-                     f"{o.get('partitions_done', n_parts):>3}/{n_parts:<3} {o['rows_in']:>10,} {o['rows_out']:>10,} "
-                     f"{o['filtered']:>9,} {o['duplicates']:>8,} {o['failed']:>7,} {_dur(o.get('duration_s')):>9} "
-                     f"{(f'{rps:,.0f}' if rps else '-'):>10}")
+        lines.append(
+            f"  {o['op_index']:>3} {str(o.get('op_name', ''))[:34]:<34} "
+            f"{o.get('partitions_done', n_parts):>3}/{n_parts:<3} {o['rows_in']:>10,} {o['rows_out']:>10,} "
+            f"{o['filtered']:>9,} {o['duplicates']:>8,} {o['failed']:>7,} {_dur(o.get('duration_s')):>9} "
+            f"{(f'{rps:,.0f}' if rps else '-'):>10}"
+        )
     return lines
 
 
 def _partition_op_matrix(parts: list[dict], n_ops: int) -> list[str]:
     """Rows out after each op, per partition ('.' = not done yet)."""
-    lines = ["  rows out per partition after each op ('.' = not done):",
-             "  " + f"{'part':<6}" + "".join(f"{'op' + str(i):>9}" for i in range(n_ops))]
+    lines = [
+        "  rows out per partition after each op ('.' = not done):",
+        "  " + f"{'part':<6}" + "".join(f"{'op' + str(i):>9}" for i in range(n_ops)),
+    ]
     for p in parts:
         acct = p.get("accounting") or []
         cells = [f"{acct[i]['rows_out']:>9,}" if i < len(acct) else f"{'.':>9}" for i in range(n_ops)]
@@ -95,44 +104,64 @@ def _partition_op_matrix(parts: list[dict], n_ops: int) -> list[str]:
 def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_partitions: int = 50) -> str:
     n_ops = len(prog.get("ops") or [])
     parts = prog.get("partitions") or []
-    lines = [f"Job {prog['job_id']}  [{prog['status'].upper()}]" + (f"  project {prog['project_name']}"
-                                                                      if prog.get("project_name") else "")]
+    lines = [
+        f"Job {prog['job_id']}  [{prog['status'].upper()}]"
+        + (f"  project {prog['project_name']}" if prog.get("project_name") else "")
+    ]
     lines.append(f"  dir: {prog['job_dir']}")
-    lines.append(f"  started {_t(prog.get('start_time'))}" + (f", ended {_t(prog['end_time'])}" if prog.get("end_time")
-                                                              else "") + f", duration {_dur(prog.get('duration_s'))}")
+    lines.append(
+        f"  started {_t(prog.get('start_time'))}"
+        + (f", ended {_t(prog['end_time'])}" if prog.get("end_time") else "")
+        + f", duration {_dur(prog.get('duration_s'))}"
+    )
     if prog.get("note"):
         lines.append(f"  note: {prog['note']}")
     inp = prog.get("input") or {}
     if inp:
-        lines.append(f"  input: {inp.get('total_rows', 0):,} rows in {inp.get('partitions', 0)} partitions "
-                     f"({inp.get('dataset_path')})")
+        lines.append(
+            f"  input: {inp.get('total_rows', 0):,} rows in {inp.get('partitions', 0)} partitions "
+            f"({inp.get('dataset_path')})"
+        )
     done_parts = sum(1 for p in parts if p.get("status") == "completed")
-    lines.append(f"Progress {bar(prog['units_done'], prog['units_total'], width)} "
-                 f"{(100.0 * prog['units_done'] / prog['units_total']) if prog['units_total'] else 100.0:5.1f}%  "
-                 f"{prog['units_done']}/{prog['units_total']} op x partition steps, "
-                 f"{done_parts}/{len(parts)} partitions complete")
+    lines.append(
+        f"Progress {bar(prog['units_done'], prog['units_total'], width)} "
+        f"{(100.0 * prog['units_done'] / prog['units_total']) if prog['units_total'] else 100.0:5.1f}%  "
+        f"{prog['units_done']}/{prog['units_total']} op x partition steps, "
+        f"{done_parts}/{len(parts)} partitions complete"
+    )
     rate = f"{prog['rows_per_s']:,.0f} rows/s" if prog.get("rows_per_s") else "- rows/s"
     eta = f", ETA {_dur(prog['eta_s'])}" if prog.get("eta_s") is not None else ""
-    lines.append(f"  this run: {prog['rows_processed_this_run']:,} rows through ops in {_dur(prog['run_elapsed_s'])}, "
-                 f"{rate}{eta}")
+    lines.append(
+        f"  this run: {prog['rows_processed_this_run']:,} rows through ops in {_dur(prog['run_elapsed_s'])}, "
+        f"{rate}{eta}"
+    )
     n_failed_parts = sum(1 for p in parts if p.get("status") == "failed")
-    lines.append(f"  failures: {n_failed_parts} partitions failed, {prog.get('failed_samples', 0):,} failed samples"
-                 + (f", {len(prog['accounting_errors'])} accounting errors" if prog.get("accounting_errors") else ""))
+    lines.append(
+        f"  failures: {n_failed_parts} partitions failed, {prog.get('failed_samples', 0):,} failed samples"
+        + (f", {len(prog['accounting_errors'])} accounting errors" if prog.get("accounting_errors") else "")
+    )
     if prog.get("error"):
         lines.append(f"  error: {prog['error']}")
     if prog.get("stop_request"):
         sr = prog["stop_request"]
-        lines.append(f"  stop requested by {sr.get('requested_by')} at {sr.get('requested_at')}"
-                     + (" (force)" if sr.get("force") else ""))
+        lines.append(
+            f"  stop requested by {sr.get('requested_by')} at {sr.get('requested_at')}"
+            + (" (force)" if sr.get("force") else "")
+        )
     exp = prog.get("export") or {}
     if exp.get("written"):
-        lines.append(f"  export: {exp.get('rows', 0):,} rows -> {exp.get('path')} (xxh3 {exp.get('checksum_xxh3_128')})")
+        lines.append(
+            f"  export: {exp.get('rows', 0):,} rows -> {exp.get('path')} (xxh3 {exp.get('checksum_xxh3_128')})"
+        )
     if prog["status"] in ("failed", "stopped", "interrupted") and prog.get("resume_command"):
         lines.append(f"  resume: {prog['resume_command']}")
     if parts:
         lines.append("Partitions:")
-        shown = parts if len(parts) <= max_partitions else \
-            [p for p in parts if p.get("status") != "completed"][:max_partitions]
+        shown = (
+            parts
+            if len(parts) <= max_partitions
+            else [p for p in parts if p.get("status") != "completed"][:max_partitions]
+        )
         lines += [_partition_line(p, n_ops, width) for p in shown]
         if len(shown) < len(parts):
             lines.append(f"  ... {len(parts) - len(shown)} more partitions not shown")

@@ -61,13 +61,15 @@ def record_final_failure(context: Any, job_dir: str) -> None:
         exc = context.get("exception")
         ti = context.get("ti") or context.get("task_instance")
         where = f"task {getattr(ti, 'task_id', '?')}" + (
-            f" (map index {ti.map_index})" if getattr(ti, "map_index", -1) not in (-1, None) else "")
+            f" (map index {ti.map_index})" if getattr(ti, "map_index", -1) not in (-1, None) else ""
+        )
         stopping = isinstance(exc, JobStoppedError) or stop_control.read_stop_request(job_dir) is not None
         if stopping:
             existing = read_job_summary(job_dir) or {}
             if existing.get("status") != "stopped":
-                write_job_summary(job_dir, "stopped", error=f"{where} stopped on request",
-                                  event_defaults=event_defaults(context))
+                write_job_summary(
+                    job_dir, "stopped", error=f"{where} stopped on request", event_defaults=event_defaults(context)
+                )
             return
         error = f"{where} failed: {type(exc).__name__}: {exc}" if exc is not None else f"{where} failed"
         write_job_summary(job_dir, "failed", error=error[:4000], event_defaults=event_defaults(context))
@@ -141,12 +143,14 @@ def _stopped(operator: Any, context: Any, job_dir: str, exc: Exception) -> JobSt
     except Exception as err:  # noqa: BLE001
         operator.log.warning("could not release the runner lock: %s", err)
     parts = getattr(exc, "partition_ids", None)
-    msg = (f"STOPPED on request ({'force' if request.get('force') else 'graceful'}, by "
-           f"{request.get('requested_by', 'unknown')} at {request.get('requested_at', '?')})"
-           + (f"; partitions {parts} stopped" if parts else "")
-           + ". Committed checkpoints are kept; this is not a data failure and is not retried. Resume with: "
-           + (resume or "dj-airflow run <recipe> --resume <job id>")
-           + ", or trigger the DAG with conf {\"resume\": \"<job id>\"}, or clear this task in the UI.")
+    msg = (
+        f"STOPPED on request ({'force' if request.get('force') else 'graceful'}, by "
+        f"{request.get('requested_by', 'unknown')} at {request.get('requested_at', '?')})"
+        + (f"; partitions {parts} stopped" if parts else "")
+        + ". Committed checkpoints are kept; this is not a data failure and is not retried. Resume with: "
+        + (resume or "dj-airflow run <recipe> --resume <job id>")
+        + ', or trigger the DAG with conf {"resume": "<job id>"}, or clear this task in the UI.'
+    )
     operator.log.warning("%s", msg)
     return JobStoppedError(msg)
 
@@ -168,13 +172,17 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
         raise _stopped(operator, context, job_dir, exc) from None
     if cleared is not None:
         run_id = getattr(context.get("dag_run"), "run_id", None)
-        operator.log.info("This task was stopped by the request of %s and has been cleared: resuming the job "
-                          "(stop request removed; runner lock %s)", cleared.get("requested_at"),
-                          job_lock.acquire(job_dir, job_lock.owner_identity(run_id)))
+        operator.log.info(
+            "This task was stopped by the request of %s and has been cleared: resuming the job "
+            "(stop request removed; runner lock %s)",
+            cleared.get("requested_at"),
+            job_lock.acquire(job_dir, job_lock.owner_identity(run_id)),
+        )
         from airflow_provider_dj.engine.observe.events import EventLog
 
         EventLog(job_dir, storage_basename(job_dir), defaults=event_defaults(context)).emit(
-            "stop_cleared", status="resumed", note=f"cleared by a re-run of {task_key(context)}")
+            "stop_cleared", status="resumed", note=f"cleared by a re-run of {task_key(context)}"
+        )
     try:
         return body()
     except stop_control.StopRequested as exc:

@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.output.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.observe.events import EventLog, read_events
+from airflow_provider_dj.engine.output.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
 
 
@@ -23,8 +23,15 @@ class ExportOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
 
-    def __init__(self, *, job_dir: str, ray_conn_id: str | None = "ray_default", recipe_name: str | None = None,
-                 declared_export_path: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job_dir: str,
+        ray_conn_id: str | None = "ray_default",
+        recipe_name: str | None = None,
+        declared_export_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.job_dir = job_dir
         self.ray_conn_id = ray_conn_id
@@ -41,13 +48,21 @@ class ExportOperator(BaseOperator):
         events = context.get("outlet_events")
         if not assets or events is None:
             return
-        extra = export_event_extra(result, recipe_name=self.recipe_name or self.dag_id,
-                                   declared_export_path=self.declared_export_path or result["export_path"],
-                                   context=context)
+        extra = export_event_extra(
+            result,
+            recipe_name=self.recipe_name or self.dag_id,
+            declared_export_path=self.declared_export_path or result["export_path"],
+            context=context,
+        )
         for asset in assets:
             events[asset].extra.update(extra)
-        self.log.info("Asset event for %s: job %s, %d rows, xxh3 %s", ", ".join(a.uri for a in assets),
-                      extra["job_id"], extra["rows"], extra["checksum_xxh3_128"])
+        self.log.info(
+            "Asset event for %s: job %s, %d rows, xxh3 %s",
+            ", ".join(a.uri for a in assets),
+            extra["job_id"],
+            extra["rows"],
+            extra["checksum_xxh3_128"],
+        )
 
     def _part_source(self, ctx: JobContext):
         """Parallel JSONL serialization on Ray for big exports (engine/output/parts.py); None: in this task."""
@@ -55,8 +70,11 @@ class ExportOperator(BaseOperator):
 
         info = ctx.partitioning_info
         parts = [p["partition_id"] for p in info["partitions"]]
-        if ctx.recipe.export_path.endswith(".parquet") or len(parts) < 2 or \
-                info["total_rows"] < export_parts.parallel_export_min_rows():
+        if (
+            ctx.recipe.export_path.endswith(".parquet")
+            or len(parts) < 2
+            or info["total_rows"] < export_parts.parallel_export_min_rows()
+        ):
             return None
         from airflow_provider_dj.hooks.ray import RayHook
 
@@ -78,29 +96,57 @@ class ExportOperator(BaseOperator):
         defaults = event_defaults(context)
         if is_job_complete(self.job_dir):
             summary = verify_completed_export(self.job_dir)
-            self.log.info("Job %s was already complete; export %s verified against the summary (%d rows, xxh3 %s). "
-                          "Nothing was rewritten.", summary["job_id"], summary["export"]["path"],
-                          summary["export"]["rows"], summary["export"]["checksum_xxh3_128"])
-            return {"export_path": summary["export"]["path"], "rows": summary["export"]["rows"],
-                    "checksum": summary["export"]["checksum_xxh3_128"], "job_id": summary["job_id"],
-                    "already_complete": True}
+            self.log.info(
+                "Job %s was already complete; export %s verified against the summary (%d rows, xxh3 %s). "
+                "Nothing was rewritten.",
+                summary["job_id"],
+                summary["export"]["path"],
+                summary["export"]["rows"],
+                summary["export"]["checksum_xxh3_128"],
+            )
+            return {
+                "export_path": summary["export"]["path"],
+                "rows": summary["export"]["rows"],
+                "checksum": summary["export"]["checksum_xxh3_128"],
+                "job_id": summary["job_id"],
+                "already_complete": True,
+            }
         starts = read_events(self.job_dir, "job_start")
         started_at = starts[0]["timestamp"] if starts else None
         ctx = JobContext(self.job_dir)
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
-        summary = fail_fast_on_guard(lambda: export_job(self.job_dir, event_defaults=defaults, started_at=started_at,
-                                                        part_source=self._part_source(ctx)))
+        summary = fail_fast_on_guard(
+            lambda: export_job(
+                self.job_dir, event_defaults=defaults, started_at=started_at, part_source=self._part_source(ctx)
+            )
+        )
         job_lock.release(self.job_dir, context["dag_run"].run_id)
         EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
-            "job_complete", status="completed", input_rows=summary["input"]["total_rows"],
-            output_rows=summary["export"]["rows"], partitions=summary["input"]["partitions"],
-            duration=summary.get("duration_s"), checksum=summary["export"]["checksum_xxh3_128"],
-            summary_path=f"{self.job_dir}/job_summary.json")
+            "job_complete",
+            status="completed",
+            input_rows=summary["input"]["total_rows"],
+            output_rows=summary["export"]["rows"],
+            partitions=summary["input"]["partitions"],
+            duration=summary.get("duration_s"),
+            checksum=summary["export"]["checksum_xxh3_128"],
+            summary_path=f"{self.job_dir}/job_summary.json",
+        )
         for op in summary["ops"]:
-            self.log.info("op %d %-32s in=%d out=%d filtered=%d duplicates=%d failed=%d", op["op_index"],
-                          op.get("op_name", ""), op["rows_in"], op["rows_out"], op["filtered"], op["duplicates"],
-                          op["failed"])
+            self.log.info(
+                "op %d %-32s in=%d out=%d filtered=%d duplicates=%d failed=%d",
+                op["op_index"],
+                op.get("op_name", ""),
+                op["rows_in"],
+                op["rows_out"],
+                op["filtered"],
+                op["duplicates"],
+                op["failed"],
+            )
         self.log.info("Exported %d rows to %s", summary["export"]["rows"], summary["export"]["path"])
-        return {"export_path": summary["export"]["path"], "rows": summary["export"]["rows"],
-                "checksum": summary["export"]["checksum_xxh3_128"], "job_id": summary["job_id"]}
+        return {
+            "export_path": summary["export"]["path"],
+            "rows": summary["export"]["rows"],
+            "checksum": summary["export"]["checksum_xxh3_128"],
+            "job_id": summary["job_id"],
+        }

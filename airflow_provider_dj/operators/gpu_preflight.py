@@ -25,13 +25,17 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.gpu.preflight import (
-    PreflightSettings, cuda_ops, declared_num_gpus, op_entries_from_recipe, run_preflight,
-)
-from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.gpu.preflight import (
+    PreflightSettings,
+    cuda_ops,
+    declared_num_gpus,
+    op_entries_from_recipe,
+    run_preflight,
+)
+from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.storage import fs as storage
 
 
 class GpuPreflightOperator(BaseOperator):
@@ -40,8 +44,15 @@ class GpuPreflightOperator(BaseOperator):
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#e8f4d9"
 
-    def __init__(self, *, recipe_path: str, probe_executor: str | None = None, ray_conn_id: str = "ray_default",
-                 heartbeat_s: float = 30.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        recipe_path: str,
+        probe_executor: str | None = None,
+        ray_conn_id: str = "ray_default",
+        heartbeat_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
         self.probe_executor = probe_executor
@@ -75,30 +86,58 @@ class GpuPreflightOperator(BaseOperator):
             missing = [o for o in gpu if declared_num_gpus(o) is None]
             if missing:
                 o = missing[0]
-                raise RecipeError(recipe.source_file, f"process[{o.index}].{o.name}.num_gpus",
-                                  f"partition.gpu_preflight_enabled is false, so nothing measures CUDA op {o.name}: "
-                                  f"give it explicit resources (num_gpus, and memory / batch_size as needed)"
-                                  + (f"; also missing for {', '.join(f'process[{m.index}].{m.name}' for m in missing[1:])}"
-                                     if len(missing) > 1 else "")
-                                  + ", or set partition.gpu_preflight_enabled: true")
+                raise RecipeError(
+                    recipe.source_file,
+                    f"process[{o.index}].{o.name}.num_gpus",
+                    f"partition.gpu_preflight_enabled is false, so nothing measures CUDA op {o.name}: "
+                    f"give it explicit resources (num_gpus, and memory / batch_size as needed)"
+                    + (
+                        f"; also missing for {', '.join(f'process[{m.index}].{m.name}' for m in missing[1:])}"
+                        if len(missing) > 1
+                        else ""
+                    )
+                    + ", or set partition.gpu_preflight_enabled: true",
+                )
             self.log.info("GPU preflight disabled; using the recipe's explicit resources for %s", names)
             return {"gpu_ops": names, "probed": False, "skipped": True}
         job_id = self._job_id(recipe, context)
         job_dir = storage.join(recipe.work_dir, job_id)
         if recipe.resume and not storage.exists(job_dir):
-            self.log.warning("resume=%s names no job directory at %s; not probing (validate will refuse).",
-                             recipe.resume, job_dir)
+            self.log.warning(
+                "resume=%s names no job directory at %s; not probing (validate will refuse).", recipe.resume, job_dir
+            )
             return {"gpu_ops": names, "probed": False, "job_dir": job_dir}
         executor = self.probe_executor or os.environ.get("DJ_PROBE_EXECUTOR") or "auto"
-        report = run_preflight(ops, PreflightSettings.from_recipe(recipe), job_dir, executor=executor,
-                               heartbeat_s=self.heartbeat_s, ray_client=self._ray_client,
-                               say=lambda m: self.log.info("%s", m), warn=lambda m: self.log.warning("%s", m))
+        report = run_preflight(
+            ops,
+            PreflightSettings.from_recipe(recipe),
+            job_dir,
+            executor=executor,
+            heartbeat_s=self.heartbeat_s,
+            ray_client=self._ray_client,
+            say=lambda m: self.log.info("%s", m),
+            warn=lambda m: self.log.warning("%s", m),
+        )
         assert report is not None
         for op in report["ops"]:
-            self.log.info("%s (process[%d]): %s rows/s, init %.2fs, output ratio %.3f, peak %s bytes (%s), "
-                          "num_gpus %s%s", op["op_name"], op["op_index"], op["rows_per_s"], op["model_init_s"],
-                          op["output_ratio"], op["peak_memory_bytes"], op["memory_source"], op["num_gpus"],
-                          " (cached)" if op.get("reused") else "")
-        return {"gpu_ops": names, "probed": True, "job_dir": job_dir, "report": storage.join(job_dir, "gpu_probe_results.json"),
-                "device": report["device"]["kind"], "reused": [o["op_name"] for o in report["ops"] if o.get("reused")],
-                "num_gpus": {str(o["op_index"]): o["num_gpus"] for o in report["ops"]}}
+            self.log.info(
+                "%s (process[%d]): %s rows/s, init %.2fs, output ratio %.3f, peak %s bytes (%s), num_gpus %s%s",
+                op["op_name"],
+                op["op_index"],
+                op["rows_per_s"],
+                op["model_init_s"],
+                op["output_ratio"],
+                op["peak_memory_bytes"],
+                op["memory_source"],
+                op["num_gpus"],
+                " (cached)" if op.get("reused") else "",
+            )
+        return {
+            "gpu_ops": names,
+            "probed": True,
+            "job_dir": job_dir,
+            "report": storage.join(job_dir, "gpu_probe_results.json"),
+            "device": report["device"]["kind"],
+            "reused": [o["op_name"] for o in report["ops"] if o.get("reused")],
+            "num_gpus": {str(o["op_index"]): o["num_gpus"] for o in report["ops"]},
+        }

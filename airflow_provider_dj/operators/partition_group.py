@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, run_partitions
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.layout import JobContext
-from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, run_partitions
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable, try_number
 
@@ -64,40 +64,57 @@ class PartitionGroupOperator(BaseOperator):
             return
         n = handle.cancel("Airflow killed the task (on_kill)")
         left = handle.wait_ended()
-        self.log.warning("on_kill: cancelled %d Ray task(s)/actor(s) of partitions %s; %d still running",
-                         n, self.execution_group.get("partition_ids"), left)
+        self.log.warning(
+            "on_kill: cancelled %d Ray task(s)/actor(s) of partitions %s; %d still running",
+            n,
+            self.execution_group.get("partition_ids"),
+            left,
+        )
 
     def _run_group(self, context: Any) -> list[dict]:
         group = self.execution_group
         if not group["partition_ids"]:  # the placeholder of a run with nothing to do (ResumeValidatorOperator)
             self.log.info("Segment %d: no partitions to run", self.segment_index)
             return []
-        self.log.info("Segment %d, execution group %s: partitions %s (%s)", self.segment_index, group["group_id"],
-                      group["partition_ids"], group["label"])
+        self.log.info(
+            "Segment %d, execution group %s: partitions %s (%s)",
+            self.segment_index,
+            group["group_id"],
+            group["partition_ids"],
+            group["label"],
+        )
         # Refuses if another live runner owns this job; refreshes our heartbeat.
         job_lock.heartbeat(self.job_dir, context["dag_run"].run_id)
         ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
         parts = JobContext(self.job_dir).partitioning_info["partitions"]
         rows = {p["partition_id"]: p["num_rows"] for p in parts}
         self._dispatch = DispatchHandle()
-        results = fail_fast_on_guard(lambda: run_partitions(
-            ray,
-            self.job_dir,
-            self.segment_index,
-            list(group["partition_ids"]),
-            try_number=try_number(context),
-            event_defaults=event_defaults(context),
-            num_cpus=self.cpus_per_partition,
-            on_progress=lambda msg: self.log.info("%s", msg),
-            rows_by_partition=rows,
-            handle=self._dispatch,
-            max_in_flight=group.get("max_in_flight"),  # resolved by validate (docs/gpu_planning.md)
-            actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
-        ))
+        results = fail_fast_on_guard(
+            lambda: run_partitions(
+                ray,
+                self.job_dir,
+                self.segment_index,
+                list(group["partition_ids"]),
+                try_number=try_number(context),
+                event_defaults=event_defaults(context),
+                num_cpus=self.cpus_per_partition,
+                on_progress=lambda msg: self.log.info("%s", msg),
+                rows_by_partition=rows,
+                handle=self._dispatch,
+                max_in_flight=group.get("max_in_flight"),  # resolved by validate (docs/gpu_planning.md)
+                actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
+            )
+        )
         for r in results:
             if r["skipped"]:
                 self.log.info("partition %s: already complete, no work done", r["partition_id"])
             else:
-                self.log.info("partition %s: resumed after op %s, ran ops %s, %d rows out, %d failed samples",
-                              r["partition_id"], r["resumed_from_op"], r["ops_run"], r["rows_out"], r["failed_rows"])
+                self.log.info(
+                    "partition %s: resumed after op %s, ran ops %s, %d rows out, %d failed samples",
+                    r["partition_id"],
+                    r["resumed_from_op"],
+                    r["ops_run"],
+                    r["rows_out"],
+                    r["failed_rows"],
+                )
         return results

@@ -19,15 +19,14 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.observe.events import EventLog
-from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.input.sources import InputError
-from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
-from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.input.sources import InputError
+from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
+from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
+from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.operators._common import event_defaults
-
 
 try:
     from airflow.sdk.exceptions import AirflowFailException
@@ -43,8 +42,9 @@ class ResumeValidatorOperator(BaseOperator):
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#fdf2d0"
 
-    def __init__(self, *, recipe_path: str, group_size: int = 1, max_active_groups: int | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, recipe_path: str, group_size: int = 1, max_active_groups: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
         # group_size: the size when partition.execution_group_size is auto but
@@ -59,13 +59,18 @@ class ResumeValidatorOperator(BaseOperator):
         """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
         import os
 
-        from airflow_provider_dj.engine.planning.decisions import decide_run
         from airflow_provider_dj.engine.gpu.profiles import load_report
+        from airflow_provider_dj.engine.planning.decisions import decide_run
 
         def resolve(info: dict, job_dir: str) -> int:
-            decisions = decide_run(recipe, info, load_report(job_dir), default_group_size=self.group_size,
-                                   airflow_max_active=self.max_active_groups,
-                                   sequential_tasks=bool(os.environ.get("DJ_RAY_IN_PROCESS")))
+            decisions = decide_run(
+                recipe,
+                info,
+                load_report(job_dir),
+                default_group_size=self.group_size,
+                airflow_max_active=self.max_active_groups,
+                sequential_tasks=bool(os.environ.get("DJ_RAY_IN_PROCESS")),
+            )
             decided["decisions"] = decisions
             return decisions.group.size
 
@@ -84,18 +89,28 @@ class ResumeValidatorOperator(BaseOperator):
         overrides = normalize_overrides(conf)
         recipe = load_recipe(self.recipe_path, overrides)
         if recipe.ignored_keys:
-            self.log.warning("Recipe keys accepted for Data-Juicer compatibility but not used: %s",
-                             ", ".join(recipe.ignored_keys))
+            self.log.warning(
+                "Recipe keys accepted for Data-Juicer compatibility but not used: %s", ", ".join(recipe.ignored_keys)
+            )
         job_id = self._job_id(recipe, context)
-        self.log.info("Resume token: %s. Re-trigger with resume=%s (or dj-airflow run %s --resume %s) to resume this job.",
-                      job_id, job_id, self.recipe_path, job_id)
+        self.log.info(
+            "Resume token: %s. Re-trigger with resume=%s (or dj-airflow run %s --resume %s) to resume this job.",
+            job_id,
+            job_id,
+            self.recipe_path,
+            job_id,
+        )
         defaults = event_defaults(context)
         try:
             decided: dict = {}
-            prepared = prepare_job(recipe, job_id=job_id, group_size=self._group_size_resolver(recipe, decided),
-                                   event_defaults=defaults,
-                                   airflow_run_id=context["dag_run"].run_id,
-                                   log_step=lambda msg: self.log.info("%s", msg))
+            prepared = prepare_job(
+                recipe,
+                job_id=job_id,
+                group_size=self._group_size_resolver(recipe, decided),
+                event_defaults=defaults,
+                airflow_run_id=context["dag_run"].run_id,
+                log_step=lambda msg: self.log.info("%s", msg),
+            )
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
             raise
@@ -109,10 +124,16 @@ class ResumeValidatorOperator(BaseOperator):
         # run and is kept.  After prepare_job, so a refused resume changes nothing.
         cleared = clear_stop_request_before(prepared.job_dir, started_at)
         if cleared is not None:
-            self.log.info("Job %s was stopped (request by %s at %s): stop request cleared, resuming from its "
-                          "committed checkpoints", job_id, cleared.get("requested_by"), cleared.get("requested_at"))
+            self.log.info(
+                "Job %s was stopped (request by %s at %s): stop request cleared, resuming from its "
+                "committed checkpoints",
+                job_id,
+                cleared.get("requested_by"),
+                cleared.get("requested_at"),
+            )
             EventLog(prepared.job_dir, job_id, defaults=defaults).emit(
-                "stop_cleared", status="resumed", note=f"stop of {cleared.get('requested_at')} cleared by validate")
+                "stop_cleared", status="resumed", note=f"stop of {cleared.get('requested_at')} cleared by validate"
+            )
         ti = context["ti"]
         ti.xcom_push(key="job_dir", value=prepared.job_dir)
         ti.xcom_push(key="job_id", value=job_id)
@@ -121,11 +142,20 @@ class ResumeValidatorOperator(BaseOperator):
             self.log.info("Job %s already completed: nothing to do; the export will be re-verified.", job_id)
             return self._mapped_groups([])
         EventLog(prepared.job_dir, job_id, defaults=defaults).emit(
-            "job_start", status="resumed" if prepared.resumed else "new", partitions=prepared.num_partitions,
-            input_rows=prepared.total_rows)
-        self.log.info("Job %s in %s: %s, %d partitions, %d rows, %d execution groups", job_id, prepared.job_dir,
-                      "resuming" if prepared.resumed else "new job", prepared.num_partitions, prepared.total_rows,
-                      len(prepared.groups))
+            "job_start",
+            status="resumed" if prepared.resumed else "new",
+            partitions=prepared.num_partitions,
+            input_rows=prepared.total_rows,
+        )
+        self.log.info(
+            "Job %s in %s: %s, %d partitions, %d rows, %d execution groups",
+            job_id,
+            prepared.job_dir,
+            "resuming" if prepared.resumed else "new job",
+            prepared.num_partitions,
+            prepared.total_rows,
+            len(prepared.groups),
+        )
         decisions = decided.get("decisions")
         if decisions is not None:
             from airflow_provider_dj.engine.execution.actor_pool import stage_resources
@@ -135,16 +165,25 @@ class ResumeValidatorOperator(BaseOperator):
                 g["max_in_flight"] = decisions.max_in_flight
                 if resources:  # sizes the actor pool of a group whose segment holds a stateful op
                     g["actor_resources"] = resources
-            self.log.info("Planning: %d partition(s) per execution group (%s); at most %d partition(s) in flight "
-                          "(%s), %d per group", decisions.group.size, decisions.group.reason,
-                          decisions.concurrency.value, decisions.concurrency.reason, decisions.max_in_flight)
+            self.log.info(
+                "Planning: %d partition(s) per execution group (%s); at most %d partition(s) in flight "
+                "(%s), %d per group",
+                decisions.group.size,
+                decisions.group.reason,
+                decisions.concurrency.value,
+                decisions.concurrency.reason,
+                decisions.max_in_flight,
+            )
             if decisions.actor_plan is not None:
                 self.log.info("Actor plan: %s", decisions.actor_plan.to_dict())
             EventLog(prepared.job_dir, job_id, defaults=defaults).emit("execution_planning", **decisions.to_dict())
         if prepared.resumed:
             final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
-            self.log.info("%d/%d partitions already final; the rest resume from their last checkpoint", final,
-                          prepared.num_partitions)
+            self.log.info(
+                "%d/%d partitions already final; the rest resume from their last checkpoint",
+                final,
+                prepared.num_partitions,
+            )
         return self._mapped_groups(prepared.groups)
 
     @staticmethod

@@ -158,7 +158,7 @@ class Op:
         own = cls.own_args()
         try:
             hints = typing.get_type_hints(cls.__init__)
-        except Exception:  # pragma: no cover - annotations that don't resolve
+        except Exception:  # noqa: BLE001 - annotations that don't resolve  # pragma: no cover
             hints = {}
         for key, value in args.items():
             if key in own:
@@ -172,8 +172,11 @@ class Op:
                 continue
             if key in COMMON_OP_ARGS:
                 if not _type_ok(value, COMMON_OP_ARGS[key]) or (key == "max_failed_ratio" and not _ratio_ok(value)):
-                    expected = "a number from 0 to 1 (a fraction of the op's input rows)" \
-                        if key == "max_failed_ratio" else _type_name(COMMON_OP_ARGS[key])
+                    expected = (
+                        "a number from 0 to 1 (a fraction of the op's input rows)"
+                        if key == "max_failed_ratio"
+                        else _type_name(COMMON_OP_ARGS[key])
+                    )
                     raise OpArgumentError(key, f"argument {key!r} must be {expected}, got {value!r}")
                 continue
             allowed = sorted(set(own) | set(COMMON_OP_ARGS))

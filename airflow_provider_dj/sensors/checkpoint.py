@@ -25,12 +25,12 @@ from __future__ import annotations
 import datetime
 from typing import Any, Sequence
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.bases.sensor import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import job_id_for_run
 from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
+from airflow_provider_dj.engine.storage import fs as storage
 
 
 def committed_partitions(job_dir: str, segment_index: int) -> tuple[list[int], list[int]]:
@@ -64,9 +64,19 @@ class CheckpointSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("job_dir", "work_dir", "job_id")
     ui_color = "#fbe5c8"
 
-    def __init__(self, *, job_dir: str | None = None, work_dir: str | None = None, job_id: str | None = None,
-                 after_op: int | str | None = None, wait_for: str | None = None, segment_index: int | None = None,
-                 partitions: list[int] | None = None, deferrable: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job_dir: str | None = None,
+        work_dir: str | None = None,
+        job_id: str | None = None,
+        after_op: int | str | None = None,
+        wait_for: str | None = None,
+        segment_index: int | None = None,
+        partitions: list[int] | None = None,
+        deferrable: bool = False,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("poke_interval", 5)
         kwargs.setdefault("timeout", 60 * 60)
         super().__init__(**kwargs)
@@ -74,15 +84,22 @@ class CheckpointSensor(BaseSensorOperator):
             raise ValueError(f"{self.task_id}: give job_dir, or both work_dir and job_id (not both ways)")
         targets = [t for t in (after_op is not None, wait_for is not None, segment_index is not None) if t]
         if len(targets) != 1:
-            raise ValueError(f"{self.task_id}: give exactly one of after_op=<op name or index>, wait_for='export', "
-                             f"segment_index=<n>")
+            raise ValueError(
+                f"{self.task_id}: give exactly one of after_op=<op name or index>, wait_for='export', segment_index=<n>"
+            )
         if wait_for is not None and wait_for != "export":
             raise ValueError(f"{self.task_id}: wait_for must be 'export', got {wait_for!r}")
         if wait_for is not None and partitions is not None:
-            raise ValueError(f"{self.task_id}: partitions= applies to after_op/segment_index; an export is all or nothing")
-        if partitions is not None and (not isinstance(partitions, (list, tuple)) or not all(
-                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions)):
-            raise ValueError(f"{self.task_id}: partitions must be a list of partition ids (ints >= 0), got {partitions!r}")
+            raise ValueError(
+                f"{self.task_id}: partitions= applies to after_op/segment_index; an export is all or nothing"
+            )
+        if partitions is not None and (
+            not isinstance(partitions, (list, tuple))
+            or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions)
+        ):
+            raise ValueError(
+                f"{self.task_id}: partitions must be a list of partition ids (ints >= 0), got {partitions!r}"
+            )
         self.job_dir = job_dir
         self.work_dir = work_dir
         self.job_id = job_id
@@ -97,8 +114,12 @@ class CheckpointSensor(BaseSensorOperator):
         return self.job_dir or storage.join(self.work_dir, self.job_id)
 
     def _target(self) -> dict:
-        return {"after_op": self.after_op, "segment_index": self.segment_index, "wait_for": self.wait_for,
-                "partitions": self.partitions}
+        return {
+            "after_op": self.after_op,
+            "segment_index": self.segment_index,
+            "wait_for": self.wait_for,
+            "partitions": self.partitions,
+        }
 
     def poke(self, context: Any) -> bool:
         try:
@@ -118,8 +139,9 @@ class CheckpointSensor(BaseSensorOperator):
         from airflow_provider_dj.triggers.checkpoint import CheckpointTrigger
 
         self.defer(
-            trigger=CheckpointTrigger(job_dir=self.resolved_job_dir, poke_interval=float(self.poke_interval),
-                                      **self._target()),
+            trigger=CheckpointTrigger(
+                job_dir=self.resolved_job_dir, poke_interval=float(self.poke_interval), **self._target()
+            ),
             method_name="execute_complete",
             timeout=datetime.timedelta(seconds=self.timeout),
         )

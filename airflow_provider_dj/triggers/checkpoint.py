@@ -21,9 +21,16 @@ CLASSPATH = "airflow_provider_dj.triggers.checkpoint.CheckpointTrigger"
 
 
 class CheckpointTrigger(BaseTrigger):
-    def __init__(self, *, job_dir: str, after_op: int | str | None = None, segment_index: int | None = None,
-                 wait_for: str | None = None, partitions: list[int] | None = None,
-                 poke_interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        job_dir: str,
+        after_op: int | str | None = None,
+        segment_index: int | None = None,
+        wait_for: str | None = None,
+        partitions: list[int] | None = None,
+        poke_interval: float = 5.0,
+    ) -> None:
         super().__init__()
         self.job_dir = job_dir
         self.after_op = after_op
@@ -33,16 +40,26 @@ class CheckpointTrigger(BaseTrigger):
         self.poke_interval = poke_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return CLASSPATH, {"job_dir": self.job_dir, "after_op": self.after_op, "segment_index": self.segment_index,
-                           "wait_for": self.wait_for, "partitions": self.partitions,
-                           "poke_interval": self.poke_interval}
+        return CLASSPATH, {
+            "job_dir": self.job_dir,
+            "after_op": self.after_op,
+            "segment_index": self.segment_index,
+            "wait_for": self.wait_for,
+            "partitions": self.partitions,
+            "poke_interval": self.poke_interval,
+        }
 
     def _check(self) -> dict:
         from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
 
         try:
-            st = check(self.job_dir, after_op=self.after_op, segment_index=self.segment_index,
-                       wait_for=self.wait_for, partitions=self.partitions)
+            st = check(
+                self.job_dir,
+                after_op=self.after_op,
+                segment_index=self.segment_index,
+                wait_for=self.wait_for,
+                partitions=self.partitions,
+            )
         except JobFailedError as exc:
             return {"status": "failed", "message": str(exc), "partitions": exc.partitions}
         except WaitTargetError as exc:

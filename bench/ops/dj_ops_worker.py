@@ -184,7 +184,7 @@ def main() -> int:
             if kind == "deduplicator":
                 rec["process_seconds"] = min(procs)
             log(f"{name}: {n} rows, best {best:.3f}s of {reps} -> {n / best:,.0f} rows/s (kept={kept})")
-        except Exception as e:  # keep going: one broken op must not lose the others
+        except Exception as e:  # noqa: BLE001 - keep going: one broken op must not lose the others
             rec["error"] = f"{type(e).__name__}: {e}"
             rec["traceback"] = traceback.format_exc()[-2000:]
             log(f"{name}: ERROR {rec['error']}")

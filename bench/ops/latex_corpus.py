@@ -22,8 +22,16 @@ _WORDS = (
     "sample complexity optimal regret algorithm analysis experiments dataset baseline results"
 ).split()
 _EXTRA = ["naïve", "café", "Übersicht", "定理", "证明", "模型", "50\\%", "\\cite{ref}", "$x^2$", "\\ref{eq:1}"]
-_MACROS = [("R", "\\mathbb{R}"), ("eps", "\\varepsilon"), ("E", "\\mathbb{E}"), ("cL", "\\mathcal{L}"),
-           ("RR", "\\R^n"), ("prox", "\\operatorname{prox}"), ("tr", "\\mathrm{tr}"), ("KL", "D_{\\mathrm{KL}}")]
+_MACROS = [
+    ("R", "\\mathbb{R}"),
+    ("eps", "\\varepsilon"),
+    ("E", "\\mathbb{E}"),
+    ("cL", "\\mathcal{L}"),
+    ("RR", "\\R^n"),
+    ("prox", "\\operatorname{prox}"),
+    ("tr", "\\mathrm{tr}"),
+    ("KL", "D_{\\mathrm{KL}}"),
+]
 _HEADS = ["section", "subsection", "section*", "subsubsection", "paragraph"]
 
 
@@ -41,13 +49,22 @@ def make_doc(rng: random.Random) -> str:
     chosen = rng.sample(_MACROS, rng.randint(0, 5))
     lines = ["\\documentclass[11pt]{article}", "\\usepackage{amsmath,amssymb}"]
     for name, value in chosen:
-        lines.append(rng.choice(["\\newcommand{{\\{}}}{{{}}}", "\\def\\{}{{{}}}", "\\newcommand*{{\\{}}}{{{}}}"])
-                     .format(name, value))
+        lines.append(
+            rng.choice(["\\newcommand{{\\{}}}{{{}}}", "\\def\\{}{{{}}}", "\\newcommand*{{\\{}}}{{{}}}"]).format(
+                name, value
+            )
+        )
     if rng.random() < 0.5:
         lines.append("\\newcommand{\\norm}[1]{\\left\\lVert #1 \\right\\rVert}")
-    lines += ["% arXiv submission, do not distribute", "\\begin{document}", "\\title{On " + rng.choice(_WORDS) + "}",
-              "\\maketitle", "\\begin{abstract}", " ".join(_sentence(rng, [n for n, _ in chosen]) for _ in range(3)),
-              "\\end{abstract}"]
+    lines += [
+        "% arXiv submission, do not distribute",
+        "\\begin{document}",
+        "\\title{On " + rng.choice(_WORDS) + "}",
+        "\\maketitle",
+        "\\begin{abstract}",
+        " ".join(_sentence(rng, [n for n, _ in chosen]) for _ in range(3)),
+        "\\end{abstract}",
+    ]
     names = [n for n, _ in chosen]
     with_sections = rng.random() > 0.05
     for s in range(rng.randint(1, 4)):

@@ -73,7 +73,12 @@ OP_ARGS: dict[str, dict] = {
         "num_permutations": 256,
         "jaccard_threshold": 0.7,
     },
-    "document_simhash_deduplicator": {"tokenization": "space", "window_size": 6, "num_blocks": 6, "hamming_distance": 4},
+    "document_simhash_deduplicator": {
+        "tokenization": "space",
+        "window_size": 6,
+        "num_blocks": 6,
+        "hamming_distance": 4,
+    },
     # LaTeX cleaners of the arXiv recipe (measured on LATEX_OPS' corpus, below) and the URL-word remover
     "remove_header_mapper": {"drop_no_head": True},
     "remove_comments_mapper": {"doc_type": ["md", "tex"], "inline": True, "multiline": True},
@@ -90,8 +95,12 @@ OP_ARGS: dict[str, dict] = {
     "alphanumeric_filter:tokenized": {"tokenization": True, "min_ratio": 1.5},
     "words_num_filter:tokenized": {"lang": "en", "tokenization": True, "min_num": 10},
     "word_repetition_filter:tokenized": {"lang": "en", "tokenization": True, "rep_len": 10, "max_ratio": 0.5},
-    "flagged_words_filter:tokenized": {"lang": "en", "tokenization": True, "max_ratio": 0.01,
-                                       "flagged_words_dir": "{WORDS}"},
+    "flagged_words_filter:tokenized": {
+        "lang": "en",
+        "tokenization": True,
+        "max_ratio": 0.01,
+        "flagged_words_dir": "{WORDS}",
+    },
 }
 
 MODEL_OPS = {"language_id_score_filter", "perplexity_filter"}
@@ -246,25 +255,40 @@ def time_ours(name: str, args: dict, table, repeats: int, dj_rows: int | None) -
         _, kept = once(table)
         times.append(time.perf_counter() - t0)
     best = min(times)
-    rec = {"kind": kind, "args": args, "rows": table.num_rows, "runs": times, "seconds": best,
-           "rows_per_s": table.num_rows / best, "kept": kept}
+    rec = {
+        "kind": kind,
+        "args": args,
+        "rows": table.num_rows,
+        "runs": times,
+        "seconds": best,
+        "rows_per_s": table.num_rows / best,
+        "kept": kept,
+    }
     if kept is not None and dj_rows is not None and dj_rows < table.num_rows:
         rec["kept_on_dj_rows"] = once(table.slice(0, dj_rows))[1]
     return rec
 
 
 # ----------------------------------------------------------------------------- DJ
-def run_dj(dj_python: str, corpus: str, rows: int, ops: list[dict], repeats: int, budget: float,
-           timeout: float) -> dict:
+def run_dj(
+    dj_python: str, corpus: str, rows: int, ops: list[dict], repeats: int, budget: float, timeout: float
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="dj_ops_bench_") as tmp:
         spec = os.path.join(tmp, "spec.json")
         out = os.path.join(tmp, "out.json")
-        json.dump({"corpus": corpus, "rows": rows, "ops": ops, "repeats": repeats, "budget_s": budget,
-                   "probe_rows": 2000}, open(spec, "w"))
+        json.dump(
+            {"corpus": corpus, "rows": rows, "ops": ops, "repeats": repeats, "budget_s": budget, "probe_rows": 2000},
+            open(spec, "w"),
+        )
         env = dict(os.environ)
-        env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   HF_HOME=os.path.join(tmp, "hf"), DATA_JUICER_CACHE_HOME=os.path.join(tmp, "djcache"),
-                   PYTHONWARNINGS="ignore")
+        env.update(
+            HF_DATASETS_OFFLINE="1",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            HF_HOME=os.path.join(tmp, "hf"),
+            DATA_JUICER_CACHE_HOME=os.path.join(tmp, "djcache"),
+            PYTHONWARNINGS="ignore",
+        )
         env.pop("PYTHONPATH", None)
         # transformers for DJ's alphanumeric_filter tokenization (its base install lacks it): the overlay
         # folder tests/conformance/words_filters/regenerate.sh installs, when there
@@ -275,8 +299,9 @@ def run_dj(dj_python: str, corpus: str, rows: int, ops: list[dict], repeats: int
         print(f"running Data-Juicer worker: {' '.join(cmd)}", flush=True)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, cwd=tmp)
+            proc = subprocess.run(
+                cmd, env=env, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp
+            )
             tail = proc.stdout[-4000:]
             rc = proc.returncode
         except subprocess.TimeoutExpired as e:
@@ -349,16 +374,23 @@ def dedup_mem_worker(n: int, parts: int, repeats: int) -> dict:
     gc.collect()
     # tracemalloc peak (numpy registers its buffers with tracemalloc; Arrow's pool does not)
     tracemalloc.start()
-    mask = first_occurrence_mask(keys)
+    first_occurrence_mask(keys)
     _, tm_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return {
-        "rows": n, "partitions": parts, "key_bytes": 16 * n, "kept": kept,
-        "runs": times, "seconds": min(times), "rows_per_s": n / min(times),
+        "rows": n,
+        "partitions": parts,
+        "key_bytes": 16 * n,
+        "kept": kept,
+        "runs": times,
+        "seconds": min(times),
+        "rows_per_s": n / min(times),
         "tracemalloc_peak_bytes": tm_peak,
-        "rss_before_bytes": rss_before, "rss_peak_bytes": rss_peak if hwm_reset else None,
+        "rss_before_bytes": rss_before,
+        "rss_peak_bytes": rss_peak if hwm_reset else None,
         "rss_peak_delta_bytes": (rss_peak - rss_before) if hwm_reset else None,
-        "arrow_pool_bytes_before": pool_before, "arrow_pool_max_bytes": pool_peak,
+        "arrow_pool_bytes_before": pool_before,
+        "arrow_pool_max_bytes": pool_peak,
         "loadavg": loadavg(),
     }
 
@@ -379,9 +411,11 @@ def fmt_rate(v) -> str:
 def render(res: dict) -> str:
     lines = []
     m = res["meta"]
-    lines.append(f"per-op throughput, {m['rows']:,} rows ({os.path.basename(m['corpus'])}), "
-                 f"ours best of {m['repeats']}, DJ {m['dj_version'] or 'skipped'} best of {m['dj_repeats']} "
-                 f"(bare methods, per-op budget {m['dj_budget_s']:.0f}s)")
+    lines.append(
+        f"per-op throughput, {m['rows']:,} rows ({os.path.basename(m['corpus'])}), "
+        f"ours best of {m['repeats']}, DJ {m['dj_version'] or 'skipped'} best of {m['dj_repeats']} "
+        f"(bare methods, per-op budget {m['dj_budget_s']:.0f}s)"
+    )
     lines.append(f"machine: {m['cpus']} cpus; loadavg start {m['loadavg_start']} end {m['loadavg_end']}")
     hdr = f"{'op':34} {'kind':6} {'ours rows/s':>13} {'DJ rows/s':>11} {'speed-up':>9}  {'DJ rows':>8}  kept ours/DJ"
     lines.append(hdr)
@@ -397,20 +431,30 @@ def render(res: dict) -> str:
             kept = f"{ok}/{d['kept']}" + ("" if ok == d["kept"] else " DIFF")
         note = d.get("error", "")[:40] if d.get("error") else ""
         err = o.get("error", "")[:40] if o.get("error") else ""
-        lines.append(f"{name:34} {(o.get('kind') or d.get('kind') or '?')[:6]:6} {fmt_rate(ours):>13} "
-                     f"{fmt_rate(djr):>11} {sp}  {d.get('rows', '') if djr else '':>8}  {kept} {err or note}".rstrip())
+        lines.append(
+            f"{name:34} {(o.get('kind') or d.get('kind') or '?')[:6]:6} {fmt_rate(ours):>13} "
+            f"{fmt_rate(djr):>11} {sp}  {d.get('rows', '') if djr else '':>8}  {kept} {err or note}".rstrip()
+        )
     dm = res.get("dedup_global")
     if dm and "error" not in dm:
         mb = 1 / 2**20
         lines.append("")
-        lines.append(f"exact dedup global phase (first_occurrence_mask), {dm['rows']:,} 16-byte keys in "
-                     f"{dm['partitions']} partitions: best {dm['seconds'] * 1000:.0f} ms "
-                     f"({fmt_rate(dm['rows_per_s'])} keys/s), kept {dm['kept']:,}")
+        lines.append(
+            f"exact dedup global phase (first_occurrence_mask), {dm['rows']:,} 16-byte keys in "
+            f"{dm['partitions']} partitions: best {dm['seconds'] * 1000:.0f} ms "
+            f"({fmt_rate(dm['rows_per_s'])} keys/s), kept {dm['kept']:,}"
+        )
         rss = dm.get("rss_peak_delta_bytes")
-        lines.append(f"  peak memory: tracemalloc {dm['tracemalloc_peak_bytes'] * mb:.1f} MiB, "
-                     f"RSS high-water delta {rss * mb:.1f} MiB" if rss is not None else "  RSS: n/a")
-        lines.append(f"  (keys themselves {dm['key_bytes'] * mb:.1f} MiB; arrow pool peak "
-                     f"{dm['arrow_pool_max_bytes'] * mb:.1f} MiB)")
+        lines.append(
+            f"  peak memory: tracemalloc {dm['tracemalloc_peak_bytes'] * mb:.1f} MiB, "
+            f"RSS high-water delta {rss * mb:.1f} MiB"
+            if rss is not None
+            else "  RSS: n/a"
+        )
+        lines.append(
+            f"  (keys themselves {dm['key_bytes'] * mb:.1f} MiB; arrow pool peak "
+            f"{dm['arrow_pool_max_bytes'] * mb:.1f} MiB)"
+        )
     elif dm:
         lines.append(f"dedup global phase: ERROR {dm['error'][-300:]}")
     return "\n".join(lines)
@@ -461,8 +505,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     ap.add_argument("--repeats", type=int, default=3, help="ours: best of N (default 3)")
     ap.add_argument("--dj-repeats", type=int, default=2, help="DJ: best of N when it fits the budget (default 2)")
-    ap.add_argument("--dj-budget", type=float, default=30.0,
-                    help="DJ seconds per op; slower ops are measured on a corpus prefix (default 30)")
+    ap.add_argument(
+        "--dj-budget",
+        type=float,
+        default=30.0,
+        help="DJ seconds per op; slower ops are measured on a corpus prefix (default 30)",
+    )
     ap.add_argument("--dj-python", default=os.environ.get("DJ_PYTHON", "/work/djvenv/bin/python"))
     ap.add_argument("--dj-timeout", type=float, default=1800.0)
     ap.add_argument("--skip-dj", action="store_true")
@@ -484,8 +532,9 @@ def main(argv=None) -> int:
     words_dir = None
     if any(n.split(":")[0] in WORDS_OPS or ":" in n for n in names):
         words_dir = words_bench_files(a.out)
-        print(f"word lists and tokenizers for the word filters: {words_dir}, {os.path.join(a.out, 'models')}",
-              flush=True)
+        print(
+            f"word lists and tokenizers for the word filters: {words_dir}, {os.path.join(a.out, 'models')}", flush=True
+        )
     if MODEL_OPS & set(names):
         print(f"model files for {sorted(MODEL_OPS & set(names))}: {model_files_home(a.out)}", flush=True)
     specs = []
@@ -505,8 +554,10 @@ def main(argv=None) -> int:
     corpus = corpus_path(a.out, a.rows, a.seed)
     t0 = time.perf_counter()
     table = load_table(corpus)
-    print(f"loaded {table.num_rows:,} rows as a pyarrow Table in {time.perf_counter() - t0:.1f}s "
-          f"(loadavg {la0})", flush=True)
+    print(
+        f"loaded {table.num_rows:,} rows as a pyarrow Table in {time.perf_counter() - t0:.1f}s (loadavg {la0})",
+        flush=True,
+    )
     latex_table = None
     if any(s["name"] in LATEX_OPS for s in specs):
         latex = latex_corpus_path(a.out, a.rows, a.seed)
@@ -515,13 +566,24 @@ def main(argv=None) -> int:
             if s["name"] in LATEX_OPS:
                 s["corpus"] = latex
 
-    res: dict = {"meta": {"timestamp": ts, "rows": table.num_rows, "corpus": corpus, "repeats": a.repeats,
-                          "dj_repeats": a.dj_repeats, "dj_budget_s": a.dj_budget, "cpus": os.cpu_count(),
-                          "python": platform.python_version(), "loadavg_start": la0, "dj_version": None,
-                          "dj_timing": "bare runtime methods (op.process / op.compute_stats / op.compute_hash "
-                                       "+ op.process(HF dataset)) on dict-of-lists batches as NestedDataset.map "
-                                       "cuts them; no HF map, no multiprocessing"},
-           "ops": {}}
+    res: dict = {
+        "meta": {
+            "timestamp": ts,
+            "rows": table.num_rows,
+            "corpus": corpus,
+            "repeats": a.repeats,
+            "dj_repeats": a.dj_repeats,
+            "dj_budget_s": a.dj_budget,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_start": la0,
+            "dj_version": None,
+            "dj_timing": "bare runtime methods (op.process / op.compute_stats / op.compute_hash "
+            "+ op.process(HF dataset)) on dict-of-lists batches as NestedDataset.map "
+            "cuts them; no HF map, no multiprocessing",
+        },
+        "ops": {},
+    }
 
     # DJ first (it is the long part), then ours; never both at once on 2 cores.
     dj = {}
@@ -541,7 +603,7 @@ def main(argv=None) -> int:
                 o["corpus"] = s["corpus"]
             o["loadavg"] = loadavg()[0]
             print(f"ours {n}: best {o['seconds']:.3f}s -> {o['rows_per_s']:,.0f} rows/s", flush=True)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - keep going: one broken size must not lose the others
             o = {"error": f"{type(e).__name__}: {e}"}
             print(f"ours {n}: ERROR {o['error']}", flush=True)
         entry = {"ours": o}

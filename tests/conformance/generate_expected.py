@@ -63,12 +63,11 @@ def ranges(cps) -> str:
 
 
 def run_op(name: str, args: dict, rows: list[dict]) -> list[dict]:
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.base_op import Deduplicator, Filter, Mapper
     from data_juicer.ops.load import load_ops
     from data_juicer.utils.constant import Fields
+    from datasets import Dataset
 
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
     ds = NestedDataset(Dataset.from_list(rows))
@@ -87,7 +86,6 @@ def run_op(name: str, args: dict, rows: list[dict]) -> list[dict]:
 
 def charsets() -> dict:
     import regex
-
     from data_juicer.ops.common.special_characters import SPECIAL_CHARACTERS, VARIOUS_WHITESPACES
 
     every = range(0x110000)

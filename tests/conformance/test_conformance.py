@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from airflow_provider_dj.ops.kernels import text as tk
 from airflow_provider_dj.ops.base import STATS_COLUMN, Deduplicator, Filter, Mapper
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
+from airflow_provider_dj.ops.kernels import text as tk
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 FIX = Path(__file__).parent / "fixtures"
@@ -51,9 +51,7 @@ def test_op_matches_data_juicer(op_name: str, variant: str, args: dict, chunk: i
         with_stats = op.compute_stats(table)
         keep = op.keep_mask(with_stats).to_pylist()
         stats = with_stats.column(STATS_COLUMN).to_pylist()
-        got = [
-            {"id": r["id"], "text": r["text"], "stats": s, "kept": k} for r, s, k in zip(rows, stats, keep)
-        ]
+        got = [{"id": r["id"], "text": r["text"], "stats": s, "kept": k} for r, s, k in zip(rows, stats, keep)]
         assert got == expected
     else:
         assert isinstance(op, Deduplicator)

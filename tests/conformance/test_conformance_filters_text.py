@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.engine.execution.op_runner import apply_op
+from airflow_provider_dj.ops.base import STATS_COLUMN
 from airflow_provider_dj.ops.filters import text as ft
 from airflow_provider_dj.ops.kernels import text as tk
-from airflow_provider_dj.ops.base import STATS_COLUMN
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 FIX = Path(__file__).parent / "filters_text"
@@ -63,8 +63,7 @@ def test_filter_matches_data_juicer(set_name: str, variant: str, args: dict, chu
         with_stats = op.compute_stats(table)
         keep = op.keep_mask(with_stats).to_pylist()
         got = [
-            {"id": r["id"], "stats": s, "kept": k, "error": False}
-            for r, s, k in zip(rows, stats_of(with_stats), keep)
+            {"id": r["id"], "stats": s, "kept": k, "error": False} for r, s, k in zip(rows, stats_of(with_stats), keep)
         ]
     else:  # DJ failed some samples: ours must fail exactly those, one row at a time
         got = []

@@ -58,8 +58,17 @@ def test_fixtures_exercise_the_ops() -> None:
         changed = sum(a != b for a, b in zip(rows, out))
         assert (changed == 0) == (variant == "neither"), (op, variant, changed)
     texts = [r["text"] for r in read_jsonl(FIX / "inputs" / "expand_macro_mapper.jsonl")]
-    for needle in ("\\newcommand", "\\renewcommand", "\\def", "\\section", "\\begin{thebibliography}", "% ",
-                   "\\%", "中文", "é"):
+    for needle in (
+        "\\newcommand",
+        "\\renewcommand",
+        "\\def",
+        "\\section",
+        "\\begin{thebibliography}",
+        "% ",
+        "\\%",
+        "中文",
+        "é",
+    ):
         assert any(needle in t for t in texts), needle
     assert "" in texts and max(len(line) for t in texts for line in t.split("\n")) > 10_000
 

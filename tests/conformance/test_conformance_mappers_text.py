@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.mappers import web as mm
-from airflow_provider_dj.ops.mappers import text as mt
 from airflow_provider_dj.ops.kernels import text as tk
+from airflow_provider_dj.ops.mappers import text as mt
+from airflow_provider_dj.ops.mappers import web as mm
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 FIX = Path(__file__).parent / "mappers_text"

@@ -75,7 +75,7 @@ def catalog_pairs(lang: str, limit_files: int = 40) -> list[tuple[str, str]]:
     for path in sorted(glob.glob(f"/usr/share/locale/{lang}/LC_MESSAGES/*.mo"))[:limit_files]:
         try:
             with open(path, "rb") as fh:
-                catalog = gettext.GNUTranslations(fh)._catalog  # noqa: SLF001 - the parsed .mo
+                catalog = gettext.GNUTranslations(fh)._catalog
         except Exception:  # noqa: BLE001 - a broken catalog is skipped
             continue
         for key in sorted(k for k in catalog if isinstance(k, str)):
@@ -97,10 +97,14 @@ def plant(rng: random.Random, text: str, kind: str) -> str:
     if kind == "email":
         insert = f"Write to {rng.choice(['ana', 'li.wei', 'j.smith', 'ops-team'])}@{rng.choice(['example.org', 'mail.example.com', 'uni.example.edu'])} for details."
     elif kind == "link":
-        insert = rng.choice(["See https://docs.example.org/reference/expressions.html#calls.",
-                             "Mirror: http://www.example.com/pub/python/3.11/",
-                             "(source: www.example.net/archive/2019/05/)",
-                             '<a href="//cdn.example.com/x.js">script</a>'])
+        insert = rng.choice(
+            [
+                "See https://docs.example.org/reference/expressions.html#calls.",
+                "Mirror: http://www.example.com/pub/python/3.11/",
+                "(source: www.example.net/archive/2019/05/)",
+                '<a href="//cdn.example.com/x.js">script</a>',
+            ]
+        )
     elif kind == "mojibake":
         insert = rng.choice(MOJIBAKE)
     elif kind == "space":
@@ -110,8 +114,13 @@ def plant(rng: random.Random, text: str, kind: str) -> str:
     elif kind == "flagged":
         insert = " ".join(rng.choice(FLAGGED_EN) for _ in range(rng.randint(1, 4)))
     elif kind == "longword":
-        insert = rng.choice(["supercalifragilisticexpialidocious", "pneumonoultramicroscopicsilicovolcanoconiosis",
-                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"])
+        insert = rng.choice(
+            [
+                "supercalifragilisticexpialidocious",
+                "pneumonoultramicroscopicsilicovolcanoconiosis",
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            ]
+        )
     else:
         raise ValueError(kind)
     return " ".join(words[:pos] + [insert] + words[pos:])
@@ -131,8 +140,10 @@ def near_duplicate(rng: random.Random, text: str) -> str:
 
 
 def symbol_soup(rng: random.Random) -> str:
-    return " ".join("".join(rng.choice("#$%^&*()[]{}<>|~=+-_/\\0123456789") for _ in range(rng.randint(2, 9)))
-                    for _ in range(rng.randint(20, 80)))
+    return " ".join(
+        "".join(rng.choice("#$%^&*()[]{}<>|~=+-_/\\0123456789") for _ in range(rng.randint(2, 9)))
+        for _ in range(rng.randint(20, 80))
+    )
 
 
 def repetitive(rng: random.Random, sentence: str) -> str:
@@ -146,7 +157,7 @@ def _docs_from_paragraphs(rng: random.Random, paras: list[tuple[str, str]], n: i
     buckets = [(3, 15, 0.06), (20, 120, 0.42), (120, 350, 0.40), (600, 900, 0.08), (1000, 1300, 0.04)]
     for _ in range(n):
         r, acc = rng.random(), 0.0
-        for lo, hi, w in buckets:
+        for lo, hi, w in buckets:  # noqa: B007 - the bucket found is read after the break
             acc += w
             if r <= acc:
                 break
@@ -177,10 +188,10 @@ def build_prose(seed: int = 7, n: int = 130) -> list[dict]:
     fr = catalog_pairs("fr")
     extra = []
     for k in range(12):
-        extra.append({"text": " ".join(v for _, v in zh[k * 9:(k + 1) * 9]), "source": "locale:zh_CN"})
-        extra.append({"text": " ".join(v for _, v in de[k * 7:(k + 1) * 7]), "source": "locale:de"})
-        extra.append({"text": " ".join(v for _, v in fr[k * 7:(k + 1) * 7]), "source": "locale:fr"})
-    for k in range(10):
+        extra.append({"text": " ".join(v for _, v in zh[k * 9 : (k + 1) * 9]), "source": "locale:zh_CN"})
+        extra.append({"text": " ".join(v for _, v in de[k * 7 : (k + 1) * 7]), "source": "locale:de"})
+        extra.append({"text": " ".join(v for _, v in fr[k * 7 : (k + 1) * 7]), "source": "locale:fr"})
+    for _ in range(10):
         extra.append({"text": symbol_soup(rng), "source": "planted:symbols"})
         sentence = paras[rng.randrange(len(paras))][1].split(". ")[0]
         extra.append({"text": repetitive(rng, sentence), "source": "planted:repetition"})
@@ -217,17 +228,21 @@ def build_html(seed: int = 11, n: int = 150) -> list[dict]:
         rows.append({"text": "\n".join(body), "source": f"qa:{paras[(k * 3) % len(paras)][0]}"})
     zh = catalog_pairs("zh_CN")
     for k in range(10):
-        rows.append({"text": "<p>" + " ".join(v for _, v in zh[k * 5:(k + 1) * 5]) + "</p>", "source": "qa:zh"})
+        rows.append({"text": "<p>" + " ".join(v for _, v in zh[k * 5 : (k + 1) * 5]) + "</p>", "source": "qa:zh"})
     rows.append({"text": "<div><br/></div>", "source": "qa:empty"})
     rng.shuffle(rows)
     return _number(rows)
 
 
 CODE_GLOBS = [
-    ("lib/python3.11/json/*.py", ".py"), ("lib/python3.11/email/*.py", ".py"),
-    ("lib/python3.11/http/*.py", ".py"), ("lib/python3.11/urllib/*.py", ".py"),
-    ("lib/python3.11/logging/*.py", ".py"), ("lib/python3.11/sqlite3/*.py", ".py"),
-    ("lib/python3.11/xml/dom/*.py", ".py"), ("lib/python3.11/wsgiref/*.py", ".py"),
+    ("lib/python3.11/json/*.py", ".py"),
+    ("lib/python3.11/email/*.py", ".py"),
+    ("lib/python3.11/http/*.py", ".py"),
+    ("lib/python3.11/urllib/*.py", ".py"),
+    ("lib/python3.11/logging/*.py", ".py"),
+    ("lib/python3.11/sqlite3/*.py", ".py"),
+    ("lib/python3.11/xml/dom/*.py", ".py"),
+    ("lib/python3.11/wsgiref/*.py", ".py"),
 ]
 
 
@@ -253,24 +268,43 @@ def build_code(seed: int = 13, n: int = 240, text_key: str = "text") -> list[dic
             continue
         start = 0 if rng.random() < 0.5 else rng.randrange(max(1, len(lines) - 20))
         length = rng.choice([6, 25, 40, 60, 90])
-        chunk = "\n".join(lines[start:start + length]).strip("\n")
+        chunk = "\n".join(lines[start : start + length]).strip("\n")
         if not chunk:
             continue
-        rel = os.path.relpath(path, "/") if not path.startswith(sys.base_prefix) else os.path.relpath(path, sys.base_prefix)
+        rel = (
+            os.path.relpath(path, "/")
+            if not path.startswith(sys.base_prefix)
+            else os.path.relpath(path, sys.base_prefix)
+        )
         rows.append({text_key: chunk, "__dj__suffix__": suffix, "repo_path": rel, "lang": suffix.lstrip(".")})
         if len(rows) >= n:
             break
     # Planted: a copyright header, generated lines, non-code files, exact and near copies.
     for k in range(8):
         row = rows[k * 7]
-        header = "/*\n * Copyright (c) 2019 Example Corp.\n * All rights reserved.\n */\n" if row["lang"] == "h" else \
-            "# Copyright (c) 2019 Example Corp.\n# Licensed under the Example License.\n"
+        header = (
+            "/*\n * Copyright (c) 2019 Example Corp.\n * All rights reserved.\n */\n"
+            if row["lang"] == "h"
+            else "# Copyright (c) 2019 Example Corp.\n# Licensed under the Example License.\n"
+        )
         rows.append(dict(row, **{text_key: header + row[text_key]}))
     for k in range(6):
-        rows.append({text_key: "\n".join(f"DATA_{i:04d} = 0x{rng.getrandbits(64):016x}" for i in range(60)),
-                     "__dj__suffix__": ".py", "repo_path": f"generated/table_{k}.py", "lang": "py"})
-        rows.append({text_key: "x" * rng.randint(600, 1200), "__dj__suffix__": ".txt",
-                     "repo_path": f"blob/{k}.txt", "lang": "txt"})
+        rows.append(
+            {
+                text_key: "\n".join(f"DATA_{i:04d} = 0x{rng.getrandbits(64):016x}" for i in range(60)),
+                "__dj__suffix__": ".py",
+                "repo_path": f"generated/table_{k}.py",
+                "lang": "py",
+            }
+        )
+        rows.append(
+            {
+                text_key: "x" * rng.randint(600, 1200),
+                "__dj__suffix__": ".txt",
+                "repo_path": f"blob/{k}.txt",
+                "lang": "txt",
+            }
+        )
     for row in rng.sample(rows, 10):
         rows.append(dict(row))
     for row in rng.sample(rows, 8):
@@ -287,24 +321,34 @@ def build_latex(seed: int = 17, n: int = 140) -> list[dict]:
     for k in range(n):
         p = [paras[(k * 5 + j) % len(paras)][1] for j in range(5)]
         title = paras[(k * 5) % len(paras)][0].replace("-", " ").title()
-        macros = ["\\newcommand{\\R}{\\mathbb{R}}", "\\newcommand{\\norm}[1]{\\left\\| #1 \\right\\|}",
-                  "\\def\\eps{\\varepsilon}", "\\newcommand{\\py}{\\texttt{Python}}"]
+        macros = [
+            "\\newcommand{\\R}{\\mathbb{R}}",
+            "\\newcommand{\\norm}[1]{\\left\\| #1 \\right\\|}",
+            "\\def\\eps{\\varepsilon}",
+            "\\newcommand{\\py}{\\texttt{Python}}",
+        ]
         body = []
-        body.append("\\documentclass[11pt]{article}\n\\usepackage{amsmath,amssymb}\n" + "\n".join(rng.sample(macros, 3)))
+        body.append(
+            "\\documentclass[11pt]{article}\n\\usepackage{amsmath,amssymb}\n" + "\n".join(rng.sample(macros, 3))
+        )
         body.append(f"% draft {k}: do not circulate\n\\begin{{document}}\n\\title{{On {title}}}\n\\maketitle")
         body.append(f"\\begin{{abstract}}\n{p[0]}\n\\end{{abstract}}")
         has_section = rng.random() > 0.12
         if has_section:
             body.append(f"\\section{{Introduction}}\n{p[1]} % TODO: cite\nLet $x \\in \\R$ with $\\norm{{x}} < \\eps$.")
-            body.append(f"\\subsection{{Semantics of \\py}}\n{p[2]}\n\\begin{{equation}}\n  f(x) = \\sum_{{i=1}}^n x_i^2\n\\end{{equation}}")
+            body.append(
+                f"\\subsection{{Semantics of \\py}}\n{p[2]}\n\\begin{{equation}}\n  f(x) = \\sum_{{i=1}}^n x_i^2\n\\end{{equation}}"
+            )
             if rng.random() < 0.5:
                 body.append("\\begin{comment}\nAn old paragraph kept for reference.\n\\end{comment}")
             body.append(f"\\section{{Discussion}}\n{p[3]}\n{p[4] if rng.random() < 0.5 else ''}")
         else:
             body.append(p[1])
         if rng.random() < 0.7:
-            body.append("\\begin{thebibliography}{9}\n\\bibitem{vr} G. van Rossum. The Python Language Reference.\n"
-                        "\\end{thebibliography}")
+            body.append(
+                "\\begin{thebibliography}{9}\n\\bibitem{vr} G. van Rossum. The Python Language Reference.\n"
+                "\\end{thebibliography}"
+            )
         else:
             body.append("\\bibliographystyle{plain}\n\\bibliography{refs}")
         body.append("\\end{document}")

@@ -48,13 +48,20 @@ def run_one(name: str, scratch: str) -> dict:
     work = os.path.join(scratch, name)
     export = os.path.join(work, "export.jsonl")
     os.makedirs(work, exist_ok=True)
-    cfg = init_configs([
-        "--config", os.path.join(HERE, "recipes", f"{name}.yaml"),
-        "--dataset_path", input_path(case.kind),
-        "--export_path", export,
-        "--work_dir", work,
-        "--np", "1",
-    ])
+    cfg = init_configs(
+        [
+            "--config",
+            os.path.join(HERE, "recipes", f"{name}.yaml"),
+            "--dataset_path",
+            input_path(case.kind),
+            "--export_path",
+            export,
+            "--work_dir",
+            work,
+            "--np",
+            "1",
+        ]
+    )
     DefaultExecutor(cfg).run()
     # Data-Juicer's skip_op_error (on by default) logs a failing op and drops the batch's rows instead
     # of stopping; collect those errors from its log files so that a run that "succeeded" by dropping
@@ -76,8 +83,12 @@ def run_one(name: str, scratch: str) -> dict:
         rows_in = sum(1 for line in fh if line.strip())
     with open(export, encoding="utf-8") as fh:
         rows_out = sum(1 for line in fh if line.strip())
-    result = {"rows_in": rows_in, "rows_out": rows_out, "kind": case.kind,
-              "trace_files": sorted(os.listdir(trace_dst)) if os.path.isdir(trace_dst) else []}
+    result = {
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "kind": case.kind,
+        "trace_files": sorted(os.listdir(trace_dst)) if os.path.isdir(trace_dst) else [],
+    }
     if errors:
         result["dj_op_errors"] = sorted(set(errors))
     return result

@@ -45,15 +45,22 @@ REFUSALS: dict[str, tuple[str, ...]] = {
 KNOWN_GAPS: dict[str, str] = {}
 
 #: Known differences of the tracer output alone (the export matches): recipe -> why.
-_DEDUP_TRACE = ("tracer: Data-Juicer's document_deduplicator traces the trace_num hashes with the most copies "
-                "(first two rows of each), ours the first removed duplicates in input order")
-_SIMHASH_PICK = ("tracer: with more than trace_num near duplicates, Data-Juicer's document_simhash_deduplicator "
-                 "traces the first trace_num clusters of different simhash values in set-pop order, ours the "
-                 "first trace_num removed rows in input order (DJ's pair of rows 211/221 is past our tenth)")
+_DEDUP_TRACE = (
+    "tracer: Data-Juicer's document_deduplicator traces the trace_num hashes with the most copies "
+    "(first two rows of each), ours the first removed duplicates in input order"
+)
+_SIMHASH_PICK = (
+    "tracer: with more than trace_num near duplicates, Data-Juicer's document_simhash_deduplicator "
+    "traces the first trace_num clusters of different simhash values in set-pop order, ours the "
+    "first trace_num removed rows in input order (DJ's pair of rows 211/221 is past our tenth)"
+)
 TRACE_GAPS: dict[str, str] = {
     "alpaca-cot-en-refine": _DEDUP_TRACE,
     # simhash is these recipes' first op, on the raw corpus with its many planted copies
-    **{f"redpajama-cc-{crawl}-refine": _SIMHASH_PICK for crawl in ("2019-30", "2020-05", "2021-04", "2022-05", "2023-06")},
+    **{
+        f"redpajama-cc-{crawl}-refine": _SIMHASH_PICK
+        for crawl in ("2019-30", "2020-05", "2021-04", "2022-05", "2023-06")
+    },
 }
 
 
@@ -105,8 +112,11 @@ class RecipeEnv:
 
     @classmethod
     def create(cls, root: str) -> RecipeEnv:
-        return cls(models=install_models(os.path.join(root, "models")),
-                   airflow_home=os.path.join(root, "airflow"), runs=os.path.join(root, "runs"))
+        return cls(
+            models=install_models(os.path.join(root, "models")),
+            airflow_home=os.path.join(root, "airflow"),
+            runs=os.path.join(root, "runs"),
+        )
 
 
 def overrides(name: str, out_dir: str) -> dict[str, object]:
@@ -166,8 +176,16 @@ def validate(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
 
 
 def run_cli(name: str, env: RecipeEnv, out_dir: str, job_id: str = "job1") -> subprocess.CompletedProcess:
-    cmd = [os.path.join(os.path.dirname(sys.executable), "dj-airflow"), "run", run_copy(name, out_dir),
-           *set_args(overrides(name, out_dir)), "--job-id", job_id, "--num-cpus", "2"]
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "dj-airflow"),
+        "run",
+        run_copy(name, out_dir),
+        *set_args(overrides(name, out_dir)),
+        "--job-id",
+        job_id,
+        "--num-cpus",
+        "2",
+    ]
     run_env = dict(os.environ, **env.variables())
     run_env["DJ_AIRFLOW_HOME"] = run_env["AIRFLOW_HOME"] = env.airflow_home
     run_env["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(env.airflow_home, "dags")
@@ -185,8 +203,10 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str:
     if len(ours) != len(theirs):
         ours_text = {r.get("row_id") for r in ours}
         theirs_text = {r.get("row_id") for r in theirs}
-        return (f"{len(ours)} rows here, {len(theirs)} in Data-Juicer's export; row_ids only here: "
-                f"{sorted(ours_text - theirs_text)[:20]}, only in Data-Juicer's: {sorted(theirs_text - ours_text)[:20]}")
+        return (
+            f"{len(ours)} rows here, {len(theirs)} in Data-Juicer's export; row_ids only here: "
+            f"{sorted(ours_text - theirs_text)[:20]}, only in Data-Juicer's: {sorted(theirs_text - ours_text)[:20]}"
+        )
     for i, (a, b) in enumerate(zip(ours, theirs)):
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
@@ -214,8 +234,9 @@ def check_refusal(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
     expected = load_summary()[name]
     # Data-Juicer itself cannot run it here: it would download the missing file, and offline it
     # logs the op's error, drops every row (skip_op_error) and exports an empty file.
-    assert "dj_error" in expected or (expected.get("dj_op_errors") and expected["rows_out"] == 0), \
+    assert "dj_error" in expected or (expected.get("dj_op_errors") and expected["rows_out"] == 0), (
         f"{name}: Data-Juicer ran it after all; compare instead of refusing"
+    )
     os.makedirs(out_dir, exist_ok=True)
     try:
         validate(name, env, out_dir, monkeypatch)
@@ -234,11 +255,14 @@ def check_export(name: str, env: RecipeEnv, root: str, monkeypatch) -> None:
         check_refusal(name, env, os.path.join(root, name, "refused"), monkeypatch)
         return
     expected = load_summary()[name]
-    assert "dj_error" not in expected and not expected.get("dj_op_errors"), \
+    assert "dj_error" not in expected and not expected.get("dj_op_errors"), (
         f"{name}: Data-Juicer failed when the fixture was made: {expected.get('dj_error') or expected['dj_op_errors']}"
+    )
     validate(name, env, os.path.join(root, name, "run"), monkeypatch)  # RecipeError (a failure) when refused
     out_dir, proc = run_once(name, env, root)
-    assert proc.returncode == 0, f"{name}: dj-airflow run exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, (
+        f"{name}: dj-airflow run exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
     ours = read_jsonl(os.path.join(out_dir, "export.jsonl"))
     theirs = read_jsonl(os.path.join(EXPECTED, f"{name}.jsonl"))
     assert len(theirs) == expected["rows_out"]
@@ -281,8 +305,11 @@ def check_trace(name: str, job_dir: str) -> None:
     theirs_dir = os.path.join(EXPECTED, f"{name}.trace")
     theirs = sorted(os.listdir(theirs_dir)) if os.path.isdir(theirs_dir) else []
     ours_dir = os.path.join(job_dir, "trace")
-    ours = sorted(f for f in (os.listdir(ours_dir) if os.path.isdir(ours_dir) else [])
-                  if f.endswith(".jsonl") and os.path.getsize(os.path.join(ours_dir, f)) > 0)
+    ours = sorted(
+        f
+        for f in (os.listdir(ours_dir) if os.path.isdir(ours_dir) else [])
+        if f.endswith(".jsonl") and os.path.getsize(os.path.join(ours_dir, f)) > 0
+    )
     strict_ours = [f for f in ours if f != SIMHASH_TRACE]
     strict_theirs = [f for f in theirs if f != SIMHASH_TRACE]
     assert strict_ours == strict_theirs, f"{name}: trace files here {ours}, Data-Juicer's {theirs}"

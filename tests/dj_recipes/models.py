@@ -72,16 +72,21 @@ def train_sentencepiece(lang: str, texts: list[str], vocab_size: int) -> None:
 
     lines = [line for t in texts for line in t.split("\n") if line.strip()]
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=os.path.join(MODELS, f"{lang}.sp"),
-        vocab_size=vocab_size, model_type="unigram", character_coverage=1.0 if lang == "en" else 0.9995,
-        num_threads=1, seed_sentencepiece_size=100000, shuffle_input_sentence=False,
-        input_sentence_size=0, minloglevel=2,
+        sentence_iterator=iter(lines),
+        model_prefix=os.path.join(MODELS, f"{lang}.sp"),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0 if lang == "en" else 0.9995,
+        num_threads=1,
+        seed_sentencepiece_size=100000,
+        shuffle_input_sentence=False,
+        input_sentence_size=0,
+        minloglevel=2,
     )
     os.remove(os.path.join(MODELS, f"{lang}.sp.vocab"))
 
 
-def write_bigram_arpa(path: str, sentences: list[list[str]], min_bigram_count: int = 2,
-                      discount: float = 0.75) -> None:
+def write_bigram_arpa(path: str, sentences: list[list[str]], min_bigram_count: int = 2, discount: float = 0.75) -> None:
     """A valid ARPA bigram model: add-one unigrams, absolute-discounted bigrams with backoff."""
     uni = collections.Counter()
     bi = collections.Counter()
@@ -98,7 +103,7 @@ def write_bigram_arpa(path: str, sentences: list[list[str]], min_bigram_count: i
     kept = {k: c for k, c in bi.items() if c >= min_bigram_count}
     p_bi = {k: (c - discount) / context[k[0]] for k, c in kept.items()}
     by_ctx = collections.defaultdict(list)
-    for (w1, w2) in kept:
+    for w1, w2 in kept:
         by_ctx[w1].append(w2)
     backoff = {}
     for w1, followers in by_ctx.items():
@@ -111,7 +116,7 @@ def write_bigram_arpa(path: str, sentences: list[list[str]], min_bigram_count: i
         for w in vocab:
             fh.write(f"{math.log10(p_uni[w]):.6f}\t{w}\t{backoff.get(w, 0.0):.6f}\n")
         fh.write("\n\\2-grams:\n")
-        for (w1, w2) in sorted(kept):
+        for w1, w2 in sorted(kept):
             fh.write(f"{math.log10(p_bi[(w1, w2)]):.6f}\t{w1} {w2}\n")
         fh.write("\n\\end\\\n")
 

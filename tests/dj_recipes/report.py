@@ -30,7 +30,7 @@ def outcomes(junit_paths: list[str]) -> dict[tuple[str, str], str]:
         name = case.get("name", "")
         if "[" not in name:
             continue
-        recipe = (name[name.index("[") + 1:-1], "trace" if "_traces_" in name else "export")
+        recipe = (name[name.index("[") + 1 : -1], "trace" if "_traces_" in name else "export")
         skipped = case.find("skipped")
         failure = case.find("failure") if case.find("failure") is not None else case.find("error")
         if skipped is not None and skipped.get("type") == "pytest.xfail":
@@ -64,10 +64,12 @@ def _counts(results: dict[tuple[str, str], str]) -> str:
     exports = [results.get((n, "export"), "not run") for n in CASES if n not in REFUSALS]
     refused = [results.get((n, "export"), "not run") for n in REFUSALS]
     traces = [v for (n, kind), v in results.items() if kind == "trace"]
-    return (f"Of {len(CASES)} recipes: {exports.count('passed')} of {len(exports)} export exactly Data-Juicer's rows, "
-            f"{refused.count('passed')} of {len(refused)} are refused at validation as required; "
-            f"{traces.count('passed')} of {len(traces)} traced runs write Data-Juicer's tracer samples, "
-            f"{len(TRACE_GAPS)} differ in which duplicate pairs they pick (known, xfail; see Findings).")
+    return (
+        f"Of {len(CASES)} recipes: {exports.count('passed')} of {len(exports)} export exactly Data-Juicer's rows, "
+        f"{refused.count('passed')} of {len(refused)} are refused at validation as required; "
+        f"{traces.count('passed')} of {len(traces)} traced runs write Data-Juicer's tracer samples, "
+        f"{len(TRACE_GAPS)} differ in which duplicate pairs they pick (known, xfail; see Findings)."
+    )
 
 
 def _cell(text: str) -> str:
@@ -113,8 +115,9 @@ def render(results: dict[str, str]) -> str:
         result = results.get((name, "export"), "not run")
         trace = results.get((name, "trace"))
         if name in REFUSALS:
-            verdict = ("refused (as required): " if result == "passed" else f"refusal test {result}: ") + \
-                f"`{_cell(refusal_message(name))[:700]}`"
+            verdict = (
+                "refused (as required): " if result == "passed" else f"refusal test {result}: "
+            ) + f"`{_cell(refusal_message(name))[:700]}`"
         elif result == "passed":
             verdict = "**yes**"
         elif result.startswith("xfailed"):

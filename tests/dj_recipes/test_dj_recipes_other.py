@@ -41,7 +41,10 @@ def test_every_shipped_recipe_validates_or_names_its_missing_file(recipe_env, tm
             outcome[name] = "ok"
         except RecipeError as exc:
             outcome[name] = str(exc)
-    wrong = {n: o for n, o in outcome.items() if (o == "ok") != (n not in REFUSALS)
-             or (n in REFUSALS and not all(needle in o for needle in REFUSALS[n]))}
+    wrong = {
+        n: o
+        for n, o in outcome.items()
+        if (o == "ok") != (n not in REFUSALS) or (n in REFUSALS and not all(needle in o for needle in REFUSALS[n]))
+    }
     assert not wrong, wrong
     assert sum(o == "ok" for o in outcome.values()) == len(CASES) - len(REFUSALS) == 25

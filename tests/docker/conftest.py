@@ -19,11 +19,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _engine_problem() -> str | None:
     try:
-        info = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20)
+        info = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"docker client not usable: {exc}"
     if info.returncode != 0 or not info.stdout.strip():
-        return "no Docker engine is running (`docker info` failed: " + (info.stderr.strip().splitlines() or ["?"])[-1] + ")"
+        return (
+            "no Docker engine is running (`docker info` failed: "
+            + (info.stderr.strip().splitlines() or ["?"])[-1]
+            + ")"
+        )
     compose = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=20)
     if compose.returncode != 0:
         return "the Docker Compose v2 plugin is not installed (`docker compose version` failed)"

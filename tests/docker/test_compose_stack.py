@@ -30,7 +30,7 @@ def _healthy(url: str) -> bool:
     try:
         r = httpx.get(url + "/api/v2/monitor/health", timeout=5)
         return r.status_code == 200 and r.json()["scheduler"]["status"] == "healthy"
-    except Exception:
+    except Exception:  # noqa: BLE001 - not up yet, whatever the reason: poll again
         return False
 
 
@@ -39,7 +39,9 @@ def test_demo_dag_runs_on_the_compose_stack(docker_engine, stack_env, docker_ip,
 
     base = _api(docker_ip, stack_env)
     docker_services.wait_until_responsive(check=lambda: _healthy(base), timeout=600, pause=5)
-    token = httpx.post(base + "/auth/token", json={"username": "admin", "password": "admin"}, timeout=30).json()["access_token"]
+    token = httpx.post(base + "/auth/token", json={"username": "admin", "password": "admin"}, timeout=30).json()[
+        "access_token"
+    ]
     client = httpx.Client(base_url=base + "/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
     deadline = time.time() + 300

@@ -82,46 +82,48 @@ class AirflowServer:
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV_PREFIXES)}
         env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
-        env.update({
-            "AIRFLOW_HOME": self.home,
-            "AIRFLOW__CORE__DAGS_FOLDER": DAGS_FOLDER,
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-            # Tasks reach the API server's execution API: it is on our port,
-            # not the default 8080 (which may be someone else's server).
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
-            # Every component must sign and check tokens with the same secret.
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__CORE__PARALLELISM": "8",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            # The recipes do not change during a test: parse the DAG folder
-            # once, instead of every 30 s (each parse writes to the DB, and on
-            # SQLite that stalls the API server and the tasks' execution API).
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
-            # Slow is not broken on a shared, loaded machine.
-            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
-            # A task's calls to the execution API (default 5 s) time out when several runs start at once.
-            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
-            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "240",
-            # The project's DAG file reads its recipes from here.
-            "DJ_RECIPES_DIR": self.recipes_dir,
-            # A failed partition must end its task failed (no automatic retry):
-            # the tests clear it through the API instead.
-            "DJ_TASK_RETRIES": "0",
-            "DJ_TASK_RETRY_DELAY_S": "0",
-            # The scheduler's tasks share one embedded Ray head: ours alone.
-            "DJ_RAY_STATE_DIR": self.ray_state_dir,
-            "DJ_RAY_HEAD_PORT": str(free_port()),
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": self.home,
+                "AIRFLOW__CORE__DAGS_FOLDER": DAGS_FOLDER,
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+                # Tasks reach the API server's execution API: it is on our port,
+                # not the default 8080 (which may be someone else's server).
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+                # Every component must sign and check tokens with the same secret.
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__CORE__PARALLELISM": "8",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                # The recipes do not change during a test: parse the DAG folder
+                # once, instead of every 30 s (each parse writes to the DB, and on
+                # SQLite that stalls the API server and the tasks' execution API).
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+                # Slow is not broken on a shared, loaded machine.
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
+                # A task's calls to the execution API (default 5 s) time out when several runs start at once.
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
+                "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "240",
+                # The project's DAG file reads its recipes from here.
+                "DJ_RECIPES_DIR": self.recipes_dir,
+                # A failed partition must end its task failed (no automatic retry):
+                # the tests clear it through the API instead.
+                "DJ_TASK_RETRIES": "0",
+                "DJ_TASK_RETRY_DELAY_S": "0",
+                # The scheduler's tasks share one embedded Ray head: ours alone.
+                "DJ_RAY_STATE_DIR": self.ray_state_dir,
+                "DJ_RAY_HEAD_PORT": str(free_port()),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_env)
         return env
 
@@ -137,11 +139,21 @@ class AirflowServer:
         # Airflow starts, instead of inside the first task run.
         ray_head = subprocess.Popen(
             [sys.executable, "-c", "from airflow_provider_dj.hooks.ray import ensure_local_head; ensure_local_head()"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([os.path.join(VENV_BIN, "airflow"), "standalone"], cwd=self.home,
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [os.path.join(VENV_BIN, "airflow"), "standalone"],
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         try:
             _out, err = ray_head.communicate(timeout=timeout)
             if ray_head.returncode != 0:
@@ -160,18 +172,23 @@ class AirflowServer:
         last: object = None
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ServerStartError(f"airflow standalone exited with {self.proc.returncode}; "
-                                       f"log tail:\n{self.log_tail()}")
+                raise ServerStartError(
+                    f"airflow standalone exited with {self.proc.returncode}; log tail:\n{self.log_tail()}"
+                )
             try:
                 last = probe.health()
-                if all((last.get(part) or {}).get("status") == "healthy"
-                       for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                if all(
+                    (last.get(part) or {}).get("status") == "healthy"
+                    for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                ):
                     return
             except (RestError, OSError, httpx.TransportError) as exc:
                 last = exc
             time.sleep(1.0)
-        raise ServerStartError(f"airflow standalone on port {self.port} not healthy in time (last answer: {last!r}); "
-                               f"log tail:\n{self.log_tail()}")
+        raise ServerStartError(
+            f"airflow standalone on port {self.port} not healthy in time (last answer: {last!r}); "
+            f"log tail:\n{self.log_tail()}"
+        )
 
     def _admin_password(self, deadline: float) -> str:
         path = os.path.join(self.home, "simple_auth_manager_passwords.json.generated")
@@ -210,8 +227,9 @@ class AirflowServer:
         except FileNotFoundError:
             return "(no log)"
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1,
-                 n: int = 3000) -> str:
+    def task_log(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1, n: int = 3000
+    ) -> str:
         """Tail of a task's log file, for assertion messages only (the tests act through REST)."""
         base = os.path.join(self.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}", f"task_id={task_id}")
         if map_index >= 0:

@@ -93,9 +93,21 @@ class Reference:
         self.log_path = os.path.join(root, "reference.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [DJ_AIRFLOW, "run", recipe, "--job-id", "ref",
-                 "--set", f"partition.num_of_partitions={CONF_PARTITIONS}"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                [
+                    DJ_AIRFLOW,
+                    "run",
+                    recipe,
+                    "--job-id",
+                    "ref",
+                    "--set",
+                    f"partition.num_of_partitions={CONF_PARTITIONS}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         self._bytes: bytes | None = None
 
     def export(self) -> bytes:
@@ -166,8 +178,10 @@ def postgres_base_url():
         why = f"{PG_SCRIPT} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the PostgreSQL e2e variant, but no PostgreSQL could be started: {why}")
-        pytest.skip(f"no PostgreSQL for the e2e tests ({why}); run scripts/postgres_for_tests.sh as root, "
-                    f"or set DJ_E2E_POSTGRES_URL")
+        pytest.skip(
+            f"no PostgreSQL for the e2e tests ({why}); run scripts/postgres_for_tests.sh as root, "
+            f"or set DJ_E2E_POSTGRES_URL"
+        )
     yield url
     if not was_running:
         _pg_script("release")  # stops it unless another session's server still has a database in it
@@ -198,6 +212,7 @@ def _fresh_postgres_db(base_url: str) -> tuple[str, callable]:
 
 
 # -- the server ----------------------------------------------------------------------
+
 
 @dataclass
 class E2E:
@@ -249,8 +264,12 @@ def e2e(request, e2e_inputs):
     else:
         conn, drop = _fresh_postgres_db(pg_url)
     # dags/example_train_on_export.py is scheduled on the scheduled recipe's export Asset.
-    server = AirflowServer(home=os.path.join(root, "airflow"), sql_alchemy_conn=conn, recipes_dir=recipes,
-                           extra_env={"DJ_EXAMPLE_TRAIN_RECIPE": os.path.join(recipes, "e2e_sched.yaml")})
+    server = AirflowServer(
+        home=os.path.join(root, "airflow"),
+        sql_alchemy_conn=conn,
+        recipes_dir=recipes,
+        extra_env={"DJ_EXAMPLE_TRAIN_RECIPE": os.path.join(recipes, "e2e_sched.yaml")},
+    )
     try:
         client = server.start()
         for dag_id in (*E2E_DAGS, CONSUMER_DAG):

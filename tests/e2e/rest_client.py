@@ -40,14 +40,16 @@ class AirflowRestClient:
         self._token = resp.json()["access_token"]
         return self._token
 
-    def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
-                ok: tuple[int, ...] = (200, 201)) -> Any:
+    def request(
+        self, method: str, path: str, *, json: Any = None, params: dict | None = None, ok: tuple[int, ...] = (200, 201)
+    ) -> Any:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         resp = self._http.request(method, path, json=json, params=params, headers=headers)
         if resp.status_code == 401 and self._token:  # expired: one fresh token, one retry
             self.token()
-            resp = self._http.request(method, path, json=json, params=params,
-                                      headers={"Authorization": f"Bearer {self._token}"})
+            resp = self._http.request(
+                method, path, json=json, params=params, headers={"Authorization": f"Bearer {self._token}"}
+            )
         if resp.status_code not in ok:
             raise RestError(method, path, resp.status_code, resp.text)
         return resp.json() if resp.content else None
@@ -69,8 +71,9 @@ class AirflowRestClient:
         return self.request("PATCH", f"/api/v2/dags/{quote(dag_id)}", json={"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> dict:
-        return self.request("POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns",
-                            json={"logical_date": None, "conf": conf or {}})
+        return self.request(
+            "POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns", json={"logical_date": None, "conf": conf or {}}
+        )
 
     def dag_run(self, dag_id: str, run_id: str) -> dict:
         return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}")
@@ -79,21 +82,34 @@ class AirflowRestClient:
         return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns", params={"limit": 100})["dag_runs"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances",
-                            params={"limit": 1000})["task_instances"]
+        return self.request(
+            "GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances", params={"limit": 1000}
+        )["task_instances"]
 
-    def clear_task_instances(self, dag_id: str, run_id: str, task_ids: list[tuple[str, int]], *,
-                             include_downstream: bool = True) -> dict:
+    def clear_task_instances(
+        self, dag_id: str, run_id: str, task_ids: list[tuple[str, int]], *, include_downstream: bool = True
+    ) -> dict:
         """Clear exactly these (task_id, map_index) instances (and, by default, what depends on them)."""
-        return self.request("POST", f"/api/v2/dags/{quote(dag_id)}/clearTaskInstances", json={
-            "dry_run": False, "dag_run_id": run_id, "task_ids": [[t, i] for t, i in task_ids],
-            "include_downstream": include_downstream, "reset_dag_runs": True, "only_failed": False,
-        })
+        return self.request(
+            "POST",
+            f"/api/v2/dags/{quote(dag_id)}/clearTaskInstances",
+            json={
+                "dry_run": False,
+                "dag_run_id": run_id,
+                "task_ids": [[t, i] for t, i in task_ids],
+                "include_downstream": include_downstream,
+                "reset_dag_runs": True,
+                "only_failed": False,
+            },
+        )
 
     def set_task_instance_state(self, dag_id: str, run_id: str, task_id: str, map_index: int, state: str) -> Any:
         """The UI's "mark failed/success" on one (mapped) task instance."""
-        return self.request("PATCH", f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances/"
-                                     f"{quote(task_id)}/{map_index}", json={"new_state": state})
+        return self.request(
+            "PATCH",
+            f"/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id)}/taskInstances/{quote(task_id)}/{map_index}",
+            json={"new_state": state},
+        )
 
     # -- waiting -------------------------------------------------------------
     def wait_for(self, what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
@@ -116,6 +132,7 @@ class AirflowRestClient:
                 if exc.status == 404:
                     return None
                 raise
+
         try:
             return self.wait_for(f"DAG {dag_id} to be parsed", probe, timeout)
         except TimeoutError as exc:
@@ -125,4 +142,5 @@ class AirflowRestClient:
         def probe():
             run = self.dag_run(dag_id, run_id)
             return run if run["state"] in states else None
+
         return self.wait_for(f"run {dag_id}/{run_id} to reach {sorted(states)}", probe, timeout)

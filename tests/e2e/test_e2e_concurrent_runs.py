@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from tests.e2e.airflow_server import AirflowServer
-from tests.e2e.rest_client import TERMINAL_RUN_STATES, AirflowRestClient, RestError
 from tests.e2e.conftest import CLEAN_OPS, DJ_AIRFLOW, recipe_text
+from tests.e2e.rest_client import TERMINAL_RUN_STATES, AirflowRestClient, RestError
 from tests.integration.crash_helpers import kill_session
 
 pytestmark = pytest.mark.e2e
@@ -52,12 +52,21 @@ class DirectRuns:
         self.exports = {name: os.path.join(root, f"{name}_direct.jsonl") for name in recipes}
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "RAY_ADDRESS"}
         env["AIRFLOW_HOME"] = os.path.join(root, "airflow")
-        cmds = [f"{DJ_AIRFLOW} run {path} --job-id {name}_direct --num-cpus 1 "
-                f"--set export_path={self.exports[name]} || exit $?" for name, path in recipes.items()]
+        cmds = [
+            f"{DJ_AIRFLOW} run {path} --job-id {name}_direct --num-cpus 1 "
+            f"--set export_path={self.exports[name]} || exit $?"
+            for name, path in recipes.items()
+        ]
         self.log_path = os.path.join(root, "direct.log")
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(["bash", "-c", "\n".join(cmds)], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                ["bash", "-c", "\n".join(cmds)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
 
     def export(self, name: str) -> bytes:
         try:
@@ -90,14 +99,16 @@ def cc(session_dir):
             fh.write(recipe_text(name, corpus, os.path.join(exports, f"{name}.jsonl"), work, parts, ops))
     os.makedirs(os.path.join(root, "direct"))
     direct = DirectRuns(os.path.join(root, "direct"), paths)  # meanwhile the server starts
-    server = AirflowServer(home=os.path.join(root, "airflow"),
-                           sql_alchemy_conn=f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}",
-                           recipes_dir=recipes_dir,
-                           # Four runs start their tasks at once against one SQLite DB: on a loaded
-                           # two-core machine the execution API answers a task's start call in
-                           # more than the default 5 s, and the retried call then finds the task
-                           # already started.  A slow answer is not a broken one.
-                           extra_env={"AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120"})
+    server = AirflowServer(
+        home=os.path.join(root, "airflow"),
+        sql_alchemy_conn=f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}",
+        recipes_dir=recipes_dir,
+        # Four runs start their tasks at once against one SQLite DB: on a loaded
+        # two-core machine the execution API answers a task's start call in
+        # more than the default 5 s, and the retried call then finds the task
+        # already started.  A slow answer is not a broken one.
+        extra_env={"AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120"},
+    )
     try:
         started = server.start()
         # Four runs' tasks write to one SQLite DB: the API server can take

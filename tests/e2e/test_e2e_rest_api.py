@@ -59,17 +59,20 @@ def _read(path: str) -> bytes:
 
 
 def _ops_started(job_dir: str, pid: int, try_number: int, task_id: str = "partitions_seg0") -> list[int]:
-    return [e["op_index"] for e in read_events(job_dir, "op_start")
-            if e.get("partition_id") == pid and e.get("try_number") == try_number
-            and e.get("airflow_task_id") == task_id]
+    return [
+        e["op_index"]
+        for e in read_events(job_dir, "op_start")
+        if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id
+    ]
 
 
 def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e, reference):
     c = e2e.client
     c.set_paused("e2e_clean", False)
     export = e2e.export_path("conf_run")
-    run = c.trigger("e2e_clean", {"job_id": "conf_run", "partition": {"num_of_partitions": CONF_PARTITIONS},
-                                  "export_path": export})
+    run = c.trigger(
+        "e2e_clean", {"job_id": "conf_run", "partition": {"num_of_partitions": CONF_PARTITIONS}, "export_path": export}
+    )
     assert run["conf"]["partition"] == {"num_of_partitions": CONF_PARTITIONS}
     final = c.wait_run("e2e_clean", run["dag_run_id"], RUN_TIMEOUT)
     assert final["state"] == "success", _explain(e2e, "e2e_clean", run["dag_run_id"])
@@ -94,8 +97,9 @@ def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
     c = e2e.client
 
     def finished_scheduled_runs():
-        return [r for r in c.dag_runs("e2e_sched")
-                if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")]
+        return [
+            r for r in c.dag_runs("e2e_sched") if r["run_type"] == "scheduled" and r["state"] in ("success", "failed")
+        ]
 
     try:
         runs = c.wait_for("a scheduled run of e2e_sched to finish", finished_scheduled_runs, RUN_TIMEOUT)
@@ -107,8 +111,11 @@ def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
     # One partition here, three in the reference: the export must not care (invariant 5).
     assert _read(e2e.export_path("e2e_sched")) == reference.export()
     # No conf, so the job id comes from the run: "<run date>_<hash of dag and run id>".
-    jobs = [d for d in os.listdir(e2e.work) if re.fullmatch(r"\d{8}_\d{6}_[0-9a-f]{6}", d)
-            and os.path.exists(os.path.join(e2e.work, d, "job_summary.json"))]
+    jobs = [
+        d
+        for d in os.listdir(e2e.work)
+        if re.fullmatch(r"\d{8}_\d{6}_[0-9a-f]{6}", d) and os.path.exists(os.path.join(e2e.work, d, "job_summary.json"))
+    ]
     assert jobs, f"no completed job of the scheduled run in {e2e.work}: {os.listdir(e2e.work)}"
 
 
@@ -143,8 +150,9 @@ def test_scheduled_export_emits_an_asset_event_and_the_consumer_dag_runs_on_it(e
 
     assert run["run_type"] == "asset_triggered"
     assert run["state"] == "success", _explain(e2e, CONSUMER_DAG, run["dag_run_id"])
-    xcom = c.request("GET", f"/api/v2/dags/{CONSUMER_DAG}/dagRuns/{run['dag_run_id']}/taskInstances/train/"
-                            f"xcomEntries/return_value")
+    xcom = c.request(
+        "GET", f"/api/v2/dags/{CONSUMER_DAG}/dagRuns/{run['dag_run_id']}/taskInstances/train/xcomEntries/return_value"
+    )
     value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
     assert value == {"job_id": extra["job_id"], "rows": extra["rows"], "export_path": export}
 
@@ -157,8 +165,9 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     write_faults(job_dir, [{"point": "after_op", "partition_id": 1, "op_index": 2, "times": 1, "kind": "raise"}])
     export = e2e.export_path("fault_run")
     c.set_paused("e2e_clean", False)
-    run = c.trigger("e2e_clean", {"job_id": job_id, "partition.num_of_partitions": CONF_PARTITIONS,
-                                  "export_path": export})
+    run = c.trigger(
+        "e2e_clean", {"job_id": job_id, "partition.num_of_partitions": CONF_PARTITIONS, "export_path": export}
+    )
     run_id = run["dag_run_id"]
 
     failed = c.wait_run("e2e_clean", run_id, RUN_TIMEOUT)
@@ -181,8 +190,9 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     assert [tis[("partitions_seg0", i)]["try_number"] for i in range(CONF_PARTITIONS)] == [1, 2, 1]
     assert tis[("validate", -1)]["try_number"] == 1  # the job was not re-planned
     # Try 2 loaded op 2's checkpoint and ran only op 3: ops 0-2 were not re-run.
-    loads = [e for e in read_events(job_dir, "checkpoint_load")
-             if e.get("partition_id") == 1 and e.get("try_number") == 2]
+    loads = [
+        e for e in read_events(job_dir, "checkpoint_load") if e.get("partition_id") == 1 and e.get("try_number") == 2
+    ]
     assert [e["op_index"] for e in loads] == [2]
     assert _ops_started(job_dir, 1, 2) == [3]
     for pid in (0, 2):  # the siblings were never re-run
@@ -190,8 +200,11 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     assert _read(export) == reference.export()
 
 
-@pytest.mark.xfail(not _on_kill_in_place(), strict=False,
-                   reason="PartitionGroupOperator.on_kill (cancel the task's Ray work) is not in place yet")
+@pytest.mark.xfail(
+    not _on_kill_in_place(),
+    strict=False,
+    reason="PartitionGroupOperator.on_kill (cancel the task's Ray work) is not in place yet",
+)
 def test_mark_failed_on_a_running_partition_task_stops_its_ray_work(e2e):
     c = e2e.client
     state_dir = e2e.server.ray_state_dir
@@ -222,8 +235,14 @@ def test_mark_failed_on_a_running_partition_task_stops_its_ray_work(e2e):
         # appears.  (The task's failure callback may still write its own bookkeeping — a job_failed
         # event, job_summary.json, logs/job.log, the lock release — which is not Ray work.)
         work_dirs = ("checkpoints", "batches", "failed", "trace")
-        work_events = {"op_start", "op_complete", "checkpoint_save", "partition_start", "partition_complete",
-                       "batch_commit"}
+        work_events = {
+            "op_start",
+            "op_complete",
+            "checkpoint_save",
+            "partition_start",
+            "partition_complete",
+            "batch_commit",
+        }
 
         def snapshot():
             out = {}

@@ -63,8 +63,17 @@ process:
 def make_recipe(tmp_path, corpus):
     def make(name: str, parts: int = 4, strategy: str = "every_op", extra: str = "", data: str | None = None) -> str:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(RECIPE.format(name=name, data=data or corpus, export=tmp_path / f"{name}_out.jsonl",
-                                      work=tmp_path / "work", parts=parts, strategy=strategy) + textwrap.dedent(extra))
+        path.write_text(
+            RECIPE.format(
+                name=name,
+                data=data or corpus,
+                export=tmp_path / f"{name}_out.jsonl",
+                work=tmp_path / "work",
+                parts=parts,
+                strategy=strategy,
+            )
+            + textwrap.dedent(extra)
+        )
         return str(path)
 
     return make

@@ -84,8 +84,14 @@ def run_cli(args: list[str], log_path: str, *, env_extra: dict | None = None, ti
     env.update(env_extra or {})
     t0 = time.time()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([DJ_AIRFLOW, *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [DJ_AIRFLOW, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -115,8 +121,11 @@ def fired(job_dir: str) -> list[str]:
 
 def events_since(job_dir: str, since: float, event_type: str | None = None, **match) -> list[dict]:
     """Events written at or after ``since`` (a time.time()), optionally filtered by field values."""
-    return [e for e in read_events(job_dir, event_type)
-            if e.get("timestamp", 0) >= since and all(e.get(k) == v for k, v in match.items())]
+    return [
+        e
+        for e in read_events(job_dir, event_type)
+        if e.get("timestamp", 0) >= since and all(e.get(k) == v for k, v in match.items())
+    ]
 
 
 def tail(text: str, n: int = 6000) -> str:

@@ -41,10 +41,12 @@ def direct_checks(rows: list[dict]) -> dict:
     mapper = create_op("remove_specific_chars_mapper", {"chars_to_remove": "◆●"}, "text")
     adapted = mapper.process_table(table)
     dj = OPERATORS.modules["remove_specific_chars_mapper"](chars_to_remove="◆●")
-    out["mapper"] = {"adapter": adapted.column("text").to_pylist(),
-                     "dj": dj.process_batched({"text": [r["text"] for r in rows]})["text"],
-                     "columns": adapted.column_names,
-                     "input_rows": adapted.column("__dj__input_row__").to_pylist()}
+    out["mapper"] = {
+        "adapter": adapted.column("text").to_pylist(),
+        "dj": dj.process_batched({"text": [r["text"] for r in rows]})["text"],
+        "columns": adapted.column_names,
+        "input_rows": adapted.column("__dj__input_row__").to_pylist(),
+    }
 
     lam = create_op("python_lambda_mapper", {"lambda_str": "lambda s: dict(s, text=s['text'] + '!')"}, "text")
     out["lambda_mapper"] = lam.process_table(table.slice(0, 3)).column("text").to_pylist()
@@ -56,8 +58,11 @@ def direct_checks(rows: list[dict]) -> dict:
     for r in rows:
         s = dj_f.compute_stats_single({**r, "__dj__stats__": {}})
         dj_keep.append(bool(dj_f.process_single(s)))
-    out["filter"] = {"adapter": flt.keep_mask(with_stats).to_pylist(), "dj": dj_keep,
-                     "stats": [s["general_field_filter_condition"] for s in with_stats.column("__dj__stats__").to_pylist()]}
+    out["filter"] = {
+        "adapter": flt.keep_mask(with_stats).to_pylist(),
+        "dj": dj_keep,
+        "stats": [s["general_field_filter_condition"] for s in with_stats.column("__dj__stats__").to_pylist()],
+    }
 
     ded = adapter_class("document_deduplicator")(text_key="text", lowercase=True)
     keys = ded.compute_hash(table)
@@ -89,11 +94,11 @@ PROCESS = """process:
 def engine_run(work: str, data: str, parts: int) -> list[dict]:
     """The full engine, in-process (no Airflow, no Ray), with document_deduplicator
     forced through the adapter so the global phase runs on Data-Juicer's hashes."""
-    from airflow_provider_dj.engine.output.export import export_job
-    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.output.export import export_job
     from airflow_provider_dj.ops import registry
     from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator, check_adapted_ops
 
@@ -102,8 +107,10 @@ def engine_run(work: str, data: str, parts: int) -> list[dict]:
     name = f"p{parts}"
     recipe = os.path.join(work, f"{name}.yaml")
     with open(recipe, "w", encoding="utf-8") as fh:
-        fh.write(f"dataset_path: {data}\nexport_path: {work}/{name}.jsonl\nwork_dir: {work}/jobs\n"
-                 f"partition: {{mode: manual, num_of_partitions: {parts}}}\n{PROCESS}")
+        fh.write(
+            f"dataset_path: {data}\nexport_path: {work}/{name}.jsonl\nwork_dir: {work}/jobs\n"
+            f"partition: {{mode: manual, num_of_partitions: {parts}}}\n{PROCESS}"
+        )
     r = load_recipe(recipe)
     assert issubclass(registry.get_op_class("document_deduplicator"), DJDeduplicator)
     check_adapted_ops(r)
@@ -122,8 +129,10 @@ def dj_process_run(work: str, data: str) -> list[dict]:
     """Data-Juicer's own executor (dj-process) on the same recipe."""
     cfg = os.path.join(work, "dj.yaml")
     with open(cfg, "w", encoding="utf-8") as fh:
-        fh.write(f"project_name: adapter_parity\ndataset_path: {data}\nexport_path: {work}/dj_out/out.jsonl\n"
-                 f"work_dir: {work}/dj_work\nnp: 1\nopen_tracer: false\n{PROCESS}")
+        fh.write(
+            f"project_name: adapter_parity\ndataset_path: {data}\nexport_path: {work}/dj_out/out.jsonl\n"
+            f"work_dir: {work}/dj_work\nnp: 1\nopen_tracer: false\n{PROCESS}"
+        )
     exe = os.path.join(os.path.dirname(sys.executable), "dj-process")
     subprocess.run([exe, "--config", cfg], check=True, capture_output=True, cwd=work)
     with open(os.path.join(work, "dj_out", "out.jsonl"), encoding="utf-8") as fh:

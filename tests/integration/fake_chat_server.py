@@ -124,7 +124,7 @@ class FakeChatServer:
                 except OSError:  # the client gave up (timeout) before the answer
                     return False
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -152,11 +152,19 @@ class FakeChatServer:
                         content = action[1]
                     elif action == "empty":
                         content = ""
-                    doc = {"id": f"cmpl-{n}", "object": "chat.completion", "model": body.get("model"),
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                        "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 3,
-                                     "total_tokens": len(prompt.split()) + 3}}
+                    doc = {
+                        "id": f"cmpl-{n}",
+                        "object": "chat.completion",
+                        "model": body.get("model"),
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(prompt.split()),
+                            "completion_tokens": 3,
+                            "total_tokens": len(prompt.split()) + 3,
+                        },
+                    }
                     if self._send(200, doc):
                         with server._lock:
                             server.answered[prompt] += 1

@@ -34,14 +34,23 @@ class S3Server:
 
     def env(self) -> dict[str, str]:
         """Environment for a process that should reach the bucket (credentials from the environment)."""
-        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION,
-                "AWS_ENDPOINT_URL": self.endpoint}
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
 
     def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY,
-                            aws_secret_access_key=SECRET_KEY, region_name=REGION)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
 
     def keys(self, prefix: str = "") -> list[str]:
         out: list[str] = []
@@ -71,8 +80,13 @@ def s3_server(tmp_path_factory):
     port = _free_port()
     log_path = str(tmp_path_factory.mktemp("moto") / "moto_server.log")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -83,7 +97,7 @@ def s3_server(tmp_path_factory):
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     with open(log_path, encoding="utf-8", errors="replace") as fh:
-                        raise RuntimeError(f"moto_server did not start on {endpoint}:\n{fh.read()[-3000:]}")
+                        raise RuntimeError(f"moto_server did not start on {endpoint}:\n{fh.read()[-3000:]}") from None
                 time.sleep(0.2)
         server = S3Server(endpoint=endpoint, bucket="dj-test-bucket", log_path=log_path)
         server.client().create_bucket(Bucket=server.bucket)

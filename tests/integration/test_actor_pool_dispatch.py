@@ -17,10 +17,15 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, DispatchKilledError, PartitionFailedError, run_partitions
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.ray_dispatch import (
+    DispatchHandle,
+    DispatchKilledError,
+    PartitionFailedError,
+    run_partitions,
+)
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.observe.events import read_events
 from tests.integration.stateful_op_helpers import init_count
 
 pytestmark = pytest.mark.integration
@@ -49,8 +54,9 @@ def _job(tmp_path, corpus, faults: list[dict]) -> tuple[str, str]:
 
 
 def test_dead_actor_is_replaced_and_siblings_finish(tmp_path, corpus, ray_cluster):
-    job_dir, count = _job(tmp_path, corpus, [{"point": "op_start", "partition_id": 1, "op_index": 1, "times": 1,
-                                              "kind": "exit"}])
+    job_dir, count = _job(
+        tmp_path, corpus, [{"point": "op_start", "partition_id": 1, "op_index": 1, "times": 1, "kind": "exit"}]
+    )
     with pytest.raises(PartitionFailedError, match="partition 1 failed in segment 0"):
         run_partitions(ray_cluster, job_dir, 0, [0, 1, 2], max_in_flight=1)
     done = sorted(e["partition_id"] for e in read_events(job_dir, "partition_complete"))
@@ -62,15 +68,17 @@ def test_dead_actor_is_replaced_and_siblings_finish(tmp_path, corpus, ray_cluste
 
 
 def test_kill_kills_the_pool_actors(tmp_path, corpus, ray_cluster):
-    job_dir, _ = _job(tmp_path, corpus, [{"point": "op_start", "partition_id": 0, "op_index": 1, "kind": "delay",
-                                          "seconds": 60}])
+    job_dir, _ = _job(
+        tmp_path, corpus, [{"point": "op_start", "partition_id": 0, "op_index": 1, "kind": "delay", "seconds": 60}]
+    )
     handle = DispatchHandle()
     outcome: dict = {}
 
     def dispatch() -> None:
         try:
-            outcome["result"] = run_partitions(ray_cluster, job_dir, 0, [0, 1, 2], max_in_flight=1, handle=handle,
-                                               poll_s=0.2)
+            outcome["result"] = run_partitions(
+                ray_cluster, job_dir, 0, [0, 1, 2], max_in_flight=1, handle=handle, poll_s=0.2
+            )
         except BaseException as exc:  # noqa: BLE001 - inspected below
             outcome["error"] = exc
 

@@ -45,8 +45,9 @@ def test_two_partitions_one_model_load(tmp_path, run_dag):
     job_dir = str(tmp_path / "work" / "emb")
 
     inits = read_events(job_dir, "op_init")
-    assert [(e["op_name"], e["partition_id"]) for e in inits] == [("text_embedding_mapper", 0)], \
+    assert [(e["op_name"], e["partition_id"]) for e in inits] == [("text_embedding_mapper", 0)], (
         "the model must load once for the group, on its first partition"
+    )
     assert len(read_events(job_dir, "actor_start")) == 1
     done = [e for e in read_events(job_dir, "op_complete") if e["op_name"] == "text_embedding_mapper"]
     assert sorted(e["partition_id"] for e in done) == [0, 1]

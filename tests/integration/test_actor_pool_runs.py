@@ -96,8 +96,9 @@ def test_failed_partition_lets_siblings_finish_then_resume(tmp_path, corpus, run
     recipe, export, count = _recipe(tmp_path, corpus, "pool_fail", "test_counting_init_mapper")
     job_dir = tmp_path / "work" / "poolfail"
     os.makedirs(job_dir)
-    (job_dir / "_fault_injection.json").write_text(json.dumps(
-        [{"point": "op_start", "partition_id": 1, "op_index": OP, "times": 1, "kind": "raise"}]))
+    (job_dir / "_fault_injection.json").write_text(
+        json.dumps([{"point": "op_start", "partition_id": 1, "op_index": OP, "times": 1, "kind": "raise"}])
+    )
 
     dr = run_dag(recipe, {"job_id": "poolfail"}, retries=0)
     assert _state(dr) == "failed"
@@ -109,8 +110,11 @@ def test_failed_partition_lets_siblings_finish_then_resume(tmp_path, corpus, run
     assert init_count(count) == 2
     committed = sorted(f for f in os.listdir(job_dir / "checkpoints" / LAST) if f.endswith(".commit.json"))
     assert committed == [f"partition_0000{p}.commit.json" for p in (0, 2, 3, 4, 5)]
-    ws = sorted(f for f in os.listdir(job_dir / "checkpoints" / "checkpoint_op_000_whitespace_normalization_mapper")
-                if f.endswith(".commit.json"))
+    ws = sorted(
+        f
+        for f in os.listdir(job_dir / "checkpoints" / "checkpoint_op_000_whitespace_normalization_mapper")
+        if f.endswith(".commit.json")
+    )
     assert "partition_00001.commit.json" in ws  # partition 1's work before the failing op is kept
 
     since = time.time()

@@ -25,7 +25,8 @@ def _recipe(tmp_path, name, data, *, parts=2, extra=""):
         f"project_name: {name}\ndataset_path: {data}\nexport_path: {tmp_path / (name + '_out.jsonl')}\n"
         f"work_dir: {tmp_path / 'work'}\npartition: {{mode: manual, num_of_partitions: {parts}}}\n"
         f"checkpoint: {{strategy: every_op}}\n{extra}"
-        "process:\n  - whitespace_normalization_mapper:\n  - words_num_filter: {min_num: 1}\n")
+        "process:\n  - whitespace_normalization_mapper:\n  - words_num_filter: {min_num: 1}\n"
+    )
     return str(path)
 
 
@@ -81,8 +82,9 @@ def test_guard_stops_the_job_before_export_and_a_fixed_recipe_resumes_it(tmp_pat
     assert not any(task.startswith("export") and state.endswith("success") for (task, _), state in states.items())
     assert not export.exists()
     job_dir = tmp_path / "work" / "dag_guard_job"
-    events = [json.loads(line) for name in os.listdir(job_dir) if name.startswith("events")
-              for line in open(job_dir / name)]
+    events = [
+        json.loads(line) for name in os.listdir(job_dir) if name.startswith("events") for line in open(job_dir / name)
+    ]
     tripped = [e for e in events if e["event_type"] == "op_failed" and e.get("reason") == "failure_rate_guard"]
     assert len(tripped) == 1 and tripped[0]["partition_id"] == 0
     assert "failed 10 of 10 rows (100%) in partition 0" in tripped[0]["error_message"]

@@ -18,12 +18,12 @@ import threading
 
 import pytest
 
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.sample_corpus import write_corpus
 from tests.integration import sensor_wait_helpers as H
 
@@ -38,7 +38,8 @@ def job(tmp_path):
     data = write_corpus(str(tmp_path / "in.jsonl"), 90, seed=5)
     (tmp_path / "r.yaml").write_text(
         f"dataset_path: {data}\nexport_path: {tmp_path}/corpus.jsonl\npartition: {{mode: manual, num_of_partitions: 3}}\n"
-        "process:\n  - whitespace_normalization_mapper:\n  - document_deduplicator:\n  - words_num_filter: {min_num: 3}\n")
+        "process:\n  - whitespace_normalization_mapper:\n  - document_deduplicator:\n  - words_num_filter: {min_num: 3}\n"
+    )
     return prepare_job(load_recipe(str(tmp_path / "r.yaml")), job_id="corpus_job").job_dir
 
 
@@ -49,8 +50,18 @@ def sensor_dag(airflow_home, tmp_path):
 
     def make(dag_id, job_dir, mode, deferrable, target):
         cfg = tmp_path / "sensor_cfg.json"
-        cfg.write_text(json.dumps({"dag_id": dag_id, "job_dir": job_dir, "mode": mode, "deferrable": deferrable,
-                                   "poke_interval": 1 if mode == "reschedule" else 0.2, "target": target}))
+        cfg.write_text(
+            json.dumps(
+                {
+                    "dag_id": dag_id,
+                    "job_dir": job_dir,
+                    "mode": mode,
+                    "deferrable": deferrable,
+                    "poke_interval": 1 if mode == "reschedule" else 0.2,
+                    "target": target,
+                }
+            )
+        )
         with open(stub, "w") as fh:
             fh.write(H.DAG_STUB.format(cfg_path=str(cfg)))
         from airflow.dag_processing.dagbag import DagBag
@@ -93,8 +104,9 @@ def _whole_job(job_dir):
 
 @pytest.mark.parametrize("mode,deferrable", MODES, ids=IDS)
 def test_waits_for_export_then_succeeds(sensor_dag, job, mode, deferrable):
-    dag = sensor_dag(f"dj_wait_export_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable,
-                     {"wait_for": "export"})
+    dag = sensor_dag(
+        f"dj_wait_export_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable, {"wait_for": "export"}
+    )
     t = _run_after_first_poke(lambda: _whole_job(job))
     dr = dag.test()
     t.join()
@@ -110,25 +122,38 @@ def test_waits_for_export_then_succeeds(sensor_dag, job, mode, deferrable):
 
 @pytest.mark.parametrize("mode,deferrable", MODES, ids=IDS)
 def test_waits_for_op_on_some_partitions(sensor_dag, job, mode, deferrable):
-    dag = sensor_dag(f"dj_wait_op_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable,
-                     {"after_op": "whitespace_normalization_mapper", "partitions": [0, 2]})
+    dag = sensor_dag(
+        f"dj_wait_op_{IDS[MODES.index((mode, deferrable))]}",
+        job,
+        mode,
+        deferrable,
+        {"after_op": "whitespace_normalization_mapper", "partitions": [0, 2]},
+    )
     t = _run_after_first_poke(lambda: (run_segment(job, 0, 0), run_segment(job, 0, 2)))
     dr = dag.test()
     t.join()
     assert str(dr.state).endswith("success")
     assert H.POKES[0] is False
-    assert not os.path.exists(os.path.join(job, "checkpoints", "checkpoint_op_000_whitespace_normalization_mapper",
-                                           "partition_00001.commit.json"))  # partition 1 was never needed
+    assert not os.path.exists(
+        os.path.join(
+            job, "checkpoints", "checkpoint_op_000_whitespace_normalization_mapper", "partition_00001.commit.json"
+        )
+    )  # partition 1 was never needed
 
 
 @pytest.mark.parametrize("mode,deferrable", MODES, ids=IDS)
 def test_failed_partition_fails_the_sensor_at_once(sensor_dag, job, mode, deferrable, capfd):
-    dag = sensor_dag(f"dj_wait_fail_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable,
-                     {"wait_for": "export"})
+    dag = sensor_dag(
+        f"dj_wait_fail_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable, {"wait_for": "export"}
+    )
 
     def fail():
-        EventLog(job, "corpus_job").emit("partition_failed", partition_id=1, segment=0,
-                                         error_message="op 0 (whitespace_normalization_mapper): OSError: disk gone")
+        EventLog(job, "corpus_job").emit(
+            "partition_failed",
+            partition_id=1,
+            segment=0,
+            error_message="op 0 (whitespace_normalization_mapper): OSError: disk gone",
+        )
 
     t = _run_after_first_poke(fail)
     dr = dag.test()
@@ -139,5 +164,7 @@ def test_failed_partition_fails_the_sensor_at_once(sensor_dag, job, mode, deferr
     if not deferrable:
         assert H.POKES[-1] == "AirflowFailException"
     out, err = capfd.readouterr()  # the task log (dag.test writes it to the console)
-    assert "AirflowFailException: job corpus_job failed (partition 1: op 0 (whitespace_normalization_mapper): " \
-           "OSError: disk gone)" in out + err
+    assert (
+        "AirflowFailException: job corpus_job failed (partition 1: op 0 (whitespace_normalization_mapper): "
+        "OSError: disk gone)" in out + err
+    )

@@ -26,8 +26,18 @@ def test_validate_reports_errors_without_running(make_recipe, capsys):
 def test_run_prints_resume_token_and_exports(make_recipe, airflow_home, ray_cluster, capsys, tmp_path):
     recipe = make_recipe("cli_run", parts=2)
     out = tmp_path / "cli_export.parquet"
-    rc = main(["run", recipe, "--set", "partition.num_of_partitions=3", "--set", f"export_path={out}",
-               "--job-id", "cli_job_1"])
+    rc = main(
+        [
+            "run",
+            recipe,
+            "--set",
+            "partition.num_of_partitions=3",
+            "--set",
+            f"export_path={out}",
+            "--job-id",
+            "cli_job_1",
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     assert "Resume token: cli_job_1." in printed

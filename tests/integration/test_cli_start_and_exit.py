@@ -59,8 +59,9 @@ def _run_console_script(args: list[str], cwd, env_extra: dict | None = None) -> 
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     env.update({"DJ_TASK_RETRIES": "0"}, **(env_extra or {}))
-    proc = subprocess.Popen([DJ_AIRFLOW, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [DJ_AIRFLOW, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=240)
         return proc.returncode, out.decode(errors="replace"), _left_alive(proc.pid)
@@ -72,8 +73,9 @@ def _recipe(tmp_path, name: str, rows: list[str], parts: int = 2) -> str:
     data = tmp_path / f"{name}.jsonl"
     data.write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
     path = tmp_path / f"{name}.yaml"
-    path.write_text(RECIPE.format(name=name, data=data, export=tmp_path / f"{name}_out.jsonl",
-                                  work=tmp_path / "work", parts=parts))
+    path.write_text(
+        RECIPE.format(name=name, data=data, export=tmp_path / f"{name}_out.jsonl", work=tmp_path / "work", parts=parts)
+    )
     return str(path)
 
 
@@ -96,8 +98,13 @@ def test_background_ray_outlives_its_start_call_and_dies_with_kill_children(tmp_
     """)
     env = dict(os.environ, RAY_TMPDIR=_short_ray_tmp())
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out = proc.communicate(timeout=180)[0].decode(errors="replace")
         left = _left_alive(proc.pid)
@@ -113,8 +120,9 @@ def test_background_ray_outlives_its_start_call_and_dies_with_kill_children(tmp_
 def test_run_exits_fast_with_everything_written_and_no_ray_left(tmp_path, airflow_home):
     rows = ["alpha beta  gamma", "one", "delta epsilon", "alpha beta  gamma", "zeta eta theta"]
     recipe = _recipe(tmp_path, "cli_fast_exit", rows)
-    rc, out, left = _run_console_script(["run", recipe, "--job-id", "fast1", "--num-cpus", "1"], tmp_path,
-                                        {"RAY_TMPDIR": _short_ray_tmp()})
+    rc, out, left = _run_console_script(
+        ["run", recipe, "--job-id", "fast1", "--num-cpus", "1"], tmp_path, {"RAY_TMPDIR": _short_ray_tmp()}
+    )
     assert rc == 0, out[-4000:]
     assert left == [], f"processes of the run still alive after it exited: {left}"
     exported = [json.loads(line)["text"] for line in open(tmp_path / "cli_fast_exit_out.jsonl")]

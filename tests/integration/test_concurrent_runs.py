@@ -81,24 +81,39 @@ class Env:
         path = os.path.join(self.root, f"{name}.yaml")
         if not os.path.exists(path):
             with open(path, "w") as fh:
-                fh.write(HEAD.format(name=name, data=self.data, export=self.export(name), work=self.work)
-                         + OPS[name])
+                fh.write(HEAD.format(name=name, data=self.data, export=self.export(name), work=self.work) + OPS[name])
         return path
 
     def export(self, name: str) -> str:
         return os.path.join(self.root, "exports", f"{name}.jsonl")
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "RAY_ADDRESS", "DJ_RUN_OWNER_PID")}
-        env.update(HOME=self.home, DJ_AIRFLOW_HOME=self.airflow_home, DJ_STATE_DIR=self.state,
-                   RAY_TMPDIR=self.ray_tmp, DJ_TASK_RETRIES="0", PYTHONUNBUFFERED="1")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "RAY_ADDRESS", "DJ_RUN_OWNER_PID")
+        }
+        env.update(
+            HOME=self.home,
+            DJ_AIRFLOW_HOME=self.airflow_home,
+            DJ_STATE_DIR=self.state,
+            RAY_TMPDIR=self.ray_tmp,
+            DJ_TASK_RETRIES="0",
+            PYTHONUNBUFFERED="1",
+        )
         return env
 
     def start(self, *args: str, log: str) -> subprocess.Popen:
         fh = open(os.path.join(self.root, f"{log}.log"), "wb")
-        proc = subprocess.Popen([DJ_AIRFLOW, *args], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self.env(), cwd=self.root, start_new_session=True)
+        proc = subprocess.Popen(
+            [DJ_AIRFLOW, *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            cwd=self.root,
+            start_new_session=True,
+        )
         proc.log_path = fh.name  # type: ignore[attr-defined]
         fh.close()
         return proc
@@ -157,23 +172,31 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     alpha, beta, gamma = (cc.recipe(n) for n in ("cc_alpha", "cc_beta", "cc_gamma"))
     alpha2_export = cc.export("cc_alpha_second")
     # gamma waits 30 s at its first op, so a second run of its job id surely finds it running.
-    write_faults(os.path.join(cc.work, "gamma1"),
-                 [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 30}])
+    write_faults(
+        os.path.join(cc.work, "gamma1"),
+        [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 30}],
+    )
 
     runs = {
         "alpha1": cc.start("run", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
         "beta1": cc.start("run", beta, "--job-id", "beta1", "--num-cpus", "1", log="beta1"),
         "gamma1": cc.start("run", gamma, "--job-id", "gamma1", "--num-cpus", "1", log="gamma1"),
-        "alpha2": cc.start("run", alpha, "--job-id", "alpha2", "--num-cpus", "1",
-                           "--set", f"export_path={alpha2_export}", log="alpha2"),
+        "alpha2": cc.start(
+            "run", alpha, "--job-id", "alpha2", "--num-cpus", "1", "--set", f"export_path={alpha2_export}", log="alpha2"
+        ),
     }
     validate = cc.start("validate", beta, "--check-input", log="validate")
 
     # The same job id again, while its first run holds it (in its delay): refused at once, naming the holder.
     gamma_dir = os.path.join(cc.work, "gamma1")
-    _wait_for("gamma1 to hold its lock and sit in its delay",
-              lambda: os.path.exists(os.path.join(gamma_dir, "metadata", "runner.lock"))
-              and os.path.isdir(os.path.join(gamma_dir, "_fault_injection.fired")), procs=[runs["gamma1"]])
+    _wait_for(
+        "gamma1 to hold its lock and sit in its delay",
+        lambda: (
+            os.path.exists(os.path.join(gamma_dir, "metadata", "runner.lock"))
+            and os.path.isdir(os.path.join(gamma_dir, "_fault_injection.fired"))
+        ),
+        procs=[runs["gamma1"]],
+    )
     t0 = time.monotonic()
     rc, out = _finish(cc.start("run", gamma, "--job-id", "gamma1", "--num-cpus", "1", log="gamma1_again"))
     assert rc == 2, out[-3000:]
@@ -194,8 +217,12 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
         rc, out = _finish(proc)
         assert rc == 0, f"{job} failed:\n{out[-5000:]}"
         assert "export:" in out
-    concurrent = {"cc_alpha": _read(cc.export("cc_alpha")), "cc_alpha_second": _read(alpha2_export),
-                  "cc_beta": _read(cc.export("cc_beta")), "cc_gamma": _read(cc.export("cc_gamma"))}
+    concurrent = {
+        "cc_alpha": _read(cc.export("cc_alpha")),
+        "cc_alpha_second": _read(alpha2_export),
+        "cc_beta": _read(cc.export("cc_beta")),
+        "cc_gamma": _read(cc.export("cc_gamma")),
+    }
     # Every run cleaned up its private Airflow state; the one template DB stays for later runs.
     assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
     assert [n for n in os.listdir(cc.airflow_home) if n.startswith("dj_cli_template_db_")]
@@ -215,8 +242,19 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     single = {}
     for name in ("cc_alpha", "cc_beta", "cc_gamma"):
         out_path = os.path.join(cc.root, "exports", f"{name}_single.jsonl")
-        rc, out = _finish(cc.start("run", cc.recipe(name), "--job-id", f"{name}_single", "--num-cpus", "1",
-                                   "--set", f"export_path={out_path}", log=f"{name}_single"))
+        rc, out = _finish(
+            cc.start(
+                "run",
+                cc.recipe(name),
+                "--job-id",
+                f"{name}_single",
+                "--num-cpus",
+                "1",
+                "--set",
+                f"export_path={out_path}",
+                log=f"{name}_single",
+            )
+        )
         assert rc == 0, out[-5000:]
         single[name] = _read(out_path)
     assert all(b.count(b"\n") > 50 for b in single.values()), {k: v.count(b"\n") for k, v in single.items()}
@@ -272,8 +310,12 @@ def test_scheduler_tasks_racing_to_start_the_shared_ray_head_start_one(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DJ_RAY_IN_PROCESS")}
     env.update(DJ_RAY_STATE_DIR=state, DJ_RAY_HEAD_PORT=str(free_port()))
     go_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, "-c", HEAD_RACE, str(go_at)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", HEAD_RACE, str(go_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        for _ in range(3)
+    ]
     try:
         answers = []
         for p in procs:

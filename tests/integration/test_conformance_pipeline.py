@@ -22,9 +22,13 @@ def test_pipeline_matches_data_juicer_for_any_partition_count(tmp_path, run_dag,
     recipe = tmp_path / "pipe.yaml"
     text = open(os.path.join(FIX, "recipe.yaml")).read()
     text = text.replace("project_name: conformance-pipeline", f"project_name: conf_pipe_{parts}")
-    text = text.replace("dataset_path: tests/conformance/fixtures/pipeline/input.jsonl",
-                        f"dataset_path: {os.path.join(FIX, 'input.jsonl')}")
-    text = text.replace("export_path: /tmp/dj-conformance-pipeline/result.jsonl", f"export_path: {tmp_path / 'out.jsonl'}")
+    text = text.replace(
+        "dataset_path: tests/conformance/fixtures/pipeline/input.jsonl",
+        f"dataset_path: {os.path.join(FIX, 'input.jsonl')}",
+    )
+    text = text.replace(
+        "export_path: /tmp/dj-conformance-pipeline/result.jsonl", f"export_path: {tmp_path / 'out.jsonl'}"
+    )
     text += f"partition:\n  mode: manual\n  num_of_partitions: {parts}\nkeep_stats_in_res_ds: true\n"
     recipe.write_text(text)
     dr = run_dag(str(recipe), {"job_id": f"conf{parts}"})

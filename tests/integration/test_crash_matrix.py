@@ -63,9 +63,15 @@ def _accounting(summary: dict) -> dict:
     keys = ("op_index", "op_name", "rows_in", "rows_out", "filtered", "duplicates", "failed")
     return {
         "ops": [{k: o.get(k) for k in keys} for o in summary["ops"]],
-        "partitions": [{"partition_id": p["partition_id"], "input_rows": p["input_rows"], "output_rows": p["output_rows"],
-                        "accounting": [{k: a.get(k) for k in keys} for a in p["accounting"]]}
-                       for p in summary["partitions"]],
+        "partitions": [
+            {
+                "partition_id": p["partition_id"],
+                "input_rows": p["input_rows"],
+                "output_rows": p["output_rows"],
+                "accounting": [{k: a.get(k) for k in keys} for a in p["accounting"]],
+            }
+            for p in summary["partitions"]
+        ],
         "input_rows": summary["input"]["total_rows"],
         "partitions_n": summary["input"]["partitions"],
         "export": {k: summary["export"][k] for k in ("rows", "bytes", "checksum_xxh3_128")},
@@ -78,8 +84,11 @@ def env(tmp_path_factory, corpus, airflow_home) -> Env:
     root = tmp_path_factory.mktemp("crash_matrix")
     work = root / "work"
     recipe = root / "crash_matrix.yaml"
-    recipe.write_text(RECIPE.format(name="crash_matrix", data=corpus, export=root / "ref_out.jsonl", work=work,
-                                    parts=4, strategy="every_op"))
+    recipe.write_text(
+        RECIPE.format(
+            name="crash_matrix", data=corpus, export=root / "ref_out.jsonl", work=work, parts=4, strategy="every_op"
+        )
+    )
     run = run_cli(["run", str(recipe), "--job-id", "ref", *RUN_FLAGS], str(root / "ref.log"), env_extra=CLI_ENV)
     assert run.rc == 0, tail(run.output)
     with open(work / "ref" / "job_summary.json") as fh:
@@ -105,8 +114,11 @@ def _committed(job_dir: str, sub: str, pid: int) -> bool:
 
 
 def _data_files(job_dir: str, sub: str, pid: int) -> list[str]:
-    return [p for p in glob.glob(os.path.join(job_dir, "checkpoints", sub, f"partition_{pid:05d}.*"))
-            if not p.endswith(".commit.json")]
+    return [
+        p
+        for p in glob.glob(os.path.join(job_dir, "checkpoints", sub, f"partition_{pid:05d}.*"))
+        if not p.endswith(".commit.json")
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -142,25 +154,49 @@ CASES = [
     # last partition, after the last op of segment 0 but before its dedup keys are written
     Case("after_op-p3-op3", _kill("after_op", partition_id=3, op_index=3), seg0={3: (3, [])}),
     # segment 1: op 4's keep mask applied and its output committed for partition 2 (the last op)
-    Case("after_op-p2-op4-seg1", _kill("after_op", partition_id=2, op_index=4), seg0_all_done=True,
-         global_status="already_complete", seg1_skipped=(2,)),
+    Case(
+        "after_op-p2-op4-seg1",
+        _kill("after_op", partition_id=2, op_index=4),
+        seg0_all_done=True,
+        global_status="already_complete",
+        seg1_skipped=(2,),
+    ),
     # a checkpoint's data file is written, its commit marker is not
-    Case("checkpoint_mid_write-p2-op1", _kill("checkpoint_mid_write", partition_id=2, op_index=1),
-         seg0={2: (0, [1, 2, 3])}),
+    Case(
+        "checkpoint_mid_write-p2-op1",
+        _kill("checkpoint_mid_write", partition_id=2, op_index=1),
+        seg0={2: (0, [1, 2, 3])},
+    ),
     # the dedup's key phase at the end of segment 0: keys written, marker not (same commit protocol)
-    Case("checkpoint_mid_write-p3-op4-keys", _kill("checkpoint_mid_write", partition_id=3, op_index=4),
-         seg0={3: (3, [])}),
+    Case(
+        "checkpoint_mid_write-p3-op4-keys", _kill("checkpoint_mid_write", partition_id=3, op_index=4), seg0={3: (3, [])}
+    ),
     # the global op committed the first partition's keep mask only
     Case("global_mid", _kill("global_mid"), seg0_all_done=True, global_status="success"),
     # the export wrote its first partition into its temp file
-    Case("export_mid", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
-         seg1_skipped=(0, 1, 2, 3)),
+    Case(
+        "export_mid",
+        _kill("export_mid"),
+        seg0_all_done=True,
+        global_status="already_complete",
+        seg1_skipped=(0, 1, 2, 3),
+    ),
     # the same with the partitions serialized by Ray workers into part files (engine/output/parts.py)
-    Case("export_mid-parallel", _kill("export_mid"), seg0_all_done=True, global_status="already_complete",
-         seg1_skipped=(0, 1, 2, 3), env={"DJ_PARALLEL_EXPORT_MIN_ROWS": "0"}),
+    Case(
+        "export_mid-parallel",
+        _kill("export_mid"),
+        seg0_all_done=True,
+        global_status="already_complete",
+        seg1_skipped=(0, 1, 2, 3),
+        env={"DJ_PARALLEL_EXPORT_MIN_ROWS": "0"},
+    ),
     # every_n_ops n=2 checkpoints ops 1, 3 (and the final 4): a kill after op 2 goes back to op 1
-    Case("every_n_ops2-after_op-p1-op2", _kill("after_op", partition_id=1, op_index=2), flags=EVERY_N_OPS_2,
-         seg0={1: (1, [2, 3])}),
+    Case(
+        "every_n_ops2-after_op-p1-op2",
+        _kill("after_op", partition_id=1, op_index=2),
+        flags=EVERY_N_OPS_2,
+        seg0={1: (1, [2, 3])},
+    ),
 ]
 
 
@@ -187,11 +223,14 @@ def _check_left_behind(env: Env, case: Case, job_dir: str) -> None:
 def _check_resume_work(case: Case, job_dir: str, since: float) -> None:
     """The resume redid only what was not committed."""
     for pid, (loaded, ran) in case.seg0.items():
-        loads = [e["op_index"] for e in events_since(job_dir, since, "checkpoint_load", partition_id=pid,
-                                                       airflow_task_id=SEG0)]
+        loads = [
+            e["op_index"]
+            for e in events_since(job_dir, since, "checkpoint_load", partition_id=pid, airflow_task_id=SEG0)
+        ]
         assert loads == ([] if loaded is None else [loaded]), f"partition {pid}: resumed from {loads}"
-        started = [e["op_index"] for e in events_since(job_dir, since, "op_start", partition_id=pid,
-                                                         airflow_task_id=SEG0)]
+        started = [
+            e["op_index"] for e in events_since(job_dir, since, "op_start", partition_id=pid, airflow_task_id=SEG0)
+        ]
         assert started == ran, f"partition {pid}: the resume ran ops {started}, expected {ran}"
     if case.seg0_all_done:
         done = events_since(job_dir, since, "partition_complete", airflow_task_id=SEG0)
@@ -227,8 +266,11 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     write_faults(job_dir, [case.fault])
     flags = [*RUN_FLAGS, "--set", f"export_path={export}", *case.flags]
 
-    run = run_cli(["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, f"{job_id}.log"),
-                  env_extra={**CLI_ENV, **case.env})
+    run = run_cli(
+        ["run", env.recipe, "--job-id", job_id, *flags],
+        os.path.join(env.root, f"{job_id}.log"),
+        env_extra={**CLI_ENV, **case.env},
+    )
     assert run.killed, f"expected the run to be SIGKILLed, got rc={run.rc}:\n{tail(run.output)}"
     assert live_session_members(run.pid) == []
     assert fired(job_dir) == ["fault0_0"]
@@ -248,8 +290,11 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     assert lock["pid"] == run.pid and lock["pid_is_run"], lock  # the dead run still "holds" the job
     _check_left_behind(env, case, job_dir)
 
-    resume = run_cli(["run", env.recipe, "--resume", job_id, *flags], os.path.join(env.root, f"{job_id}.resume.log"),
-                     env_extra={**CLI_ENV, **case.env})
+    resume = run_cli(
+        ["run", env.recipe, "--resume", job_id, *flags],
+        os.path.join(env.root, f"{job_id}.resume.log"),
+        env_extra={**CLI_ENV, **case.env},
+    )
     assert resume.rc == 0, tail(resume.output)
     if case.env.get("DJ_PARALLEL_EXPORT_MIN_ROWS") == "0":  # parts left by the kill are rewritten, then removed
         assert not os.path.exists(os.path.join(job_dir, "export_parts"))
@@ -273,7 +318,9 @@ def test_kill_during_planning(env: Env):
     write_faults(job_dir, [_kill("plan")])
     flags = [*RUN_FLAGS, "--set", f"export_path={export}"]
 
-    run = run_cli(["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.log"), env_extra=CLI_ENV)
+    run = run_cli(
+        ["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.log"), env_extra=CLI_ENV
+    )
     assert run.killed, f"rc={run.rc}:\n{tail(run.output)}"
     assert live_session_members(run.pid) == []
     assert f"Resume token: {job_id}." in run.output  # printed before anything ran
@@ -292,8 +339,9 @@ def test_kill_during_planning(env: Env):
         return out
 
     before = snapshot()
-    refused = run_cli(["run", env.recipe, "--resume", job_id, *flags], os.path.join(env.root, "plan.resume.log"),
-                      env_extra=CLI_ENV)
+    refused = run_cli(
+        ["run", env.recipe, "--resume", job_id, *flags], os.path.join(env.root, "plan.resume.log"), env_extra=CLI_ENV
+    )
     # refused up front by the CLI, before Airflow or Ray start (exit 2, like any bad input)
     assert refused.rc == 2, f"resuming a job that was never planned must fail: rc={refused.rc}\n{tail(refused.output)}"
     assert "no job directory" in refused.output or "lacks" in refused.output, tail(refused.output)
@@ -301,8 +349,9 @@ def test_kill_during_planning(env: Env):
     assert snapshot() == before, "a refused resume modified the job directory"
     assert os.listdir(os.path.dirname(export)) == []
 
-    rerun = run_cli(["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.rerun.log"),
-                    env_extra=CLI_ENV)
+    rerun = run_cli(
+        ["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.rerun.log"), env_extra=CLI_ENV
+    )
     assert rerun.rc == 0, tail(rerun.output)
     _assert_resumed_like_reference(env, job_id, export)
     assert [e["status"] for e in events_since(job_dir, rerun.started_at, "job_start")] == ["new"]

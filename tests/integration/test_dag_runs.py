@@ -47,13 +47,31 @@ def test_demo_shaped_run_exports_expected_rows_and_files(make_recipe, run_dag):
     assert ids == sorted(ids)
     cps = os.listdir(os.path.join(job_dir, "checkpoints"))
     assert "partitioning_info.json" in cps
-    for i, name in enumerate(["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter",
-                              "text_length_filter", "document_deduplicator"]):
+    for i, name in enumerate(
+        [
+            "clean_email_mapper",
+            "whitespace_normalization_mapper",
+            "words_num_filter",
+            "text_length_filter",
+            "document_deduplicator",
+        ]
+    ):
         d = os.path.join(job_dir, "checkpoints", f"checkpoint_op_{i:03d}_{name}")
-        assert sorted(f for f in os.listdir(d) if f.endswith(".parquet")) == [f"partition_{p:05d}.parquet" for p in range(4)]
+        assert sorted(f for f in os.listdir(d) if f.endswith(".parquet")) == [
+            f"partition_{p:05d}.parquet" for p in range(4)
+        ]
     types = {e["event_type"] for e in read_events(job_dir)}
-    assert {"job_start", "plan_created", "partition_start", "op_start", "op_complete", "checkpoint_save",
-            "global_op_complete", "export_complete", "job_complete"} <= types
+    assert {
+        "job_start",
+        "plan_created",
+        "partition_start",
+        "op_start",
+        "op_complete",
+        "checkpoint_save",
+        "global_op_complete",
+        "export_complete",
+        "job_complete",
+    } <= types
     plan = json.load(open(os.path.join(job_dir, "dag_execution_plan.json")))
     assert [s["airflow_task_id"] for s in plan["segments"]] == ["partitions_seg0", "partitions_seg1"]
     assert len(plan["execution_groups"]) == 4
@@ -68,8 +86,11 @@ def reference_export(tmp_path_factory, corpus, airflow_home, ray_cluster):
 
     d = tmp_path_factory.mktemp("ref")
     path = d / "it_ref.yaml"
-    path.write_text(RECIPE.format(name="it_ref", data=corpus, export=d / "ref_out.jsonl", work=d / "work", parts=1,
-                                  strategy="every_op"))
+    path.write_text(
+        RECIPE.format(
+            name="it_ref", data=corpus, export=d / "ref_out.jsonl", work=d / "work", parts=1, strategy="every_op"
+        )
+    )
     write_cli_dag_stub(airflow_home, str(path), "it_ref")
     dr = build_dag(str(path), dag_id="it_ref").test(run_conf={"job_id": "ref"})
     assert _state(dr) == "success"

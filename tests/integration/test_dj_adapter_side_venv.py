@@ -29,8 +29,9 @@ pytestmark = pytest.mark.integration
 def _side_env_problem() -> str | None:
     if not os.path.exists(SIDE_PYTHON):
         return f"no Data-Juicer environment at {SIDE_PYTHON} (set DJ_SIDE_PYTHON)"
-    probe = subprocess.run([SIDE_PYTHON, "-c", "import data_juicer, orjson, xxhash, pyarrow"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [SIDE_PYTHON, "-c", "import data_juicer, orjson, xxhash, pyarrow"], capture_output=True, text=True
+    )
     if probe.returncode:
         return f"{SIDE_PYTHON} cannot import data_juicer/orjson/xxhash: {probe.stderr.strip()[-300:]}"
     return None
@@ -43,8 +44,13 @@ def side(tmp_path_factory):
         pytest.skip(problem)
     work = tmp_path_factory.mktemp("djside")
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.run([SIDE_PYTHON, os.path.join(HERE, "dj_side_venv_checks.py"), str(work)],
-                          capture_output=True, text=True, env=env, cwd=str(work))
+    proc = subprocess.run(
+        [SIDE_PYTHON, os.path.join(HERE, "dj_side_venv_checks.py"), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(work),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.split("@@RESULT@@", 1)[1])
 
@@ -58,8 +64,11 @@ def test_adapted_batched_mapper_equals_data_juicer_and_keeps_engine_columns(side
 
 
 def test_adapted_per_sample_mapper_runs_process_single(side):
-    assert side["direct"]["lambda_mapper"] == ["DOC 0 ● ABOUT TOPIC 0  !", "Doc 1 ◆ about topic 1!",
-                                               "Doc 2 ● about topic 2!"]
+    assert side["direct"]["lambda_mapper"] == [
+        "DOC 0 ● ABOUT TOPIC 0  !",
+        "Doc 1 ◆ about topic 1!",
+        "Doc 2 ● about topic 2!",
+    ]
 
 
 def test_adapted_filter_keep_flags_and_stats_equal_data_juicer(side):

@@ -35,8 +35,11 @@ def test_two_task_processes_share_one_started_head(tmp_path, ray_cluster):
         assert "starting the embedded local Ray head" in first.stdout + first.stderr
         assert "starting the embedded local Ray head" not in second.stdout + second.stderr
     finally:
-        subprocess.run([sys.executable, "-c", "from airflow_provider_dj.hooks.ray import stop_local_head; stop_local_head()"],
-                       env=env, timeout=120)
+        subprocess.run(
+            [sys.executable, "-c", "from airflow_provider_dj.hooks.ray import stop_local_head; stop_local_head()"],
+            env=env,
+            timeout=120,
+        )
     assert not (tmp_path / "ray-head.json").exists()
     # stopping the shared head leaves every other Ray on the machine running (here: the test session's own)
     assert ray_cluster.get(ray_cluster.remote(lambda: 42).remote()) == 42

@@ -68,11 +68,14 @@ def test_kill_after_a_batch_then_resume_recomputes_only_the_rest(tmp_path, corpu
 
     job = work / "killed"
     export = tmp_path / "killed.jsonl"
-    write_faults(str(job), [{"point": "batch_commit", "partition_id": 1, "op_index": OP, "batch": 2,
-                             "times": 1, "kind": "kill_run"}])
+    write_faults(
+        str(job),
+        [{"point": "batch_commit", "partition_id": 1, "op_index": OP, "batch": 2, "times": 1, "kind": "kill_run"}],
+    )
     flags = [*FLAGS, "--set", f"export_path={export}"]
-    killed = run_cli(["run", str(recipe), "--job-id", "killed", *flags], str(tmp_path / "killed.log"),
-                     env_extra=CLI_ENV)
+    killed = run_cli(
+        ["run", str(recipe), "--job-id", "killed", *flags], str(tmp_path / "killed.log"), env_extra=CLI_ENV
+    )
     assert killed.killed, f"rc={killed.rc}\n{tail(killed.output)}"
     assert fired(str(job)) == ["fault0_0"] and not export.exists()
     left = sorted(os.listdir(job / BATCHES))
@@ -80,8 +83,9 @@ def test_kill_after_a_batch_then_resume_recomputes_only_the_rest(tmp_path, corpu
     cursor = json.loads((job / BATCHES / "cursor.json").read_text())
     assert cursor["next_row"] == 120 and len(cursor["batches"]) == 3
 
-    resume = run_cli(["run", str(recipe), "--resume", "killed", *flags], str(tmp_path / "resume.log"),
-                     env_extra=CLI_ENV)
+    resume = run_cli(
+        ["run", str(recipe), "--resume", "killed", *flags], str(tmp_path / "resume.log"), env_extra=CLI_ENV
+    )
     assert resume.rc == 0, tail(resume.output)
     assert export.read_bytes() == ref_bytes, "resumed export differs from the uninterrupted run's"
     since = resume.started_at

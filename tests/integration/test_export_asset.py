@@ -22,8 +22,10 @@ def _events_for(dag_id: str):
 
     with create_session() as session:
         rows = session.execute(
-            select(AssetEvent, AssetModel.uri).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .where(AssetEvent.source_dag_id == dag_id)).all()
+            select(AssetEvent, AssetModel.uri)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dag_id)
+        ).all()
         return [(ev.source_task_id, uri, dict(ev.extra or {}), ev.source_run_id) for ev, uri in rows]
 
 
@@ -49,7 +51,9 @@ def test_export_emits_asset_event_with_job_rows_and_hash(make_recipe, run_dag, t
     assert len(events) == 1, events
     task_id, uri, extra, run_id = events[0]
     assert (task_id, uri, run_id) == ("export", "file://" + recipe.export_path, dr.run_id)
-    job_dirs = [d for d in os.listdir(recipe.work_dir) if os.path.isfile(os.path.join(recipe.work_dir, d, "job_summary.json"))]
+    job_dirs = [
+        d for d in os.listdir(recipe.work_dir) if os.path.isfile(os.path.join(recipe.work_dir, d, "job_summary.json"))
+    ]
     assert len(job_dirs) == 1
     with open(os.path.join(recipe.work_dir, job_dirs[0], "job_summary.json")) as fh:
         summary = json.load(fh)
@@ -66,7 +70,7 @@ def test_overridden_export_path_is_named_in_the_event(make_recipe, run_dag, tmp_
     other = str(tmp_path / "elsewhere.jsonl")
     dr = run_dag(recipe_path, conf={"export_path": other})
     assert dr.state == "success"
-    (_task, uri, extra, _run), = _events_for("asset_override_recipe")
+    ((_task, uri, extra, _run),) = _events_for("asset_override_recipe")
     assert uri == "file://" + str(tmp_path / "asset_override_recipe_out.jsonl")  # the declared Asset
     assert extra["export_path"] == other and extra["export_path_overridden"] is True
     assert not os.path.exists(tmp_path / "asset_override_recipe_out.jsonl")

@@ -27,8 +27,8 @@ def _recipe(tmp_path, corpus, name, process, partition_extra=""):
     path.write_text(f"""\
 project_name: {name}
 dataset_path: {corpus}
-export_path: {tmp_path / (name + '_out.jsonl')}
-work_dir: {tmp_path / 'work'}
+export_path: {tmp_path / (name + "_out.jsonl")}
+work_dir: {tmp_path / "work"}
 partition:
   mode: manual
   num_of_partitions: 2
@@ -62,14 +62,20 @@ def test_preflight_disabled_requires_explicit_num_gpus(tmp_path, corpus, fake_gp
     from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
 
-    recipe = _recipe(tmp_path, corpus, "no_probe", "  - fake_dag_cuda_mapper:\n",
-                     "  gpu_preflight_enabled: false")
+    recipe = _recipe(tmp_path, corpus, "no_probe", "  - fake_dag_cuda_mapper:\n", "  gpu_preflight_enabled: false")
     ctx = {"dag_run": SimpleNamespace(conf={}, dag_id="d", run_id="r", logical_date=None)}
     op = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe)
-    with pytest.raises(RecipeError, match=r"process\[1\]\.fake_dag_cuda_mapper\.num_gpus.*gpu_preflight_enabled is false"):
+    with pytest.raises(
+        RecipeError, match=r"process\[1\]\.fake_dag_cuda_mapper\.num_gpus.*gpu_preflight_enabled is false"
+    ):
         op.execute(ctx)
-    ok = _recipe(tmp_path, corpus, "no_probe_ok", "  - fake_dag_cuda_mapper:\n      num_gpus: 0.5\n",
-                 "  gpu_preflight_enabled: false")
+    ok = _recipe(
+        tmp_path,
+        corpus,
+        "no_probe_ok",
+        "  - fake_dag_cuda_mapper:\n      num_gpus: 0.5\n",
+        "  gpu_preflight_enabled: false",
+    )
     out = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=ok).execute(ctx)
     assert out == {"gpu_ops": ["fake_dag_cuda_mapper"], "probed": False, "skipped": True}
     assert not os.path.exists(tmp_path / "work")  # nothing written when the probe is skipped

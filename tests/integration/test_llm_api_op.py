@@ -33,13 +33,19 @@ def server(monkeypatch):
 
 
 def make_op(server, **args):
-    return create_op("llm_api_mapper", {"base_url": server.base_url, "model": "fake-1",
-                                        "prompt_template": "Q: {text}", **FAST, **args})
+    return create_op(
+        "llm_api_mapper",
+        {"base_url": server.base_url, "model": "fake-1", "prompt_template": "Q: {text}", **FAST, **args},
+    )
 
 
 def rows(n, start=0):
-    return pa.table({"text": [f"sample {i}" for i in range(start, start + n)],
-                     "__dj__input_row__": pa.array(range(start, start + n), type=pa.int64())})
+    return pa.table(
+        {
+            "text": [f"sample {i}" for i in range(start, start + n)],
+            "__dj__input_row__": pa.array(range(start, start + n), type=pa.int64()),
+        }
+    )
 
 
 def test_answers_land_in_output_key_with_the_key_from_the_environment(server):
@@ -111,8 +117,9 @@ def test_regex_and_json_schema_validators(server):
     assert "does not match answer_regex" in out.failed_reasons[0] and "'maybe'" in out.failed_reasons[0]
 
     schema = {"type": "object", "required": ["score"], "properties": {"score": {"type": "integer"}}}
-    answers.update({"Q: sample 0": '```json\n{"score": 3}\n```', "Q: sample 1": "not json",
-                    "Q: sample 2": '{"score": "high"}'})
+    answers.update(
+        {"Q: sample 0": '```json\n{"score": 3}\n```', "Q: sample 1": "not json", "Q: sample 2": '{"score": "high"}'}
+    )
     out = apply_op(make_op(server, answer_json_schema=schema, model="fake-2"), 0, rows(3), skip_op_error=False)
     assert out.table.column("llm_answer").to_pylist() == ['{"score": 3}']
     assert out.failed_reasons[0].startswith("InvalidAnswer: answer is not JSON")
@@ -148,7 +155,9 @@ def test_durable_record_means_a_rerun_pays_nothing_and_a_changed_request_pays_ag
     again.bind_run_context(job_dir=job, op_index=1, partition_id=0)
     out2 = apply_op(again, 1, rows(6), skip_op_error=False)
     assert again.stats == {"rows": 6, "replayed": 6, "paid": 0, "rejected": 0, "invalid": 1, "retries": 0}
-    assert out2.table.equals(out1.table) and out2.failed_reasons == out1.failed_reasons  # the paid empty answer is replayed
+    assert (
+        out2.table.equals(out1.table) and out2.failed_reasons == out1.failed_reasons
+    )  # the paid empty answer is replayed
     assert all(server.received[f"Q: sample {i}"] == 1 for i in range(6))
 
     changed = make_op(server, model="fake-other")
@@ -214,23 +223,32 @@ def test_null_field_fails_only_that_sample(server):
 
 
 def test_key_and_base_url_from_an_airflow_connection(server, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_MY_LLM", f'{{"conn_type": "http", "host": "{server.base_url}", '
-                                              f'"password": "sk-from-connection-42"}}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MY_LLM",
+        f'{{"conn_type": "http", "host": "{server.base_url}", "password": "sk-from-connection-42"}}',
+    )
     op = create_op("llm_api_mapper", {"conn_id": "my_llm", "model": "fake-1", **FAST})
     out = apply_op(op, 0, rows(1), skip_op_error=False)
     assert out.table.column("llm_answer").to_pylist() == ["answer to: sample 0"]
     assert server.auth_headers == ["Bearer sk-from-connection-42"]
 
 
-@pytest.mark.parametrize("args,key,message", [
-    ({"base_url": "http://x/v1"}, "model", "needs 'model'"),
-    ({"model": "m"}, "base_url", "'base_url'"),
-    ({"model": "m", "base_url": "u", "prompt_template": "{} {text}"}, "prompt_template", "positional"),
-    ({"model": "m", "base_url": "u", "answer_regex": "("}, "answer_regex", "does not compile"),
-    ({"model": "m", "base_url": "u", "answer_json_schema": {"type": "nope"}}, "answer_json_schema", "not a valid JSON"),
-    ({"model": "m", "base_url": "u", "concurrency": 0}, "concurrency", ">= 1"),
-    ({"model": "m", "base_url": "u", "output_key": "__dj__x"}, "output_key", "reserved"),
-])
+@pytest.mark.parametrize(
+    "args,key,message",
+    [
+        ({"base_url": "http://x/v1"}, "model", "needs 'model'"),
+        ({"model": "m"}, "base_url", "'base_url'"),
+        ({"model": "m", "base_url": "u", "prompt_template": "{} {text}"}, "prompt_template", "positional"),
+        ({"model": "m", "base_url": "u", "answer_regex": "("}, "answer_regex", "does not compile"),
+        (
+            {"model": "m", "base_url": "u", "answer_json_schema": {"type": "nope"}},
+            "answer_json_schema",
+            "not a valid JSON",
+        ),
+        ({"model": "m", "base_url": "u", "concurrency": 0}, "concurrency", ">= 1"),
+        ({"model": "m", "base_url": "u", "output_key": "__dj__x"}, "output_key", "reserved"),
+    ],
+)
 def test_recipe_time_validation(args, key, message):
     with pytest.raises(OpArgumentError, match=message) as info:
         get_op_class("llm_api_mapper").validate_args(args)

@@ -74,9 +74,14 @@ def test_kill_mid_batch_then_resume_pays_each_call_once(tmp_path):
         #    worker instead of a whole first CLI run saves ~20 s of Airflow + Ray start-up.
         log1 = tmp_path / "run1.log"
         with open(log1, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, "-c", WORKER, str(recipe)],
-                                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER, str(recipe)],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
             server.kill_session_at = (6, proc.pid)
             try:
                 rc = proc.wait(timeout=240)
@@ -92,8 +97,11 @@ def test_kill_mid_batch_then_resume_pays_each_call_once(tmp_path):
 
         # 2) resume: the committed batch is not redone, row 4 comes from the call record, only the rest is paid.
         server.kill_session_at = None
-        run2 = run_cli(["run", str(recipe), "--resume", "llmkill", "--num-cpus", "1"], str(tmp_path / "run2.log"),
-                       env_extra={"OPENAI_API_KEY": "sk-kill-test-key", "DJ_TASK_RETRIES": "0"})
+        run2 = run_cli(
+            ["run", str(recipe), "--resume", "llmkill", "--num-cpus", "1"],
+            str(tmp_path / "run2.log"),
+            env_extra={"OPENAI_API_KEY": "sk-kill-test-key", "DJ_TASK_RETRIES": "0"},
+        )
         assert run2.rc == 0, tail(run2.output)
         assert {t: server.answered["Summarize: " + t] for t in texts} == {t: 1 for t in texts}
         assert server.received["Summarize: " + texts[5]] == 2  # the killed request, then the paid one

@@ -80,11 +80,20 @@ def test_crash_in_straddling_partitions_then_resume_matches_clean_run(make_recip
     job_dir = os.path.join(work, "mf_crash")
     os.makedirs(job_dir)
     with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
-        json.dump([
-            {"point": "after_op", "partition_id": 1, "op_index": 1, "times": 1, "kind": "raise"},  # spans a/b
-            {"point": "op_start", "partition_id": 2, "op_index": 3, "times": 1, "kind": "raise"},  # inside b
-            {"point": "after_op", "partition_id": 3, "op_index": 4, "times": 1, "kind": "raise"},  # spans b/c, seg 1
-        ], fh)
+        json.dump(
+            [
+                {"point": "after_op", "partition_id": 1, "op_index": 1, "times": 1, "kind": "raise"},  # spans a/b
+                {"point": "op_start", "partition_id": 2, "op_index": 3, "times": 1, "kind": "raise"},  # inside b
+                {
+                    "point": "after_op",
+                    "partition_id": 3,
+                    "op_index": 4,
+                    "times": 1,
+                    "kind": "raise",
+                },  # spans b/c, seg 1
+            ],
+            fh,
+        )
 
     assert _state(run_dag(recipe, {"job_id": "mf_crash"}, retries=0)) == "failed"
     assert not os.path.exists(out)
@@ -103,7 +112,9 @@ def test_crash_in_straddling_partitions_then_resume_matches_clean_run(make_recip
     ids = [r["id"] for r in rows]
     assert ids == expected_ids  # nothing skipped, nothing duplicated, input order
     assert len(set(ids)) == len(ids)
-    assert [i for i in ids if i.startswith("c")] == [f"c{i:03d}" for i in range(SIZES["c"]) if ("c", i) not in DUPLICATES]
+    assert [i for i in ids if i.startswith("c")] == [
+        f"c{i:03d}" for i in range(SIZES["c"]) if ("c", i) not in DUPLICATES
+    ]
 
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         summary = json.load(fh)
@@ -115,6 +126,9 @@ def test_crash_in_straddling_partitions_then_resume_matches_clean_run(make_recip
     assert summary["ops"][2]["filtered"] == len(TOO_SHORT)
 
     # the crashed partitions resumed from their own checkpoints, not from the input
-    loads = {(e["partition_id"], e["op_index"]) for e in read_events(job_dir, "checkpoint_load")
-             if e.get("airflow_task_id") == "partitions_seg0"}
+    loads = {
+        (e["partition_id"], e["op_index"])
+        for e in read_events(job_dir, "checkpoint_load")
+        if e.get("airflow_task_id") == "partitions_seg0"
+    }
     assert (1, 1) in loads and (2, 2) in loads

@@ -57,8 +57,13 @@ class RayNodes:
     def _start(self, name: str, args: list[str]) -> None:
         log = open(os.path.join(self.root, f"ray_{name}.log"), "wb")
         self.procs[name] = subprocess.Popen(
-            [RAY, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args], stdout=log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=ray_env())
+            [RAY, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=ray_env(),
+        )
 
     def start_head(self) -> None:
         self._start("head", ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false"])
@@ -76,8 +81,9 @@ class RayNodes:
         self.wait_for_cpus(cpus)
 
     def cluster_cpus(self) -> float:
-        out = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True, timeout=60,
-                             env=ray_env())
+        out = subprocess.run(
+            [RAY, "status", f"--address={self.address}"], capture_output=True, text=True, timeout=60, env=ray_env()
+        )
         for line in out.stdout.splitlines():
             # e.g. " 0.0/2.0 CPU"
             if line.strip().endswith(" CPU") and "/" in line:
@@ -122,8 +128,16 @@ def nodes(tmp_path):
 
 def _write_recipe(tmp_path, corpus, name: str) -> str:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(RECIPE.format(name=name, data=corpus, export=tmp_path / f"{name}_out.jsonl", work=tmp_path / "work",
-                                  parts=4, strategy="every_op"))
+    path.write_text(
+        RECIPE.format(
+            name=name,
+            data=corpus,
+            export=tmp_path / f"{name}_out.jsonl",
+            work=tmp_path / "work",
+            parts=4,
+            strategy="every_op",
+        )
+    )
     return str(path)
 
 
@@ -141,15 +155,23 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     # with some checkpoints on disk and some work in flight.
     write_faults(job_dir, [{"point": "after_op", "op_index": 1, "kind": "delay", "seconds": 3, "times": 1000}])
     env = ray_env()
-    env.update({
-        "AIRFLOW_CONN_RAY_DEFAULT": json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": nodes.port}),
-        "DJ_TASK_RETRIES": "3",
-        "DJ_TASK_RETRY_DELAY_S": "1",
-    })
+    env.update(
+        {
+            "AIRFLOW_CONN_RAY_DEFAULT": json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": nodes.port}),
+            "DJ_TASK_RETRIES": "3",
+            "DJ_TASK_RETRY_DELAY_S": "1",
+        }
+    )
     log_path = tmp_path / "cluster.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([DJ_AIRFLOW, "run", recipe, "--job-id", "cluster"], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [DJ_AIRFLOW, "run", recipe, "--job-id", "cluster"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.time() + 180
         while not [e for e in read_events(job_dir, "checkpoint_save") if e.get("op_index") == 1]:
@@ -169,11 +191,19 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     loads = [e for e in events if e["event_type"] == "checkpoint_load" and e["timestamp"] > killed_at]
     assert loads, "the retry after the node loss did not resume from a checkpoint"
     # No op whose checkpoint was committed before the kill ran again afterwards.
-    committed = {(e["partition_id"], e["op_index"]) for e in events
-                 if e["event_type"] == "checkpoint_save" and e["timestamp"] < killed_at}
+    committed = {
+        (e["partition_id"], e["op_index"])
+        for e in events
+        if e["event_type"] == "checkpoint_save" and e["timestamp"] < killed_at
+    }
     assert committed
-    rerun = [(e["partition_id"], e["op_index"]) for e in events if e["event_type"] == "op_start"
-             and e["timestamp"] > killed_at and (e.get("partition_id"), e.get("op_index")) in committed]
+    rerun = [
+        (e["partition_id"], e["op_index"])
+        for e in events
+        if e["event_type"] == "op_start"
+        and e["timestamp"] > killed_at
+        and (e.get("partition_id"), e.get("op_index")) in committed
+    ]
     assert not rerun, f"committed work ran again after the node loss: {rerun}"
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         assert json.load(fh)["export"]["rows"] == ref_export.count(b"\n")

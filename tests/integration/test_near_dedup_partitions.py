@@ -37,8 +37,16 @@ process:
 def test_near_dedup_matches_data_juicer_for_any_partition_count(tmp_path, run_dag, op, parts):
     short = "minhash" if "minhash" in op else "simhash"
     recipe = tmp_path / "near.yaml"
-    recipe.write_text(RECIPE.format(name=f"near_{short}_{parts}", data=os.path.join(FIX, "inputs", "near_dup.jsonl"),
-                                    export=tmp_path / "out.jsonl", work=tmp_path / "work", parts=parts, op=op))
+    recipe.write_text(
+        RECIPE.format(
+            name=f"near_{short}_{parts}",
+            data=os.path.join(FIX, "inputs", "near_dup.jsonl"),
+            export=tmp_path / "out.jsonl",
+            work=tmp_path / "work",
+            parts=parts,
+            op=op,
+        )
+    )
     dr = run_dag(str(recipe), {"job_id": f"{short}{parts}"})
     assert str(dr.state).endswith("success")
     got = [(r["id"], r["text"]) for r in read_jsonl(tmp_path / "out.jsonl")]

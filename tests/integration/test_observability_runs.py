@@ -39,8 +39,9 @@ def test_failed_run_writes_failed_summary_then_resume_completes_it(make_recipe, 
     assert parts[1]["last_checkpoint_op"] == 1 and parts[1]["ops_done"] == 2
     # the summary is a snapshot taken when the task failed: dag.test runs mapped tasks in
     # no fixed order, so each sibling shows 4 ops done exactly when it finished before the failure
-    finished_before = {e["partition_id"] for e in read_events(job_dir, "partition_complete")
-                       if e["timestamp"] < ev["timestamp"]}
+    finished_before = {
+        e["partition_id"] for e in read_events(job_dir, "partition_complete") if e["timestamp"] < ev["timestamp"]
+    }
     for pid in (0, 2):
         assert parts[pid]["ops_done"] == (4 if pid in finished_before else 0)
     # the monitor rebuilds from the job dir: by now the sibling after the failure finished segment 0 too

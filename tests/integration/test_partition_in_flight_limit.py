@@ -20,15 +20,19 @@ def test_group_runs_one_partition_at_a_time(tmp_path, corpus, run_dag):
         f"work_dir: {tmp_path / 'work'}\n"
         "partition: {mode: manual, num_of_partitions: 4, execution_group_size: 4, max_concurrent_partitions: 1}\n"
         "checkpoint: {enabled: true, strategy: every_op}\n"
-        "process:\n  - whitespace_normalization_mapper:\n  - clean_email_mapper:\n")
+        "process:\n  - whitespace_normalization_mapper:\n  - clean_email_mapper:\n"
+    )
     dr = run_dag(str(recipe))
     assert str(dr.state).endswith("success")
     (job_id,) = os.listdir(tmp_path / "work")
     job_dir = str(tmp_path / "work" / job_id)
     (planning,) = read_events(job_dir, "execution_planning")
     assert planning["execution_group_size"]["size"] == 4
-    assert planning["max_concurrent_partitions"] == {"value": 1, "source": "recipe",
-                                                     "reason": "partition.max_concurrent_partitions=1"}
+    assert planning["max_concurrent_partitions"] == {
+        "value": 1,
+        "source": "recipe",
+        "reason": "partition.max_concurrent_partitions=1",
+    }
     assert planning["max_in_flight_per_group"] == 1
     starts = {e["partition_id"]: e["timestamp"] for e in read_events(job_dir, "partition_start")}
     ends = {e["partition_id"]: e["timestamp"] for e in read_events(job_dir, "partition_complete")}

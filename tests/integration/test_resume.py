@@ -23,8 +23,11 @@ def _inject(job_dir: str, faults: list[dict]) -> None:
 
 
 def _ops_started(job_dir: str, pid: int, try_number: int, task_id: str = "partitions_seg0") -> list[int]:
-    return [e["op_index"] for e in read_events(job_dir, "op_start")
-            if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id]
+    return [
+        e["op_index"]
+        for e in read_events(job_dir, "op_start")
+        if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id
+    ]
 
 
 def test_failed_partition_is_retried_and_runs_only_unfinished_ops(make_recipe, run_dag, tmp_path):
@@ -36,13 +39,18 @@ def test_failed_partition_is_retried_and_runs_only_unfinished_ops(make_recipe, r
     _inject(job_dir, [{"partition_id": 1, "after_op": 2, "times": 1}])
     dr = run_dag(recipe, {"job_id": "crash"}, retries=2)
     assert _state(dr) == "success"
-    assert open(recipe.replace(".yaml", "_out.jsonl"), "rb").read() == open(clean.replace(".yaml", "_out.jsonl"), "rb").read()
+    assert (
+        open(recipe.replace(".yaml", "_out.jsonl"), "rb").read()
+        == open(clean.replace(".yaml", "_out.jsonl"), "rb").read()
+    )
 
     # try 1 of partition 1 ran ops 0..2 and then died; try 2 resumed after op 2.
     assert _ops_started(job_dir, 1, 1) == [0, 1, 2]
     assert _ops_started(job_dir, 1, 2) == [3]
     assert _ops_started(job_dir, 1, 1, "partitions_seg1") == [4]  # the dedup's keep mask, applied once
-    loads = [e for e in read_events(job_dir, "checkpoint_load") if e.get("partition_id") == 1 and e.get("try_number") == 2]
+    loads = [
+        e for e in read_events(job_dir, "checkpoint_load") if e.get("partition_id") == 1 and e.get("try_number") == 2
+    ]
     assert loads and loads[0]["op_index"] == 2
     # siblings were never retried
     for pid in (0, 2, 3):
@@ -64,12 +72,17 @@ def test_failed_run_then_cleared_run_resumes_same_job(make_recipe, run_dag):
     dr = run_dag(recipe, {"job_id": "f1"}, retries=0)
     assert _state(dr) == "failed"
     assert not os.path.exists(recipe.replace(".yaml", "_out.jsonl"))  # nothing exported from a failed run
-    saved = sorted(os.listdir(os.path.join(job_dir, "checkpoints", "checkpoint_op_001_whitespace_normalization_mapper")))
+    saved = sorted(
+        os.listdir(os.path.join(job_dir, "checkpoints", "checkpoint_op_001_whitespace_normalization_mapper"))
+    )
     assert "partition_00002.commit.json" in saved  # the op before the crash is committed
 
     dr = run_dag(recipe, {"resume": "f1"}, retries=0)
     assert _state(dr) == "success"
-    assert open(recipe.replace(".yaml", "_out.jsonl"), "rb").read() == open(clean.replace(".yaml", "_out.jsonl"), "rb").read()
+    assert (
+        open(recipe.replace(".yaml", "_out.jsonl"), "rb").read()
+        == open(clean.replace(".yaml", "_out.jsonl"), "rb").read()
+    )
     resumed = [e for e in read_events(job_dir, "partition_complete") if e.get("status") == "already_complete"]
     assert {e["partition_id"] for e in resumed if e.get("segment") == 0} == {0, 1}
 

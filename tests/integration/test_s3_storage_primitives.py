@@ -115,8 +115,12 @@ def test_credentials_from_an_airflow_connection_never_shown(s3_server, monkeypat
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(k, raising=False)
-    conn = {"conn_type": "aws", "login": "AKIACONNKEY", "password": SECRET_KEY,
-            "extra": {"endpoint_url": s3_server.endpoint, "region_name": "us-east-1", "verify": False}}
+    conn = {
+        "conn_type": "aws",
+        "login": "AKIACONNKEY",
+        "password": SECRET_KEY,
+        "extra": {"endpoint_url": s3_server.endpoint, "region_name": "us-east-1", "verify": False},
+    }
     monkeypatch.setenv("AIRFLOW_CONN_DJ_S3_TEST", json.dumps(conn))
     monkeypatch.setenv(storage_options.CONN_ENV, "dj_s3_test")
     storage_options.clear_cache()
@@ -143,14 +147,18 @@ def test_credentials_from_an_airflow_connection_never_shown(s3_server, monkeypat
 def test_recipe_keeps_urls_and_refuses_unknown_protocols(tmp_path):
     from airflow_provider_dj.engine.config.recipe import RecipeError, parse_recipe
 
-    data = {"dataset_path": "data/in.jsonl", "export_path": "s3://bkt/out/result.jsonl",
-            "process": ["whitespace_normalization_mapper"]}
+    data = {
+        "dataset_path": "data/in.jsonl",
+        "export_path": "s3://bkt/out/result.jsonl",
+        "process": ["whitespace_normalization_mapper"],
+    }
     r = parse_recipe(dict(data), base_dir=str(tmp_path))
     assert r.export_path == "s3://bkt/out/result.jsonl"
     assert r.work_dir == "s3://bkt/out"  # the export's directory, not a mangled local path
     assert r.dataset_path == str(tmp_path / "data" / "in.jsonl")
-    r = parse_recipe(dict(data, work_dir="s3://bkt/work/../w", dataset_path="s3://bkt/in/*.jsonl"),
-                     base_dir=str(tmp_path))
+    r = parse_recipe(
+        dict(data, work_dir="s3://bkt/work/../w", dataset_path="s3://bkt/in/*.jsonl"), base_dir=str(tmp_path)
+    )
     assert r.work_dir == "s3://bkt/work/../w" and r.dataset_path == "s3://bkt/in/*.jsonl"
     with pytest.raises(RecipeError, match="work_dir.*nosuchproto"):
         parse_recipe(dict(data, work_dir="nosuchproto://x/y"), base_dir=str(tmp_path))
@@ -160,17 +168,24 @@ def test_retention_deletes_on_s3(s3_env):
     """Retention after a successful export: per-partition and whole-directory deletes on the bucket."""
     from types import SimpleNamespace
 
+    from airflow_provider_dj.engine.output.export import apply_retention
     from airflow_provider_dj.engine.storage import fs as storage
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
-    from airflow_provider_dj.engine.output.export import apply_retention
 
     prefix = _prefix()
     job_dir = s3_env.url(prefix)
     store = CheckpointStore(job_dir)
     for pid in (0, 1):
         for op in (0, 1):
-            store.save(op_index=op, op_name="m", partition_id=pid, table=pa.table({"t": ["x"]}), partition_hash="h",
-                       fingerprint="f", accounting=[{"failed": pid}])
+            store.save(
+                op_index=op,
+                op_name="m",
+                partition_id=pid,
+                table=pa.table({"t": ["x"]}),
+                partition_hash="h",
+                fingerprint="f",
+                accounting=[{"failed": pid}],
+            )
     storage.atomic_write_bytes(storage.join(job_dir, "checkpoints", "partitioning_info.json"), b"{}")
     markers = {pid: store.read_marker(1, "m", pid) for pid in (0, 1)}
 
@@ -179,11 +194,13 @@ def test_retention_deletes_on_s3(s3_env):
         return SimpleNamespace(job_dir=job_dir, recipe=SimpleNamespace(intermediate_storage=st))
 
     apply_retention(ctx("keep_failed_only"), markers)
-    left = [k[len(prefix) + 1:] for k in s3_env.keys(prefix)]
-    assert sorted(left) == ["checkpoints/checkpoint_op_000_m/partition_00001.commit.json",
-                            "checkpoints/checkpoint_op_000_m/partition_00001.parquet",
-                            "checkpoints/checkpoint_op_001_m/partition_00001.commit.json",
-                            "checkpoints/checkpoint_op_001_m/partition_00001.parquet",
-                            "checkpoints/partitioning_info.json"]
+    left = [k[len(prefix) + 1 :] for k in s3_env.keys(prefix)]
+    assert sorted(left) == [
+        "checkpoints/checkpoint_op_000_m/partition_00001.commit.json",
+        "checkpoints/checkpoint_op_000_m/partition_00001.parquet",
+        "checkpoints/checkpoint_op_001_m/partition_00001.commit.json",
+        "checkpoints/checkpoint_op_001_m/partition_00001.parquet",
+        "checkpoints/partitioning_info.json",
+    ]
     apply_retention(ctx("cleanup_all"), markers)
-    assert [k[len(prefix) + 1:] for k in s3_env.keys(prefix)] == ["checkpoints/partitioning_info.json"]
+    assert [k[len(prefix) + 1 :] for k in s3_env.keys(prefix)] == ["checkpoints/partitioning_info.json"]

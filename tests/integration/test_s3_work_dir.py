@@ -28,8 +28,13 @@ from tests.integration.moto_s3 import ACCESS_KEY, REGION, SECRET_KEY, s3_server 
 pytestmark = pytest.mark.integration
 
 CLI_FLAGS = ["--num-cpus", "1"]
-OPS = ["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter", "text_length_filter",
-       "document_deduplicator"]
+OPS = [
+    "clean_email_mapper",
+    "whitespace_normalization_mapper",
+    "words_num_filter",
+    "text_length_filter",
+    "document_deduplicator",
+]
 PARTS = 2
 
 
@@ -43,8 +48,9 @@ def local_ref(tmp_path_factory, corpus, airflow_home):
     """The same recipe on local disk: the export every S3 run must reproduce byte for byte."""
     root = tmp_path_factory.mktemp("s3_ref")
     recipe = _recipe(root / "s3_ref.yaml", "s3_ref", corpus, str(root / "ref_out.jsonl"), str(root / "work"))
-    run = run_cli(["run", recipe, "--job-id", "ref", *CLI_FLAGS], str(root / "ref.log"),
-                  env_extra={"DJ_TASK_RETRIES": "0"})
+    run = run_cli(
+        ["run", recipe, "--job-id", "ref", *CLI_FLAGS], str(root / "ref.log"), env_extra={"DJ_TASK_RETRIES": "0"}
+    )
     assert run.rc == 0, tail(run.output)
     with open(root / "work" / "ref" / "job_summary.json") as fh:
         summary = json.load(fh)
@@ -57,10 +63,18 @@ def _env_credentials(server) -> dict:
 
 def _connection_credentials(server) -> dict:
     """Credentials and endpoint only through an Airflow connection (AWS_* variables blanked)."""
-    conn = {"conn_type": "aws", "login": ACCESS_KEY, "password": SECRET_KEY,
-            "extra": {"endpoint_url": server.endpoint, "region_name": REGION}}
-    return {"DJ_TASK_RETRIES": "0", "DJ_STORAGE_CONN_ID": "dj_s3", "AIRFLOW_CONN_DJ_S3": json.dumps(conn),
-            "AWS_DEFAULT_REGION": REGION}
+    conn = {
+        "conn_type": "aws",
+        "login": ACCESS_KEY,
+        "password": SECRET_KEY,
+        "extra": {"endpoint_url": server.endpoint, "region_name": REGION},
+    }
+    return {
+        "DJ_TASK_RETRIES": "0",
+        "DJ_STORAGE_CONN_ID": "dj_s3",
+        "AIRFLOW_CONN_DJ_S3": json.dumps(conn),
+        "AWS_DEFAULT_REGION": REGION,
+    }
 
 
 def _assert_no_secret(server, prefix: str, *logs: str) -> None:
@@ -71,24 +85,42 @@ def _assert_no_secret(server, prefix: str, *logs: str) -> None:
 
 
 def _markers(server, job_prefix: str) -> set[str]:
-    return {k[len(job_prefix) + len("/checkpoints/"):] for k in server.keys(job_prefix + "/checkpoints/")
-            if k.endswith(".commit.json")}
+    return {
+        k[len(job_prefix) + len("/checkpoints/") :]
+        for k in server.keys(job_prefix + "/checkpoints/")
+        if k.endswith(".commit.json")
+    }
 
 
 @pytest.fixture(autouse=True)
 def _no_ambient_aws(monkeypatch):
     """The CLI runs inherit this environment: only what a test passes may reach them."""
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-              "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "DJ_STORAGE_CONN_ID"):
+    for k in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_PROFILE",
+        "DJ_STORAGE_CONN_ID",
+    ):
         monkeypatch.delenv(k, raising=False)
 
 
 def test_run_on_s3_exports_what_a_local_run_exports(s3_server, local_ref, corpus, tmp_path, monkeypatch):
     ref_export, ref_summary = local_ref
-    recipe = _recipe(tmp_path / "s3_clean.yaml", "s3_clean", corpus, s3_server.url("clean/out/result.jsonl"),
-                     s3_server.url("clean/work"))
-    run = run_cli(["run", recipe, "--job-id", "job1", *CLI_FLAGS], str(tmp_path / "run.log"),
-                  env_extra=_env_credentials(s3_server))
+    recipe = _recipe(
+        tmp_path / "s3_clean.yaml",
+        "s3_clean",
+        corpus,
+        s3_server.url("clean/out/result.jsonl"),
+        s3_server.url("clean/work"),
+    )
+    run = run_cli(
+        ["run", recipe, "--job-id", "job1", *CLI_FLAGS],
+        str(tmp_path / "run.log"),
+        env_extra=_env_credentials(s3_server),
+    )
     assert run.rc == 0, tail(run.output)
     assert s3_server.get("clean/out/result.jsonl") == ref_export
 
@@ -97,8 +129,9 @@ def test_run_on_s3_exports_what_a_local_run_exports(s3_server, local_ref, corpus
     assert summary["status"] == "completed"
     assert summary["export"]["rows"] == ref_summary["export"]["rows"] > 0
     assert summary["export"]["checksum_xxh3_128"] == ref_summary["export"]["checksum_xxh3_128"]
-    assert [(o["rows_in"], o["rows_out"]) for o in summary["ops"]] == \
-        [(o["rows_in"], o["rows_out"]) for o in ref_summary["ops"]]
+    assert [(o["rows_in"], o["rows_out"]) for o in summary["ops"]] == [
+        (o["rows_in"], o["rows_out"]) for o in ref_summary["ops"]
+    ]
     markers = _markers(s3_server, job)
     for i, op in enumerate(OPS):
         for p in range(PARTS):
@@ -108,8 +141,8 @@ def test_run_on_s3_exports_what_a_local_run_exports(s3_server, local_ref, corpus
     assert f"{job}/metadata/runner.lock" not in keys  # released at export
     assert "success in" in run.output  # the CLI read the summary back from S3
 
-    from airflow_provider_dj.engine.storage import options as storage_options
     from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.storage import options as storage_options
 
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)
@@ -128,13 +161,30 @@ def test_kill_mid_checkpoint_then_resume_on_s3_with_input_on_s3(s3_server, local
     ref_export, _ = local_ref
     with open(corpus, "rb") as fh:
         s3_server.put("crash/input/corpus.jsonl", fh.read())
-    recipe = _recipe(tmp_path / "s3_crash.yaml", "s3_crash", s3_server.url("crash/input/corpus.jsonl"),
-                     s3_server.url("crash/out/result.jsonl"), s3_server.url("crash/work"))
+    recipe = _recipe(
+        tmp_path / "s3_crash.yaml",
+        "s3_crash",
+        s3_server.url("crash/input/corpus.jsonl"),
+        s3_server.url("crash/out/result.jsonl"),
+        s3_server.url("crash/work"),
+    )
     job = "crash/work/job2"
     op_dir = "checkpoint_op_001_whitespace_normalization_mapper"
-    s3_server.put(f"{job}/_fault_injection.json", json.dumps(
-        [{"point": "checkpoint_mid_write", "partition_id": 1, "op_index": 1, "store": "checkpoint_op",
-          "kind": "kill_run", "times": 1}]).encode())
+    s3_server.put(
+        f"{job}/_fault_injection.json",
+        json.dumps(
+            [
+                {
+                    "point": "checkpoint_mid_write",
+                    "partition_id": 1,
+                    "op_index": 1,
+                    "store": "checkpoint_op",
+                    "kind": "kill_run",
+                    "times": 1,
+                }
+            ]
+        ).encode(),
+    )
     env = _connection_credentials(s3_server)
 
     killed = run_cli(["run", recipe, "--job-id", "job2", *CLI_FLAGS], str(tmp_path / "killed.log"), env_extra=env)
@@ -155,6 +205,7 @@ def test_kill_mid_checkpoint_then_resume_on_s3_with_input_on_s3(s3_server, local
     summary = json.loads(s3_server.get(f"{job}/job_summary.json"))
     assert summary["status"] == "completed"
     for i, op in enumerate(OPS):
-        assert {f"checkpoint_op_{i:03d}_{op}/partition_{p:05d}.commit.json" for p in range(PARTS)} <= \
-            _markers(s3_server, job)
+        assert {f"checkpoint_op_{i:03d}_{op}/partition_{p:05d}.commit.json" for p in range(PARTS)} <= _markers(
+            s3_server, job
+        )
     _assert_no_secret(s3_server, "crash/", killed.output, resumed.output)

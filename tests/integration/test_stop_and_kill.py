@@ -19,9 +19,9 @@ import pytest
 
 from airflow_provider_dj.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
-from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +44,9 @@ process:
 
 def _recipe(tmp_path, corpus, name: str) -> str:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(RECIPE.format(name=name, data=corpus, export=tmp_path / f"{name}_out.jsonl",
-                                  work=tmp_path / "work"))
+    path.write_text(
+        RECIPE.format(name=name, data=corpus, export=tmp_path / f"{name}_out.jsonl", work=tmp_path / "work")
+    )
     return str(path)
 
 
@@ -117,8 +118,11 @@ def _committed_ops(job_dir: str, pid: int) -> list[int]:
     ctx = JobContext(job_dir)
     store = CheckpointStore(job_dir, ctx.storage_format)
     phash = ctx.partition(pid)["content_hash"]
-    return [i for i, op in enumerate(ctx.plan.ops) if not op.is_global and
-            store.is_committed(i, op.name, pid, phash, op.fingerprint)]
+    return [
+        i
+        for i, op in enumerate(ctx.plan.ops)
+        if not op.is_global and store.is_committed(i, op.name, pid, phash, op.fingerprint)
+    ]
 
 
 def _ti_states(dr) -> dict:
@@ -141,8 +145,7 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def test_graceful_stop_mid_run_then_resume_exports_what_a_clean_run_exports(tmp_path, corpus, run_dag,
-                                                                            clean_export):
+def test_graceful_stop_mid_run_then_resume_exports_what_a_clean_run_exports(tmp_path, corpus, run_dag, clean_export):
     recipe = _recipe(tmp_path, corpus, "stop_graceful")
     job_id = "graceful"
     job_dir = str(tmp_path / "work" / job_id)
@@ -206,14 +209,23 @@ def test_graceful_stop_mid_run_then_resume_exports_what_a_clean_run_exports(tmp_
     assert json.load(open(os.path.join(job_dir, "job_summary.json")))["status"] == "completed"
 
 
-def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_trusted(tmp_path, corpus, run_dag,
-                                                                                     clean_export):
+def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_trusted(
+    tmp_path, corpus, run_dag, clean_export
+):
     recipe = _recipe(tmp_path, corpus, "stop_force")
     job_id = "forced"
     job_dir = str(tmp_path / "work" / job_id)
     # Partition 0 hangs 6 s between op 2's data file and its commit marker.
-    _fault(job_dir, point="checkpoint_mid_write", store="checkpoint_op", partition_id=0, op_index=2, kind="delay",
-           seconds=6, times=1)
+    _fault(
+        job_dir,
+        point="checkpoint_mid_write",
+        store="checkpoint_op",
+        partition_id=0,
+        op_index=2,
+        kind="delay",
+        seconds=6,
+        times=1,
+    )
     seen: dict = {}
 
     def data_file():
@@ -242,8 +254,9 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     time.sleep(max(0.0, seen["at"] + 7 - time.time()))
     assert _committed_ops(job_dir, 0) == [0, 1]  # committed work kept; the half-written op 2 is not committed
     assert os.path.exists(seen["data_file"])  # the orphan data file is there, without its marker
-    assert not [e for e in read_events(job_dir, "checkpoint_save") if e.get("partition_id") == 0
-                and e.get("op_index") == 2]
+    assert not [
+        e for e in read_events(job_dir, "checkpoint_save") if e.get("partition_id") == 0 and e.get("op_index") == 2
+    ]
 
     # Resume ignores the uncommitted file, recomputes op 2, and exports exactly the clean result.
     os.remove(os.path.join(job_dir, "_fault_injection.json"))
@@ -257,8 +270,13 @@ def _assert_killed_and_silent(job_dir: str, pid: int, started: float, hold: floa
     """The Ray worker is gone and nothing for partition 0 op 2 is written after its pause would have ended."""
     assert not _pid_alive(pid), f"Ray worker {pid} still alive after the kill"
     time.sleep(max(0.0, started + hold + 1.5 - time.time()))
-    late = [e for e in read_events(job_dir) if e.get("partition_id") == 0 and e.get("op_index") == 2
-            and e["event_type"] in ("op_complete", "checkpoint_save")]
+    late = [
+        e
+        for e in read_events(job_dir)
+        if e.get("partition_id") == 0
+        and e.get("op_index") == 2
+        and e["event_type"] in ("op_complete", "checkpoint_save")
+    ]
     assert late == [], late
     assert _committed_ops(job_dir, 0) == [0, 1]
 

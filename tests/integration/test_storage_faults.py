@@ -56,11 +56,14 @@ def mount_tmpfs(tmp_path):
     def mount(name: str, size: str) -> str:
         mnt = tmp_path / name
         mnt.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); "
-                        f"test_enospc_through_the_fault_seam_in_a_cli_run covers ENOSPC instead")
+            pytest.skip(
+                f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); "
+                f"test_enospc_through_the_fault_seam_in_a_cli_run covers ENOSPC instead"
+            )
         mounted.append(str(mnt))
         return str(mnt)
 
@@ -110,8 +113,9 @@ def clean_export(make_recipe, run_dag, big_corpus) -> bytes:
     return open(recipe.replace(".yaml", "_out.jsonl"), "rb").read()
 
 
-def test_full_work_dir_fails_clearly_and_resumes_to_the_clean_export(tmp_path, make_recipe, run_dag, big_corpus,
-                                                                     clean_export, mount_tmpfs):
+def test_full_work_dir_fails_clearly_and_resumes_to_the_clean_export(
+    tmp_path, make_recipe, run_dag, big_corpus, clean_export, mount_tmpfs
+):
     work = mount_tmpfs("work_fs", "6m")
     recipe = make_recipe("sf_full", parts=3, data=big_corpus)
     text = open(recipe).read().replace(f"work_dir: {tmp_path / 'work'}", f"work_dir: {work}")
@@ -135,12 +139,15 @@ def test_full_work_dir_fails_clearly_and_resumes_to_the_clean_export(tmp_path, m
     assert open(export, "rb").read() == clean_export
 
 
-def test_full_export_volume_fails_clearly_and_a_resume_exports_identically(tmp_path, make_recipe, run_dag,
-                                                                          big_corpus, clean_export, mount_tmpfs):
+def test_full_export_volume_fails_clearly_and_a_resume_exports_identically(
+    tmp_path, make_recipe, run_dag, big_corpus, clean_export, mount_tmpfs
+):
     out_dir = mount_tmpfs("export_fs", "4m")
     recipe = make_recipe("sf_export", parts=3, data=big_corpus)
     export = os.path.join(out_dir, "out.jsonl")
-    text = open(recipe).read().replace(f"export_path: {recipe.replace('.yaml', '_out.jsonl')}", f"export_path: {export}")
+    text = (
+        open(recipe).read().replace(f"export_path: {recipe.replace('.yaml', '_out.jsonl')}", f"export_path: {export}")
+    )
     open(recipe, "w").write(text)
     assert len(clean_export) > 256 << 10
     filler = fill(out_dir, leave=128 << 10)  # less than the export needs
@@ -162,8 +169,9 @@ def test_full_export_volume_fails_clearly_and_a_resume_exports_identically(tmp_p
     assert len(read_events(job_dir, "op_start")) == ops_started
 
 
-def test_flipped_byte_in_a_committed_checkpoint_is_recomputed_through_the_dag(tmp_path, make_recipe, run_dag,
-                                                                              big_corpus, clean_export):
+def test_flipped_byte_in_a_committed_checkpoint_is_recomputed_through_the_dag(
+    tmp_path, make_recipe, run_dag, big_corpus, clean_export
+):
     recipe = make_recipe("sf_flip", parts=3, data=big_corpus)
     job_dir = os.path.join(tmp_path, "work", "flip")
     os.makedirs(job_dir)
@@ -193,18 +201,29 @@ def test_enospc_through_the_fault_seam_in_a_cli_run(tmp_path, big_corpus, clean_
 
     recipe = tmp_path / "seam.yaml"
     export = tmp_path / "seam_out.jsonl"
-    recipe.write_text(RECIPE.format(name="sf_seam", data=big_corpus, export=export, work=tmp_path / "work", parts=3,
-                                    strategy="every_op"))
+    recipe.write_text(
+        RECIPE.format(
+            name="sf_seam", data=big_corpus, export=export, work=tmp_path / "work", parts=3, strategy="every_op"
+        )
+    )
     env = {"DJ_TASK_RETRIES": "0", "DJ_STORAGE_ENOSPC": "checkpoint_op_001_whitespace_normalization_mapper"}
-    run = run_cli(["run", str(recipe), "--job-id", "seam", "--num-cpus", "1"], str(tmp_path / "seam.log"),
-                  env_extra=env, timeout=480)
+    run = run_cli(
+        ["run", str(recipe), "--job-id", "seam", "--num-cpus", "1"],
+        str(tmp_path / "seam.log"),
+        env_extra=env,
+        timeout=480,
+    )
     assert run.rc != 0, tail(run.output)
     assert "writing the checkpoint of op 1 (whitespace_normalization_mapper)" in run.output, tail(run.output)
     job_dir = tmp_path / "work" / "seam"
     assert not export.exists() and committed_but_invalid(str(job_dir)) == [] and temp_files(str(job_dir)) == []
     env.pop("DJ_STORAGE_ENOSPC")
-    run = run_cli(["run", str(recipe), "--resume", "seam", "--num-cpus", "1"], str(tmp_path / "seam2.log"),
-                  env_extra=env, timeout=480)
+    run = run_cli(
+        ["run", str(recipe), "--resume", "seam", "--num-cpus", "1"],
+        str(tmp_path / "seam2.log"),
+        env_extra=env,
+        timeout=480,
+    )
     assert run.rc == 0, tail(run.output)
     assert export.read_bytes() == clean_export
     loads = [e for e in read_events(str(job_dir), "checkpoint_load") if e.get("op_index") == 0]

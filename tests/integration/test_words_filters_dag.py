@@ -40,21 +40,24 @@ def _args(op: str, variant: str) -> dict:
 def test_word_filters_export_data_juicers_rows(tmp_path, run_dag, parts):
     process = [{op: _args(op, v)} for op, v in STEPS]
     recipe = tmp_path / "words.yaml"
-    recipe.write_text(json.dumps({
-        "project_name": f"words_filters_{parts}",
-        "dataset_path": os.path.join(FIX, "inputs", "words.jsonl"),
-        "export_path": str(tmp_path / "out.jsonl"),
-        "work_dir": str(tmp_path / "work"),
-        "partition": {"mode": "manual", "num_of_partitions": parts},
-        "checkpoint": {"strategy": "every_op"},
-        "keep_stats_in_res_ds": True,
-        "process": process,
-    }))
+    recipe.write_text(
+        json.dumps(
+            {
+                "project_name": f"words_filters_{parts}",
+                "dataset_path": os.path.join(FIX, "inputs", "words.jsonl"),
+                "export_path": str(tmp_path / "out.jsonl"),
+                "work_dir": str(tmp_path / "work"),
+                "partition": {"mode": "manual", "num_of_partitions": parts},
+                "checkpoint": {"strategy": "every_op"},
+                "keep_stats_in_res_ds": True,
+                "process": process,
+            }
+        )
+    )
     dr = run_dag(str(recipe), {"job_id": f"words{parts}"})
     assert str(dr.state).endswith("success")
     expected = {op: read_jsonl(os.path.join(FIX, "expected", f"{op}__{v}.jsonl")) for op, v in STEPS}
-    kept_ids = [r["id"] for r in expected["stopwords_filter"]
-                if all(expected[op][r["id"]]["kept"] for op, _ in STEPS)]
+    kept_ids = [r["id"] for r in expected["stopwords_filter"] if all(expected[op][r["id"]]["kept"] for op, _ in STEPS)]
     ours = read_jsonl(tmp_path / "out.jsonl")
     assert [r["id"] for r in ours] == kept_ids
     assert 0 < len(kept_ids) < len(expected["stopwords_filter"])  # the chain keeps some rows, drops others

@@ -111,10 +111,15 @@ def test_runs_started_together_migrate_one_template_and_each_get_a_private_copy(
     """Three first runs in a fresh home at the same instant: one migration, three private DBs."""
     home = tmp_path / "home"
     go_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, "-c", PREPARE, f"/recipes/r{i}.yaml", str(go_at),
-                               "cleanup" if i == 0 else "keep"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_clean_env(home))
-             for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PREPARE, f"/recipes/r{i}.yaml", str(go_at), "cleanup" if i == 0 else "keep"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_clean_env(home),
+        )
+        for i in range(3)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -149,8 +154,12 @@ def test_runs_started_together_migrate_one_template_and_each_get_a_private_copy(
         assert os.listdir(r["dags"]) == [f"dj_cli_dag_{os.path.basename(r['run_dir']).split('-')[1]}.py"]
 
     # A later run sweeps the two dead runs' leftovers and keeps working.
-    later = subprocess.run([sys.executable, "-c", PREPARE, "/recipes/later.yaml", "0", "cleanup"],
-                           capture_output=True, env=_clean_env(home), timeout=300)
+    later = subprocess.run(
+        [sys.executable, "-c", PREPARE, "/recipes/later.yaml", "0", "cleanup"],
+        capture_output=True,
+        env=_clean_env(home),
+        timeout=300,
+    )
     assert later.returncode == 0, later.stderr.decode()[-3000:]
     assert os.listdir(home / airflow_env.RUNS_DIR) == []
 
@@ -174,8 +183,13 @@ def test_a_server_db_is_shared_and_migrated_once(tmp_path):
     home.mkdir()
     url = "postgresql://dj@127.0.0.1:1/shared"  # never connected to: the marker says it is migrated
     open(airflow_env._migrated_marker(str(home), url), "w").close()
-    proc = subprocess.run([sys.executable, "-c", SHARED], capture_output=True, text=True, timeout=300,
-                          env=_clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=url))
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=url),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["db"] is None and seen["conn"] == url == seen["conn_after"]  # shared, and left as it was
@@ -214,7 +228,9 @@ def test_an_unwritable_home_is_refused_naming_it_and_what_to_do(tmp_path, monkey
     home = tmp_path / "not_a_dir"
     home.write_text("a file where the home should be")
     monkeypatch.setenv("AIRFLOW_HOME", str(home))
-    with pytest.raises(airflow_env.AirflowEnvError, match=r"cannot prepare the Airflow home .*not_a_dir.*DJ_AIRFLOW_HOME"):
+    with pytest.raises(
+        airflow_env.AirflowEnvError, match=r"cannot prepare the Airflow home .*not_a_dir.*DJ_AIRFLOW_HOME"
+    ):
         airflow_env.prepare_run("/r/x.yaml", "x")
     assert home.read_text() == "a file where the home should be"
 

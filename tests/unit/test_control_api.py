@@ -15,11 +15,11 @@ import pytest
 
 from airflow_provider_dj.cli import main
 from airflow_provider_dj.control import JobNotFoundError, job_status, list_jobs, stop_job
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\

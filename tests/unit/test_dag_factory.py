@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAG_FILE = os.path.join(REPO, "dags", "dj_recipes.py")
 DEMO = os.path.join(REPO, "dags", "recipes", "demo.yaml")
@@ -24,8 +22,15 @@ def test_demo_dag_has_expected_tasks_and_wiring():
 
     dag = build_dag(DEMO)
     assert dag.dag_id == "dj_demo"
-    assert set(dag.task_ids) == {"gpu_preflight", "validate", "partitions_seg0", "barrier_seg0",
-                                 "global_op4_document_deduplicator", "partitions_seg1", "export"}
+    assert set(dag.task_ids) == {
+        "gpu_preflight",
+        "validate",
+        "partitions_seg0",
+        "barrier_seg0",
+        "global_op4_document_deduplicator",
+        "partitions_seg1",
+        "export",
+    }
     t = dag.task_dict
     assert t["gpu_preflight"].downstream_task_ids == {"validate"}
     assert t["validate"].downstream_task_ids == {"partitions_seg0", "partitions_seg1"}  # both mapped over its output
@@ -42,8 +47,10 @@ def test_recipe_without_global_ops_has_one_segment_and_no_barrier(tmp_path):
     from airflow_provider_dj.dag_factory import build_dag
 
     p = tmp_path / "r.yaml"
-    p.write_text("project_name: 'my recipe/v2'\ndataset_path: in.jsonl\nexport_path: out.jsonl\nschedule: '0 3 * * *'\n"
-                 "partition: {max_concurrent_partitions: 3}\nprocess:\n  - text_length_filter:\n")
+    p.write_text(
+        "project_name: 'my recipe/v2'\ndataset_path: in.jsonl\nexport_path: out.jsonl\nschedule: '0 3 * * *'\n"
+        "partition: {max_concurrent_partitions: 3}\nprocess:\n  - text_length_filter:\n"
+    )
     dag = build_dag(str(p))
     assert dag.dag_id == "my_recipe_v2"
     assert set(dag.task_ids) == {"gpu_preflight", "validate", "partitions_seg0", "export"}
@@ -54,8 +61,9 @@ def test_recipe_without_global_ops_has_one_segment_and_no_barrier(tmp_path):
 def test_broken_recipe_beside_good_ones_leaves_them_loadable(tmp_path, monkeypatch):
     shutil.copy(DEMO, tmp_path / "demo.yaml")
     (tmp_path / "data").symlink_to(os.path.join(REPO, "dags", "recipes", "data"))
-    (tmp_path / "typo.yaml").write_text("project_name: typo\ndataset_path: x.jsonl\nexport_path: y.jsonl\n"
-                                        "process:\n  - clean_emial_mapper:\n")
+    (tmp_path / "typo.yaml").write_text(
+        "project_name: typo\ndataset_path: x.jsonl\nexport_path: y.jsonl\nprocess:\n  - clean_emial_mapper:\n"
+    )
     (tmp_path / "notyaml.yml").write_text("process: [unclosed\n")
     bag = _bag(monkeypatch, tmp_path)
     assert not bag.import_errors
@@ -68,8 +76,9 @@ def test_broken_recipe_beside_good_ones_leaves_them_loadable(tmp_path, monkeypat
 
 def test_duplicate_dag_ids_name_both_files(tmp_path, monkeypatch):
     for name in ("a", "b"):
-        (tmp_path / f"{name}.yaml").write_text("project_name: same\ndataset_path: x.jsonl\nexport_path: y.jsonl\n"
-                                               "process:\n  - text_length_filter:\n")
+        (tmp_path / f"{name}.yaml").write_text(
+            "project_name: same\ndataset_path: x.jsonl\nexport_path: y.jsonl\nprocess:\n  - text_length_filter:\n"
+        )
     bag = _bag(monkeypatch, tmp_path)
     assert "same" not in bag.dags
     doc = bag.dags["dj_broken__a"].doc_md
@@ -78,7 +87,9 @@ def test_duplicate_dag_ids_name_both_files(tmp_path, monkeypatch):
 
 def test_parsing_reads_no_data(tmp_path, monkeypatch):
     """The recipe's dataset does not even exist: parsing must still succeed (no data work at parse time)."""
-    (tmp_path / "r.yaml").write_text("project_name: nodata\ndataset_path: /nonexistent/in.jsonl\n"
-                                     "export_path: /nonexistent/out.jsonl\nprocess:\n  - document_deduplicator:\n")
+    (tmp_path / "r.yaml").write_text(
+        "project_name: nodata\ndataset_path: /nonexistent/in.jsonl\n"
+        "export_path: /nonexistent/out.jsonl\nprocess:\n  - document_deduplicator:\n"
+    )
     bag = _bag(monkeypatch, tmp_path)
     assert "nodata" in bag.dags

@@ -99,8 +99,11 @@ def test_ops_reference_lists_every_registered_op_with_its_arguments(gen):
 
 def test_conformance_counts_come_from_fixture_files(gen):
     counts = gen._conformance_variants()
-    on_disk = [n for n in os.listdir(os.path.join(ROOT, "tests/conformance/fixtures/expected"))
-               if n.startswith("clean_email_mapper__")]
+    on_disk = [
+        n
+        for n in os.listdir(os.path.join(ROOT, "tests/conformance/fixtures/expected"))
+        if n.startswith("clean_email_mapper__")
+    ]
     assert counts["clean_email_mapper"] == len(on_disk) > 0
 
 
@@ -134,8 +137,15 @@ def test_chart_bars_are_proportional_to_the_figures(plot):
     root = ET.fromstring(plot.render_svg(fig))
     bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("data-value")]
     assert [(r.get("class"), float(r.get("data-value"))) for r in bars] == [
-        ("ours", 10.0), ("dj", 40.0), ("ours", 20.0), ("dj", 80.0),
-        ("ours", 1.0), ("dj", 2.0), ("ours", 1.5), ("dj", 4.0)]
+        ("ours", 10.0),
+        ("dj", 40.0),
+        ("ours", 20.0),
+        ("dj", 80.0),
+        ("ours", 1.0),
+        ("dj", 2.0),
+        ("ours", 1.5),
+        ("dj", 4.0),
+    ]
     h = [float(r.get("height")) for r in bars]
     assert h[1] == pytest.approx(4 * h[0], rel=0.01) and h[3] == pytest.approx(2 * h[1], rel=0.01)
     assert h[7] == pytest.approx(4 * h[4], rel=0.01)
@@ -143,10 +153,21 @@ def test_chart_bars_are_proportional_to_the_figures(plot):
 
 def test_chart_json_and_docs_sources_agree(plot):
     """A run_bench.py summary and the printed table of the same run draw the same chart."""
-    data = {"timestamp": "2026-11-29T20:22:51", "summary": {"per_size": [
-        {"rows": 100000, "ours_wall_s": 23.1994, "dj_wall_s": 91.4166, "ours_peak_tree_pss": 1213160448,
-         "dj_peak_tree_pss": 2555797504},
-        {"rows": 5, "ours_wall_s": 1.0, "dj_wall_s": None, "dj_error": "crashed"}]}}
+    data = {
+        "timestamp": "2026-11-29T20:22:51",
+        "summary": {
+            "per_size": [
+                {
+                    "rows": 100000,
+                    "ours_wall_s": 23.1994,
+                    "dj_wall_s": 91.4166,
+                    "ours_peak_tree_pss": 1213160448,
+                    "dj_peak_tree_pss": 2555797504,
+                },
+                {"rows": 5, "ours_wall_s": 1.0, "dj_wall_s": None, "dj_error": "crashed"},
+            ]
+        },
+    }
     fig = plot.figures_from_json(data, "x.json")
     assert fig.points == (plot.SizePoint(100000, 23.2, 91.4, 1.13, 2.38),)
     with pytest.raises(plot.NoFiguresError, match="x.json"):
@@ -155,5 +176,6 @@ def test_chart_json_and_docs_sources_agree(plot):
 
 def test_committed_chart_matches_the_published_table(plot):
     fig = plot.figures_from_markdown(_read("docs/benchmarks.md"))
-    assert _read("docs/img/benchmarks.svg") == plot.render_svg(fig), \
+    assert _read("docs/img/benchmarks.svg") == plot.render_svg(fig), (
         "docs/img/benchmarks.svg is stale: run .venv/bin/python bench/plot_results.py"
+    )

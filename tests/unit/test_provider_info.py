@@ -65,16 +65,20 @@ def test_every_declared_field_reaches_ray(name, monkeypatch):
     assert name in SAMPLES, f"conn-field {name!r} has no behaviour check here: add one to SAMPLES"
     value, where = SAMPLES[name]
     hook = RayHook(ray_conn_id="ray_x")
-    monkeypatch.setattr(hook, "get_connection", lambda cid: SimpleNamespace(host=None, port=None,
-                                                                            extra_dejson={name: value}))
+    monkeypatch.setattr(
+        hook, "get_connection", lambda cid: SimpleNamespace(host=None, port=None, extra_dejson={name: value})
+    )
     assert where(hook.resolve()) == value
 
 
 def test_an_undeclared_extra_never_reaches_ray(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     hook = RayHook(ray_conn_id="ray_x")
-    monkeypatch.setattr(hook, "get_connection", lambda cid: SimpleNamespace(
-        host=None, port=None, extra_dejson={"_system_config": {"x": 1}, "namespace": "ok"}))
+    monkeypatch.setattr(
+        hook,
+        "get_connection",
+        lambda cid: SimpleNamespace(host=None, port=None, extra_dejson={"_system_config": {"x": 1}, "namespace": "ok"}),
+    )
     cfg = hook.resolve()
     assert cfg["init_kwargs"] == {"namespace": "ok"} and cfg["embedded"] == {}
 

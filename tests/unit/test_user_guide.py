@@ -60,8 +60,15 @@ def _operator_classes():
     from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
     from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
 
-    return [GpuPreflightOperator, ResumeValidatorOperator, PartitionGroupOperator, GlobalOpOperator,
-            ExportOperator, CheckpointSensor, RayHook]
+    return [
+        GpuPreflightOperator,
+        ResumeValidatorOperator,
+        PartitionGroupOperator,
+        GlobalOpOperator,
+        ExportOperator,
+        CheckpointSensor,
+        RayHook,
+    ]
 
 
 def _fmt_default(p: inspect.Parameter) -> str:
@@ -75,8 +82,11 @@ def test_operator_tables_match_signatures(guide, cls):
     section = guide.split(f"\n#### {cls.__name__}\n", 1)[1].split("\n#### ", 1)[0].split("\n## ", 1)[0]
     assert f"`{cls.__module__}`" in section
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, re.M))
-    params = {n: p for n, p in inspect.signature(cls.__init__).parameters.items()
-              if n != "self" and p.kind is not p.VAR_KEYWORD}
+    params = {
+        n: p
+        for n, p in inspect.signature(cls.__init__).parameters.items()
+        if n != "self" and p.kind is not p.VAR_KEYWORD
+    }
     assert set(rows) == set(params)
     for name, p in params.items():
         assert rows[name] == _fmt_default(p), (cls.__name__, name)
@@ -89,8 +99,12 @@ def _exception_classes() -> set[str]:
     for info in pkgutil.walk_packages(airflow_provider_dj.__path__, "airflow_provider_dj."):
         mod = importlib.import_module(info.name)
         for name, obj in vars(mod).items():
-            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == mod.__name__
-                    and not name.startswith("_")):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == mod.__name__
+                and not name.startswith("_")
+            ):
                 names.add(name)
     return names
 
@@ -105,7 +119,7 @@ def test_troubleshooting_names_every_exception_class(guide):
 
 def test_resume_refusal_reasons_are_all_documented(guide):
     with open(os.path.join(ROOT, "airflow_provider_dj", "engine", "jobdir", "resume.py"), encoding="utf-8") as fh:
-        reasons = set(re.findall(r'ResumeRefusedError\("(\w+)"', fh.read()))
+        reasons = set(re.findall(r'ResumeRefusedError\(\s*"(\w+)"', fh.read()))
     assert len(reasons) >= 6
     trouble = guide.split("## 13. Troubleshooting", 1)[1]
     assert sorted(r for r in reasons if f"`{r}`" not in trouble) == []

@@ -41,8 +41,16 @@ __all__ = [
 
 OVERRIDABLE_KEYS: frozenset[str] = frozenset(
     {
-        "dataset_path", "export_path", "work_dir", "job_id", "resume", "np",
-        "skip_op_error", "keep_stats_in_res_ds", "max_failed_ratio", *TRACER_KEYS,
+        "dataset_path",
+        "export_path",
+        "work_dir",
+        "job_id",
+        "resume",
+        "np",
+        "skip_op_error",
+        "keep_stats_in_res_ds",
+        "max_failed_ratio",
+        *TRACER_KEYS,
         *(f"{section}.{leaf}" for section in SECTIONS for leaf in SECTION_KEYS[section]),
     }
 )

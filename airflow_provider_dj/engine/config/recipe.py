@@ -39,9 +39,18 @@ from airflow_provider_dj.ops.base import OpArgumentError, suggest
 from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class, op_names
 
 __all__ = [
-    "CheckpointConfig", "IntermediateStorageConfig", "OpSpec", "PartitionConfig", "Recipe",
-    "RecipeError", "TracerConfig", "check_input_exists", "load_recipe", "parse_recipe",
-    "recipe_from_dict", "sanitize_dag_id",
+    "CheckpointConfig",
+    "IntermediateStorageConfig",
+    "OpSpec",
+    "PartitionConfig",
+    "Recipe",
+    "RecipeError",
+    "TracerConfig",
+    "check_input_exists",
+    "load_recipe",
+    "parse_recipe",
+    "recipe_from_dict",
+    "sanitize_dag_id",
 ]
 
 
@@ -76,23 +85,31 @@ _RecipeYamlLoader.add_implicit_resolver("tag:dj-airflow:exp-number", _EXP_NUMBER
 _RecipeYamlLoader.add_constructor("tag:dj-airflow:exp-number", _construct_exp_number)
 
 
-def load_recipe(path: str | os.PathLike, overrides: dict | None = None, *,
-                override_source: str = "dag_run.conf") -> Recipe:
+def load_recipe(
+    path: str | os.PathLike, overrides: dict | None = None, *, override_source: str = "dag_run.conf"
+) -> Recipe:
     """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_RecipeYamlLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(fh, Loader=_RecipeYamlLoader)
     except FileNotFoundError:
         raise RecipeError(path, None, "recipe file not found") from None
     except yaml.YAMLError as exc:
         raise RecipeError(path, None, f"invalid YAML: {exc}") from None
-    return parse_recipe(data, source_file=path, base_dir=os.path.dirname(path),
-                        overrides=overrides, override_source=override_source)
+    return parse_recipe(
+        data, source_file=path, base_dir=os.path.dirname(path), overrides=overrides, override_source=override_source
+    )
 
 
-def parse_recipe(data: dict, *, source_file: str | None = None, base_dir: str | None = None,
-                 overrides: dict | None = None, override_source: str = "dag_run.conf") -> Recipe:
+def parse_recipe(
+    data: dict,
+    *,
+    source_file: str | None = None,
+    base_dir: str | None = None,
+    overrides: dict | None = None,
+    override_source: str = "dag_run.conf",
+) -> Recipe:
     """Validate recipe data (overrides merged in first) and build a Recipe.
 
     ``base_dir`` anchors relative paths; it defaults to the file's directory,
@@ -140,8 +157,9 @@ class _Parser:
 
     def err(self, key: str | None, message: str, *related: str) -> RecipeError:
         keys = [k for k in (key, *related) if k]
-        hit = any(k == o or k.startswith((o + ".", o + "[")) or o.startswith(k + ".")
-                  for k in keys for o in self.overridden)
+        hit = any(
+            k == o or k.startswith((o + ".", o + "[")) or o.startswith(k + ".") for k in keys for o in self.overridden
+        )
         return RecipeError(self.file, key, message + (f" (from {self.source})" if hit else ""))
 
     # -- scalar checks ----------------------------------------------------
@@ -163,8 +181,11 @@ class _Parser:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise self.err(key, f"must be a number from 0 to 1 (the fraction of an op's input rows that may fail "
-                           f"before the job stops; 1 turns the guard off), got {value!r}")
+            raise self.err(
+                key,
+                f"must be a number from 0 to 1 (the fraction of an op's input rows that may fail "
+                f"before the job stops; 1 turns the guard off), got {value!r}",
+            )
         return float(value)
 
     def str_(self, value: Any, key: str, *, none: bool = False) -> str | None:
@@ -197,8 +218,11 @@ class _Parser:
             raise self.err(name, f"must be a mapping of {', '.join(S.SECTION_KEYS[name][:4])}, ...; got {raw!r}")
         for k in raw:
             if k not in S.SECTION_KEYS[name]:
-                raise self.err(f"{name}.{k}", f"unknown key {k!r} in {name}.{suggest(str(k), S.SECTION_KEYS[name])} "
-                               f"Allowed: {', '.join(S.SECTION_KEYS[name])}")
+                raise self.err(
+                    f"{name}.{k}",
+                    f"unknown key {k!r} in {name}.{suggest(str(k), S.SECTION_KEYS[name])} "
+                    f"Allowed: {', '.join(S.SECTION_KEYS[name])}",
+                )
         return raw
 
     # -- whole recipe -----------------------------------------------------
@@ -206,13 +230,19 @@ class _Parser:
         allowed = set(S.OWN_TOP_LEVEL_KEYS) | S.DJ_IGNORED_KEYS
         for k in data:
             if k not in allowed:
-                raise self.err(str(k), f"unknown recipe key {k!r}.{suggest(str(k), allowed)} Keys this provider "
-                               f"uses: {', '.join(sorted(set(S.OWN_TOP_LEVEL_KEYS) - {'partition_size'}))}")
+                raise self.err(
+                    str(k),
+                    f"unknown recipe key {k!r}.{suggest(str(k), allowed)} Keys this provider "
+                    f"uses: {', '.join(sorted(set(S.OWN_TOP_LEVEL_KEYS) - {'partition_size'}))}",
+                )
         executor = _get(data, "executor_type", S.EXECUTOR_TYPE)
         if executor != S.EXECUTOR_TYPE:
-            raise self.err("executor_type", f"got {executor!r}, but this provider runs recipes only with the "
-                           f"partitioned, checkpointed executor; set executor_type: {S.EXECUTOR_TYPE} "
-                           f"(or remove the key)")
+            raise self.err(
+                "executor_type",
+                f"got {executor!r}, but this provider runs recipes only with the "
+                f"partitioned, checkpointed executor; set executor_type: {S.EXECUTOR_TYPE} "
+                f"(or remove the key)",
+            )
         process = self.process(_get(data, "process"))
         names = [op.name for op in process]
         dataset_path = self.dataset_path(_get(data, "dataset_path"))
@@ -230,8 +260,12 @@ class _Parser:
         job_id = self.safe_id(_get(data, "job_id"), "job_id")
         resume = self.safe_id(_get(data, "resume"), "resume")
         if job_id and resume and job_id != resume:
-            raise self.err("resume", f"resume {resume!r} and job_id {job_id!r} differ; resuming continues that job, "
-                           f"so set only resume (or make both the same id)", "job_id")
+            raise self.err(
+                "resume",
+                f"resume {resume!r} and job_id {job_id!r} differ; resuming continues that job, "
+                f"so set only resume (or make both the same id)",
+                "job_id",
+            )
         export_opts = self.export_options(data, export_path, process)
         project = _get(data, "project_name")
         if project is None:
@@ -275,8 +309,11 @@ class _Parser:
 
     def process(self, raw: Any) -> tuple[OpSpec, ...]:
         if raw is None or raw == []:
-            raise self.err("process", "the recipe needs a non-empty process list of ops, e.g. "
-                           "process: [whitespace_normalization_mapper, {words_num_filter: {min_num: 10}}]")
+            raise self.err(
+                "process",
+                "the recipe needs a non-empty process list of ops, e.g. "
+                "process: [whitespace_normalization_mapper, {words_num_filter: {min_num: 10}}]",
+            )
         if not isinstance(raw, list):
             raise self.err("process", f"must be a list of ops (- op_name: {{args}}), got {raw!r}")
         specs = []
@@ -287,8 +324,11 @@ class _Parser:
             elif isinstance(item, dict) and len(item) == 1:
                 name, args = next(iter(item.items()))
             else:
-                raise self.err(key, f"each process entry must be one op as '- op_name: {{args}}' (a single-key "
-                               f"mapping) or '- op_name', got {item!r}")
+                raise self.err(
+                    key,
+                    f"each process entry must be one op as '- op_name: {{args}}' (a single-key "
+                    f"mapping) or '- op_name', got {item!r}",
+                )
             if not isinstance(name, str):
                 raise self.err(key, f"op name must be a string, got {name!r}")
             args = {} if args is None else args
@@ -311,8 +351,11 @@ class _Parser:
         refs = self.str_list(raw, key)
         for j, ref in enumerate(refs):
             if ref not in names:
-                raise self.err(f"{key}[{j}]", f"{ref!r} is not an op in process.{suggest(ref, names)} "
-                               f"Ops in process: {', '.join(dict.fromkeys(names))}")
+                raise self.err(
+                    f"{key}[{j}]",
+                    f"{ref!r} is not an op in process.{suggest(ref, names)} "
+                    f"Ops in process: {', '.join(dict.fromkeys(names))}",
+                )
         return refs
 
     def schedule(self, raw: Any) -> str | None:
@@ -320,22 +363,31 @@ class _Parser:
         if value is None or value in S.SCHEDULE_PRESETS:
             return value
         if value.startswith("@"):
-            raise self.err("schedule", f"unknown preset {value!r}.{suggest(value, S.SCHEDULE_PRESETS)} "
-                           f"Presets: {', '.join(S.SCHEDULE_PRESETS)}")
+            raise self.err(
+                "schedule",
+                f"unknown preset {value!r}.{suggest(value, S.SCHEDULE_PRESETS)} "
+                f"Presets: {', '.join(S.SCHEDULE_PRESETS)}",
+            )
         try:
             from croniter import croniter
         except ImportError:  # pragma: no cover - airflow always ships croniter
             return value
         if not croniter.is_valid(value):
-            raise self.err("schedule", f"{value!r} is not a valid cron expression (minute hour day month weekday, "
-                           f"e.g. '0 3 * * *') or preset ({', '.join(S.SCHEDULE_PRESETS)})")
+            raise self.err(
+                "schedule",
+                f"{value!r} is not a valid cron expression (minute hour day month weekday, "
+                f"e.g. '0 3 * * *') or preset ({', '.join(S.SCHEDULE_PRESETS)})",
+            )
         return value
 
     def safe_id(self, raw: Any, key: str) -> str | None:
         value = self.str_(raw, key, none=True)
         if value is not None and (not S.SAFE_ID_RE.match(value) or ".." in value):
-            raise self.err(key, f"{value!r} is not a safe id: use 1-128 characters of letters, digits, '_', '-', '.', "
-                           f"not starting with '.' and without '..' or path separators (it names a directory)")
+            raise self.err(
+                key,
+                f"{value!r} is not a safe id: use 1-128 characters of letters, digits, '_', '-', '.', "
+                f"not starting with '.' and without '..' or path separators (it names a directory)",
+            )
         return value
 
     # -- paths ------------------------------------------------------------
@@ -350,11 +402,15 @@ class _Parser:
             get_filesystem_class(protocol)
         except ImportError as exc:
             hint = " (pip install 'airflow-provider-dj[s3]')" if protocol in ("s3", "s3a") else ""
-            raise self.err(key, f"{value!r}: the {protocol}:// file system driver is not installed here{hint}: "
-                           f"{exc}") from None
+            raise self.err(
+                key, f"{value!r}: the {protocol}:// file system driver is not installed here{hint}: {exc}"
+            ) from None
         except ValueError:
-            raise self.err(key, f"{value!r}: unknown URL protocol {protocol!r}; use a local path or an fsspec "
-                           f"URL such as s3://bucket/prefix") from None
+            raise self.err(
+                key,
+                f"{value!r}: unknown URL protocol {protocol!r}; use a local path or an fsspec "
+                f"URL such as s3://bucket/prefix",
+            ) from None
 
     def path(self, value: str) -> str:
         if "://" in value:
@@ -364,20 +420,30 @@ class _Parser:
 
     def dataset_path(self, raw: Any) -> str:
         if raw is None:
-            raise self.err("dataset_path", "is required: a .jsonl/.json/.parquet file (optionally .gz/.zst for "
-                           "JSON Lines), a directory, or a glob such as /data/*.jsonl")
+            raise self.err(
+                "dataset_path",
+                "is required: a .jsonl/.json/.parquet file (optionally .gz/.zst for "
+                "JSON Lines), a directory, or a glob such as /data/*.jsonl",
+            )
         value = self.str_(raw, "dataset_path")
         tokens = value.split()
-        if len(tokens) > 1 and (any(_is_number(t) for t in tokens)
-                                or sum(t.lower().endswith(S.DATASET_SUFFIXES) for t in tokens) > 1):
-            raise self.err("dataset_path", f"{value!r} looks like a Data-Juicer weighted mixture ('<weight> <path> "
-                           f"...'); mixtures are not supported. Put the files in one directory and point dataset_path "
-                           f"at it, or use a glob such as '/data/*.jsonl'")
+        if len(tokens) > 1 and (
+            any(_is_number(t) for t in tokens) or sum(t.lower().endswith(S.DATASET_SUFFIXES) for t in tokens) > 1
+        ):
+            raise self.err(
+                "dataset_path",
+                f"{value!r} looks like a Data-Juicer weighted mixture ('<weight> <path> "
+                f"...'); mixtures are not supported. Put the files in one directory and point dataset_path "
+                f"at it, or use a glob such as '/data/*.jsonl'",
+            )
         name = value.rstrip("/").rsplit("/", 1)[-1].lower()
         ext = name.rsplit(".", 1)[-1] if "." in name else ""
         if not name.endswith(S.DATASET_SUFFIXES) and ext in S.UNSUPPORTED_DATA_EXTENSIONS:
-            raise self.err("dataset_path", f"{value!r}: unsupported file type .{ext}; use "
-                           f"{', '.join(S.DATASET_SUFFIXES)} files, a directory of them, or a glob")
+            raise self.err(
+                "dataset_path",
+                f"{value!r}: unsupported file type .{ext}; use "
+                f"{', '.join(S.DATASET_SUFFIXES)} files, a directory of them, or a glob",
+            )
         return self.path(value)
 
     def export_path(self, raw: Any, dataset_path: str) -> str:
@@ -385,12 +451,16 @@ class _Parser:
             raise self.err("export_path", "is required: the result file, ending in .jsonl, .json or .parquet")
         value = self.str_(raw, "export_path")
         if not value.lower().endswith(S.EXPORT_SUFFIXES) or any(c in value for c in S.GLOB_CHARS):
-            raise self.err("export_path", f"{value!r} must be one file path ending in .jsonl, .json (written as "
-                           f"JSON Lines) or .parquet, e.g. /data/out/result.jsonl")
+            raise self.err(
+                "export_path",
+                f"{value!r} must be one file path ending in .jsonl, .json (written as "
+                f"JSON Lines) or .parquet, e.g. /data/out/result.jsonl",
+            )
         resolved = self.path(value)
         if resolved == dataset_path:
-            raise self.err("export_path", f"{value!r} is the input dataset_path; write the result elsewhere",
-                           "dataset_path")
+            raise self.err(
+                "export_path", f"{value!r} is the input dataset_path; write the result elsewhere", "dataset_path"
+            )
         return resolved
 
     # -- sections ---------------------------------------------------------
@@ -400,8 +470,12 @@ class _Parser:
         if legacy is not None:
             legacy = self.int_(legacy, "partition_size")
             if _get(raw, "size") is not None and raw["size"] != legacy:
-                raise self.err("partition_size", f"deprecated partition_size={legacy!r} conflicts with "
-                               f"partition.size={raw['size']!r}; keep only partition.size", "partition.size")
+                raise self.err(
+                    "partition_size",
+                    f"deprecated partition_size={legacy!r} conflicts with "
+                    f"partition.size={raw['size']!r}; keep only partition.size",
+                    "partition.size",
+                )
             raw.setdefault("size", legacy)
         mode = self.enum(_get(raw, "mode", "auto"), "partition.mode", S.PARTITION_MODES)
         count = self.int_(_get(raw, "num_of_partitions"), "partition.num_of_partitions", none=True, auto=True)
@@ -412,22 +486,34 @@ class _Parser:
             if given_count != given_size:  # an override of one replaces the recipe's other
                 count, size = (count, None) if given_count else (None, size)
             else:
-                raise self.err("partition", f"manual mode takes either num_of_partitions ({count}) or size ({size}), "
-                               f"not both; remove one")
+                raise self.err(
+                    "partition",
+                    f"manual mode takes either num_of_partitions ({count}) or size ({size}), not both; remove one",
+                )
         if mode == "manual" and count is None and size is None:
             count = S.DEFAULT_MANUAL_PARTITIONS
         target = self.int_(_get(raw, "target_size_mb", 256), "partition.target_size_mb")
         max_mb = self.int_(_get(raw, "max_size_mb"), "partition.max_size_mb", none=True)
         if max_mb is not None and max_mb < target:
-            raise self.err("partition.max_size_mb", f"{max_mb} is below target_size_mb ({target}); raise it or lower "
-                           f"target_size_mb", "partition.target_size_mb")
+            raise self.err(
+                "partition.max_size_mb",
+                f"{max_mb} is below target_size_mb ({target}); raise it or lower target_size_mb",
+                "partition.target_size_mb",
+            )
         # For "opt_" keys null is a value of its own (gpu_probe_sample_seed: null = a fresh sample each run).
-        extra = {k: self.extra(k, raw[k] if k in raw and kind.startswith("opt_") else _get(raw, k, default), kind)
-                 for k, (default, kind) in S.PARTITION_EXTRA.items()}
+        extra = {
+            k: self.extra(k, raw[k] if k in raw and kind.startswith("opt_") else _get(raw, k, default), kind)
+            for k, (default, kind) in S.PARTITION_EXTRA.items()
+        }
         return PartitionConfig(
-            mode=mode, num_of_partitions=count, size=size, target_size_mb=target, max_size_mb=max_mb,
-            max_concurrent_partitions=self.int_(_get(raw, "max_concurrent_partitions"),
-                                                "partition.max_concurrent_partitions", none=True, auto=True),
+            mode=mode,
+            num_of_partitions=count,
+            size=size,
+            target_size_mb=target,
+            max_size_mb=max_mb,
+            max_concurrent_partitions=self.int_(
+                _get(raw, "max_concurrent_partitions"), "partition.max_concurrent_partitions", none=True, auto=True
+            ),
             extra=extra,
         )
 
@@ -458,8 +544,12 @@ class _Parser:
         if not enabled or strategy == "disabled":
             return CheckpointConfig(False, "disabled", n_ops, refs)
         if strategy == "manual" and not refs:
-            raise self.err("checkpoint.op_names", f"strategy manual needs op_names: the ops after which to "
-                           f"checkpoint, from process: {', '.join(dict.fromkeys(names))}", "checkpoint.strategy")
+            raise self.err(
+                "checkpoint.op_names",
+                f"strategy manual needs op_names: the ops after which to "
+                f"checkpoint, from process: {', '.join(dict.fromkeys(names))}",
+                "checkpoint.strategy",
+            )
         return CheckpointConfig(True, strategy, n_ops, refs)
 
     def storage(self, raw: dict) -> IntermediateStorageConfig:
@@ -469,14 +559,21 @@ class _Parser:
             comp = "none"
         allowed = S.STORAGE_COMPRESSIONS[fmt]
         if comp not in allowed:
-            raise self.err("intermediate_storage.compression", f"{comp!r} is not available for format {fmt}; use "
-                           f"one of {', '.join(allowed)}.{suggest(str(comp), allowed)}", "intermediate_storage.format")
+            raise self.err(
+                "intermediate_storage.compression",
+                f"{comp!r} is not available for format {fmt}; use "
+                f"one of {', '.join(allowed)}.{suggest(str(comp), allowed)}",
+                "intermediate_storage.format",
+            )
         return IntermediateStorageConfig(
-            format=fmt, compression=comp,
-            preserve_intermediate_data=self.bool_(_get(raw, "preserve_intermediate_data", False),
-                                                  "intermediate_storage.preserve_intermediate_data"),
-            retention_policy=self.enum(_get(raw, "retention_policy", "keep_all"),
-                                       "intermediate_storage.retention_policy", S.RETENTION_POLICIES),
+            format=fmt,
+            compression=comp,
+            preserve_intermediate_data=self.bool_(
+                _get(raw, "preserve_intermediate_data", False), "intermediate_storage.preserve_intermediate_data"
+            ),
+            retention_policy=self.enum(
+                _get(raw, "retention_policy", "keep_all"), "intermediate_storage.retention_policy", S.RETENTION_POLICIES
+            ),
         )
 
 
@@ -491,13 +588,17 @@ def check_input_exists(recipe: Recipe) -> None:
     are importable; otherwise the check is skipped and the reader reports.
     """
     path = recipe.dataset_path
-    missing = RecipeError(recipe.source_file, "dataset_path",
-                          f"{path!r} matches no input files; check the path, or give a directory or glob holding "
-                          f"{', '.join(S.DATASET_SUFFIXES)} files")
+    missing = RecipeError(
+        recipe.source_file,
+        "dataset_path",
+        f"{path!r} matches no input files; check the path, or give a directory or glob holding "
+        f"{', '.join(S.DATASET_SUFFIXES)} files",
+    )
     is_glob = any(c in path for c in S.GLOB_CHARS)
     if "://" in path:
         try:
             from airflow_provider_dj.engine.storage.fs import get_fs  # credentials/endpoint for s3:// URLs
+
             fs, inner = get_fs(path)
         except (ImportError, ValueError):  # no fsspec, or no driver for this protocol here
             return
@@ -507,8 +608,12 @@ def check_input_exists(recipe: Recipe) -> None:
     if is_glob:
         candidates = (p for p in globmod.iglob(path, recursive=True) if os.path.isfile(p))
     elif os.path.isdir(path):
-        candidates = (os.path.join(root, n) for root, _d, files in os.walk(path) for n in files
-                      if not n.startswith(".") and n.lower().endswith(S.DATASET_SUFFIXES))
+        candidates = (
+            os.path.join(root, n)
+            for root, _d, files in os.walk(path)
+            for n in files
+            if not n.startswith(".") and n.lower().endswith(S.DATASET_SUFFIXES)
+        )
     else:
         candidates = iter([path] if os.path.isfile(path) else [])
     if next(candidates, None) is None:

@@ -73,8 +73,15 @@ STORAGE_COMPRESSIONS: dict[str, tuple[str, ...]] = {
 DEFAULT_COMPRESSION = {"parquet": "snappy", "arrow": "none", "jsonl": "none"}
 
 SCHEDULE_PRESETS = (
-    "@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
-    "@quarterly", "@yearly", "@annually",
+    "@once",
+    "@continuous",
+    "@hourly",
+    "@daily",
+    "@weekly",
+    "@monthly",
+    "@quarterly",
+    "@yearly",
+    "@annually",
 )
 
 # --------------------------------------------------------------------------
@@ -83,17 +90,45 @@ SCHEDULE_PRESETS = (
 #: Input file suffixes the reader understands (.json is read as JSON Lines,
 #: as Data-Juicer's loader does for line-delimited files).
 DATASET_SUFFIXES = (
-    ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".parquet",
+    ".jsonl",
+    ".json",
+    ".jsonl.gz",
+    ".json.gz",
+    ".jsonl.zst",
+    ".json.zst",
+    ".parquet",
 )
 #: Output suffixes.  ``.json`` is written as JSON Lines, like Data-Juicer does.
 EXPORT_SUFFIXES = (".jsonl", ".json", ".parquet")
 #: Extensions that clearly name a data file we cannot read.  Anything else
 #: without a supported suffix is taken to be a directory (names like
 #: ``corpus.v2`` are legal directories), so only these produce an error.
-UNSUPPORTED_DATA_EXTENSIONS = frozenset({
-    "csv", "tsv", "txt", "arrow", "feather", "avro", "orc", "gz", "zst", "bz2",
-    "xz", "zip", "tar", "tgz", "md", "html", "pdf", "docx", "xlsx", "pkl", "npy", "lz4",
-})
+UNSUPPORTED_DATA_EXTENSIONS = frozenset(
+    {
+        "csv",
+        "tsv",
+        "txt",
+        "arrow",
+        "feather",
+        "avro",
+        "orc",
+        "gz",
+        "zst",
+        "bz2",
+        "xz",
+        "zip",
+        "tar",
+        "tgz",
+        "md",
+        "html",
+        "pdf",
+        "docx",
+        "xlsx",
+        "pkl",
+        "npy",
+        "lz4",
+    }
+)
 GLOB_CHARS = "*?["
 
 #: job_id / resume: they become directory names under work_dir, so they must
@@ -108,14 +143,30 @@ SECTIONS = ("partition", "checkpoint", "intermediate_storage")
 
 #: Top-level keys this provider reads.
 OWN_TOP_LEVEL_KEYS = (
-    "project_name", "dataset_path", "export_path", "work_dir", "text_keys", "np",
-    "process", "executor_type", *SECTIONS, *TRACER_KEYS, "skip_op_error",
-    "keep_stats_in_res_ds", "job_id", "resume", "schedule",
+    "project_name",
+    "dataset_path",
+    "export_path",
+    "work_dir",
+    "text_keys",
+    "np",
+    "process",
+    "executor_type",
+    *SECTIONS,
+    *TRACER_KEYS,
+    "skip_op_error",
+    "keep_stats_in_res_ds",
+    "job_id",
+    "resume",
+    "schedule",
     "partition_size",  # Data-Juicer's deprecated alias of partition.size
     "max_failed_ratio",  # the failure-rate guard (engine/execution/failure_guard.py); ours, not Data-Juicer's
     # Data-Juicer's export keys, honoured or refused with a reason (engine/output/fields.py)
-    "export_type", "export_shard_size", "export_in_parallel", "keep_hashes_in_res_ds",
-    "encrypt_before_export", "decrypt_after_reading",
+    "export_type",
+    "export_shard_size",
+    "export_in_parallel",
+    "keep_hashes_in_res_ds",
+    "encrypt_before_export",
+    "decrypt_after_reading",
 )
 
 DEFAULT_NP = 4
@@ -125,29 +176,74 @@ DEFAULT_PROJECT_NAME = "dj_recipe"  # only when there is no file to name it afte
 
 #: Data-Juicer global keys accepted for compatibility but not used here; the
 #: caller logs them as a warning so nobody expects them to take effect.
-DJ_IGNORED_KEYS = frozenset({
-    "dataset", "validators", "export_extra_args", "load_dataset_kwargs",
-    "load_jsonl_lenient", "auto_op_parallelism", "elastic_juicer_adaptive_batching",
-    "elastic_juicer_profile_seed", "suffixes", "turbo", "use_cache", "ds_cache_dir",
-    "open_monitor", "use_checkpoint", "temp_dir", "op_fusion", "fusion_strategy",
-    "cache_compress", "adaptive_batch_size",
-    "encryption_key_path", "image_key", "image_bytes_key",
-    "image_special_token", "audio_key", "audio_special_token", "video_key",
-    "video_special_token", "eoc_special_token", "use_dag", "read_options",
-    "ray_address", "override_num_blocks", "percentiles", "export_original_dataset",
-    "save_stats_in_one_file", "data_probe_algo", "data_probe_ratio", "hpo_config",
-    "custom_operator_paths", "strict_preflight", "event_logging", "event_log_dir",
-    "checkpoint_dir", "partition_dir", "generated_dataset_config",
-    "export_aws_credentials", "mapper_fusion", "mapper_fusion_vram_limit",
-    "min_common_dep_num_to_combine", "conflict_resolve_strategy",
-    "open_insight_mining", "op_list_to_mine", "auto_num", "debug",
-})
+DJ_IGNORED_KEYS = frozenset(
+    {
+        "dataset",
+        "validators",
+        "export_extra_args",
+        "load_dataset_kwargs",
+        "load_jsonl_lenient",
+        "auto_op_parallelism",
+        "elastic_juicer_adaptive_batching",
+        "elastic_juicer_profile_seed",
+        "suffixes",
+        "turbo",
+        "use_cache",
+        "ds_cache_dir",
+        "open_monitor",
+        "use_checkpoint",
+        "temp_dir",
+        "op_fusion",
+        "fusion_strategy",
+        "cache_compress",
+        "adaptive_batch_size",
+        "encryption_key_path",
+        "image_key",
+        "image_bytes_key",
+        "image_special_token",
+        "audio_key",
+        "audio_special_token",
+        "video_key",
+        "video_special_token",
+        "eoc_special_token",
+        "use_dag",
+        "read_options",
+        "ray_address",
+        "override_num_blocks",
+        "percentiles",
+        "export_original_dataset",
+        "save_stats_in_one_file",
+        "data_probe_algo",
+        "data_probe_ratio",
+        "hpo_config",
+        "custom_operator_paths",
+        "strict_preflight",
+        "event_logging",
+        "event_log_dir",
+        "checkpoint_dir",
+        "partition_dir",
+        "generated_dataset_config",
+        "export_aws_credentials",
+        "mapper_fusion",
+        "mapper_fusion_vram_limit",
+        "min_common_dep_num_to_combine",
+        "conflict_resolve_strategy",
+        "open_insight_mining",
+        "op_list_to_mine",
+        "auto_num",
+        "debug",
+    }
+)
 
 # --------------------------------------------------------------------------
 # Sections
 # --------------------------------------------------------------------------
 PARTITION_FIELDS = (
-    "mode", "num_of_partitions", "size", "target_size_mb", "max_size_mb",
+    "mode",
+    "num_of_partitions",
+    "size",
+    "target_size_mb",
+    "max_size_mb",
     "max_concurrent_partitions",
 )
 #: Data-Juicer's other partition keys (GPU planning).  Kept, with defaults
@@ -357,5 +453,8 @@ def recipe_from_dict(d: dict) -> Recipe:
             export_in_parallel=d.get("export_in_parallel", True),
         )
     except (KeyError, TypeError) as exc:
-        raise RecipeError(d.get("source_file") if isinstance(d, dict) else None, None,
-                          f"not a serialized recipe (from Recipe.to_dict): {exc!r}") from None
+        raise RecipeError(
+            d.get("source_file") if isinstance(d, dict) else None,
+            None,
+            f"not a serialized recipe (from Recipe.to_dict): {exc!r}",
+        ) from None

@@ -108,8 +108,11 @@ def stage_resources(job_dir: str, actor_plan) -> dict | None:
     if not report:
         return None
     stages = {s.op_index: s for s in stages_from_report(report)}
-    return {str(i): {"actors": int(n), "num_gpus": float(stages[i].num_gpus), "num_cpus": float(stages[i].num_cpus)}
-            for i, n in sorted(actor_plan.actors.items()) if i in stages}
+    return {
+        str(i): {"actors": int(n), "num_gpus": float(stages[i].num_gpus), "num_cpus": float(stages[i].num_cpus)}
+        for i, n in sorted(actor_plan.actors.items())
+        if i in stages
+    }
 
 
 def _op_resources(spec, resources: dict | None) -> dict:
@@ -123,8 +126,15 @@ def _op_resources(spec, resources: dict | None) -> dict:
     return {"num_gpus": float(gpus or 0.0), "num_cpus": spec.args.get("num_cpus")}
 
 
-def resolve_pool(plan, segment, n_partitions: int, *, max_in_flight: int | None = None,
-                 cpus_per_partition: float = 1.0, actor_resources: dict | None = None) -> PoolSpec | None:
+def resolve_pool(
+    plan,
+    segment,
+    n_partitions: int,
+    *,
+    max_in_flight: int | None = None,
+    cpus_per_partition: float = 1.0,
+    actor_resources: dict | None = None,
+) -> PoolSpec | None:
     """The pool for one group of ``n_partitions`` partitions of ``segment``; None = plain tasks."""
     stateful = stateful_op_indices(plan, segment)
     if not stateful or n_partitions < 1:
@@ -144,8 +154,10 @@ def resolve_pool(plan, segment, n_partitions: int, *, max_in_flight: int | None 
     which = min(bounds, key=lambda k: bounds[k])
     actors = max(1, bounds[which])
     names = ", ".join(f"{plan.ops[i].name}#{i}" for i in stateful)
-    reason = (f"stateful op(s) {names}: {actors} actor(s), bound by {which} "
-              f"({', '.join(f'{k} {v}' for k, v in bounds.items())})")
+    reason = (
+        f"stateful op(s) {names}: {actors} actor(s), bound by {which} "
+        f"({', '.join(f'{k} {v}' for k, v in bounds.items())})"
+    )
     return PoolSpec(actors, num_cpus, num_gpus, stateful, reason)
 
 
@@ -161,19 +173,21 @@ def check_cluster_fits(ray: Any, spec: PoolSpec, segment_index: int) -> None:
             raise PoolResourceError(
                 f"segment {segment_index}: each actor of the pool needs {key}={need:g} but the Ray cluster has "
                 f"{have:g}; run on a cluster with {key}s, or lower the op's num_gpus/num_cpus in the recipe "
-                f"(or re-run the GPU preflight so the plan matches this cluster)")
+                f"(or re-run the GPU preflight so the plan matches this cluster)"
+            )
 
 
 class SegmentActor:
     """Runs partitions of one segment in one long-lived process, keeping stateful ops alive."""
 
-    def __init__(self, job_dir: str, segment_index: int, actor_index: int, event_defaults: dict,
-                 modules: list[str]) -> None:
+    def __init__(
+        self, job_dir: str, segment_index: int, actor_index: int, event_defaults: dict, modules: list[str]
+    ) -> None:
         t0 = time.perf_counter()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         import_op_modules(modules)
-        from airflow_provider_dj.engine.observe.events import EventLog
         from airflow_provider_dj.engine.jobdir.layout import JobContext
+        from airflow_provider_dj.engine.observe.events import EventLog
 
         self.job_dir = job_dir
         self.segment_index = segment_index
@@ -183,10 +197,20 @@ class SegmentActor:
         # Its own writer: on object storage a writer rewrites its whole file,
         # so it must not share one with run_segment's log in this process.
         host = socket.gethostname().replace("_", "-")
-        self._events = EventLog(job_dir, JobContext(job_dir).job_id, writer=f"{host}-{os.getpid()}-actor",
-                                defaults=dict(event_defaults or {}))
-        self._events.emit("actor_start", segment=segment_index, actor_index=actor_index, pid=os.getpid(),
-                          duration=round(time.perf_counter() - t0, 6), status="running")
+        self._events = EventLog(
+            job_dir,
+            JobContext(job_dir).job_id,
+            writer=f"{host}-{os.getpid()}-actor",
+            defaults=dict(event_defaults or {}),
+        )
+        self._events.emit(
+            "actor_start",
+            segment=segment_index,
+            actor_index=actor_index,
+            pid=os.getpid(),
+            duration=round(time.perf_counter() - t0, 6),
+            status="running",
+        )
 
     def run(self, partition_id: int, try_number: int | None, event_defaults: dict) -> dict:
         from airflow_provider_dj.engine.execution.segment_runner import run_segment
@@ -195,11 +219,21 @@ class SegmentActor:
         self._partition = partition_id
         self._events.defaults = dict(event_defaults or {}, try_number=try_number)
         try:
-            return run_segment(self.job_dir, self.segment_index, partition_id, try_number=try_number,
-                               event_defaults=event_defaults, op_factory=self.op).to_dict()
+            return run_segment(
+                self.job_dir,
+                self.segment_index,
+                partition_id,
+                try_number=try_number,
+                event_defaults=event_defaults,
+                op_factory=self.op,
+            ).to_dict()
         except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch._segment_task)
-            return {"partition_id": partition_id, "segment_index": self.segment_index, "stopped": True,
-                    "request": exc.request}
+            return {
+                "partition_id": partition_id,
+                "segment_index": self.segment_index,
+                "stopped": True,
+                "request": exc.request,
+            }
 
     def op(self, spec, text_key: str):
         """run_segment's op factory: stateful ops once per actor, the rest per partition."""
@@ -217,19 +251,40 @@ class SegmentActor:
                 setup()
             self._ops[key] = op
             took = round(time.perf_counter() - t0, 6)
-            self._events.emit("op_init", partition_id=self._partition, segment=self.segment_index,
-                              op_index=spec.index, op_name=spec.name, duration=took, actor_index=self.actor_index,
-                              pid=os.getpid(), status="success")
-            log.info("actor %d: %s (op %d) set up in %.2fs; kept for the group's next partitions",
-                     self.actor_index, spec.name, spec.index, took)
+            self._events.emit(
+                "op_init",
+                partition_id=self._partition,
+                segment=self.segment_index,
+                op_index=spec.index,
+                op_name=spec.name,
+                duration=took,
+                actor_index=self.actor_index,
+                pid=os.getpid(),
+                status="success",
+            )
+            log.info(
+                "actor %d: %s (op %d) set up in %.2fs; kept for the group's next partitions",
+                self.actor_index,
+                spec.name,
+                spec.index,
+                took,
+            )
         return op
 
 
 class GroupActorPool:
     """The driver's side: starts the actors, hands partitions to free ones, kills them at the end."""
 
-    def __init__(self, ray: Any, spec: PoolSpec, job_dir: str, segment_index: int, event_defaults: dict,
-                 modules: list[str], handle: Any = None) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        spec: PoolSpec,
+        job_dir: str,
+        segment_index: int,
+        event_defaults: dict,
+        modules: list[str],
+        handle: Any = None,
+    ) -> None:
         self.ray = ray
         self.spec = spec
         self.job_dir = job_dir
@@ -237,8 +292,9 @@ class GroupActorPool:
         self.event_defaults = dict(event_defaults or {})
         self.modules = list(modules)
         self.handle = handle
-        self._cls = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0,
-                               max_task_retries=0)(SegmentActor)
+        self._cls = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, max_task_retries=0)(
+            SegmentActor
+        )
         self.actors: list = []  # every actor started (for the kill at the end)
         self.free: list = []
         self.busy: dict = {}  # ref -> actor
@@ -247,8 +303,7 @@ class GroupActorPool:
             self.free.append(self._start())
 
     def _start(self):
-        actor = self._cls.remote(self.job_dir, self.segment_index, len(self.actors), self.event_defaults,
-                                 self.modules)
+        actor = self._cls.remote(self.job_dir, self.segment_index, len(self.actors), self.event_defaults, self.modules)
         self.actors.append(actor)
         if self.handle is not None:
             self.handle.track_actors(self.ray, self.actors)
@@ -269,8 +324,11 @@ class GroupActorPool:
         if actor is None:
             return
         if error is not None and _actor_died(self.ray, error):
-            log.warning("segment %d: an actor of the pool died (%s); a new one starts for the next partition",
-                        self.segment_index, type(error).__name__)
+            log.warning(
+                "segment %d: an actor of the pool died (%s); a new one starts for the next partition",
+                self.segment_index,
+                type(error).__name__,
+            )
             self._kill(actor)
             return
         self.free.append(actor)

@@ -48,11 +48,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.engine.execution import faults
+from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
-from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
-from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,9 @@ def batch_size_for(op: Op) -> int:
     if size is None:
         size = op.default_batch_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise BatchSizeError(f"{op.name}: batch_size must be a positive integer, got {size!r}; "
-                             f"fix the op's batch_size in the recipe")
+        raise BatchSizeError(
+            f"{op.name}: batch_size must be a positive integer, got {size!r}; fix the op's batch_size in the recipe"
+        )
     return size
 
 
@@ -134,25 +135,32 @@ def _align(op: Op, batch_no: int, out: pa.Table, in_keys: pa.Array, what: str) -
     """``out`` reordered to its rows' input order; raises BatchKeyError for any row without a valid key."""
     where = f"{op.name} batch {batch_no} {what}"
     if KEY_COLUMN not in out.column_names:
-        raise BatchKeyError(f"{where} has no {KEY_COLUMN!r} column, so its rows cannot be written back to their "
-                            f"input rows; an op must keep every input column it does not rewrite")
+        raise BatchKeyError(
+            f"{where} has no {KEY_COLUMN!r} column, so its rows cannot be written back to their "
+            f"input rows; an op must keep every input column it does not rewrite"
+        )
     if out.num_rows == 0:
         return out
     keys = out.column(KEY_COLUMN).combine_chunks()
     if keys.null_count:
-        raise BatchKeyError(f"{where}: {keys.null_count} row(s) have a null {KEY_COLUMN}; refusing to insert rows "
-                            f"that belong to no input row")
+        raise BatchKeyError(
+            f"{where}: {keys.null_count} row(s) have a null {KEY_COLUMN}; refusing to insert rows "
+            f"that belong to no input row"
+        )
     pos = pc.index_in(keys, value_set=in_keys)
     if pos.null_count:
         bad = keys.filter(pc.is_null(pos))[0].as_py()
-        raise BatchKeyError(f"{where}: row with {KEY_COLUMN}={bad} is not one of the batch's input rows; "
-                            f"refusing to insert it")
+        raise BatchKeyError(
+            f"{where}: row with {KEY_COLUMN}={bad} is not one of the batch's input rows; refusing to insert it"
+        )
     if len(pc.unique(pos)) != len(pos):
         raise BatchKeyError(f"{where}: an input row appears more than once in the output")
     return out.take(pc.sort_indices(pos))
 
 
-def _check_batch(op: Op, batch_no: int, batch: pa.Table, out: pa.Table, failed: pa.Table | None) -> tuple[pa.Table, pa.Table | None]:
+def _check_batch(
+    op: Op, batch_no: int, batch: pa.Table, out: pa.Table, failed: pa.Table | None
+) -> tuple[pa.Table, pa.Table | None]:
     in_keys = batch.column(KEY_COLUMN).combine_chunks()
     out = _align(op, batch_no, out, in_keys, "output")
     if failed is not None:
@@ -162,8 +170,10 @@ def _check_batch(op: Op, batch_no: int, batch: pa.Table, out: pa.Table, failed: 
             raise BatchKeyError(f"{op.name} batch {batch_no}: a row is both in the output and in the failed rows")
     n_failed = 0 if failed is None else failed.num_rows
     if isinstance(op, Mapper) and out.num_rows + n_failed != batch.num_rows:
-        raise BatchKeyError(f"{op.name} batch {batch_no}: {batch.num_rows} rows in but {out.num_rows} out and "
-                            f"{n_failed} failed; a mapper must account for every row")
+        raise BatchKeyError(
+            f"{op.name} batch {batch_no}: {batch.num_rows} rows in but {out.num_rows} out and "
+            f"{n_failed} failed; a mapper must account for every row"
+        )
     return out, failed
 
 
@@ -187,8 +197,13 @@ def _load_cursor(directory: str, binding: _Binding, where: str) -> tuple[list[di
 
 
 def _write_cursor(directory: str, binding: _Binding, meta: dict, entries: list[dict]) -> None:
-    cursor = {"version": CURSOR_VERSION, **meta, **binding.__dict__,
-              "next_row": entries[-1]["end"] if entries else 0, "batches": entries}
+    cursor = {
+        "version": CURSOR_VERSION,
+        **meta,
+        **binding.__dict__,
+        "next_row": entries[-1]["end"] if entries else 0,
+        "batches": entries,
+    }
     storage.atomic_write_bytes(storage.join(directory, CURSOR_FILE), json.dumps(cursor, indent=1).encode())
 
 
@@ -218,8 +233,7 @@ def run_expensive_op(
         return apply_op(op, op_index, table, skip_op_error)
     directory = batch_dir(job_dir, op_index, op.name, partition_id)
     binding = _Binding(partition_hash, fingerprint, hashing.hash_table(table), total, size)
-    meta = {"op_index": op_index, "op_name": op.name, "partition_id": partition_id,
-            "num_batches": -(-total // size)}
+    meta = {"op_index": op_index, "op_name": op.name, "partition_id": partition_id, "num_batches": -(-total // size)}
     where = f"{label or f'partition {partition_id}'} op {op_index} ({op.name})"
     entries, reason = _load_cursor(directory, binding, where)
 
@@ -233,20 +247,45 @@ def run_expensive_op(
             reason = f"batch {b}'s file is missing or torn"
             entries = entries[:b]
             break
-        outs.append(_check_batch(op, b, table.slice(entry["start"], entry["end"] - entry["start"]),
-                                 out, failed.drop_columns([REASON_COLUMN]) if failed is not None else None)[0])
+        outs.append(
+            _check_batch(
+                op,
+                b,
+                table.slice(entry["start"], entry["end"] - entry["start"]),
+                out,
+                failed.drop_columns([REASON_COLUMN]) if failed is not None else None,
+            )[0]
+        )
         if failed is not None:
             fails.append(failed)
     if reason:
-        log.warning("%s: not trusting batch cursor in %s beyond batch %d: %s; recomputing from there",
-                    where, directory, len(entries), reason)
+        log.warning(
+            "%s: not trusting batch cursor in %s beyond batch %d: %s; recomputing from there",
+            where,
+            directory,
+            len(entries),
+            reason,
+        )
     if entries and events is not None:
-        events.emit("batch_resume", partition_id=partition_id, op_index=op_index, op_name=op.name,
-                    committed_batches=len(entries), next_row=entries[-1]["end"], input_rows=total,
-                    discarded_reason=reason)
+        events.emit(
+            "batch_resume",
+            partition_id=partition_id,
+            op_index=op_index,
+            op_name=op.name,
+            committed_batches=len(entries),
+            next_row=entries[-1]["end"],
+            input_rows=total,
+            discarded_reason=reason,
+        )
     if entries:
-        log.info("%s: resuming at batch %d/%d (row %d of %d) from the batch cursor",
-                 where, len(entries), meta["num_batches"], entries[-1]["end"], total)
+        log.info(
+            "%s: resuming at batch %d/%d (row %d of %d) from the batch cursor",
+            where,
+            len(entries),
+            meta["num_batches"],
+            entries[-1]["end"],
+            total,
+        )
 
     start = entries[-1]["end"] if entries else 0
     done_before = start
@@ -257,10 +296,17 @@ def run_expensive_op(
         batch = table.slice(start, min(size, total - start))
         outcome = apply_op(op, op_index, batch, skip_op_error)
         out, failed = _check_batch(op, b, batch, outcome.table, outcome.failed_rows)
-        entry = {"batch": b, "start": start, "end": start + batch.num_rows,
-                 "rows_in": batch.num_rows, "rows_out": out.num_rows, "filtered": outcome.accounting["filtered"],
-                 "failed": outcome.accounting["failed"], "duration_s": outcome.accounting["duration_s"],
-                 "output": _write_ipc(storage.join(directory, f"batch_{b:06d}.arrow"), out)}
+        entry = {
+            "batch": b,
+            "start": start,
+            "end": start + batch.num_rows,
+            "rows_in": batch.num_rows,
+            "rows_out": out.num_rows,
+            "filtered": outcome.accounting["filtered"],
+            "failed": outcome.accounting["failed"],
+            "duration_s": outcome.accounting["duration_s"],
+            "output": _write_ipc(storage.join(directory, f"batch_{b:06d}.arrow"), out),
+        }
         if failed is not None:
             failed = failed.append_column(REASON_COLUMN, pa.array(outcome.failed_reasons, type=pa.string()))
             entry["failed_rows"] = _write_ipc(storage.join(directory, f"batch_{b:06d}.failed.arrow"), failed)
@@ -275,13 +321,34 @@ def run_expensive_op(
         rate = (start - done_before) / elapsed if elapsed > 0 else 0.0
         eta = (total - start) / rate if rate > 0 else None
         if events is not None:
-            events.emit("batch_commit", partition_id=partition_id, op_index=op_index, op_name=op.name, batch=b,
-                        num_batches=meta["num_batches"], start_row=entry["start"], end_row=entry["end"],
-                        input_rows=batch.num_rows, output_rows=out.num_rows, failed=entry["failed"],
-                        rows_done=start, rows_total=total, rows_per_s=round(rate, 3),
-                        eta_s=None if eta is None else round(eta, 3), duration=entry["duration_s"])
-        log.info("%s: batch %d/%d committed: %d/%d rows, %.1f rows/s, ETA %s",
-                 where, b + 1, meta["num_batches"], start, total, rate, "-" if eta is None else f"{eta:.1f}s")
+            events.emit(
+                "batch_commit",
+                partition_id=partition_id,
+                op_index=op_index,
+                op_name=op.name,
+                batch=b,
+                num_batches=meta["num_batches"],
+                start_row=entry["start"],
+                end_row=entry["end"],
+                input_rows=batch.num_rows,
+                output_rows=out.num_rows,
+                failed=entry["failed"],
+                rows_done=start,
+                rows_total=total,
+                rows_per_s=round(rate, 3),
+                eta_s=None if eta is None else round(eta, 3),
+                duration=entry["duration_s"],
+            )
+        log.info(
+            "%s: batch %d/%d committed: %d/%d rows, %.1f rows/s, ETA %s",
+            where,
+            b + 1,
+            meta["num_batches"],
+            start,
+            total,
+            rate,
+            "-" if eta is None else f"{eta:.1f}s",
+        )
         if fault_spec:
             faults.maybe_fail(job_dir, fault_spec, partition_id, op_index, point="batch_commit", batch=b)
         check_stop(job_dir)

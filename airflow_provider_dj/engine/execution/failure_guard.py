@@ -34,8 +34,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, read_json, write_json
+from airflow_provider_dj.engine.storage import fs as storage
 
 #: Job default: more than half of an op's input failing is not "a few bad rows".
 DEFAULT_MAX_FAILED_RATIO = 0.5
@@ -55,21 +55,39 @@ def exceeded(failed: int, rows_in: int, limit: float) -> bool:
 class FailureRateExceededError(RuntimeError):
     """An op failed on more of its input than ``max_failed_ratio`` allows; the job stops before export."""
 
-    def __init__(self, message: str, *, op_index: int, op_name: str, failed: int, rows_in: int, limit: float,
-                 partition_ids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        op_index: int,
+        op_name: str,
+        failed: int,
+        rows_in: int,
+        limit: float,
+        partition_ids: list[int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.op_index, self.op_name = op_index, op_name
         self.failed, self.rows_in, self.limit = failed, rows_in, limit
         self.partition_ids = list(partition_ids or [])
 
     def __reduce__(self):  # crosses Ray and the Airflow task runner
-        return (_rebuild, (str(self), self.op_index, self.op_name, self.failed, self.rows_in, self.limit,
-                           self.partition_ids))
+        return (
+            _rebuild,
+            (str(self), self.op_index, self.op_name, self.failed, self.rows_in, self.limit, self.partition_ids),
+        )
 
 
 def _rebuild(message, op_index, op_name, failed, rows_in, limit, partition_ids):
-    return FailureRateExceededError(message, op_index=op_index, op_name=op_name, failed=failed, rows_in=rows_in,
-                                    limit=limit, partition_ids=partition_ids)
+    return FailureRateExceededError(
+        message,
+        op_index=op_index,
+        op_name=op_name,
+        failed=failed,
+        rows_in=rows_in,
+        limit=limit,
+        partition_ids=partition_ids,
+    )
 
 
 @dataclass
@@ -89,13 +107,20 @@ class GuardSettings:
         return "max_failed_ratio" if self.job_ratio_set else "the default max_failed_ratio"
 
     def to_dict(self) -> dict:
-        return {"max_failed_ratio": self.job_ratio, "set_in_recipe": self.job_ratio_set,
-                "min_failed_rows": MIN_FAILED_ROWS, "per_op": {str(k): v for k, v in sorted(self.per_op.items())}}
+        return {
+            "max_failed_ratio": self.job_ratio,
+            "set_in_recipe": self.job_ratio_set,
+            "min_failed_rows": MIN_FAILED_ROWS,
+            "per_op": {str(k): v for k, v in sorted(self.per_op.items())},
+        }
 
 
 def settings_from_recipe(recipe) -> GuardSettings:
-    per_op = {spec.index: float(spec.args["max_failed_ratio"]) for spec in recipe.process
-              if spec.args.get("max_failed_ratio") is not None}
+    per_op = {
+        spec.index: float(spec.args["max_failed_ratio"])
+        for spec in recipe.process
+        if spec.args.get("max_failed_ratio") is not None
+    }
     ratio = getattr(recipe, "max_failed_ratio", None)
     return GuardSettings(DEFAULT_MAX_FAILED_RATIO if ratio is None else float(ratio), per_op, ratio is not None)
 
@@ -113,11 +138,15 @@ def load_settings(job_dir: str, recipe) -> GuardSettings:
     if not storage.exists(path):
         return settings_from_recipe(recipe)
     d = read_json(path)
-    return GuardSettings(float(d["max_failed_ratio"]), {int(k): float(v) for k, v in d.get("per_op", {}).items()},
-                         bool(d.get("set_in_recipe")))
+    return GuardSettings(
+        float(d["max_failed_ratio"]),
+        {int(k): float(v) for k, v in d.get("per_op", {}).items()},
+        bool(d.get("set_in_recipe")),
+    )
 
 
 # -- failed/ samples ----------------------------------------------------------
+
 
 def failed_dir(job_dir: str, op_index: int, op_name: str) -> str:
     return storage.join(job_dir, FAILED_DIR, f"op_{op_index:03d}_{op_name}")
@@ -128,8 +157,9 @@ def failed_file(job_dir: str, op_index: int, op_name: str, partition_id: int) ->
     return storage.join(failed_dir(job_dir, op_index, op_name), f"partition_{partition_id:05d}.jsonl")
 
 
-def reasons_in_failed(job_dir: str, op_index: int, op_name: str, partition_ids: list[int],
-                      limit_rows: int = 1000) -> list[str]:
+def reasons_in_failed(
+    job_dir: str, op_index: int, op_name: str, partition_ids: list[int], limit_rows: int = 1000
+) -> list[str]:
     """The reasons recorded in ``failed/`` for these partitions (at most ``limit_rows`` rows read)."""
     out: list[str] = []
     for pid in partition_ids:
@@ -155,14 +185,17 @@ def summarize_reasons(reasons: list[str], n: int = REASONS_SHOWN) -> str:
 
 
 def _advice(settings: GuardSettings, op_index: int, op_name: str, resume: str) -> str:
-    return (f"Read the samples and reasons in failed/op_{op_index:03d}_{op_name}/. Fix the cause (the op's "
-            f"arguments, text_keys or the input), or, if these failures are expected, raise "
-            f"process[{op_index}].{op_name}.max_failed_ratio (or max_failed_ratio for every op; 1 turns the guard "
-            f"off), then resume: {resume}. Nothing was exported and nothing was deleted.")
+    return (
+        f"Read the samples and reasons in failed/op_{op_index:03d}_{op_name}/. Fix the cause (the op's "
+        f"arguments, text_keys or the input), or, if these failures are expected, raise "
+        f"process[{op_index}].{op_name}.max_failed_ratio (or max_failed_ratio for every op; 1 turns the guard "
+        f"off), then resume: {resume}. Nothing was exported and nothing was deleted."
+    )
 
 
-def check_partition(settings: GuardSettings, accounting: dict, reasons: list[str], *, partition_id: int,
-                    label: str, resume: str) -> None:
+def check_partition(
+    settings: GuardSettings, accounting: dict, reasons: list[str], *, partition_id: int, label: str, resume: str
+) -> None:
     """Raise FailureRateExceededError when op ``accounting['op_index']`` failed past its limit in this partition."""
     i, name = accounting["op_index"], accounting["op_name"]
     failed, rows_in, limit = accounting["failed"], accounting["rows_in"], settings.limit_for(accounting["op_index"])
@@ -172,11 +205,18 @@ def check_partition(settings: GuardSettings, accounting: dict, reasons: list[str
         f"failure-rate guard: op {i} ({name}) failed {failed} of {rows_in} rows ({failed / rows_in:.0%}) in {label}, "
         f"above {settings.source_of(i, name)} = {limit:g}; the job stops before export. "
         f"First reasons: {summarize_reasons(reasons)}. {_advice(settings, i, name, resume)}",
-        op_index=i, op_name=name, failed=failed, rows_in=rows_in, limit=limit, partition_ids=[partition_id])
+        op_index=i,
+        op_name=name,
+        failed=failed,
+        rows_in=rows_in,
+        limit=limit,
+        partition_ids=[partition_id],
+    )
 
 
-def check_job(job_dir: str, settings: GuardSettings, per_op: list[dict], per_partition: dict[int, list[dict]],
-              *, resume: str) -> None:
+def check_job(
+    job_dir: str, settings: GuardSettings, per_op: list[dict], per_partition: dict[int, list[dict]], *, resume: str
+) -> None:
     """Before export: every op's failures over the whole job must be within its limit."""
     for total in per_op:
         i = total["op_index"]
@@ -191,4 +231,10 @@ def check_job(job_dir: str, settings: GuardSettings, per_op: list[dict], per_par
             f"the job (partitions {shown}), above {settings.source_of(i, name)} = {limit:g}; the export was not "
             f"written. First reasons: {summarize_reasons(reasons_in_failed(job_dir, i, name, pids))}. "
             f"{_advice(settings, i, name, resume)}",
-            op_index=i, op_name=name, failed=failed, rows_in=rows_in, limit=limit, partition_ids=pids)
+            op_index=i,
+            op_name=name,
+            failed=failed,
+            rows_in=rows_in,
+            limit=limit,
+            partition_ids=pids,
+        )

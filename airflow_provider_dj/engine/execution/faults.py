@@ -56,8 +56,9 @@ def load_faults(job_dir: str) -> list[dict]:
         return []
 
 
-def _matches(f: dict, point: str, partition_id: int | None, op_index: int | None, store: str | None,
-             batch: int | None = None) -> bool:
+def _matches(
+    f: dict, point: str, partition_id: int | None, op_index: int | None, store: str | None, batch: int | None = None
+) -> bool:
     fpoint = f.get("point", "after_op")
     if fpoint != point:
         return False
@@ -89,8 +90,15 @@ def _kill_session() -> None:
     os.kill(me, signal.SIGKILL)
 
 
-def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_index: int | None,
-               point: str = "after_op", store: str | None = None, batch: int | None = None) -> None:
+def maybe_fail(
+    job_dir: str,
+    faults: list[dict],
+    partition_id: int | None,
+    op_index: int | None,
+    point: str = "after_op",
+    store: str | None = None,
+    batch: int | None = None,
+) -> None:
     for i, f in enumerate(faults):
         if not _matches(f, point, partition_id, op_index, store, batch):
             continue
@@ -110,5 +118,6 @@ def maybe_fail(job_dir: str, faults: list[dict], partition_id: int | None, op_in
             os._exit(17)
         if kind == "kill_run":
             _kill_session()
-        raise InjectedFault(f"injected fault at {point}: partition {partition_id} op {op_index} "
-                            f"(firing {len(fired) + 1})")
+        raise InjectedFault(
+            f"injected fault at {point}: partition {partition_id} op {op_index} (firing {len(fired) + 1})"
+        )

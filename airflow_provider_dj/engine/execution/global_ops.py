@@ -16,10 +16,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.jobdir.layout import JobContext
 from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
@@ -43,7 +43,9 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     t0 = time.perf_counter()
     events.emit("global_op_start", op_index=op_index, op_name=op.name, partitions=len(parts))
 
-    if parts and all(ms.is_committed(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint) for p in parts):
+    if parts and all(
+        ms.is_committed(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint) for p in parts
+    ):
         log.info("global op %d (%s): keep masks already committed for all %d partitions", op_index, op.name, len(parts))
         events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
         return {"op_index": op_index, "skipped": True}
@@ -77,14 +79,30 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     for n, (p, k) in enumerate(zip(parts, keys)):
         part_mask = mask[offset : offset + k.num_rows]
         offset += k.num_rows
-        ms.save(op_index=op_index, op_name=op.name, partition_id=p["partition_id"],
-                table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
-                partition_hash=p["content_hash"], fingerprint=op.fingerprint, accounting=[])
+        ms.save(
+            op_index=op_index,
+            op_name=op.name,
+            partition_id=p["partition_id"],
+            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
+            partition_hash=p["content_hash"],
+            fingerprint=op.fingerprint,
+            accounting=[],
+        )
         if n == 0:
             maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")
     kept = int(mask.sum())
     dur = time.perf_counter() - t0
-    log.info("global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur)
-    events.emit("global_op_complete", op_index=op_index, op_name=op.name, input_rows=total, output_rows=kept,
-                duplicates=total - kept, duration=round(dur, 6), status="success")
+    log.info(
+        "global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur
+    )
+    events.emit(
+        "global_op_complete",
+        op_index=op_index,
+        op_name=op.name,
+        input_rows=total,
+        output_rows=kept,
+        duplicates=total - kept,
+        duration=round(dur, 6),
+        status="success",
+    )
     return {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}

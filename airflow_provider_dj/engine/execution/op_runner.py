@@ -50,8 +50,9 @@ def _same_data(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
     for ca, cb in zip(a.chunks, b.chunks):
         if ca.offset != cb.offset or len(ca) != len(cb):
             return False
-        if [x.address if x is not None else 0 for x in ca.buffers()] != \
-                [x.address if x is not None else 0 for x in cb.buffers()]:
+        if [x.address if x is not None else 0 for x in ca.buffers()] != [
+            x.address if x is not None else 0 for x in cb.buffers()
+        ]:
             return False
     return True
 
@@ -62,8 +63,9 @@ _ROW_ID = "__dj__input_row__"
 def _sparse(values: pa.ChunkedArray, changed: pa.ChunkedArray) -> pa.Array:
     """``values`` on the ``changed`` rows, null elsewhere, holding only the changed rows' data
     (``if_else`` against a null scalar keeps every string's bytes)."""
-    flags = changed.to_numpy() if isinstance(changed, pa.Array) else changed.combine_chunks().to_numpy(
-        zero_copy_only=False)
+    flags = (
+        changed.to_numpy() if isinstance(changed, pa.Array) else changed.combine_chunks().to_numpy(zero_copy_only=False)
+    )
     picked = values.filter(changed)
     index = pa.array(np.cumsum(flags, dtype=np.int64) - 1, mask=~flags)
     return picked.take(index)
@@ -80,9 +82,12 @@ def mapper_delta(table: pa.Table, out: pa.Table) -> RowDelta | None:
     """
     if out.num_rows != table.num_rows:
         return None
-    if _ROW_ID in table.column_names and _ROW_ID in out.column_names and \
-            not _same_data(table.column(_ROW_ID), out.column(_ROW_ID)) and \
-            not table.column(_ROW_ID).equals(out.column(_ROW_ID)):
+    if (
+        _ROW_ID in table.column_names
+        and _ROW_ID in out.column_names
+        and not _same_data(table.column(_ROW_ID), out.column(_ROW_ID))
+        and not table.column(_ROW_ID).equals(out.column(_ROW_ID))
+    ):
         return None  # same count, other rows: not a per-row edit
     cols: dict[str, pa.ChunkedArray] = {}
     for c in out.column_names:
@@ -117,8 +122,11 @@ def row_delta(table: pa.Table, with_new: pa.Table, keep: pa.Array) -> RowDelta |
     passed-through column is never copied; an op that rebuilt its columns
     simply gets no delta.
     """
-    changed = [c for c in with_new.column_names
-               if c not in table.column_names or not _same_data(table.column(c), with_new.column(c))]
+    changed = [
+        c
+        for c in with_new.column_names
+        if c not in table.column_names or not _same_data(table.column(c), with_new.column(c))
+    ]
     cols = with_new.select(changed)
     if cols.nbytes > with_new.nbytes // 4:  # mostly new data: a whole checkpoint is as cheap to write
         return None
@@ -176,7 +184,9 @@ def _split_flagged_rows(out: pa.Table, failed: list[pa.Table], reasons: list[str
     return out.drop_columns([ROW_ERROR_COLUMN])
 
 
-def split_missing_fields(op: Op, table: pa.Table, needs: tuple[str, ...]) -> tuple[pa.Table, pa.Table | None, list[str]]:
+def split_missing_fields(
+    op: Op, table: pa.Table, needs: tuple[str, ...]
+) -> tuple[pa.Table, pa.Table | None, list[str]]:
     """(rows the op can read, rows it cannot, a reason per unreadable row) for the fields in ``needs``.
 
     Why before the op: a row without the field an op reads is the sample's
@@ -194,8 +204,9 @@ def split_missing_fields(op: Op, table: pa.Table, needs: tuple[str, ...]) -> tup
     for name in needs:
         if "." not in name and name not in table.column_names:
             fields = ", ".join(c for c in table.column_names if not c.startswith("__dj__")) or "(none)"
-            reason = (f"MissingFieldError: field {name!r} is not in these rows (their fields: {fields}); "
-                      f"{op.name} reads it")
+            reason = (
+                f"MissingFieldError: field {name!r} is not in these rows (their fields: {fields}); {op.name} reads it"
+            )
             return table.slice(0, 0), table, [reason] * table.num_rows
     key = op.text_key
     if key not in needs or key not in table.column_names or table.column(key).null_count == 0:
@@ -258,7 +269,9 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
     return OpOutcome(out, acct, failed_table, reasons, delta)
 
 
-def apply_keep_mask(op: Deduplicator, op_index: int, table: pa.Table, mask: pa.Array, duration_s: float = 0.0) -> OpOutcome:
+def apply_keep_mask(
+    op: Deduplicator, op_index: int, table: pa.Table, mask: pa.Array, duration_s: float = 0.0
+) -> OpOutcome:
     if len(mask) != table.num_rows:
         raise RuntimeError(
             f"{op.name}: keep mask has {len(mask)} entries but the partition has {table.num_rows} rows; "

@@ -30,8 +30,9 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 
-def _segment_task(job_dir: str, segment_index: int, partition_id: int, try_number: int | None, defaults: dict,
-                  modules: tuple = ()) -> dict:
+def _segment_task(
+    job_dir: str, segment_index: int, partition_id: int, try_number: int | None, defaults: dict, modules: tuple = ()
+) -> dict:
     import logging as _logging
 
     _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -42,7 +43,9 @@ def _segment_task(job_dir: str, segment_index: int, partition_id: int, try_numbe
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 
     try:
-        return run_segment(job_dir, segment_index, partition_id, try_number=try_number, event_defaults=defaults).to_dict()
+        return run_segment(
+            job_dir, segment_index, partition_id, try_number=try_number, event_defaults=defaults
+        ).to_dict()
     except StopRequested as exc:
         # A graceful stop is an outcome, not an error: report it as data.
         return {"partition_id": partition_id, "segment_index": segment_index, "stopped": True, "request": exc.request}
@@ -161,7 +164,12 @@ def run_partitions(
     (engine/execution/actor_pool.py): ``max_in_flight`` then bounds the actors, and
     ``actor_resources`` (the validate task's per-op plan) sizes them.
     """
-    from airflow_provider_dj.engine.execution.actor_pool import GroupActorPool, check_cluster_fits, op_modules, resolve_pool
+    from airflow_provider_dj.engine.execution.actor_pool import (
+        GroupActorPool,
+        check_cluster_fits,
+        op_modules,
+        resolve_pool,
+    )
     from airflow_provider_dj.engine.jobdir.layout import JobContext
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, read_stop_request
 
@@ -172,13 +180,21 @@ def run_partitions(
     queue = list(partition_ids)
     limit = max(1, int(max_in_flight)) if max_in_flight else len(queue)
     refs: dict = {}
-    spec = resolve_pool(plan, plan.segments[segment_index], len(queue), max_in_flight=max_in_flight,
-                        cpus_per_partition=num_cpus, actor_resources=actor_resources)
+    spec = resolve_pool(
+        plan,
+        plan.segments[segment_index],
+        len(queue),
+        max_in_flight=max_in_flight,
+        cpus_per_partition=num_cpus,
+        actor_resources=actor_resources,
+    )
     pool = None
     if spec is not None:
         check_cluster_fits(ray, spec, segment_index)
-        (on_progress or log.info)(f"segment {segment_index}: actor pool, {spec.reason}; "
-                                  f"each actor num_cpus={spec.num_cpus:g} num_gpus={spec.num_gpus:g}")
+        (on_progress or log.info)(
+            f"segment {segment_index}: actor pool, {spec.reason}; "
+            f"each actor num_cpus={spec.num_cpus:g} num_gpus={spec.num_gpus:g}"
+        )
         pool = GroupActorPool(ray, spec, job_dir, segment_index, dict(event_defaults or {}), list(modules), handle)
         limit = spec.actors
 
@@ -186,8 +202,10 @@ def run_partitions(
         if pool is not None:
             new = [pool.submit(pid, try_number, dict(event_defaults or {})) for pid in queue[:n]]
         else:
-            new = [remote.remote(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules)
-                   for pid in queue[:n]]
+            new = [
+                remote.remote(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules)
+                for pid in queue[:n]
+            ]
         refs.update(zip(new, queue[:n]))
         del queue[:n]
         handle.track(ray, list(refs))
@@ -222,8 +240,10 @@ def run_partitions(
                 else:
                     results[pid] = out
             if handle.killed:
-                raise DispatchKilledError(f"segment {segment_index}: partitions {partition_ids} killed "
-                                          f"({handle.killed}); their Ray tasks were cancelled")
+                raise DispatchKilledError(
+                    f"segment {segment_index}: partitions {partition_ids} killed "
+                    f"({handle.killed}); their Ray tasks were cancelled"
+                )
             if queue and forced is None and len(pending) < limit:
                 pending = list(pending) + submit(limit - len(pending))
             if pending and forced is None:
@@ -234,8 +254,9 @@ def run_partitions(
             now = time.perf_counter()
             if done or now - last_line >= 30:
                 last_line = now
-                (on_progress or log.info)(_progress_line(segment_index, partition_ids, results, errors,
-                                                         rows_by_partition, now - t0))
+                (on_progress or log.info)(
+                    _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, now - t0)
+                )
         for pid in queue:  # never submitted: a forced stop came first
             stopped[pid] = forced or {"requested_by": "forced stop"}
         ok = True

@@ -19,19 +19,19 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from airflow_provider_dj.engine.execution import faults
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.execution.batch_cursor import discard_superseded, run_expensive_op
-from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
-from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
-from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition, load_settings
+from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask, apply_op, mapper_delta
+from airflow_provider_dj.engine.input.partitioning import read_partition
+from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import JobContext
-from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask, apply_op, mapper_delta
+from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
-from airflow_provider_dj.engine.input.partitioning import read_partition
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
+from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
 from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,11 @@ def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: 
     write_jsonl(rows, buf)
     rel = f"failed/op_{op_index:03d}_{op_name}/partition_{pid:05d}.jsonl"
     data = buf.getvalue()
-    storage.atomic_write_bytes(storage.join(ctx.job_dir, *rel.split("/")), data,
-                               what=f"the failed samples of op {op_index} ({op_name}) partition {pid}")
+    storage.atomic_write_bytes(
+        storage.join(ctx.job_dir, *rel.split("/")),
+        data,
+        what=f"the failed samples of op {op_index} ({op_name}) partition {pid}",
+    )
     return {"path": rel, **file_seal(data)}
 
 
@@ -149,12 +152,21 @@ def run_segment(
     keys_done = seg.keys_for_global is None or kstore.is_committed(
         seg.keys_for_global, ops_by_index[seg.keys_for_global].name, partition_id, phash, fp(seg.keys_for_global)
     )
-    if target_done and keys_done and (target < 0 or store.load_valid(target, ops_by_index[target].name, partition_id, phash, fp(target))):
+    if (
+        target_done
+        and keys_done
+        and (target < 0 or store.load_valid(target, ops_by_index[target].name, partition_id, phash, fp(target)))
+    ):
         marker = store.read_marker(target, ops_by_index[target].name, partition_id) if target >= 0 else {}
         result.skipped = True
         result.rows_out = int((marker or {}).get("num_rows", part["num_rows"]))
-        events.emit("partition_complete", partition_id=partition_id, segment=segment_index, status="already_complete",
-                    output_rows=result.rows_out)
+        events.emit(
+            "partition_complete",
+            partition_id=partition_id,
+            segment=segment_index,
+            status="already_complete",
+            output_rows=result.rows_out,
+        )
         log.info("%s: segment %d already complete; nothing to do", label, segment_index)
         return result
 
@@ -173,6 +185,7 @@ def run_segment(
         acct = list(accounting)
         name = ops_by_index[i].name
         if base_state == i - 1 and store.supports_delta:
+
             def write() -> None:
                 delta = None
                 if i != target or written.get(i - 1, MAX_DELTA_CHAIN) <= 1:
@@ -181,18 +194,38 @@ def run_segment(
                 if delta is None:
                     _save_and_discard(store, events, i, name, partition_id, out, phash, fp(i), acct, job_dir)
                     return
-                path = store.save_delta(op_index=i, op_name=name, partition_id=partition_id, keep=delta.keep,
-                                        columns=delta.columns, out_columns=out.column_names, out_rows=out.num_rows,
-                                        base_op_index=i - 1, base_op_name=ops_by_index[i - 1].name,
-                                        base_fingerprint=fp(i - 1), partition_hash=phash, fingerprint=fp(i),
-                                        accounting=acct, depth=written[i])
-                events.emit("checkpoint_save", partition_id=partition_id, op_index=i, op_name=name,
-                            output_rows=out.num_rows, checkpoint_path=path, delta_of_op=i - 1)
+                path = store.save_delta(
+                    op_index=i,
+                    op_name=name,
+                    partition_id=partition_id,
+                    keep=delta.keep,
+                    columns=delta.columns,
+                    out_columns=out.column_names,
+                    out_rows=out.num_rows,
+                    base_op_index=i - 1,
+                    base_op_name=ops_by_index[i - 1].name,
+                    base_fingerprint=fp(i - 1),
+                    partition_hash=phash,
+                    fingerprint=fp(i),
+                    accounting=acct,
+                    depth=written[i],
+                )
+                events.emit(
+                    "checkpoint_save",
+                    partition_id=partition_id,
+                    op_index=i,
+                    op_name=name,
+                    output_rows=out.num_rows,
+                    checkpoint_path=path,
+                    delta_of_op=i - 1,
+                )
                 discard_superseded(job_dir, partition_id, i)
+
             return write
         written[i] = 0
-        return functools.partial(_save_and_discard, store, events, i, name, partition_id, out, phash, fp(i), acct,
-                                 job_dir)
+        return functools.partial(
+            _save_and_discard, store, events, i, name, partition_id, out, phash, fp(i), acct, job_dir
+        )
 
     def stop_point(after_op: int | None) -> None:
         """A committed boundary: honour a pending stop request here (engine.jobdir.stop_control)."""
@@ -201,18 +234,39 @@ def run_segment(
         except stop_control.StopRequested as exc:
             ckpt.flush()  # the checkpoint after ``after_op`` commits before the stop is reported
             exc.partition_ids = [partition_id]
-            events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
-                        after_op=after_op, force=exc.force)
-            log.info("%s: stop requested (%s); stopping after op %s with its checkpoint committed", label,
-                     exc.request.get("requested_by"), after_op)
+            events.emit(
+                "partition_stopped",
+                partition_id=partition_id,
+                segment=segment_index,
+                status="stopped",
+                after_op=after_op,
+                force=exc.force,
+            )
+            log.info(
+                "%s: stop requested (%s); stopping after op %s with its checkpoint committed",
+                label,
+                exc.request.get("requested_by"),
+                after_op,
+            )
             raise
 
     stop_point(None)  # a stop pending before this partition started: do nothing at all
-    events.emit("partition_start", partition_id=partition_id, segment=segment_index, status="running",
-                start_row=part["start_row"], end_row=part["end_row"], input_rows=part["num_rows"])
+    events.emit(
+        "partition_start",
+        partition_id=partition_id,
+        segment=segment_index,
+        status="running",
+        start_row=part["start_row"],
+        end_row=part["end_row"],
+        input_rows=part["num_rows"],
+    )
     plog = PartitionProgressLog(job_dir, partition_id, segment=segment_index, try_number=try_number)
-    plog.partition_start(start_row=part["start_row"], end_row=part["end_row"], input_rows=part["num_rows"],
-                         ops=len(seg.op_indices) + (seg.applies_global is not None))
+    plog.partition_start(
+        start_row=part["start_row"],
+        end_row=part["end_row"],
+        input_rows=part["num_rows"],
+        ops=len(seg.op_indices) + (seg.applies_global is not None),
+    )
     t_start = time.perf_counter()
 
     # -- find the latest valid checkpoint inside this segment ----------------
@@ -229,12 +283,27 @@ def run_segment(
             table, accounting, state = loaded.table, list(loaded.marker.get("accounting", [])), k
             committed_state = k
             written[k] = _delta_depth(loaded.marker)
-            events.emit("checkpoint_load", partition_id=partition_id, op_index=k, op_name=ops_by_index[k].name,
-                        output_rows=table.num_rows, checkpoint_path=store.data_path(k, ops_by_index[k].name, partition_id))
-            events.emit("partition_resume", partition_id=partition_id, segment=segment_index, resumed_after_op=k,
-                        status="resumed", op_index=k, op_name=ops_by_index[k].name)
+            events.emit(
+                "checkpoint_load",
+                partition_id=partition_id,
+                op_index=k,
+                op_name=ops_by_index[k].name,
+                output_rows=table.num_rows,
+                checkpoint_path=store.data_path(k, ops_by_index[k].name, partition_id),
+            )
+            events.emit(
+                "partition_resume",
+                partition_id=partition_id,
+                segment=segment_index,
+                resumed_after_op=k,
+                status="resumed",
+                op_index=k,
+                op_name=ops_by_index[k].name,
+            )
             plog.resumed(k, ops_by_index[k].name, table.num_rows)
-            log.info("%s: resuming from checkpoint after op %d (%s), %d rows", label, k, ops_by_index[k].name, table.num_rows)
+            log.info(
+                "%s: resuming from checkpoint after op %d (%s), %d rows", label, k, ops_by_index[k].name, table.num_rows
+            )
             break
 
     if table is None:
@@ -252,9 +321,14 @@ def run_segment(
                 table, accounting = base.table, list(base.marker.get("accounting", []))
                 committed_state = base_idx
                 written[base_idx] = _delta_depth(base.marker)
-                events.emit("checkpoint_load", partition_id=partition_id, op_index=base_idx,
-                            op_name=ops_by_index[base_idx].name, output_rows=table.num_rows,
-                            checkpoint_path=store.data_path(base_idx, ops_by_index[base_idx].name, partition_id))
+                events.emit(
+                    "checkpoint_load",
+                    partition_id=partition_id,
+                    op_index=base_idx,
+                    op_name=ops_by_index[base_idx].name,
+                    output_rows=table.num_rows,
+                    checkpoint_path=store.data_path(base_idx, ops_by_index[base_idx].name, partition_id),
+                )
             else:
                 table, accounting = _read_input(ctx, partition_id), []
             mask_cp = mask_store(job_dir).load_valid(g, ops_by_index[g].name, partition_id, phash, fp(g))
@@ -265,19 +339,39 @@ def run_segment(
                 )
             op = make_op(g)
             op.bind_run_context(job_dir=job_dir, op_index=g, partition_id=partition_id)
-            events.emit("op_start", partition_id=partition_id, op_index=g, op_name=op.name, input_rows=table.num_rows,
-                        status="running")
+            events.emit(
+                "op_start",
+                partition_id=partition_id,
+                op_index=g,
+                op_name=op.name,
+                input_rows=table.num_rows,
+                status="running",
+            )
             faults.maybe_fail(job_dir, fault_spec, partition_id, g, point="op_start")
             outcome = apply_keep_mask(op, g, table, mask_cp.table.column(MASK_COLUMN).combine_chunks())
             table_in, table = table, outcome.table
             accounting.append(outcome.accounting)
-            events.emit("op_complete", partition_id=partition_id, op_index=g, op_name=op.name,
-                        input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
-                        duplicates=outcome.accounting["duplicates"],
-                        duration=outcome.accounting["duration_s"], status="success")
-            plog.op_done(g, op.name, rows_in=outcome.accounting["rows_in"], rows_out=table.num_rows,
-                         duration=outcome.accounting["duration_s"], n=1, total=1 + len(seg.op_indices),
-                         duplicates=outcome.accounting["duplicates"])
+            events.emit(
+                "op_complete",
+                partition_id=partition_id,
+                op_index=g,
+                op_name=op.name,
+                input_rows=outcome.accounting["rows_in"],
+                output_rows=table.num_rows,
+                duplicates=outcome.accounting["duplicates"],
+                duration=outcome.accounting["duration_s"],
+                status="success",
+            )
+            plog.op_done(
+                g,
+                op.name,
+                rows_in=outcome.accounting["rows_in"],
+                rows_out=table.num_rows,
+                duration=outcome.accounting["duration_s"],
+                n=1,
+                total=1 + len(seg.op_indices),
+                duplicates=outcome.accounting["duplicates"],
+            )
             result.ops_run.append(g)
             state = g
             if g in points:
@@ -298,47 +392,103 @@ def run_segment(
     for n, i in enumerate(range(state + 1, target + 1), start=1):
         op = make_op(i)
         op.bind_run_context(job_dir=job_dir, op_index=i, partition_id=partition_id)
-        events.emit("op_start", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows,
-                    status="running")
+        events.emit(
+            "op_start",
+            partition_id=partition_id,
+            op_index=i,
+            op_name=op.name,
+            input_rows=table.num_rows,
+            status="running",
+        )
         plog.op_start(i, op.name, table.num_rows, n, total_ops)
         try:
             # Inside the try: an injected op_start fault is an op failure like any other (op_failed +
             # partition_failed events), not a silent exit.
             faults.maybe_fail(job_dir, fault_spec, partition_id, i, point="op_start")
             if op.expensive:  # batches committed with a cursor: a crash or stop loses at most one batch
-                outcome = run_expensive_op(op, i, table, job_dir=job_dir, partition_id=partition_id,
-                                           partition_hash=phash, fingerprint=fp(i),
-                                           skip_op_error=recipe.skip_op_error, events=events,
-                                           fault_spec=fault_spec, label=label)
+                outcome = run_expensive_op(
+                    op,
+                    i,
+                    table,
+                    job_dir=job_dir,
+                    partition_id=partition_id,
+                    partition_hash=phash,
+                    fingerprint=fp(i),
+                    skip_op_error=recipe.skip_op_error,
+                    events=events,
+                    fault_spec=fault_spec,
+                    label=label,
+                )
             else:
                 needs = tuple(type(op).input_fields(ops_by_index[i].args, recipe.text_key))
                 outcome = apply_op(op, i, table, recipe.skip_op_error, needs)
         except stop_control.StopRequested as exc:  # an op's batch loop committed its batch and saw a stop
             ckpt.flush_quietly()
             exc.partition_ids = [partition_id]
-            events.emit("partition_stopped", partition_id=partition_id, segment=segment_index, status="stopped",
-                        op_index=i, op_name=op.name, force=exc.force, note="inside the op, at a batch boundary")
+            events.emit(
+                "partition_stopped",
+                partition_id=partition_id,
+                segment=segment_index,
+                status="stopped",
+                op_index=i,
+                op_name=op.name,
+                force=exc.force,
+                note="inside the op, at a batch boundary",
+            )
             raise
         except Exception as exc:
             ckpt.flush_quietly()  # the checkpoint of the op before commits: the retry resumes after it
-            events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name,
-                        input_rows=table.num_rows, error_message=f"{type(exc).__name__}: {exc}", status="failed")
-            events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
-                        error_message=f"op {i} ({op.name}): {type(exc).__name__}: {exc}", status="failed")
+            events.emit(
+                "op_failed",
+                partition_id=partition_id,
+                op_index=i,
+                op_name=op.name,
+                input_rows=table.num_rows,
+                error_message=f"{type(exc).__name__}: {exc}",
+                status="failed",
+            )
+            events.emit(
+                "partition_failed",
+                partition_id=partition_id,
+                segment=segment_index,
+                error_message=f"op {i} ({op.name}): {type(exc).__name__}: {exc}",
+                status="failed",
+            )
             plog.partition_failed(f"op {i} ({op.name}): {type(exc).__name__}: {exc}")
             raise
         if outcome.failed_rows is not None:
-            outcome.accounting[FAILED_FILE_KEY] = _write_failed(ctx, i, op.name, partition_id, outcome.failed_rows,
-                                                                outcome.failed_reasons)
+            outcome.accounting[FAILED_FILE_KEY] = _write_failed(
+                ctx, i, op.name, partition_id, outcome.failed_rows, outcome.failed_reasons
+            )
         try:  # past the failure-rate guard: fail here, before op i's checkpoint, with failed/ written
-            check_partition(guard, outcome.accounting, outcome.failed_reasons, partition_id=partition_id, label=label,
-                            resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}")
+            check_partition(
+                guard,
+                outcome.accounting,
+                outcome.failed_reasons,
+                partition_id=partition_id,
+                label=label,
+                resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+            )
         except FailureRateExceededError as exc:
             ckpt.flush_quietly()
-            events.emit("op_failed", partition_id=partition_id, op_index=i, op_name=op.name, input_rows=table.num_rows,
-                        failed=exc.failed, error_message=str(exc), status="failed", reason="failure_rate_guard")
-            events.emit("partition_failed", partition_id=partition_id, segment=segment_index,
-                        error_message=f"op {i} ({op.name}): {exc}", status="failed")
+            events.emit(
+                "op_failed",
+                partition_id=partition_id,
+                op_index=i,
+                op_name=op.name,
+                input_rows=table.num_rows,
+                failed=exc.failed,
+                error_message=str(exc),
+                status="failed",
+                reason="failure_rate_guard",
+            )
+            events.emit(
+                "partition_failed",
+                partition_id=partition_id,
+                segment=segment_index,
+                error_message=f"op {i} ({op.name}): {exc}",
+                status="failed",
+            )
             plog.partition_failed(f"op {i} ({op.name}): {exc}")
             raise
         if tracer is not None:  # candidates are durable before any checkpoint after op i (engine.observe.tracer)
@@ -347,16 +497,41 @@ def run_segment(
         accounting.append(outcome.accounting)
         result.ops_run.append(i)
         result.failed_rows += outcome.accounting["failed"]
-        events.emit("op_complete", partition_id=partition_id, op_index=i, op_name=op.name,
-                    input_rows=outcome.accounting["rows_in"], output_rows=table.num_rows,
-                    filtered=outcome.accounting["filtered"], failed=outcome.accounting["failed"],
-                    duration=outcome.accounting["duration_s"], status="success")
-        log.info("%s: op %d/%d %s done: %d -> %d rows in %.3fs (ops %d/%d of this segment)",
-                 label, i, plan.final_op_index, op.name, outcome.accounting["rows_in"], table.num_rows,
-                 outcome.accounting["duration_s"], n, total_ops)
-        plog.op_done(i, op.name, rows_in=outcome.accounting["rows_in"], rows_out=table.num_rows,
-                     duration=outcome.accounting["duration_s"], n=n, total=total_ops,
-                     filtered=outcome.accounting["filtered"], failed=outcome.accounting["failed"])
+        events.emit(
+            "op_complete",
+            partition_id=partition_id,
+            op_index=i,
+            op_name=op.name,
+            input_rows=outcome.accounting["rows_in"],
+            output_rows=table.num_rows,
+            filtered=outcome.accounting["filtered"],
+            failed=outcome.accounting["failed"],
+            duration=outcome.accounting["duration_s"],
+            status="success",
+        )
+        log.info(
+            "%s: op %d/%d %s done: %d -> %d rows in %.3fs (ops %d/%d of this segment)",
+            label,
+            i,
+            plan.final_op_index,
+            op.name,
+            outcome.accounting["rows_in"],
+            table.num_rows,
+            outcome.accounting["duration_s"],
+            n,
+            total_ops,
+        )
+        plog.op_done(
+            i,
+            op.name,
+            rows_in=outcome.accounting["rows_in"],
+            rows_out=table.num_rows,
+            duration=outcome.accounting["duration_s"],
+            n=n,
+            total=total_ops,
+            filtered=outcome.accounting["filtered"],
+            failed=outcome.accounting["failed"],
+        )
         if progress is not None:
             progress(partition_id, i, n, total_ops)
         if i in points and i != target:
@@ -385,16 +560,37 @@ def run_segment(
         keys_table = keys if isinstance(keys, pa.Table) else pa.table({KEYS_COLUMN: keys})
         if keys_table.num_rows != table.num_rows:
             raise RuntimeError(f"{op.name}.compute_hash returned {keys_table.num_rows} rows for {table.num_rows}")
-        kstore.save(op_index=g, op_name=op.name, partition_id=partition_id, table=keys_table, partition_hash=phash,
-                    fingerprint=fp(g), accounting=[], extra={"duration_s": round(time.perf_counter() - t0, 6)})
-        events.emit("checkpoint_save", partition_id=partition_id, op_index=g, op_name=op.name,
-                    output_rows=keys_table.num_rows, checkpoint_path=kstore.data_path(g, op.name, partition_id),
-                    note="dedup keys")
+        kstore.save(
+            op_index=g,
+            op_name=op.name,
+            partition_id=partition_id,
+            table=keys_table,
+            partition_hash=phash,
+            fingerprint=fp(g),
+            accounting=[],
+            extra={"duration_s": round(time.perf_counter() - t0, 6)},
+        )
+        events.emit(
+            "checkpoint_save",
+            partition_id=partition_id,
+            op_index=g,
+            op_name=op.name,
+            output_rows=keys_table.num_rows,
+            checkpoint_path=kstore.data_path(g, op.name, partition_id),
+            note="dedup keys",
+        )
 
     result.rows_out = table.num_rows
     plog.partition_done(table.num_rows)
-    events.emit("partition_complete", partition_id=partition_id, segment=segment_index, output_rows=table.num_rows,
-                duration=round(time.perf_counter() - t_start, 6), status="success", ops_run=result.ops_run)
+    events.emit(
+        "partition_complete",
+        partition_id=partition_id,
+        segment=segment_index,
+        output_rows=table.num_rows,
+        duration=round(time.perf_counter() - t_start, 6),
+        status="success",
+        ops_run=result.ops_run,
+    )
     return result
 
 
@@ -404,14 +600,26 @@ def _delta_depth(marker: dict) -> int:
     return 0 if not delta else int(delta.get("depth", MAX_DELTA_CHAIN))
 
 
-def _save_and_discard(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting,
-                      job_dir) -> None:
+def _save_and_discard(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting, job_dir) -> None:
     _save(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting)
     discard_superseded(job_dir, pid, op_index)
 
 
 def _save(store, events, op_index, op_name, pid, table, phash, fingerprint, accounting) -> None:
-    path = store.save(op_index=op_index, op_name=op_name, partition_id=pid, table=table,
-                      partition_hash=phash, fingerprint=fingerprint, accounting=accounting)
-    events.emit("checkpoint_save", partition_id=pid, op_index=op_index, op_name=op_name,
-                output_rows=table.num_rows, checkpoint_path=path)
+    path = store.save(
+        op_index=op_index,
+        op_name=op_name,
+        partition_id=pid,
+        table=table,
+        partition_hash=phash,
+        fingerprint=fingerprint,
+        accounting=accounting,
+    )
+    events.emit(
+        "checkpoint_save",
+        partition_id=pid,
+        op_index=op_index,
+        op_name=op_name,
+        output_rows=table.num_rows,
+        checkpoint_path=path,
+    )

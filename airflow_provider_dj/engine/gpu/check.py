@@ -32,10 +32,23 @@ def _version(mod: str) -> str:
 
 
 def environment() -> dict:
-    env = {"python": sys.version.split()[0], "platform": platform.platform(),
-           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    for mod in ("pyarrow", "numpy", "xxhash", "yaml", "torch", "sentence_transformers", "transformers", "pynvml",
-                "ray", "airflow"):
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    for mod in (
+        "pyarrow",
+        "numpy",
+        "xxhash",
+        "yaml",
+        "torch",
+        "sentence_transformers",
+        "transformers",
+        "pynvml",
+        "ray",
+        "airflow",
+    ):
         env[mod] = _version(mod)
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
@@ -55,16 +68,36 @@ def environment() -> dict:
 
 
 def format_table(report: dict) -> str:
-    head = ("op", "batch", "init_s", "warmup_s", "steady_batch_s", "rows/s", "out_ratio", "peak_MiB", "mem_frac",
-            "num_gpus", "source")
+    head = (
+        "op",
+        "batch",
+        "init_s",
+        "warmup_s",
+        "steady_batch_s",
+        "rows/s",
+        "out_ratio",
+        "peak_MiB",
+        "mem_frac",
+        "num_gpus",
+        "source",
+    )
     rows = [head]
     for o in report.get("ops", []):
-        rows.append((f"{o['op_name']}[{o['op_index']}]", str(o["batch_size"]), f"{o['model_init_s']:.3f}",
-                     f"{o['warmup_s']:.3f}", ",".join(f"{x:.3f}" for x in o["steady_batch_s"]),
-                     f"{o['rows_per_s']:.1f}" if o.get("rows_per_s") else "-", f"{o['output_ratio']:.3f}",
-                     f"{o['peak_memory_bytes'] / 2**20:.1f}",
-                     f"{o['memory_fraction']:.4f}" if o.get("memory_fraction") is not None else "null",
-                     f"{o['num_gpus']:g}", o["memory_source"]))
+        rows.append(
+            (
+                f"{o['op_name']}[{o['op_index']}]",
+                str(o["batch_size"]),
+                f"{o['model_init_s']:.3f}",
+                f"{o['warmup_s']:.3f}",
+                ",".join(f"{x:.3f}" for x in o["steady_batch_s"]),
+                f"{o['rows_per_s']:.1f}" if o.get("rows_per_s") else "-",
+                f"{o['output_ratio']:.3f}",
+                f"{o['peak_memory_bytes'] / 2**20:.1f}",
+                f"{o['memory_fraction']:.4f}" if o.get("memory_fraction") is not None else "null",
+                f"{o['num_gpus']:g}",
+                o["memory_source"],
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
 
@@ -72,24 +105,37 @@ def format_table(report: dict) -> str:
 def plan_for(report: dict, rows: int, partitions: int, max_ratio: float = 0.1) -> dict:
     """What the planner would decide for a job of ``rows`` rows in ``partitions`` partitions
     on this machine, from the measured report (pure functions: no Ray, no Airflow)."""
-    from airflow_provider_dj.engine.planning.concurrency import resolve_max_concurrent
-    from airflow_provider_dj.engine.planning.groups import resolve_group_size
     from airflow_provider_dj.engine.gpu.planner import available_batches, plan_actors
     from airflow_provider_dj.engine.gpu.profiles import cluster_from_report, stages_from_report, startup_seconds
+    from airflow_provider_dj.engine.planning.concurrency import resolve_max_concurrent
+    from airflow_provider_dj.engine.planning.groups import resolve_group_size
 
     stages = stages_from_report(report)
     cluster = cluster_from_report(report)
     first = plan_actors(stages, cluster, available_batches(stages, rows))
     init_s = max(startup_seconds(o) for o in report["ops"])
     per_part = rows / partitions
-    group = resolve_group_size("auto", num_partitions=partitions, init_s=init_s, rows_per_s=first.pipeline_rows_per_s,
-                               rows_per_partition=per_part, max_ratio=max_ratio)
+    group = resolve_group_size(
+        "auto",
+        num_partitions=partitions,
+        init_s=init_s,
+        rows_per_s=first.pipeline_rows_per_s,
+        rows_per_partition=per_part,
+        max_ratio=max_ratio,
+    )
     plan = plan_actors(stages, cluster, available_batches(stages, int(group.size * per_part)))
-    conc = resolve_max_concurrent("auto", num_partitions=partitions, actor_plan=plan, cluster_cpus=cluster.usable_cpus,
-                                  has_gpu_ops=True)
-    return {"rows": rows, "partitions": partitions, "startup_s": round(init_s, 3), "actor_plan": plan.to_dict(),
-            "execution_group_size": group.to_dict(), "max_concurrent_partitions": conc.to_dict(),
-            "estimated_run_s": round(rows / plan.pipeline_rows_per_s + init_s * -(-partitions // group.size), 1)}
+    conc = resolve_max_concurrent(
+        "auto", num_partitions=partitions, actor_plan=plan, cluster_cpus=cluster.usable_cpus, has_gpu_ops=True
+    )
+    return {
+        "rows": rows,
+        "partitions": partitions,
+        "startup_s": round(init_s, 3),
+        "actor_plan": plan.to_dict(),
+        "execution_group_size": group.to_dict(),
+        "max_concurrent_partitions": conc.to_dict(),
+        "estimated_run_s": round(rows / plan.pipeline_rows_per_s + init_s * -(-partitions // group.size), 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,9 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     job_dir = os.path.join(work, "job")
     print(f"== probe ({'forced CPU' if force_cpu else 'auto device'}, executor {args.executor})", flush=True)
     try:
-        report = run_preflight([OpEntry(0, cls.name, op_args, cls)], settings, job_dir, executor=args.executor,
-                               force_cpu=force_cpu, heartbeat_s=30.0, say=lambda m: print(f"  {m}", flush=True),
-                               warn=lambda m: print(f"  WARNING: {m}", flush=True))
+        report = run_preflight(
+            [OpEntry(0, cls.name, op_args, cls)],
+            settings,
+            job_dir,
+            executor=args.executor,
+            force_cpu=force_cpu,
+            heartbeat_s=30.0,
+            say=lambda m: print(f"  {m}", flush=True),
+            warn=lambda m: print(f"  WARNING: {m}", flush=True),
+        )
     except PreflightError as exc:
         print(f"FAILED: {exc}", flush=True)
         path = os.path.join(job_dir, "gpu_probe_results.json")
@@ -164,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(plan_for(report, args.plan_rows, args.plan_partitions), indent=2, default=str))
         except Exception as exc:  # noqa: BLE001 - the probe result stands; say why planning failed
             problems.append(f"planning failed: {type(exc).__name__}: {exc}")
-    print(f"== done in {time.perf_counter() - t_start:.1f}s; device {report['device']['kind']}; "
-          f"report at {job_dir}/gpu_probe_results.json")
+    print(
+        f"== done in {time.perf_counter() - t_start:.1f}s; device {report['device']['kind']}; "
+        f"report at {job_dir}/gpu_probe_results.json"
+    )
     for p in problems:
         print(f"PROBLEM: {p}")
     return 1 if problems else 0

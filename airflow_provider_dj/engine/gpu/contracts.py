@@ -53,8 +53,12 @@ class ProbeUnit:
     reasons: dict[int, str] = field(default_factory=dict)  # target -> why it is in ordered replay
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "targets": self.targets, "replay": self.replay,
-                "reasons": {str(k): v for k, v in self.reasons.items()}}
+        return {
+            "mode": self.mode,
+            "targets": self.targets,
+            "replay": self.replay,
+            "reasons": {str(k): v for k, v in self.reasons.items()},
+        }
 
 
 def _as_paths(value: Any) -> tuple[str, ...] | None:

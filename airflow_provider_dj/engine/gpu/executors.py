@@ -66,8 +66,9 @@ class _Backend:
 class _InlineBackend(_Backend):
     def submit(self, spec):
         holder: dict = {}
-        t = threading.Thread(target=lambda: holder.setdefault("out", run_probe_unit(spec)), daemon=True,
-                             name="gpu-probe")
+        t = threading.Thread(
+            target=lambda: holder.setdefault("out", run_probe_unit(spec)), daemon=True, name="gpu-probe"
+        )
         t.start()
         return (t, holder)
 
@@ -92,8 +93,9 @@ class _LocalBackend(_Backend):
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # op classes unpickle by reference
         if spec.get("hide_gpus"):
             env["CUDA_VISIBLE_DEVICES"] = ""
-        proc = subprocess.Popen([sys.executable, "-m", "airflow_provider_dj.engine.gpu.worker", out_path],
-                                stdin=subprocess.PIPE, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_dj.engine.gpu.worker", out_path], stdin=subprocess.PIPE, env=env
+        )
         try:
             proc.stdin.write(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
             proc.stdin.close()
@@ -116,10 +118,18 @@ class _LocalBackend(_Backend):
                 os.remove(out_path)
             except OSError:
                 pass
-        return {"results": [], "warnings": [], "device": {}, "error": {
-            "op_index": None, "op_name": None, "kind": "oom" if code in (-9, 137) else "error",
-            "message": f"probe worker exited with code {code} without a result "
-                       f"(killed for memory, or crashed in native code; its stderr is in this task's log)"}}
+        return {
+            "results": [],
+            "warnings": [],
+            "device": {},
+            "error": {
+                "op_index": None,
+                "op_name": None,
+                "kind": "oom" if code in (-9, 137) else "error",
+                "message": f"probe worker exited with code {code} without a result "
+                f"(killed for memory, or crashed in native code; its stderr is in this task's log)",
+            },
+        }
 
     def kill(self, handle):
         proc, out_path = handle
@@ -153,9 +163,17 @@ class _RayBackend(_Backend):
         try:
             return self.ray.get(handle)
         except Exception as exc:  # noqa: BLE001 - worker died (OOM killer, node loss)
-            return {"results": [], "warnings": [], "device": {}, "error": {
-                "op_index": None, "op_name": None, "kind": "oom" if "memory" in str(exc).lower() else "error",
-                "message": f"probe worker failed: {type(exc).__name__}: {str(exc)[:1000]}"}}
+            return {
+                "results": [],
+                "warnings": [],
+                "device": {},
+                "error": {
+                    "op_index": None,
+                    "op_name": None,
+                    "kind": "oom" if "memory" in str(exc).lower() else "error",
+                    "message": f"probe worker failed: {type(exc).__name__}: {str(exc)[:1000]}",
+                },
+            }
 
     def kill(self, handle):
         try:
@@ -179,10 +197,18 @@ def get_ray(ray_client: Callable[[], Any] | None = None):
         return ray
 
 
-def run_units(specs: list[dict], *, executor: str, use_gpu: bool, max_concurrent: int = 1,
-              timeout_s: float | None = None, heartbeat_s: float = 30.0, poll_s: float = 0.2,
-              ray_client: Callable[[], Any] | None = None,
-              say: Callable[[str], None] | None = None) -> list[dict]:
+def run_units(
+    specs: list[dict],
+    *,
+    executor: str,
+    use_gpu: bool,
+    max_concurrent: int = 1,
+    timeout_s: float | None = None,
+    heartbeat_s: float = 30.0,
+    poll_s: float = 0.2,
+    ray_client: Callable[[], Any] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[dict]:
     """Run every unit (at most ``max_concurrent`` at once); returns their outputs in submission order.
 
     A unit past ``timeout_s`` is stopped and turned into a ``timeout`` error naming its ops.
@@ -216,10 +242,18 @@ def run_units(specs: list[dict], *, executor: str, use_gpu: bool, max_concurrent
                     continue
                 if timeout_s is not None and time.monotonic() - r.started > timeout_s:
                     backend.kill(r.handle)
-                    outputs[i] = {"results": [], "warnings": [], "device": {}, "error": ProbeFailure(
-                        r.spec["unit"]["targets"][0], r.label, "timeout",
-                        f"GPU probe of {r.label} did not finish within gpu_probe_timeout_seconds={timeout_s:g}; "
-                        f"raise the timeout or check the op (model download? stuck device?)").to_dict()}
+                    outputs[i] = {
+                        "results": [],
+                        "warnings": [],
+                        "device": {},
+                        "error": ProbeFailure(
+                            r.spec["unit"]["targets"][0],
+                            r.label,
+                            "timeout",
+                            f"GPU probe of {r.label} did not finish within gpu_probe_timeout_seconds={timeout_s:g}; "
+                            f"raise the timeout or check the op (model download? stuck device?)",
+                        ).to_dict(),
+                    }
                     del running[i]
             now = time.monotonic()
             if running and now - last_beat >= heartbeat_s:

@@ -64,9 +64,15 @@ def merge_peak(torch_peak: int, torch_reserved_after: int, nvml_before: int, nvm
     nvml_delta = max(0, int(nvml_after) - int(nvml_before))
     non_torch = max(0, nvml_delta - int(torch_reserved_after))
     peak = max(int(torch_peak) + non_torch, nvml_delta)
-    return {"torch_peak_bytes": int(torch_peak), "torch_reserved_after_bytes": int(torch_reserved_after),
-            "nvml_used_before_bytes": int(nvml_before), "nvml_used_after_bytes": int(nvml_after),
-            "nvml_delta_bytes": nvml_delta, "non_torch_bytes": non_torch, "peak_bytes": peak}
+    return {
+        "torch_peak_bytes": int(torch_peak),
+        "torch_reserved_after_bytes": int(torch_reserved_after),
+        "nvml_used_before_bytes": int(nvml_before),
+        "nvml_used_after_bytes": int(nvml_after),
+        "nvml_delta_bytes": nvml_delta,
+        "non_torch_bytes": non_torch,
+        "peak_bytes": peak,
+    }
 
 
 def _physical_device(visible: str | None, logical_index: int) -> int | str:
@@ -86,8 +92,9 @@ class CudaMemoryProbe:
 
     source = "nvml+torch"
 
-    def __init__(self, nvml: Any = None, cuda: Any = None, device_index: int = 0,
-                 visible_devices: str | None = None) -> None:
+    def __init__(
+        self, nvml: Any = None, cuda: Any = None, device_index: int = 0, visible_devices: str | None = None
+    ) -> None:
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py
         if cuda is None:
@@ -112,9 +119,13 @@ class CudaMemoryProbe:
         name = self.nvml.nvmlDeviceGetName(self.handle)
         if isinstance(name, bytes):
             name = name.decode()
-        return {"kind": "cuda", "gpu_model": str(name),
-                "gpu_total_bytes": int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total),
-                "gpu_count": int(self.nvml.nvmlDeviceGetCount()), "physical_device": self.physical_device}
+        return {
+            "kind": "cuda",
+            "gpu_model": str(name),
+            "gpu_total_bytes": int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total),
+            "gpu_count": int(self.nvml.nvmlDeviceGetCount()),
+            "physical_device": self.physical_device,
+        }
 
     def start(self) -> None:
         # NVML first, before this process touches CUDA: the CUDA context the op's first kernel
@@ -135,10 +146,15 @@ class CudaMemoryProbe:
         out = merge_peak(torch_peak, reserved, self._before, after)
         total = int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total)
         if out["peak_bytes"] <= 0:
-            raise NoValidPeakError("no valid GPU memory peak: the torch allocator reported 0 bytes and NVML "
-                                   "saw no growth; the op may not have used the GPU (check its device argument)")
-        out.update(memory_source=self.source, device_total_bytes=total,
-                   memory_fraction=memory_fraction(out["peak_bytes"], total))
+            raise NoValidPeakError(
+                "no valid GPU memory peak: the torch allocator reported 0 bytes and NVML "
+                "saw no growth; the op may not have used the GPU (check its device argument)"
+            )
+        out.update(
+            memory_source=self.source,
+            device_total_bytes=total,
+            memory_fraction=memory_fraction(out["peak_bytes"], total),
+        )
         return out
 
     def release(self) -> None:
@@ -186,9 +202,14 @@ class CpuRssMemoryProbe:
         if self._before is None:
             raise RuntimeError("finish() called before start()")
         peak_rss = max(_max_rss(), _current_rss())
-        return {"memory_source": self.source, "rss_before_bytes": self._before, "peak_rss_bytes": peak_rss,
-                "peak_bytes": max(0, peak_rss - self._before), "device_total_bytes": None,
-                "memory_fraction": None}
+        return {
+            "memory_source": self.source,
+            "rss_before_bytes": self._before,
+            "peak_rss_bytes": peak_rss,
+            "peak_bytes": max(0, peak_rss - self._before),
+            "device_total_bytes": None,
+            "memory_fraction": None,
+        }
 
     def release(self) -> None:
         pass

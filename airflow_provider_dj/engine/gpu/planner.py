@@ -79,16 +79,22 @@ class StageProfile:
     def __post_init__(self) -> None:
         where = f"op {self.op_name!r} (process[{self.op_index}])"
         if not (self.rows_per_s > 0 and math.isfinite(self.rows_per_s)):
-            raise ValueError(f"{where}: measured rows_per_s must be a positive number, got {self.rows_per_s!r}; "
-                             f"re-run the GPU preflight (its probe produced no throughput)")
+            raise ValueError(
+                f"{where}: measured rows_per_s must be a positive number, got {self.rows_per_s!r}; "
+                f"re-run the GPU preflight (its probe produced no throughput)"
+            )
         if self.num_gpus < 0 or self.num_cpus < 0:
             raise ValueError(f"{where}: num_gpus/num_cpus must be >= 0, got {self.num_gpus}/{self.num_cpus}")
         if self.num_gpus <= 0 and self.num_cpus <= 0:
-            raise ValueError(f"{where}: an actor must hold some resource (num_cpus or num_gpus > 0), "
-                             f"otherwise nothing bounds how many run")
+            raise ValueError(
+                f"{where}: an actor must hold some resource (num_cpus or num_gpus > 0), "
+                f"otherwise nothing bounds how many run"
+            )
         if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
-            raise ValueError(f"{where}: num_gpus={self.num_gpus} above 1 must be a whole number (Ray only "
-                             f"shares a single device fractionally)")
+            raise ValueError(
+                f"{where}: num_gpus={self.num_gpus} above 1 must be a whole number (Ray only "
+                f"shares a single device fractionally)"
+            )
         if self.batch_size < 1:
             raise ValueError(f"{where}: batch_size must be >= 1, got {self.batch_size}")
 
@@ -109,8 +115,10 @@ class ClusterResources:
 
     def __post_init__(self) -> None:
         if self.cpus <= 0 or self.gpus < 0 or self.max_gpu_workers_per_device < 1:
-            raise ValueError(f"cluster needs cpus > 0, gpus >= 0 and max_gpu_workers_per_device >= 1, got "
-                             f"cpus={self.cpus}, gpus={self.gpus}, cap={self.max_gpu_workers_per_device}")
+            raise ValueError(
+                f"cluster needs cpus > 0, gpus >= 0 and max_gpu_workers_per_device >= 1, got "
+                f"cpus={self.cpus}, gpus={self.gpus}, cap={self.max_gpu_workers_per_device}"
+            )
 
     @property
     def usable_cpus(self) -> float:
@@ -156,8 +164,14 @@ def _stage_rate(stage: StageProfile, actors: int) -> float:
     return actors * stage.rows_per_s / stage.input_share
 
 
-def _pack(stages: Mapping[int, StageProfile], counts: Mapping[int, int], cluster: ClusterResources, *,
-          check_memory: bool = True, check_cap: bool = True) -> list[list[int]] | None:
+def _pack(
+    stages: Mapping[int, StageProfile],
+    counts: Mapping[int, int],
+    cluster: ClusterResources,
+    *,
+    check_memory: bool = True,
+    check_cap: bool = True,
+) -> list[list[int]] | None:
     """First-fit decreasing of all GPU actors onto devices; None when they do not fit.
 
     A device holds actors while their Ray GPU shares sum to <= 1, their
@@ -171,8 +185,14 @@ def _pack(stages: Mapping[int, StageProfile], counts: Mapping[int, int], cluster
     slots: list[list[int]] = [[] for _ in range(n)]
     items = [(stages[i], c) for i, c in counts.items() if stages[i].uses_gpu]
     # Largest first: whole devices, then by memory share, then by Ray share.
-    items.sort(key=lambda it: (-it[0].num_gpus if it[0].num_gpus >= 1 else 0,
-                               -(it[0].memory_fraction or 0.0), -it[0].num_gpus, it[0].op_index))
+    items.sort(
+        key=lambda it: (
+            -it[0].num_gpus if it[0].num_gpus >= 1 else 0,
+            -(it[0].memory_fraction or 0.0),
+            -it[0].num_gpus,
+            it[0].op_index,
+        )
+    )
     cap = cluster.max_gpu_workers_per_device if check_cap else math.inf
     for stage, count in items:
         m = (stage.memory_fraction or 0.0) if check_memory else 0.0
@@ -187,7 +207,7 @@ def _pack(stages: Mapping[int, StageProfile], counts: Mapping[int, int], cluster
                     slots[d].append(stage.op_index)
                 continue
             for d in range(n):
-                if (share[d] + stage.num_gpus <= 1 + _EPS and mem[d] + m <= 1 + _EPS and len(slots[d]) < cap):
+                if share[d] + stage.num_gpus <= 1 + _EPS and mem[d] + m <= 1 + _EPS and len(slots[d]) < cap:
                     share[d] += stage.num_gpus
                     mem[d] += m
                     slots[d].append(stage.op_index)
@@ -223,47 +243,69 @@ def _check_one_each(stages: Mapping[int, StageProfile], cluster: ClusterResource
     for s in stages.values():
         where = f"op {s.op_name!r} (process[{s.op_index}])"
         if s.num_cpus > usable + _EPS:
-            raise PlanningError(f"{where} needs num_cpus={s.num_cpus:g} per actor but the cluster has {usable:g} "
-                                f"CPUs to give; lower the op's num_cpus or add CPUs", op_name=s.op_name,
-                                resource="cpus")
+            raise PlanningError(
+                f"{where} needs num_cpus={s.num_cpus:g} per actor but the cluster has {usable:g} "
+                f"CPUs to give; lower the op's num_cpus or add CPUs",
+                op_name=s.op_name,
+                resource="cpus",
+            )
         if not s.uses_gpu:
             continue
         if cluster.gpus == 0:
-            raise PlanningError(f"{where} needs num_gpus={s.num_gpus:g} per actor but the cluster has no GPU; run "
-                                f"on a GPU cluster, or set partition.gpu_preflight_enabled: false with explicit "
-                                f"resources for a CPU run", op_name=s.op_name, resource="gpus")
+            raise PlanningError(
+                f"{where} needs num_gpus={s.num_gpus:g} per actor but the cluster has no GPU; run "
+                f"on a GPU cluster, or set partition.gpu_preflight_enabled: false with explicit "
+                f"resources for a CPU run",
+                op_name=s.op_name,
+                resource="gpus",
+            )
         if s.num_gpus > cluster.gpus:
-            raise PlanningError(f"{where} needs num_gpus={s.num_gpus:g} per actor but the cluster has "
-                                f"{cluster.gpus} GPU(s); lower num_gpus or add GPUs", op_name=s.op_name,
-                                resource="gpus")
+            raise PlanningError(
+                f"{where} needs num_gpus={s.num_gpus:g} per actor but the cluster has "
+                f"{cluster.gpus} GPU(s); lower num_gpus or add GPUs",
+                op_name=s.op_name,
+                resource="gpus",
+            )
         if s.memory_fraction is not None and s.memory_fraction > max(1.0, s.num_gpus) + _EPS:
             size = f" of {cluster.device_memory_bytes / 2**30:.1f} GiB" if cluster.device_memory_bytes else ""
-            raise PlanningError(f"{where} measured {s.memory_fraction:.0%} of one device's memory{size} (peak plus "
-                                f"10% headroom): one actor does not fit; lower its batch_size or use larger GPUs",
-                                op_name=s.op_name, resource="gpu_memory")
+            raise PlanningError(
+                f"{where} measured {s.memory_fraction:.0%} of one device's memory{size} (peak plus "
+                f"10% headroom): one actor does not fit; lower its batch_size or use larger GPUs",
+                op_name=s.op_name,
+                resource="gpu_memory",
+            )
     ones = {i: 1 for i in stages}
     cpus = _cpus_used(stages, ones)
     if cpus > usable + _EPS:
         parts = ", ".join(f"{s.op_name} {s.num_cpus:g}" for s in stages.values())
-        raise PlanningError(f"one actor per GPU stage needs {cpus:g} CPUs ({parts}) but the cluster has {usable:g} "
-                            f"to give; lower num_cpus or add CPUs", resource="cpus")
+        raise PlanningError(
+            f"one actor per GPU stage needs {cpus:g} CPUs ({parts}) but the cluster has {usable:g} "
+            f"to give; lower num_cpus or add CPUs",
+            resource="cpus",
+        )
     placed = _pack(stages, ones, cluster)
     if placed is None:
         blocker = _gpu_blocker(stages, ones, cluster)
         gpu_ops = [s for s in stages.values() if s.uses_gpu]
-        detail = ", ".join(f"{s.op_name}: num_gpus {s.num_gpus:g}, memory "
-                           f"{'unmeasured' if s.memory_fraction is None else f'{s.memory_fraction:.0%}'}"
-                           for s in gpu_ops)
+        detail = ", ".join(
+            f"{s.op_name}: num_gpus {s.num_gpus:g}, memory "
+            f"{'unmeasured' if s.memory_fraction is None else f'{s.memory_fraction:.0%}'}"
+            for s in gpu_ops
+        )
         only = gpu_ops[0].op_name if len(gpu_ops) == 1 else None
-        raise PlanningError(f"one actor per GPU stage does not fit on {cluster.gpus} GPU(s): "
-                            f"{_GPU_REASON[blocker]} ({detail}; cap {cluster.max_gpu_workers_per_device} actors per "
-                            f"device); lower batch_size or num_gpus, raise max_gpu_workers_per_device, or add GPUs",
-                            op_name=only, resource=blocker)
+        raise PlanningError(
+            f"one actor per GPU stage does not fit on {cluster.gpus} GPU(s): "
+            f"{_GPU_REASON[blocker]} ({detail}; cap {cluster.max_gpu_workers_per_device} actors per "
+            f"device); lower batch_size or num_gpus, raise max_gpu_workers_per_device, or add GPUs",
+            op_name=only,
+            resource=blocker,
+        )
     return placed
 
 
-def plan_actors(stages: Iterable[StageProfile], cluster: ClusterResources,
-                batches: Mapping[int, int] | None = None) -> ActorPlan:
+def plan_actors(
+    stages: Iterable[StageProfile], cluster: ClusterResources, batches: Mapping[int, int] | None = None
+) -> ActorPlan:
     """Actors per stage (see the module docstring).  ``batches``: op_index -> batches available (None = no cap)."""
     by_index = {s.op_index: s for s in stages}
     if not by_index:

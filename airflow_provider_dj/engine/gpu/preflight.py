@@ -16,13 +16,20 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from airflow_provider_dj.engine.gpu.contracts import OpNode, contract_of, plan_probe_units
 from airflow_provider_dj.engine.gpu.executors import get_ray, resolve_executor, run_units
 from airflow_provider_dj.engine.gpu.report import (
-    DEFAULT_GPU_WORKERS_PER_DEVICE, cache_key, cache_key_fields, find_cached, load_probe_report, new_report,
-    reusable, schedule_num_gpus, write_probe_report,
+    DEFAULT_GPU_WORKERS_PER_DEVICE,
+    cache_key,
+    cache_key_fields,
+    find_cached,
+    load_probe_report,
+    new_report,
+    reusable,
+    schedule_num_gpus,
+    write_probe_report,
 )
 from airflow_provider_dj.engine.gpu.sampling import read_sample
 
@@ -59,13 +66,18 @@ class PreflightSettings:
     def from_recipe(cls, recipe) -> "PreflightSettings":
         x = recipe.partition.extra
         conc = x.get("max_concurrent_gpu_probes", 1)
-        return cls(dataset_path=recipe.dataset_path, skip_op_error=recipe.skip_op_error,
-                   warmup=x.get("gpu_probe_warmup_batches", 1), steady=x.get("gpu_probe_steady_batches", 3),
-                   offset=x.get("gpu_probe_sample_offset", 0), shuffle=x.get("gpu_probe_sample_shuffle", False),
-                   seed=x.get("gpu_probe_sample_seed", 42),
-                   max_gpu_workers_per_device=x.get("max_gpu_workers_per_device", DEFAULT_GPU_WORKERS_PER_DEVICE),
-                   max_concurrent_gpu_probes=1 if conc in (None, "auto") else int(conc),  # auto = one at a time
-                   timeout_s=x.get("gpu_probe_timeout_seconds"))
+        return cls(
+            dataset_path=recipe.dataset_path,
+            skip_op_error=recipe.skip_op_error,
+            warmup=x.get("gpu_probe_warmup_batches", 1),
+            steady=x.get("gpu_probe_steady_batches", 3),
+            offset=x.get("gpu_probe_sample_offset", 0),
+            shuffle=x.get("gpu_probe_sample_shuffle", False),
+            seed=x.get("gpu_probe_sample_seed", 42),
+            max_gpu_workers_per_device=x.get("max_gpu_workers_per_device", DEFAULT_GPU_WORKERS_PER_DEVICE),
+            max_concurrent_gpu_probes=1 if conc in (None, "auto") else int(conc),  # auto = one at a time
+            timeout_s=x.get("gpu_probe_timeout_seconds"),
+        )
 
 
 def op_entries_from_recipe(recipe) -> list[OpEntry]:
@@ -86,8 +98,13 @@ def split_targets(ops: list[OpEntry]) -> tuple[list[OpEntry], list[dict]]:
         if getattr(o.cls, "is_global", False) or getattr(o.cls, "kind", "") not in ("mapper", "filter"):
             skipped.append({"op_index": o.index, "op_name": o.name, "reason": "dataset-level op: not probed per batch"})
         elif explicit is not None and explicit > 1:
-            skipped.append({"op_index": o.index, "op_name": o.name,
-                            "reason": f"multi-GPU op (num_gpus={explicit}): only single-GPU ops are probed"})
+            skipped.append(
+                {
+                    "op_index": o.index,
+                    "op_name": o.name,
+                    "reason": f"multi-GPU op (num_gpus={explicit}): only single-GPU ops are probed",
+                }
+            )
         else:
             targets.append(o)
     return targets, skipped
@@ -151,9 +168,18 @@ def _device_info_task() -> dict:
     return info
 
 
-def run_preflight(ops: list[OpEntry], settings: PreflightSettings, job_dir: str, *, executor: str = "auto",
-                  force_cpu: bool | None = None, heartbeat_s: float = 30.0, ray_client=None,
-                  say: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None) -> dict | None:
+def run_preflight(
+    ops: list[OpEntry],
+    settings: PreflightSettings,
+    job_dir: str,
+    *,
+    executor: str = "auto",
+    force_cpu: bool | None = None,
+    heartbeat_s: float = 30.0,
+    ray_client=None,
+    say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict | None:
     """Probe, write the report and return it; None when no op needs probing."""
     say = say or log.info
     warn = warn or log.warning
@@ -165,36 +191,61 @@ def run_preflight(ops: list[OpEntry], settings: PreflightSettings, job_dir: str,
     if force_cpu is None:
         force_cpu = os.environ.get("DJ_PROBE_FORCE_CPU", "").lower() in ("1", "true", "yes")
     device = detect_device(executor, force_cpu=force_cpu, ray_client=ray_client)
-    say(f"GPU preflight: device {device['kind']}"
-        + (f" ({device['gpu_count']} x {device['gpu_model']}, {device['gpu_total_bytes'] / 2**30:.1f} GiB)"
-           if device["kind"] == "cuda" else " (no CUDA device: CPU path, memory from process RSS)")
-        + f", executor {executor}, {len(targets)} op(s) to probe: {', '.join(o.name for o in targets)}")
+    say(
+        f"GPU preflight: device {device['kind']}"
+        + (
+            f" ({device['gpu_count']} x {device['gpu_model']}, {device['gpu_total_bytes'] / 2**30:.1f} GiB)"
+            if device["kind"] == "cuda"
+            else " (no CUDA device: CPU path, memory from process RSS)"
+        )
+        + f", executor {executor}, {len(targets)} op(s) to probe: {', '.join(o.name for o in targets)}"
+    )
     by_index = {o.index: o for o in ops}
     nodes = []
     for o in ops:
         ins, outs = contract_of(o.cls, o.args)
-        nodes.append(OpNode(o.index, o.name, getattr(o.cls, "kind", ""), bool(getattr(o.cls, "uses_cuda", False)),
-                            bool(getattr(o.cls, "is_global", False)), ins, outs, getattr(o.cls, "runtime_env", None)))
+        nodes.append(
+            OpNode(
+                o.index,
+                o.name,
+                getattr(o.cls, "kind", ""),
+                bool(getattr(o.cls, "uses_cuda", False)),
+                bool(getattr(o.cls, "is_global", False)),
+                ins,
+                outs,
+                getattr(o.cls, "runtime_env", None),
+            )
+        )
     units = plan_probe_units(nodes, [o.index for o in targets], settings.max_concurrent_gpu_probes)
     batch_sizes = {str(o.index): batch_size_of(o) for o in targets}
     n_rows = max(batch_sizes.values())
-    sampling = {"dataset_path": settings.dataset_path, "rows": n_rows,
-                "offset": 0 if settings.shuffle else settings.offset, "shuffle": settings.shuffle,
-                "seed": settings.seed if settings.shuffle else None}
+    sampling = {
+        "dataset_path": settings.dataset_path,
+        "rows": n_rows,
+        "offset": 0 if settings.shuffle else settings.offset,
+        "shuffle": settings.shuffle,
+        "seed": settings.seed if settings.shuffle else None,
+    }
     previous = load_probe_report(job_dir)
-    report = new_report(device=device, settings={**asdict(settings), "probe_executor": executor}, sample=None,
-                        executor=executor)
+    report = new_report(
+        device=device, settings={**asdict(settings), "probe_executor": executor}, sample=None, executor=executor
+    )
     report["not_probed"] = skipped
     report["units"] = [u.to_dict() for u in units]
     keys: dict[int, tuple[str, dict, str]] = {}
     for u in units:
         for t in u.targets:
             replayed = [{"index": i, "name": by_index[i].name, "args": by_index[i].args} for i in u.replay if i < t]
-            fields = cache_key_fields(op={"index": t, "name": by_index[t].name, "args": by_index[t].args,
-                                          "text_key": by_index[t].text_key}, replayed=replayed, device=device,
-                                      warmup=settings.warmup, steady=settings.steady,
-                                      max_gpu_workers_per_device=settings.max_gpu_workers_per_device,
-                                      sampling=sampling, skip_op_error=settings.skip_op_error)
+            fields = cache_key_fields(
+                op={"index": t, "name": by_index[t].name, "args": by_index[t].args, "text_key": by_index[t].text_key},
+                replayed=replayed,
+                device=device,
+                warmup=settings.warmup,
+                steady=settings.steady,
+                max_gpu_workers_per_device=settings.max_gpu_workers_per_device,
+                sampling=sampling,
+                skip_op_error=settings.skip_op_error,
+            )
             keys[t] = (cache_key(fields), fields, u.mode)
     cached = {t: find_cached(previous, k) for t, (k, f, _) in keys.items() if reusable(f)}
     cached = {t: e for t, e in cached.items() if e is not None}
@@ -203,24 +254,49 @@ def run_preflight(ops: list[OpEntry], settings: PreflightSettings, job_dir: str,
     errors: list[dict] = []
     if to_run:
         t0 = time.perf_counter()
-        sample = read_sample(settings.dataset_path, n_rows, offset=settings.offset, shuffle=settings.shuffle,
-                             seed=settings.seed)
+        sample = read_sample(
+            settings.dataset_path, n_rows, offset=settings.offset, shuffle=settings.shuffle, seed=settings.seed
+        )
         sample_s = time.perf_counter() - t0
         for w in sample.warnings:
             warn(w)
         report["warnings"].extend(sample.warnings)
         report["sample"] = {**sample.origin, "read_s": round(sample_s, 6)}
         say(f"probe sample: {sample.table.num_rows} rows ({sample.origin['mode']}) in {sample_s:.2f}s")
-        specs = [{"unit": u.to_dict(), "sample": sample.table, "batch_sizes": batch_sizes, "job_dir": job_dir,
-                  "warmup": settings.warmup, "steady": settings.steady, "skip_op_error": settings.skip_op_error,
-                  "memory": "cuda" if device["kind"] == "cuda" else "cpu",
-                  "hide_gpus": bool(device.get("forced_cpu")),
-                  "ops": {str(i): {"name": by_index[i].name, "args": by_index[i].args, "cls": by_index[i].cls,
-                                   "text_key": by_index[i].text_key, "kind": getattr(by_index[i].cls, "kind", "")}
-                          for i in u.replay}} for u in to_run]
-        outs = run_units(specs, executor=executor, use_gpu=device["kind"] == "cuda",
-                         max_concurrent=settings.max_concurrent_gpu_probes, timeout_s=settings.timeout_s,
-                         heartbeat_s=heartbeat_s, ray_client=ray_client, say=say)
+        specs = [
+            {
+                "unit": u.to_dict(),
+                "sample": sample.table,
+                "batch_sizes": batch_sizes,
+                "job_dir": job_dir,
+                "warmup": settings.warmup,
+                "steady": settings.steady,
+                "skip_op_error": settings.skip_op_error,
+                "memory": "cuda" if device["kind"] == "cuda" else "cpu",
+                "hide_gpus": bool(device.get("forced_cpu")),
+                "ops": {
+                    str(i): {
+                        "name": by_index[i].name,
+                        "args": by_index[i].args,
+                        "cls": by_index[i].cls,
+                        "text_key": by_index[i].text_key,
+                        "kind": getattr(by_index[i].cls, "kind", ""),
+                    }
+                    for i in u.replay
+                },
+            }
+            for u in to_run
+        ]
+        outs = run_units(
+            specs,
+            executor=executor,
+            use_gpu=device["kind"] == "cuda",
+            max_concurrent=settings.max_concurrent_gpu_probes,
+            timeout_s=settings.timeout_s,
+            heartbeat_s=heartbeat_s,
+            ray_client=ray_client,
+            say=say,
+        )
         for out in outs:
             for w in out.get("warnings", []):
                 warn(w)
@@ -247,29 +323,42 @@ def run_preflight(ops: list[OpEntry], settings: PreflightSettings, job_dir: str,
         else:
             continue  # failed: listed in errors
         explicit_gpus = declared_num_gpus(o)
-        num_gpus, raise_warning = schedule_num_gpus(entry.get("memory_fraction"), explicit_gpus,
-                                                    settings.max_gpu_workers_per_device, device["kind"])
+        num_gpus, raise_warning = schedule_num_gpus(
+            entry.get("memory_fraction"), explicit_gpus, settings.max_gpu_workers_per_device, device["kind"]
+        )
         entry["warnings"] = []
         if raise_warning:
             warn(f"{o.name} (process[{t}]): {raise_warning}")
             entry["warnings"].append(raise_warning)
             report["warnings"].append(f"{o.name} (process[{t}]): {raise_warning}")
         explicit_cpus = o.args.get("num_cpus")
-        entry.update(num_gpus=num_gpus, num_gpus_explicit=explicit_gpus,
-                     num_cpus=float(explicit_cpus) if explicit_cpus else 1.0, memory_explicit=o.args.get("memory"),
-                     probe_mode=mode, cache_key=key, cache_key_fields=fields, cache_reusable=reusable(fields),
-                     sample_origin={k: (report.get("sample") or {}).get(k) for k in ("mode", "offset", "seed", "rows")})
+        entry.update(
+            num_gpus=num_gpus,
+            num_gpus_explicit=explicit_gpus,
+            num_cpus=float(explicit_cpus) if explicit_cpus else 1.0,
+            memory_explicit=o.args.get("memory"),
+            probe_mode=mode,
+            cache_key=key,
+            cache_key_fields=fields,
+            cache_reusable=reusable(fields),
+            sample_origin={k: (report.get("sample") or {}).get(k) for k in ("mode", "offset", "seed", "rows")},
+        )
         entry.setdefault("replayed", [])
         report["ops"].append(entry)
-    report["timings"] = {"total_s": round(time.perf_counter() - t_total, 6),
-                         "sample_read_s": (report.get("sample") or {}).get("read_s")}
+    report["timings"] = {
+        "total_s": round(time.perf_counter() - t_total, 6),
+        "sample_read_s": (report.get("sample") or {}).get("read_s"),
+    }
     if errors:
         report["status"] = "failed"
         report["errors"] = errors
         write_probe_report(job_dir, report)
         lines = [f"  - {e.get('op_name') or 'probe'} [{e.get('kind')}]: {e.get('message')}" for e in errors]
-        raise PreflightError("GPU preflight failed before any partition started:\n" + "\n".join(lines)
-                             + f"\nDetails in {job_dir}/gpu_probe_results.json")
+        raise PreflightError(
+            "GPU preflight failed before any partition started:\n"
+            + "\n".join(lines)
+            + f"\nDetails in {job_dir}/gpu_probe_results.json"
+        )
     report["status"] = "ok"
     write_probe_report(job_dir, report)
     return report

@@ -20,13 +20,11 @@ import os
 import socket
 import time
 import traceback
-from typing import Any
 
 import pyarrow as pa
 
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import Deduplicator, Mapper
-
 
 #: Zero-argument methods an op may define to load its model eagerly (first found is called).
 MODEL_LOAD_HOOKS = ("load_model", "model")
@@ -85,17 +83,23 @@ def _is_oom(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
-def _probe_target(idx: int, info: dict, table: pa.Table, raw: pa.Table, spec: dict, mem, warnings: list[str]) -> tuple[dict, pa.Table]:
+def _probe_target(
+    idx: int, info: dict, table: pa.Table, raw: pa.Table, spec: dict, mem, warnings: list[str]
+) -> tuple[dict, pa.Table]:
     name = info["name"]
     batch_size = int(spec["batch_sizes"][str(idx)])
     source = table
     if table.num_rows == 0:
-        warnings.append(f"{name} (process[{idx}]): upstream filters left no rows of the sample; probing on the "
-                        f"raw sample instead, so its throughput is a worst case")
+        warnings.append(
+            f"{name} (process[{idx}]): upstream filters left no rows of the sample; probing on the "
+            f"raw sample instead, so its throughput is a worst case"
+        )
         source = raw
     elif table.num_rows < batch_size:
-        warnings.append(f"{name} (process[{idx}]): {table.num_rows} rows survive upstream ops; cycling them to "
-                        f"fill a batch of {batch_size}")
+        warnings.append(
+            f"{name} (process[{idx}]): {table.num_rows} rows survive upstream ops; cycling them to "
+            f"fill a batch of {batch_size}"
+        )
     batch = cycle_to(source, batch_size)
     t_all = time.perf_counter()
     mem.start()
@@ -115,16 +119,21 @@ def _probe_target(idx: int, info: dict, table: pa.Table, raw: pa.Table, spec: di
     warm: list[float] = []
     steady: list[float] = []
     outcome = None
-    for phase, count, sink in (("warmup", int(spec["warmup"]), warm), ("steady", int(spec["steady"]), steady)):
+    for _phase, count, sink in (("warmup", int(spec["warmup"]), warm), ("steady", int(spec["steady"]), steady)):
         for _ in range(count):
             t = time.perf_counter()
             outcome = apply_op(op, idx, batch, skip)
             sink.append(time.perf_counter() - t)
             if isinstance(op, Mapper) and outcome.table.num_rows == 0:
                 reasons = "; ".join(dict.fromkeys(outcome.failed_reasons))[:500]
-                raise ProbeFailure(idx, name, "empty", f"{name} (process[{idx}]) returned an empty batch for "
-                                   f"{batch.num_rows} input rows in the probe{': ' + reasons if reasons else ''}; "
-                                   f"fix the op or its arguments before running the job")
+                raise ProbeFailure(
+                    idx,
+                    name,
+                    "empty",
+                    f"{name} (process[{idx}]) returned an empty batch for "
+                    f"{batch.num_rows} input rows in the probe{': ' + reasons if reasons else ''}; "
+                    f"fix the op or its arguments before running the job",
+                )
     measured = mem.finish()
     del op
     gc.collect()
@@ -132,21 +141,36 @@ def _probe_target(idx: int, info: dict, table: pa.Table, raw: pa.Table, spec: di
     assert outcome is not None
     rows_out = outcome.table.num_rows
     if rows_out == 0:
-        warnings.append(f"{name} (process[{idx}]) filtered out every row of the probe batch; its throughput is "
-                        f"a worst case and later ops are probed on its input")
+        warnings.append(
+            f"{name} (process[{idx}]) filtered out every row of the probe batch; its throughput is "
+            f"a worst case and later ops are probed on its input"
+        )
     steady_total = sum(steady)
     rows_per_s = (batch.num_rows * len(steady) / steady_total) if steady_total > 0 else None
     result = {
-        "op_index": idx, "op_name": name, "kind": info.get("kind"), "batch_size": batch_size,
-        "rows_in": batch.num_rows, "rows_out": rows_out, "failed_rows": outcome.accounting.get("failed", 0),
-        "model_init_s": round(init_s, 6), "warmup_s": round(sum(warm), 6),
-        "warmup_batch_s": [round(x, 6) for x in warm], "steady_batch_s": [round(x, 6) for x in steady],
+        "op_index": idx,
+        "op_name": name,
+        "kind": info.get("kind"),
+        "batch_size": batch_size,
+        "rows_in": batch.num_rows,
+        "rows_out": rows_out,
+        "failed_rows": outcome.accounting.get("failed", 0),
+        "model_init_s": round(init_s, 6),
+        "warmup_s": round(sum(warm), 6),
+        "warmup_batch_s": [round(x, 6) for x in warm],
+        "steady_batch_s": [round(x, 6) for x in steady],
         "rows_per_s": round(rows_per_s, 3) if rows_per_s else None,
         "output_ratio": round(rows_out / batch.num_rows, 6),
-        "peak_memory_bytes": measured["peak_bytes"], "memory_fraction": measured["memory_fraction"],
-        "memory_source": measured["memory_source"], "memory_detail": measured,
-        "stage_timings": {"model_init_s": round(init_s, 6), "warmup_s": round(sum(warm), 6),
-                          "steady_s": round(steady_total, 6), "total_s": round(time.perf_counter() - t_all, 6)},
+        "peak_memory_bytes": measured["peak_bytes"],
+        "memory_fraction": measured["memory_fraction"],
+        "memory_source": measured["memory_source"],
+        "memory_detail": measured,
+        "stage_timings": {
+            "model_init_s": round(init_s, 6),
+            "warmup_s": round(sum(warm), 6),
+            "steady_s": round(steady_total, 6),
+            "total_s": round(time.perf_counter() - t_all, 6),
+        },
     }
     return result, (outcome.table if rows_out else batch)
 
@@ -195,11 +219,23 @@ def run_probe_unit(spec: dict) -> dict:
         idx, name = current if current else (None, None)
         kind = "oom" if _is_oom(exc) else ("no_valid_peak" if type(exc).__name__ == "NoValidPeakError" else "error")
         where = f"{name} (process[{idx}])" if name else "the probe worker"
-        error = {"op_index": idx, "op_name": name, "kind": kind,
-                 "message": f"{where} failed in the GPU probe: {type(exc).__name__}: {exc}",
-                 "traceback": traceback.format_exc(limit=8)}
-    return {"targets": sorted(targets), "results": results, "error": error, "warnings": warnings,
-            "device": device, "worker": {"host": socket.gethostname(), "pid": os.getpid(),
-                                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
-            "unit_s": round(time.perf_counter() - t_unit, 6)}
-
+        error = {
+            "op_index": idx,
+            "op_name": name,
+            "kind": kind,
+            "message": f"{where} failed in the GPU probe: {type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=8),
+        }
+    return {
+        "targets": sorted(targets),
+        "results": results,
+        "error": error,
+        "warnings": warnings,
+        "device": device,
+        "worker": {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        },
+        "unit_s": round(time.perf_counter() - t_unit, 6),
+    }

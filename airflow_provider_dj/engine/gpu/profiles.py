@@ -76,30 +76,35 @@ def stages_from_report(report: dict) -> list[StageProfile]:
         where = f"ops[op_index={op.get('op_index')}, {op.get('op_name')}]"
         rate = op.get("rows_per_s")
         if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
-            raise ReportFormatError(f"{REPORT_FILE}: {where} has no measured rows_per_s ({rate!r}); the probe did "
-                                    f"not finish: re-run the GPU preflight")
+            raise ReportFormatError(
+                f"{REPORT_FILE}: {where} has no measured rows_per_s ({rate!r}); the probe did "
+                f"not finish: re-run the GPU preflight"
+            )
         num_gpus = 0.0 if cpu_path else float(_num(op, "num_gpus", where))
         num_cpus = float(op.get("num_cpus") or (1.0 if num_gpus == 0 else 0.0))
         mem = None if cpu_path else op.get("memory_fraction")
         ratio = float(op.get("output_ratio", 1.0) or 0.0)
-        stages.append(StageProfile(
-            op_index=int(_num(op, "op_index", where)),
-            op_name=str(_num(op, "op_name", where)),
-            rows_per_s=float(_num(op, "rows_per_s", where)),
-            num_gpus=num_gpus,
-            num_cpus=num_cpus,
-            memory_fraction=None if mem is None else float(mem),
-            model_init_s=startup_seconds(op),
-            batch_size=int(op.get("batch_size") or 1),
-            output_ratio=ratio,
-            input_share=share,
-        ))
+        stages.append(
+            StageProfile(
+                op_index=int(_num(op, "op_index", where)),
+                op_name=str(_num(op, "op_name", where)),
+                rows_per_s=float(_num(op, "rows_per_s", where)),
+                num_gpus=num_gpus,
+                num_cpus=num_cpus,
+                memory_fraction=None if mem is None else float(mem),
+                model_init_s=startup_seconds(op),
+                batch_size=int(op.get("batch_size") or 1),
+                output_ratio=ratio,
+                input_share=share,
+            )
+        )
         share *= ratio
     return stages
 
 
-def cluster_from_report(report: dict, *, max_gpu_workers_per_device: int = 5,
-                        reserved_cpus: float = 0.0) -> ClusterResources:
+def cluster_from_report(
+    report: dict, *, max_gpu_workers_per_device: int = 5, reserved_cpus: float = 0.0
+) -> ClusterResources:
     dev = report.get("device")
     if not isinstance(dev, dict) or not dev.get("cpu_count"):
         raise ReportFormatError(f"{REPORT_FILE}: no 'device' block with cpu_count; re-run the GPU preflight")

@@ -61,8 +61,17 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def cache_key_fields(*, op: dict, replayed: list[dict], device: dict, warmup: int, steady: int,
-                     max_gpu_workers_per_device: int, sampling: dict, skip_op_error: bool) -> dict:
+def cache_key_fields(
+    *,
+    op: dict,
+    replayed: list[dict],
+    device: dict,
+    warmup: int,
+    steady: int,
+    max_gpu_workers_per_device: int,
+    sampling: dict,
+    skip_op_error: bool,
+) -> dict:
     return {
         "op": {"index": op["index"], "name": op["name"], "args": op.get("args") or {}, "text_key": op.get("text_key")},
         "replayed": [{"index": r["index"], "name": r["name"], "args": r.get("args") or {}} for r in replayed],
@@ -98,8 +107,9 @@ def _ceil4(x: float) -> float:
     return math.ceil(x * 10_000 - 1e-9) / 10_000
 
 
-def schedule_num_gpus(memory_fraction: float | None, explicit: float | None, cap: int,
-                      device_kind: str) -> tuple[float, str | None]:
+def schedule_num_gpus(
+    memory_fraction: float | None, explicit: float | None, cap: int, device_kind: str
+) -> tuple[float, str | None]:
     """Ray GPU share for one replica, and a warning when an explicit value had to be raised.
 
     * CPU path (no GPU in the cluster): 0 — asking Ray for a GPU share there would never schedule;
@@ -114,12 +124,24 @@ def schedule_num_gpus(memory_fraction: float | None, explicit: float | None, cap
         return _ceil4(max(memory_fraction, floor)), None
     if explicit < memory_fraction:
         raised = _ceil4(memory_fraction)
-        return raised, (f"num_gpus={explicit:g} is below the measured memory share {memory_fraction:.4f} "
-                        f"(peak + 10% headroom); raised to {raised:g} so replicas never over-commit device memory")
+        return raised, (
+            f"num_gpus={explicit:g} is below the measured memory share {memory_fraction:.4f} "
+            f"(peak + 10% headroom); raised to {raised:g} so replicas never over-commit device memory"
+        )
     return float(explicit), None
 
 
 def new_report(*, device: dict, settings: dict, sample: dict | None, executor: str) -> dict:
-    return {"version": REPORT_VERSION, "created_at": time.time(), "device": device, "settings": settings,
-            "executor": executor, "sample": sample, "ops": [], "not_probed": [], "units": [], "warnings": [],
-            "timings": {}}
+    return {
+        "version": REPORT_VERSION,
+        "created_at": time.time(),
+        "device": device,
+        "settings": settings,
+        "executor": executor,
+        "sample": sample,
+        "ops": [],
+        "not_probed": [],
+        "units": [],
+        "warnings": [],
+        "timings": {},
+    }

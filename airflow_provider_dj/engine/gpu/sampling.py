@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.input.sources import InputError, InputFile, iter_stream, list_input_files
+from airflow_provider_dj.engine.storage import fs as storage
 
 JSONL_BLOCK_BYTES = 64 << 10
 _READ_CHUNK = 64 << 10
@@ -56,7 +56,9 @@ def _parse_lines(lines: list[bytes], where: str) -> pa.Table:
         return pa.table({})
     data = b"\n".join(lines) + b"\n"
     try:
-        return pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
+        return pajson.read_json(
+            io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1))
+        )
     except pa.ArrowInvalid as exc:
         raise InputError(f"{where}: the probe sample is not valid JSON lines: {exc}") from exc
 
@@ -145,8 +147,14 @@ def _head_sample(files: list[InputFile], n: int, offset: int) -> Sample:
             used.append({"path": f.path, "rows": t.num_rows, "first_row_in_file": skipped})
             got += t.num_rows
     table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
-    origin = {"mode": "offset" if offset else "head", "offset": offset, "rows": table.num_rows,
-              "requested_rows": n, "files": used, **stats}
+    origin = {
+        "mode": "offset" if offset else "head",
+        "offset": offset,
+        "rows": table.num_rows,
+        "requested_rows": n,
+        "files": used,
+        **stats,
+    }
     return Sample(table, origin)
 
 
@@ -227,8 +235,15 @@ def _shuffle_sample(files: list[InputFile], n: int, seed: int | None) -> Sample:
             blocks.append({**desc, "rows": t.num_rows})
             got += t.num_rows
     table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
-    origin = {"mode": "shuffle", "seed": seed, "rows": table.num_rows, "requested_rows": n,
-              "blocks_total": total, "blocks": blocks, **stats}
+    origin = {
+        "mode": "shuffle",
+        "seed": seed,
+        "rows": table.num_rows,
+        "requested_rows": n,
+        "blocks_total": total,
+        "blocks": blocks,
+        **stats,
+    }
     return Sample(table, origin)
 
 
@@ -241,8 +256,9 @@ def _parquet_rows_group(f: InputFile, group: int, want: int, stats: dict) -> tup
     return None, 0
 
 
-def read_sample(dataset_path: str, n_rows: int, *, offset: int = 0, shuffle: bool = False,
-                seed: int | None = 42) -> Sample:
+def read_sample(
+    dataset_path: str, n_rows: int, *, offset: int = 0, shuffle: bool = False, seed: int | None = 42
+) -> Sample:
     """Read the probe sample of ``n_rows`` rows; raises EmptySampleError when nothing is there."""
     if n_rows < 1:
         raise ValueError(f"n_rows must be >= 1, got {n_rows}")
@@ -250,8 +266,10 @@ def read_sample(dataset_path: str, n_rows: int, *, offset: int = 0, shuffle: boo
     warnings: list[str] = []
     if shuffle:
         if offset:
-            warnings.append(f"gpu_probe_sample_shuffle is on, so gpu_probe_sample_offset={offset} is ignored "
-                            f"(shuffle and offset are exclusive); set the offset to 0 to silence this")
+            warnings.append(
+                f"gpu_probe_sample_shuffle is on, so gpu_probe_sample_offset={offset} is ignored "
+                f"(shuffle and offset are exclusive); set the offset to 0 to silence this"
+            )
         sample = _shuffle_sample(files, n_rows, seed)
     else:
         sample = _head_sample(files, n_rows, offset)
@@ -259,6 +277,8 @@ def read_sample(dataset_path: str, n_rows: int, *, offset: int = 0, shuffle: boo
     sample.origin["dataset_path"] = dataset_path
     if sample.table.num_rows == 0:
         where = f" after skipping gpu_probe_sample_offset={offset} rows" if offset and not shuffle else ""
-        raise EmptySampleError(f"dataset_path {dataset_path!r} gave no rows for the GPU probe sample{where}; "
-                               f"check the input (or lower partition.gpu_probe_sample_offset)")
+        raise EmptySampleError(
+            f"dataset_path {dataset_path!r} gave no rows for the GPU probe sample{where}; "
+            f"check the input (or lower partition.gpu_probe_sample_offset)"
+        )
     return sample

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine.input import hashing
-from airflow_provider_dj.engine.jobdir.integrity import seal_json
 from airflow_provider_dj.engine.input.sources import (
     InputFile,
     index_inputs,
@@ -27,6 +26,7 @@ from airflow_provider_dj.engine.input.sources import (
     read_jsonl_range,
     read_parquet_range,
 )
+from airflow_provider_dj.engine.jobdir.integrity import seal_json
 
 # 2: the document carries checksum_xxh3_128 (engine/jobdir/integrity.py), checked on every resume; 1 (no checksum)
 # is still read, unverified, so jobs planned before checksums can resume.
@@ -190,18 +190,20 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
         parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
     t_hash = time.perf_counter() - t1
     # Sealed last (engine/jobdir/integrity.py): a key added to this document after the seal makes every resume refuse it.
-    return seal_json({
-        "version": PARTITIONING_INFO_VERSION,
-        "algorithm": algorithm,
-        "dataset_path": dataset_path,
-        "input_files": file_descr,
-        "total_rows": total_rows,
-        "total_bytes": total_bytes,
-        "num_partitions": len(parts),
-        "how_chosen": how,
-        "partitions": parts,
-        "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
-    })
+    return seal_json(
+        {
+            "version": PARTITIONING_INFO_VERSION,
+            "algorithm": algorithm,
+            "dataset_path": dataset_path,
+            "input_files": file_descr,
+            "total_rows": total_rows,
+            "total_bytes": total_bytes,
+            "num_partitions": len(parts),
+            "how_chosen": how,
+            "partitions": parts,
+            "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
+        }
+    )
 
 
 class InputChangedError(RuntimeError):
@@ -237,7 +239,5 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
         )
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     if table.num_rows != part["num_rows"]:
-        raise InputChangedError(
-            f"partition {partition_id}: read {table.num_rows} rows, expected {part['num_rows']}"
-        )
+        raise InputChangedError(f"partition {partition_id}: read {table.num_rows} rows, expected {part['num_rows']}")
     return table

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
@@ -39,6 +38,7 @@ from airflow_provider_dj.engine.input.sources import (
     jsonl_error,
     list_input_files,
 )
+from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.ops.base import STATS_COLUMN
 
 #: Bytes of a JSONL file read to learn its fields (then up to the next newline).
@@ -89,6 +89,7 @@ class InputCheck:
 
 # -- what the recipe reads ---------------------------------------------------
 
+
 def required_fields(recipe) -> list[RequiredField]:
     """The input fields ``recipe``'s ops read (those an earlier op adds are not input fields)."""
     from airflow_provider_dj.ops.registry import get_op_class
@@ -101,8 +102,11 @@ def required_fields(recipe) -> list[RequiredField]:
             top = path.split(".", 1)[0]
             if top in produced or top == STATS_COLUMN:
                 continue
-            key = "text_keys" if arg == "text_key" and "text_key" not in spec.args \
+            key = (
+                "text_keys"
+                if arg == "text_key" and "text_key" not in spec.args
                 else f"process[{spec.index}].{spec.name}.{arg}"
+            )
             req = found.setdefault((path, key), RequiredField(path, key))
             req.ops.append(f"process[{spec.index}] {spec.name}")
         produced.update(f.split(".", 1)[0] for f in cls.output_fields(spec.args))
@@ -110,6 +114,7 @@ def required_fields(recipe) -> list[RequiredField]:
 
 
 # -- what the input holds ----------------------------------------------------
+
 
 def _has_path(schema: pa.Schema, path: str) -> bool:
     parts = path.split(".")
@@ -139,14 +144,15 @@ def sample_schema(f: InputFile) -> FileSchema:
             nl = data.rfind(b"\n")
             if nl >= 0:
                 complete = False
-                del data[nl + 1:]
+                del data[nl + 1 :]
                 break
     raw = bytes(data)
     if not raw.strip():
         return FileSchema(f.path, None, complete)
     try:
-        table = pajson.read_json(pa.BufferReader(raw), read_options=pajson.ReadOptions(
-            block_size=max(1 << 20, len(raw) + 1)))
+        table = pajson.read_json(
+            pa.BufferReader(raw), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(raw) + 1))
+        )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise jsonl_error(f, raw, 0, exc) from exc
     return FileSchema(f.path, table.schema if table.num_rows else None, complete, table.num_rows)
@@ -165,11 +171,11 @@ def file_mentions_key(f: InputFile, name: str) -> bool:
         buf = tail + block
         at = buf.find(needle)
         while at >= 0:
-            after = buf[at + len(needle):at + len(needle) + 64].lstrip(b" \t\r\n")
-            if (at == 0 or buf[at - 1:at] != b"\\") and after.startswith(b":"):
+            after = buf[at + len(needle) : at + len(needle) + 64].lstrip(b" \t\r\n")
+            if (at == 0 or buf[at - 1 : at] != b"\\") and after.startswith(b":"):
                 return True  # (a match cut at a block's end is found again in the next, with the tail)
             at = buf.find(needle, at + 1)
-        tail = buf[-(len(needle) + 64):]
+        tail = buf[-(len(needle) + 64) :]
     return False
 
 
@@ -187,8 +193,11 @@ def _type_word(t: pa.DataType) -> str:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
     if pa.types.is_struct(t):
-        return "object: " + ", ".join(t.field(i).name for i in range(min(t.num_fields, 8))) + \
-            (", ..." if t.num_fields > 8 else "")
+        return (
+            "object: "
+            + ", ".join(t.field(i).name for i in range(min(t.num_fields, 8)))
+            + (", ..." if t.num_fields > 8 else "")
+        )
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return "list"
     if pa.types.is_null(t):
@@ -198,14 +207,20 @@ def _type_word(t: pa.DataType) -> str:
 
 def _fix_for(req: RequiredField, schemas: list[FileSchema]) -> str:
     if req.key == "text_keys":
-        strings = [fld.name for s in schemas for fld in s.schema or ()
-                   if (pa.types.is_string(fld.type) or pa.types.is_large_string(fld.type))
-                   and not fld.name.startswith("__dj__")]
+        strings = [
+            fld.name
+            for s in schemas
+            for fld in s.schema or ()
+            if (pa.types.is_string(fld.type) or pa.types.is_large_string(fld.type))
+            and not fld.name.startswith("__dj__")
+        ]
         example = f" (e.g. text_keys: {strings[0]})" if strings else ""
         return f"set text_keys to the field that holds the text{example}"
     if req.path.split(".", 1)[0] == "__dj__suffix__":
-        return (f"Data-Juicer adds __dj__suffix__ when it loads data with add_suffix; this reader does not: "
-                f"remove {req.key} (or the op), or add a __dj__suffix__ field to the input")
+        return (
+            f"Data-Juicer adds __dj__suffix__ when it loads data with add_suffix; this reader does not: "
+            f"remove {req.key} (or the op), or add a __dj__suffix__ field to the input"
+        )
     return f"change {req.key} to a field the rows have, or add {req.path!r} to the input"
 
 
@@ -236,15 +251,21 @@ def check_input_fields(recipe, files: list[InputFile] | None = None) -> InputChe
                 present.append(s.path)  # named as a key in a later row: it may be there
         readers = ", ".join(req.ops)
         if not present:
-            where = (f"{rows[0].path}: no row has the field {req.path!r} (the rows' fields: {_field_list(rows)})"
-                     if len(rows) == 1 else
-                     f"{recipe.dataset_path}: none of its {len(rows)} input files has the field {req.path!r} in "
-                     f"any row (their fields: {_field_list(rows)})")
-            raise InputMismatchError(f"{where}; {req.key} names it and {readers} read(s) it. "
-                                     f"{_fix_for(req, rows)[0].upper()}{_fix_for(req, rows)[1:]}. "
-                                     f"Nothing was planned or written.")
+            where = (
+                f"{rows[0].path}: no row has the field {req.path!r} (the rows' fields: {_field_list(rows)})"
+                if len(rows) == 1
+                else f"{recipe.dataset_path}: none of its {len(rows)} input files has the field {req.path!r} in "
+                f"any row (their fields: {_field_list(rows)})"
+            )
+            raise InputMismatchError(
+                f"{where}; {req.key} names it and {readers} read(s) it. "
+                f"{_fix_for(req, rows)[0].upper()}{_fix_for(req, rows)[1:]}. "
+                f"Nothing was planned or written."
+            )
         for path in absent:
-            check.warnings.append(f"{path} has no field {req.path!r} ({req.key}; its fields: "
-                                  f"{_field_list([s for s in rows if s.path == path])}): its rows will fail in "
-                                  f"{readers} and go to failed/")
+            check.warnings.append(
+                f"{path} has no field {req.path!r} ({req.key}; its fields: "
+                f"{_field_list([s for s in rows if s.path == path])}): its rows will fail in "
+                f"{readers} and go to failed/"
+            )
     return check

@@ -218,7 +218,7 @@ def _check_utf8(f: InputFile, data: bytes, offset: int, start: int = 0, end: int
         data[start:end].decode("utf-8")
         return  # pragma: no cover - Arrow and Python disagree; trust Python
     except UnicodeDecodeError as exc:
-        at, bad = offset + start + exc.start, data[start + exc.start:start + exc.start + 4]
+        at, bad = offset + start + exc.start, data[start + exc.start : start + exc.start + 4]
     raise InputError(
         f"{f.path}: line {line_number(f, at)} (byte {at}) is not valid UTF-8 ({bad!r}...); JSON Lines must be "
         f"UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8) or remove the line, then start the job again"
@@ -252,7 +252,7 @@ def _non_blank(s: np.ndarray, e: np.ndarray, block: bytes | None, block_pos: int
             raise InputError(
                 f"{f.path}: line {line_number(f, at)} (byte {at}) is not a JSON object: it reads "
                 f"{_peek(f, at, int(e[i]))!r}; every line of JSON Lines input must be one object "
-                f"(like {{\"text\": \"...\"}}): fix or remove that line, then start the job again"
+                f'(like {{"text": "..."}}): fix or remove that line, then start the job again'
             )
     return s[keep].astype(np.int64)
 
@@ -287,6 +287,7 @@ def index_inputs(files: list[InputFile]) -> None:
 
 # -- reading one partition ------------------------------------------------
 
+
 def read_jsonl_range(f: dict, byte_start: int, byte_end: int) -> tuple[pa.Table, bytes]:
     """Rows of one JSONL byte range, and the raw bytes (for hash verification)."""
     info = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
@@ -294,7 +295,9 @@ def read_jsonl_range(f: dict, byte_start: int, byte_end: int) -> tuple[pa.Table,
     if not data.strip():
         return pa.table({}), data
     try:
-        table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30))))
+        table = pajson.read_json(
+            io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30)))
+        )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise jsonl_error(info, data, byte_start, exc) from exc
     return table, data
@@ -347,7 +350,7 @@ def diagnose_jsonl(data: bytes) -> tuple[int, str] | None:
         try:
             value = json.loads(line)
         except UnicodeDecodeError as exc:
-            return start + exc.start, f"not valid UTF-8 ({line[exc.start:exc.start + 4]!r})"
+            return start + exc.start, f"not valid UTF-8 ({line[exc.start : exc.start + 4]!r})"
         except ValueError as exc:
             return start, f"not valid JSON ({exc})"
         if not isinstance(value, dict):
@@ -362,8 +365,9 @@ def diagnose_jsonl(data: bytes) -> tuple[int, str] | None:
                     continue
                 seen = kinds.setdefault(path, (kind, start))
                 if seen[0] != kind:
-                    return start, (f"field {path!r} is a {kind} ({json.dumps(v)[:40]}) but a {seen[0]} in an "
-                                   f"earlier row")
+                    return start, (
+                        f"field {path!r} is a {kind} ({json.dumps(v)[:40]}) but a {seen[0]} in an earlier row"
+                    )
                 if kind == "object":
                     stack.append((path + ".", v))
     return None

@@ -88,7 +88,9 @@ def failed_file_problem(job_dir: str, accounting_entry: dict) -> str | None:
         return None
     path = storage.join(job_dir, *str(seal["path"]).split("/"))
     problem = file_problem(path, seal)
-    return None if problem is None else f"the failed samples of op {accounting_entry.get('op_index')} at {path}: {problem}"
+    return (
+        None if problem is None else f"the failed samples of op {accounting_entry.get('op_index')} at {path}: {problem}"
+    )
 
 
 def failed_file_problems(job_dir: str, per_partition: dict[int, list[dict]]) -> list[str]:

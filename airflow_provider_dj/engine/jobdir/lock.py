@@ -126,8 +126,11 @@ def is_stale(lock: dict, stale_after: float | None = None) -> tuple[bool, str]:
     stale_after = default_stale_seconds() if stale_after is None else stale_after
     if lock.get("corrupt"):
         return True, "unreadable lock file"
-    if lock.get("host") == socket.gethostname() and lock.get("pid") and \
-            not _pid_alive(int(lock["pid"]), lock.get("pid_start")):
+    if (
+        lock.get("host") == socket.gethostname()
+        and lock.get("pid")
+        and not _pid_alive(int(lock["pid"]), lock.get("pid_start"))
+    ):
         # A dead process on this host cannot be working — unless it was only
         # one short-lived task process of a scheduler-driven Airflow run.
         if lock.get("pid_is_run") or not lock.get("airflow_run_id"):
@@ -140,8 +143,10 @@ def is_stale(lock: dict, stale_after: float | None = None) -> tuple[bool, str]:
 
 def describe(lock: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(lock.get("started_at") or 0)))
-    return (f"host={lock.get('host')} pid={lock.get('pid')} airflow_run_id={lock.get('airflow_run_id')} "
-            f"started={started}Z last_heartbeat={time.time() - float(lock.get('heartbeat') or 0):.0f}s ago")
+    return (
+        f"host={lock.get('host')} pid={lock.get('pid')} airflow_run_id={lock.get('airflow_run_id')} "
+        f"started={started}Z last_heartbeat={time.time() - float(lock.get('heartbeat') or 0):.0f}s ago"
+    )
 
 
 def check(job_dir: str, owner: dict) -> dict | None:
@@ -153,7 +158,8 @@ def check(job_dir: str, owner: dict) -> dict | None:
             raise JobLockedError(
                 f"job {storage.basename(job_dir)} is being run by another runner ({describe(lock)}); wait for it, "
                 f"stop it, or after a crash wait {default_stale_seconds():.0f}s for the lock to go stale "
-                f"(DJ_LOCK_STALE_S) — `dj-airflow unlock` removes it by hand")
+                f"(DJ_LOCK_STALE_S) — `dj-airflow unlock` removes it by hand"
+            )
     return lock
 
 
@@ -182,7 +188,8 @@ def _confirm(job_dir: str, owner: dict) -> None:
     if seen is None or owner_key(seen) != owner_key(owner):
         raise JobLockedError(
             f"job {storage.basename(job_dir)} was taken by another runner at the same moment "
-            f"({describe(seen) if seen else 'its lock vanished'}); wait for it or stop it")
+            f"({describe(seen) if seen else 'its lock vanished'}); wait for it or stop it"
+        )
 
 
 def heartbeat(job_dir: str, airflow_run_id: str | None) -> None:

@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from airflow_provider_dj.engine.input import hashing
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
-from airflow_provider_dj.engine.input.sources import InputError, index_inputs, list_input_files
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, PARTITIONING_INFO, JOB_SUMMARY, read_json
-from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
     algorithm_for,
     hash_recorded_partition,
 )
+from airflow_provider_dj.engine.input.sources import InputError, index_inputs, list_input_files
+from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +47,30 @@ RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error", "keep_st
 # keys are accepted because the saved boundaries are always reused;
 # checkpoint and storage keys because every checkpoint records its own
 # format and pipeline fingerprint.
-NON_RESULT_KEYS = ("project_name", "export_path", "np", "job_id", "resume", "schedule", "partition", "checkpoint",
-                   "intermediate_storage", "tracer", "ignored_keys", "source_file", "work_dir",
-                   "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
-                   "export_in_parallel")  # how the export is serialized, not what it holds (same bytes)
+NON_RESULT_KEYS = (
+    "project_name",
+    "export_path",
+    "np",
+    "job_id",
+    "resume",
+    "schedule",
+    "partition",
+    "checkpoint",
+    "intermediate_storage",
+    "tracer",
+    "ignored_keys",
+    "source_file",
+    "work_dir",
+    "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
+    "export_in_parallel",
+)  # how the export is serialized, not what it holds (same bytes)
 
 
-_CORRUPT_INFO_TODO = ("Its partition boundaries and hashes are what every checkpoint is checked against, so the "
-                      "job is not resumed on it: restore the file from a backup, or start a new job. Nothing in "
-                      "the job directory was changed or deleted.")
+_CORRUPT_INFO_TODO = (
+    "Its partition boundaries and hashes are what every checkpoint is checked against, so the "
+    "job is not resumed on it: restore the file from a backup, or start a new job. Nothing in "
+    "the job directory was changed or deleted."
+)
 
 
 class ResumeRefusedError(RuntimeError):
@@ -115,7 +130,7 @@ def _split_engine_op_args(cfg: dict) -> dict:
     process, moved = [], {}
     for i, item in enumerate(cfg["process"]):
         if isinstance(item, dict) and len(item) == 1:
-            (name, args), = item.items()
+            ((name, args),) = item.items()
             if isinstance(args, dict):
                 moved.update({f"process[{i}].{name}.{k}": v for k, v in args.items() if k in ENGINE_OP_ARGS})
                 item = {name: {k: v for k, v in args.items() if k not in ENGINE_OP_ARGS}}
@@ -135,21 +150,31 @@ def _check_boundaries(info: dict) -> None:
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ResumeRefusedError("boundaries_invalid", f"partition {i}: {key}={v!r} is not an integer")
         if not p.get("content_hash"):
-            raise ResumeRefusedError("metadata_outdated", f"partition {i} has no content hash: written by a version "
-                                     f"without full-content hashes; start a new job")
+            raise ResumeRefusedError(
+                "metadata_outdated",
+                f"partition {i} has no content hash: written by a version without full-content hashes; start a new job",
+            )
         if p["partition_id"] != i:
-            raise ResumeRefusedError("boundaries_invalid", f"partition {i} is recorded as partition {p['partition_id']}")
+            raise ResumeRefusedError(
+                "boundaries_invalid", f"partition {i} is recorded as partition {p['partition_id']}"
+            )
         if p["start_row"] != expected_start:
             kind = "gap" if p["start_row"] > expected_start else "overlap"
-            raise ResumeRefusedError("boundaries_invalid", f"partition {i} starts at row {p['start_row']} but the "
-                                     f"previous one ends at {expected_start} ({kind})")
+            raise ResumeRefusedError(
+                "boundaries_invalid",
+                f"partition {i} starts at row {p['start_row']} but the previous one ends at {expected_start} ({kind})",
+            )
         if p["end_row"] <= p["start_row"] or p["num_rows"] != p["end_row"] - p["start_row"]:
-            raise ResumeRefusedError("boundaries_invalid", f"partition {i}: rows {p['start_row']}-{p['end_row']} "
-                                     f"with num_rows={p['num_rows']} is empty or inconsistent")
+            raise ResumeRefusedError(
+                "boundaries_invalid",
+                f"partition {i}: rows {p['start_row']}-{p['end_row']} "
+                f"with num_rows={p['num_rows']} is empty or inconsistent",
+            )
         expected_start = p["end_row"]
     if expected_start != total:
-        raise ResumeRefusedError("boundaries_invalid", f"partitions cover rows 0-{expected_start} but the job "
-                                 f"recorded {total} input rows")
+        raise ResumeRefusedError(
+            "boundaries_invalid", f"partitions cover rows 0-{expected_start} but the job recorded {total} input rows"
+        )
 
 
 def _compare_inputs(saved: dict, dataset_path: str) -> None:
@@ -165,18 +190,26 @@ def _compare_inputs(saved: dict, dataset_path: str) -> None:
         added = sorted(set(new_names) - set(old_names))
         removed = sorted(set(old_names) - set(new_names))
         detail = "; ".join(x for x in (f"added {added}" if added else "", f"missing {removed}" if removed else "") if x)
-        raise ResumeRefusedError("input_changed", f"the input files changed since the job started ({detail or 'order changed'})")
+        raise ResumeRefusedError(
+            "input_changed", f"the input files changed since the job started ({detail or 'order changed'})"
+        )
     for (path, a), (_, b) in zip(old, new):
         if a != b:
-            raise ResumeRefusedError("input_changed", f"{path} changed size ({a} -> {b} bytes): rows were appended, "
-                                     f"removed or edited since the job started")
+            raise ResumeRefusedError(
+                "input_changed",
+                f"{path} changed size ({a} -> {b} bytes): rows were appended, removed or edited since the job started",
+            )
     if algorithm_for(files) != saved["algorithm"]:
-        raise ResumeRefusedError("algorithm_changed", f"the job's hash algorithm is {saved['algorithm']!r} but this input "
-                                 f"hashes with {algorithm_for(files)!r}")
+        raise ResumeRefusedError(
+            "algorithm_changed",
+            f"the job's hash algorithm is {saved['algorithm']!r} but this input hashes with {algorithm_for(files)!r}",
+        )
     index_inputs(files)
     for f, sf in zip(files, saved["input_files"]):
         if f.num_rows != sf["num_rows"]:
-            raise ResumeRefusedError("input_changed", f"{f.path} has {f.num_rows} rows, the job recorded {sf['num_rows']}")
+            raise ResumeRefusedError(
+                "input_changed", f"{f.path} has {f.num_rows} rows, the job recorded {sf['num_rows']}"
+            )
 
 
 def completed_checkpoints(job_dir: str, info: dict, plan) -> dict[int, dict]:
@@ -201,25 +234,47 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     def step(n: int, name: str, **fields) -> None:
         msg = f"resume validation step {n}/6 ({name}): ok" + (f" — {fields['detail']}" if fields.get("detail") else "")
         say(msg)
-        events.append({"event_type": "validation_step", "timestamp": time.time(), "step": n, "name": name,
-                       "status": "ok", **fields})
+        events.append(
+            {
+                "event_type": "validation_step",
+                "timestamp": time.time(),
+                "step": n,
+                "name": name,
+                "status": "ok",
+                **fields,
+            }
+        )
 
     # 1. locate
-    missing = [rel for rel in (EFFECTIVE_CONFIG, PARTITIONING_INFO)
-               if not storage.exists(storage.join(job_dir, *rel.split("/")))]
+    missing = [
+        rel
+        for rel in (EFFECTIVE_CONFIG, PARTITIONING_INFO)
+        if not storage.exists(storage.join(job_dir, *rel.split("/")))
+    ]
     if missing:
-        raise ResumeRefusedError("metadata_missing", f"job directory {job_dir} lacks {', '.join(missing)}: "
-                                 f"check the resume token and work_dir, or start a new job")
+        raise ResumeRefusedError(
+            "metadata_missing",
+            f"job directory {job_dir} lacks {', '.join(missing)}: "
+            f"check the resume token and work_dir, or start a new job",
+        )
     step(1, "locate", detail=job_dir)
 
     # 2. config
     old_cfg = read_json(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/")))
     refused, accepted = config_diff(old_cfg, recipe.to_dict())
     if refused:
-        raise ResumeRefusedError("config_changed", "the recipe changed in keys that affect results:\n"
-                                 + "\n".join(refused) + "\nRevert them to resume, or start a new job.")
-    step(2, "config_matches", detail=f"{len(accepted)} accepted non-result changes" if accepted else "identical",
-         accepted_changes=accepted)
+        raise ResumeRefusedError(
+            "config_changed",
+            "the recipe changed in keys that affect results:\n"
+            + "\n".join(refused)
+            + "\nRevert them to resume, or start a new job.",
+        )
+    step(
+        2,
+        "config_matches",
+        detail=f"{len(accepted)} accepted non-result changes" if accepted else "identical",
+        accepted_changes=accepted,
+    )
     for line in accepted:
         say(f"accepted change (does not affect results):{line}")
 
@@ -228,18 +283,31 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     try:
         info = read_json(info_path)
     except ValueError as exc:
-        raise ResumeRefusedError("metadata_corrupt", f"{info_path} is not valid JSON ({exc}): it was damaged "
-                                 f"after it was written. {_CORRUPT_INFO_TODO}") from exc
+        raise ResumeRefusedError(
+            "metadata_corrupt",
+            f"{info_path} is not valid JSON ({exc}): it was damaged after it was written. {_CORRUPT_INFO_TODO}",
+        ) from exc
     if not isinstance(info, dict):
-        raise ResumeRefusedError("metadata_corrupt", f"{info_path} holds a JSON {type(info).__name__}, not the "
-                                 f"partitioning document. {_CORRUPT_INFO_TODO}")
-    if info.get("version") not in READABLE_PARTITIONING_INFO_VERSIONS or "partitions" not in info \
-            or "input_files" not in info:
-        raise ResumeRefusedError("metadata_outdated", f"partitioning_info.json (version {info.get('version')!r}) was "
-                                 f"written by a version without row boundaries or hashes; start a new job")
+        raise ResumeRefusedError(
+            "metadata_corrupt",
+            f"{info_path} holds a JSON {type(info).__name__}, not the partitioning document. {_CORRUPT_INFO_TODO}",
+        )
+    if (
+        info.get("version") not in READABLE_PARTITIONING_INFO_VERSIONS
+        or "partitions" not in info
+        or "input_files" not in info
+    ):
+        raise ResumeRefusedError(
+            "metadata_outdated",
+            f"partitioning_info.json (version {info.get('version')!r}) was "
+            f"written by a version without row boundaries or hashes; start a new job",
+        )
     if info.get("algorithm") not in hashing.KNOWN_ALGORITHMS:
-        raise ResumeRefusedError("algorithm_changed", f"partitions were hashed with {info.get('algorithm')!r}, which "
-                                 f"this version does not know (known: {', '.join(hashing.KNOWN_ALGORITHMS)})")
+        raise ResumeRefusedError(
+            "algorithm_changed",
+            f"partitions were hashed with {info.get('algorithm')!r}, which "
+            f"this version does not know (known: {', '.join(hashing.KNOWN_ALGORITHMS)})",
+        )
     _check_boundaries(info)
     # After the structural checks (they say *what* is wrong), the checksum catches every other change: a
     # flipped digit in a content hash or a byte count must not be mistaken for an edited input.
@@ -247,8 +315,12 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     problem = json_seal_problem(info) if sealed else None
     if problem:
         raise ResumeRefusedError("metadata_corrupt", f"{info_path}: {problem}. {_CORRUPT_INFO_TODO}")
-    step(3, "load_partitioning", detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows"
-         + ("" if sealed else " (version 1, written before checksums: not verified)"))
+    step(
+        3,
+        "load_partitioning",
+        detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows"
+        + ("" if sealed else " (version 1, written before checksums: not verified)"),
+    )
 
     # 4. recreate partitions at the saved boundaries
     _compare_inputs(info, recipe.dataset_path)
@@ -261,18 +333,30 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
         digest, n = hash_recorded_partition(info["algorithm"], info["input_files"], p["segments"])
         nbytes += n
         if digest != p["content_hash"]:
-            raise ResumeRefusedError("hash_mismatch", f"partition {p['partition_id']} (rows {p['start_row']}-"
-                                     f"{p['end_row'] - 1}) does not match its recorded content hash: the input was "
-                                     f"edited or reordered since the job started")
+            raise ResumeRefusedError(
+                "hash_mismatch",
+                f"partition {p['partition_id']} (rows {p['start_row']}-"
+                f"{p['end_row'] - 1}) does not match its recorded content hash: the input was "
+                f"edited or reordered since the job started",
+            )
     secs = time.perf_counter() - t0
-    step(5, "verify_hashes", detail=f"{len(info['partitions'])} partitions, {nbytes / 1e6:.1f} MB in {secs:.2f}s",
-         hashed_bytes=nbytes, duration=round(secs, 6))
+    step(
+        5,
+        "verify_hashes",
+        detail=f"{len(info['partitions'])} partitions, {nbytes / 1e6:.1f} MB in {secs:.2f}s",
+        hashed_bytes=nbytes,
+        duration=round(secs, 6),
+    )
 
     # 6. completed work
     done = completed_checkpoints(job_dir, info, plan)
     n_final = sum(1 for d in done.values() if d["final"])
     summary_path = storage.join(job_dir, JOB_SUMMARY)
     complete = storage.exists(summary_path) and read_json(summary_path).get("status") == "completed"
-    step(6, "completed_checkpoints", detail=f"{n_final}/{len(done)} partitions final"
-         + ("; job already completed" if complete else ""), completed={str(k): v for k, v in done.items()})
+    step(
+        6,
+        "completed_checkpoints",
+        detail=f"{n_final}/{len(done)} partitions final" + ("; job already completed" if complete else ""),
+        completed={str(k): v for k, v in done.items()},
+    )
     return ResumeReport(job_dir, len(info["partitions"]), accepted, done, complete, info, nbytes, secs, events)

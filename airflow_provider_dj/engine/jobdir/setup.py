@@ -18,16 +18,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import (
+    EFFECTIVE_CONFIG,
+    EXECUTION_PLAN,
+    PARTITIONING_INFO,
+    JobPaths,
+    validate_job_id,
+    write_json,
+)
+from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.observe.events import EventLog, write_buffered
 from airflow_provider_dj.engine.planning.execution_plan import plan_document
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, EXECUTION_PLAN, PARTITIONING_INFO, JobPaths
-from airflow_provider_dj.engine.jobdir.layout import validate_job_id, write_json
-from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
+from airflow_provider_dj.engine.storage import fs as storage
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +56,15 @@ class PreparedJob:
         return self.__dict__.copy()
 
 
-def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], int] = 1,
-                event_defaults: dict | None = None,
-                airflow_run_id: str | None = None, log_step: Callable[[str], None] | None = None) -> PreparedJob:
+def prepare_job(
+    recipe,
+    *,
+    job_id: str,
+    group_size: int | Callable[[dict, str], int] = 1,
+    event_defaults: dict | None = None,
+    airflow_run_id: str | None = None,
+    log_step: Callable[[str], None] | None = None,
+) -> PreparedJob:
     """``recipe`` is the effective engine.config.recipe.Recipe (overrides applied).
 
     ``group_size`` may be a callable (partitioning_info, job_dir) -> int: the
@@ -95,11 +107,22 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
             write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
             _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
             _register(job_id, paths.job_dir)
-        return PreparedJob(job_id, paths.job_dir, groups, True, info["num_partitions"], info["total_rows"],
-                           report.job_complete, report.accepted_changes, lock_note)
+        return PreparedJob(
+            job_id,
+            paths.job_dir,
+            groups,
+            True,
+            info["num_partitions"],
+            info["total_rows"],
+            report.job_complete,
+            report.accepted_changes,
+            lock_note,
+        )
     if recipe.resume:
-        raise ResumeRefusedError("metadata_missing", f"resume={recipe.resume!r}: there is no job directory at "
-                                 f"{paths.job_dir}; check the token and work_dir")
+        raise ResumeRefusedError(
+            "metadata_missing",
+            f"resume={recipe.resume!r}: there is no job directory at {paths.job_dir}; check the token and work_dir",
+        )
     check_input_exists(recipe)
     t0 = time.perf_counter()
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
@@ -115,17 +138,25 @@ def prepare_job(recipe, *, job_id: str, group_size: int | Callable[[dict, str], 
     _record_guard(paths.job_dir, recipe, say)
     write_json(info_path, info)  # last: its presence marks a planned job
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
-    events.emit("plan_created", partitions=info["num_partitions"], input_rows=info["total_rows"],
-                duration=round(time.perf_counter() - t0, 6), how=info["how_chosen"])
-    say(f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
-        f"in {time.perf_counter() - t0:.2f}s")
+    events.emit(
+        "plan_created",
+        partitions=info["num_partitions"],
+        input_rows=info["total_rows"],
+        duration=round(time.perf_counter() - t0, 6),
+        how=info["how_chosen"],
+    )
+    say(
+        f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
+        f"in {time.perf_counter() - t0:.2f}s"
+    )
     size = group_size(info, paths.job_dir) if callable(group_size) else group_size
     groups = execution_groups(info, size) if info["partitions"] else []
     plan.groups = groups
     write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
     _register(job_id, paths.job_dir)
-    return PreparedJob(job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"],
-                       lock_note=lock_note)
+    return PreparedJob(
+        job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"], lock_note=lock_note
+    )
 
 
 def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None):
@@ -136,8 +167,10 @@ def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None)
     say = say or log.info
     t0 = time.perf_counter()
     check = check_input_fields(recipe)
-    say(f"input check: the {check.files} input file(s) hold the field(s) the recipe reads "
-        f"({', '.join(check.fields) or 'none'}) ({time.perf_counter() - t0:.2f}s)")
+    say(
+        f"input check: the {check.files} input file(s) hold the field(s) the recipe reads "
+        f"({', '.join(check.fields) or 'none'}) ({time.perf_counter() - t0:.2f}s)"
+    )
     for warning in check.warnings:
         say(f"input warning: {warning}")
     return check
@@ -148,8 +181,10 @@ def _record_guard(job_dir: str, recipe, say: Callable[[str], None]) -> None:
 
     g = write_settings(job_dir, recipe)
     extra = f"; per op: {g.per_op}" if g.per_op else ""
-    say(f"failure-rate guard: an op failing more than {g.job_ratio:g} of its input (and at least "
-        f"{MIN_FAILED_ROWS} rows, or all of them) stops the job before export{extra}")
+    say(
+        f"failure-rate guard: an op failing more than {g.job_ratio:g} of its input (and at least "
+        f"{MIN_FAILED_ROWS} rows, or all of them) stops the job before export{extra}"
+    )
 
 
 def _register(job_id: str, job_dir: str) -> None:

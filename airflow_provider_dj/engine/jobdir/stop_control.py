@@ -140,8 +140,12 @@ def _ack_path(job_dir: str, task_key: str) -> str:
 
 def acknowledge_stop(job_dir: str, task_key: str, try_number: int | None, request: dict) -> None:
     """Record that ``task_key`` (one Airflow task instance) ended stopped at ``try_number``."""
-    ack = {"task_key": task_key, "try_number": try_number, "stopped_at": time.time(),
-           "request_requested_at": request.get("requested_at")}
+    ack = {
+        "task_key": task_key,
+        "try_number": try_number,
+        "stopped_at": time.time(),
+        "request_requested_at": request.get("requested_at"),
+    }
     storage.atomic_write_bytes(_ack_path(job_dir, task_key), json.dumps(ack).encode())
 
 

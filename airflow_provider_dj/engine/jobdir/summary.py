@@ -26,9 +26,15 @@ import logging
 import time
 from datetime import datetime, timezone
 
+from airflow_provider_dj.engine.jobdir.layout import (
+    EFFECTIVE_CONFIG,
+    JOB_SUMMARY,
+    PARTITIONING_INFO,
+    read_json,
+    write_json,
+)
 from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoints import MARKER_SUFFIX, CheckpointStore, StorageFormat
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +69,7 @@ def _committed_pids(store: CheckpointStore, op_index: int, op_name: str) -> set[
     for name in storage.listdir(store.op_dir(op_index, op_name)):
         if name.startswith("partition_") and name.endswith(MARKER_SUFFIX):
             try:
-                out.add(int(name[len("partition_"):-len(MARKER_SUFFIX)]))
+                out.add(int(name[len("partition_") : -len(MARKER_SUFFIX)]))
             except ValueError:
                 continue
     return out
@@ -76,9 +82,11 @@ def check_partition_chain(pid: int, input_rows: int, acct: list[dict]) -> list[s
     for a in acct:
         lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
         if a["rows_in"] != expected_in or lost:
-            problems.append(f"partition {pid} op {a['op_index']} ({a.get('op_name')}): rows_in={a['rows_in']} "
-                            f"(expected {expected_in}), out={a['rows_out']} filtered={a['filtered']} "
-                            f"duplicates={a['duplicates']} failed={a['failed']}")
+            problems.append(
+                f"partition {pid} op {a['op_index']} ({a.get('op_name')}): rows_in={a['rows_in']} "
+                f"(expected {expected_in}), out={a['rows_out']} filtered={a['filtered']} "
+                f"duplicates={a['duplicates']} failed={a['failed']}"
+            )
         expected_in = a["rows_out"]
     return problems
 
@@ -94,13 +102,28 @@ def _latest_op_events(events: list[dict]) -> dict[tuple[int, int], dict]:
 
 def _from_event(ev: dict) -> dict:
     rows_in, rows_out = int(ev.get("input_rows", 0)), int(ev.get("output_rows", 0))
-    return {"op_index": ev["op_index"], "op_name": ev.get("op_name"), "rows_in": rows_in, "rows_out": rows_out,
-            "filtered": int(ev.get("filtered", 0)), "duplicates": int(ev.get("duplicates", 0)),
-            "failed": int(ev.get("failed", 0)), "duration_s": float(ev.get("duration", 0.0)), "source": "events"}
+    return {
+        "op_index": ev["op_index"],
+        "op_name": ev.get("op_name"),
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "filtered": int(ev.get("filtered", 0)),
+        "duplicates": int(ev.get("duplicates", 0)),
+        "failed": int(ev.get("failed", 0)),
+        "duration_s": float(ev.get("duration", 0.0)),
+        "source": "events",
+    }
 
 
-def _partition_state(ctx_plan, store: CheckpointStore, committed: dict[int, set[int]], part: dict,
-                     op_events: dict, running: set[int], failed: dict[int, str]) -> dict:
+def _partition_state(
+    ctx_plan,
+    store: CheckpointStore,
+    committed: dict[int, set[int]],
+    part: dict,
+    op_events: dict,
+    running: set[int],
+    failed: dict[int, str],
+) -> dict:
     """One partition's accounting: its latest committed marker, extended by op_complete
     events for ops after it that were not checkpointed (measured, not durable)."""
     pid = part["partition_id"]
@@ -109,8 +132,11 @@ def _partition_state(ctx_plan, store: CheckpointStore, committed: dict[int, set[
     for i in sorted(committed, reverse=True):
         if pid in committed[i]:
             marker = store.read_marker(i, ctx_plan.ops[i].name, pid)
-            if marker and marker.get("partition_hash") == part["content_hash"] and \
-                    marker.get("pipeline_fingerprint") == ctx_plan.ops[i].fingerprint:
+            if (
+                marker
+                and marker.get("partition_hash") == part["content_hash"]
+                and marker.get("pipeline_fingerprint") == ctx_plan.ops[i].fingerprint
+            ):
                 acct = [dict(a, source="checkpoint") for a in marker.get("accounting", [])]
                 last_cp = i
                 break
@@ -130,9 +156,17 @@ def _partition_state(ctx_plan, store: CheckpointStore, committed: dict[int, set[
         status = "running"
     else:
         status = "pending" if not acct else "partial"
-    out = {"partition_id": pid, "start_row": part["start_row"], "end_row": part["end_row"],
-           "input_rows": part["num_rows"], "status": status, "ops_done": len(acct), "last_checkpoint_op": last_cp,
-           "output_rows": acct[-1]["rows_out"] if acct else None, "accounting": acct}
+    out = {
+        "partition_id": pid,
+        "start_row": part["start_row"],
+        "end_row": part["end_row"],
+        "input_rows": part["num_rows"],
+        "status": status,
+        "ops_done": len(acct),
+        "last_checkpoint_op": last_cp,
+        "output_rows": acct[-1]["rows_out"] if acct else None,
+        "accounting": acct,
+    }
     if pid in failed:
         out["error"] = failed[pid]
     return out
@@ -141,8 +175,15 @@ def _partition_state(ctx_plan, store: CheckpointStore, committed: dict[int, set[
 def _per_op_totals(plan, partitions: list[dict]) -> list[dict]:
     totals = []
     for op in plan.ops:
-        t = {"op_index": op.index, "op_name": op.name, "kind": op.kind, "is_global": op.is_global,
-             "partitions_done": 0, **{k: 0 for k in _COUNT_KEYS}, "duration_s": 0.0}
+        t = {
+            "op_index": op.index,
+            "op_name": op.name,
+            "kind": op.kind,
+            "is_global": op.is_global,
+            "partitions_done": 0,
+            **{k: 0 for k in _COUNT_KEYS},
+            "duration_s": 0.0,
+        }
         for p in partitions:
             if op.index < len(p["accounting"]):
                 a = p["accounting"][op.index]
@@ -159,9 +200,13 @@ def _checkpoint_inventory(job_dir: str, plan, committed: dict[int, set[int]]) ->
     keys, masks = CheckpointStore(job_dir, prefix="dedup_keys_op"), CheckpointStore(job_dir, prefix="dedup_mask_op")
     per_op = []
     for op in plan.ops:
-        entry = {"op_index": op.index, "op_name": op.name, "checkpoint_point": op.index in plan.checkpoint_points,
-                 "committed_partitions": len(committed.get(op.index, ())),
-                 "dir": storage.join("checkpoints", storage.basename(CheckpointStore(job_dir).op_dir(op.index, op.name)))}
+        entry = {
+            "op_index": op.index,
+            "op_name": op.name,
+            "checkpoint_point": op.index in plan.checkpoint_points,
+            "committed_partitions": len(committed.get(op.index, ())),
+            "dir": storage.join("checkpoints", storage.basename(CheckpointStore(job_dir).op_dir(op.index, op.name))),
+        }
         if op.is_global:
             entry["dedup_keys_partitions"] = len(_committed_pids(keys, op.index, op.name))
             entry["dedup_mask_partitions"] = len(_committed_pids(masks, op.index, op.name))
@@ -179,26 +224,47 @@ def _failed_sample_files(job_dir: str) -> list[str]:
 
 
 def _runs(events: list[dict]) -> list[dict]:
-    return [{"started_at": _iso(e["timestamp"]), "status": e.get("status"), "airflow_run_id": e.get("airflow_run_id")}
-            for e in events if e.get("event_type") == "job_start"]
+    return [
+        {"started_at": _iso(e["timestamp"]), "status": e.get("status"), "airflow_run_id": e.get("airflow_run_id")}
+        for e in events
+        if e.get("event_type") == "job_start"
+    ]
 
 
 def _errors(events: list[dict], since: float) -> list[dict]:
     errs = []
     for e in events:
-        if e.get("timestamp", 0) >= since and e.get("event_type") in ("op_failed", "partition_failed", "job_failed") \
-                and e.get("error_message"):
-            errs.append({k: e[k] for k in ("event_type", "time_utc", "partition_id", "op_index", "op_name",
-                                           "airflow_task_id", "airflow_map_index", "try_number", "error_message")
-                         if k in e})
+        if (
+            e.get("timestamp", 0) >= since
+            and e.get("event_type") in ("op_failed", "partition_failed", "job_failed")
+            and e.get("error_message")
+        ):
+            errs.append(
+                {
+                    k: e[k]
+                    for k in (
+                        "event_type",
+                        "time_utc",
+                        "partition_id",
+                        "op_index",
+                        "op_name",
+                        "airflow_task_id",
+                        "airflow_map_index",
+                        "try_number",
+                        "error_message",
+                    )
+                    if k in e
+                }
+            )
     return errs[-MAX_ERRORS:]
 
 
-def build_job_summary(job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None,
-                      now: float | None = None) -> dict:
+def build_job_summary(
+    job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None, now: float | None = None
+) -> dict:
     """The summary of a job in whatever state its directory is in.  Reads only."""
-    from airflow_provider_dj.engine.observe.events import read_events
     from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.observe.events import read_events
 
     if status not in STATUSES:
         raise SummaryStatusError(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -232,8 +298,12 @@ def build_job_summary(job_dir: str, status: str, *, error: str | None = None, ev
     summary["project_name"] = recipe.project_name
     summary["recipe_file"] = recipe.source_file
     summary["effective_config"] = cfg
-    summary["input"] = {"dataset_path": recipe.dataset_path, "total_rows": info["total_rows"],
-                        "partitions": len(info["partitions"]), "hash_algorithm": info.get("algorithm")}
+    summary["input"] = {
+        "dataset_path": recipe.dataset_path,
+        "total_rows": info["total_rows"],
+        "partitions": len(info["partitions"]),
+        "hash_algorithm": info.get("algorithm"),
+    }
     store = CheckpointStore(job_dir, StorageFormat())
     committed = {i: _committed_pids(store, i, plan.ops[i].name) for i in plan.checkpoint_points if i < len(plan.ops)}
     recent = [e for e in events if e.get("timestamp", 0) >= last_start]
@@ -244,7 +314,12 @@ def build_job_summary(job_dir: str, status: str, *, error: str | None = None, ev
         pid, kind = e.get("partition_id"), e.get("event_type")
         # partition_stopped ends a partition's run too: a stopped job's
         # partitions are not "running".
-        if pid is None or kind not in ("partition_start", "partition_complete", "partition_failed", "partition_stopped"):
+        if pid is None or kind not in (
+            "partition_start",
+            "partition_complete",
+            "partition_failed",
+            "partition_stopped",
+        ):
             continue
         running.discard(pid)
         failed.pop(pid, None)
@@ -254,7 +329,9 @@ def build_job_summary(job_dir: str, status: str, *, error: str | None = None, ev
             failed[pid] = e.get("error_message", "")
     op_events = _latest_op_events(events)
     parts = [_partition_state(plan, store, committed, p, op_events, running, failed) for p in info["partitions"]]
-    problems = [msg for p in parts for msg in check_partition_chain(p["partition_id"], p["input_rows"], p["accounting"])]
+    problems = [
+        msg for p in parts for msg in check_partition_chain(p["partition_id"], p["input_rows"], p["accounting"])
+    ]
     per_op = _per_op_totals(plan, parts)
     summary["ops"] = per_op
     summary["partitions"] = parts
@@ -300,8 +377,9 @@ def enrich_completed_summary(job_dir: str, summary: dict) -> dict:
     return merged
 
 
-def write_job_summary(job_dir: str, status: str, error: str | None = None, *, event_defaults: dict | None = None,
-                      emit_event: bool = True) -> dict:
+def write_job_summary(
+    job_dir: str, status: str, error: str | None = None, *, event_defaults: dict | None = None, emit_event: bool = True
+) -> dict:
     """Build and atomically write ``job_summary.json``; return it.
 
     For ``failed`` and ``stopped`` it also emits ``job_failed`` /
@@ -321,8 +399,12 @@ def write_job_summary(job_dir: str, status: str, error: str | None = None, *, ev
         from airflow_provider_dj.engine.observe.events import EventLog
 
         EventLog(job_dir, summary["job_id"], defaults=event_defaults).emit(
-            "job_failed" if status == "failed" else "job_stopped", status=status, error_message=error,
-            duration=summary.get("duration_s"), summary_path=storage.join(job_dir, JOB_SUMMARY))
+            "job_failed" if status == "failed" else "job_stopped",
+            status=status,
+            error_message=error,
+            duration=summary.get("duration_s"),
+            summary_path=storage.join(job_dir, JOB_SUMMARY),
+        )
     after_summary_written(job_dir, summary)
     return summary
 

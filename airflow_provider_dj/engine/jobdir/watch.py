@@ -29,8 +29,8 @@ import difflib
 import json
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext
+from airflow_provider_dj.engine.storage import fs as storage
 
 
 class JobFailedError(RuntimeError):
@@ -107,9 +107,11 @@ def _raise_if_failed(job_dir: str, partitions: list[int] | None) -> None:
     if failed:
         ids = sorted(int(k.split()[1]) for k in failed if k != "job")
         detail = "; ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
-        raise JobFailedError(f"job {storage.basename(job_dir)} failed ({detail}). Clear or retry the failed "
-                             f"task(s) of the recipe DAG (or resume the job); this wait cannot succeed until then.",
-                             ids)
+        raise JobFailedError(
+            f"job {storage.basename(job_dir)} failed ({detail}). Clear or retry the failed "
+            f"task(s) of the recipe DAG (or resume the job); this wait cannot succeed until then.",
+            ids,
+        )
 
 
 def resolve_op(plan, after_op: int | str) -> int:
@@ -132,11 +134,17 @@ def resolve_op(plan, after_op: int | str) -> int:
     return matches[0]
 
 
-def check(job_dir: str, *, after_op: int | str | None = None, segment_index: int | None = None,
-          wait_for: str | None = None, partitions: list[int] | None = None) -> WaitStatus:
+def check(
+    job_dir: str,
+    *,
+    after_op: int | str | None = None,
+    segment_index: int | None = None,
+    wait_for: str | None = None,
+    partitions: list[int] | None = None,
+) -> WaitStatus:
     """One look at the job directory.  Raises JobFailedError / WaitTargetError."""
-    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
     from airflow_provider_dj.engine.execution.segment_runner import keys_store, mask_store
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     summary = _summary(job_dir)
     if summary and summary.get("status") == "completed":
@@ -169,6 +177,7 @@ def check(job_dir: str, *, after_op: int | str | None = None, segment_index: int
             if target >= 0 and not committed(store, target, pid):
                 return False
             return seg.keys_for_global is None or committed(ks, seg.keys_for_global, pid)
+
         what = f"segment {segment_index}"
     else:
         i = resolve_op(plan, after_op)
@@ -185,8 +194,11 @@ def check(job_dir: str, *, after_op: int | str | None = None, segment_index: int
 
             def ok(pid: int) -> bool:
                 return any(committed(store, k, pid) for k in points)
+
     done, missing = [], []
     for pid in wanted:
         (done if ok(pid) else missing).append(pid)
-    msg = f"{what}: {len(done)}/{len(wanted)} partitions committed" + (f"; waiting for {missing[:20]}" if missing else "")
+    msg = f"{what}: {len(done)}/{len(wanted)} partitions committed" + (
+        f"; waiting for {missing[:20]}" if missing else ""
+    )
     return WaitStatus(not missing, done, missing, msg)

@@ -118,8 +118,9 @@ class EventLog:
             what = f"the {event_type} event to the job's event log"
             if self._local:
                 # storage.append_bytes: one write, cut back on failure, a full disk named as such.
-                storage.append_bytes(self.path, line, what=what,
-                                     prefix_fn=None if self._checked_tail else _terminate_torn_tail)
+                storage.append_bytes(
+                    self.path, line, what=what, prefix_fn=None if self._checked_tail else _terminate_torn_tail
+                )
                 self._checked_tail = True
             else:
                 self._append_remote(line, what)
@@ -158,7 +159,9 @@ def write_buffered(log: "EventLog", events: list[dict]) -> None:
 
 
 def iter_event_files(job_dir: str) -> list[str]:
-    return [storage.join(job_dir, n) for n in storage.listdir(job_dir) if n.startswith("events_") and n.endswith(".jsonl")]
+    return [
+        storage.join(job_dir, n) for n in storage.listdir(job_dir) if n.startswith("events_") and n.endswith(".jsonl")
+    ]
 
 
 def parse_event_lines(data: bytes) -> list[dict]:

@@ -94,8 +94,15 @@ class PartitionProgressLog:
     done / total, rows/s and ETA without flooding the file.
     """
 
-    def __init__(self, job_dir: str, partition_id: int, *, segment: int, try_number: int | None = None,
-                 interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        job_dir: str,
+        partition_id: int,
+        *,
+        segment: int,
+        try_number: int | None = None,
+        interval_s: float | None = None,
+    ) -> None:
         self.path = partition_log_path(job_dir, partition_id)
         self.partition_id = partition_id
         self.prefix = f"p{partition_id} seg{segment}" + (f" try{try_number}" if try_number is not None else "")
@@ -129,21 +136,38 @@ class PartitionProgressLog:
             return ""
         self._last_batch_line = now
         pct = 100.0 * rows_done / rows_total if rows_total else 100.0
-        return self.line(f"op {op_index} {op_name}: {rows_done:,}/{rows_total:,} rows ({pct:.0f}%)"
-                         + _rate_eta(rows_done, rows_total, now - self._t_op))
+        return self.line(
+            f"op {op_index} {op_name}: {rows_done:,}/{rows_total:,} rows ({pct:.0f}%)"
+            + _rate_eta(rows_done, rows_total, now - self._t_op)
+        )
 
-    def op_done(self, op_index: int, op_name: str, *, rows_in: int, rows_out: int, duration: float, n: int, total: int,
-                filtered: int = 0, duplicates: int = 0, failed: int = 0) -> None:
+    def op_done(
+        self,
+        op_index: int,
+        op_name: str,
+        *,
+        rows_in: int,
+        rows_out: int,
+        duration: float,
+        n: int,
+        total: int,
+        filtered: int = 0,
+        duplicates: int = 0,
+        failed: int = 0,
+    ) -> None:
         self._op_durations.append(duration)
         rate = f"{rows_in / duration:,.0f} rows/s" if duration > 0 else "instant"
         left = total - n
         eta = ""
         if left > 0 and self._op_durations:
             eta = f", ETA {left * sum(self._op_durations) / len(self._op_durations):.1f}s for {left} more ops"
-        extra = "".join(f" {k}={v}" for k, v in (("filtered", filtered), ("duplicates", duplicates), ("failed", failed))
-                        if v)
-        self.line(f"op {op_index} {op_name} done ({n}/{total}): {rows_in:,} -> {rows_out:,} rows{extra} in "
-                  f"{duration:.3f}s ({rate}){eta}")
+        extra = "".join(
+            f" {k}={v}" for k, v in (("filtered", filtered), ("duplicates", duplicates), ("failed", failed)) if v
+        )
+        self.line(
+            f"op {op_index} {op_name} done ({n}/{total}): {rows_in:,} -> {rows_out:,} rows{extra} in "
+            f"{duration:.3f}s ({rate}){eta}"
+        )
 
     def partition_done(self, rows_out: int) -> None:
         self.line(f"partition segment done: {rows_out:,} rows out in {time.perf_counter() - self._t_partition:.3f}s")

@@ -52,8 +52,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
+from airflow_provider_dj.engine.storage import fs as storage
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +159,11 @@ class PartitionTracer:
         }
         sealed = orjson.loads(_dumps(doc))  # the checksum covers the JSON as a reader will parse it back
         seal_json(sealed)
-        storage.atomic_write_bytes(candidate_path(self.job_dir, op_index, op.name, self.partition_id), _dumps(sealed),
-                                   what=f"the trace candidates of op {op_index} ({op.name}) partition {self.partition_id}")
+        storage.atomic_write_bytes(
+            candidate_path(self.job_dir, op_index, op.name, self.partition_id),
+            _dumps(sealed),
+            what=f"the trace candidates of op {op_index} ({op.name}) partition {self.partition_id}",
+        )
         return len(entries)
 
     def _mapper_entries(self, op, before: pa.Table, after: pa.Table, n: int) -> list[dict]:
@@ -169,7 +172,9 @@ class PartitionTracer:
             return []
         if after.num_rows != before.num_rows:
             # skip_op_error set some rows aside: compare the rows that came through.
-            before = before.filter(pc.is_in(before.column(INPUT_ROW), value_set=after.column(INPUT_ROW).combine_chunks()))
+            before = before.filter(
+                pc.is_in(before.column(INPUT_ROW), value_set=after.column(INPUT_ROW).combine_chunks())
+            )
         changed = _changed_mask(before.column(key), after.column(key))
         idx = pc.indices_nonzero(changed.combine_chunks() if isinstance(changed, pa.ChunkedArray) else changed)
         idx = idx.slice(0, n)
@@ -226,8 +231,12 @@ def _read_candidates(job_dir: str, op, pid: int, phash: str, settings: TraceSett
     if problem:  # changed after it was written: never merged (the op's trace is then reported incomplete)
         log.warning("ignoring damaged trace candidates %s: %s", path, problem)
         return None
-    if (doc.get("partition_hash") != phash or doc.get("pipeline_fingerprint") != op.fingerprint
-            or doc.get("trace_keys") != list(settings.trace_keys) or int(doc.get("trace_num", 0)) < settings.trace_num):
+    if (
+        doc.get("partition_hash") != phash
+        or doc.get("pipeline_fingerprint") != op.fingerprint
+        or doc.get("trace_keys") != list(settings.trace_keys)
+        or int(doc.get("trace_num", 0)) < settings.trace_num
+    ):
         log.warning("ignoring stale trace candidates %s (other input, pipeline or trace settings)", path)
         return None
     return doc.get("entries", [])
@@ -269,12 +278,25 @@ def merge_traces(job_dir: str) -> dict:
         data = b"".join(_dumps(e) + b"\n" for e in picked)
         storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, name), data, what=f"the trace file {name}")
         if missing:
-            log.warning("trace of op %d (%s): partitions %s have no trace candidates (traced only after a resume "
-                        "that loaded this op from a checkpoint?); the file may not be the first %d in input order",
-                        op.index, op.name, missing, settings.trace_num)
-        report["ops"].append({"op_index": op.index, "op_name": op.name, "file": name, "entries": len(picked),
-                              "complete": not missing, "partitions_without_candidates": missing,
-                              **file_seal(data)})
+            log.warning(
+                "trace of op %d (%s): partitions %s have no trace candidates (traced only after a resume "
+                "that loaded this op from a checkpoint?); the file may not be the first %d in input order",
+                op.index,
+                op.name,
+                missing,
+                settings.trace_num,
+            )
+        report["ops"].append(
+            {
+                "op_index": op.index,
+                "op_name": op.name,
+                "file": name,
+                "entries": len(picked),
+                "complete": not missing,
+                "partitions_without_candidates": missing,
+                **file_seal(data),
+            }
+        )
     for op in plan.ops:
         if op.is_global and settings.traces(op.name):
             name = trace_file_name(plan, op.index)
@@ -282,11 +304,13 @@ def merge_traces(job_dir: str) -> dict:
                 seal = file_seal(storage.read_bytes(storage.join(job_dir, TRACE_DIR, name)))
             except FileNotFoundError:
                 seal = None
-            report["ops"].append({"op_index": op.index, "op_name": op.name, "file": name, "written": seal is not None,
-                                  **(seal or {})})
+            report["ops"].append(
+                {"op_index": op.index, "op_name": op.name, "file": name, "written": seal is not None, **(seal or {})}
+            )
     # Written after the trace files, with each one's size and xxh3: the report is their commit record.
-    storage.atomic_write_bytes(storage.join(job_dir, TRACE_DIR, REPORT_FILE), json.dumps(report, indent=2).encode(),
-                               what="the trace report")
+    storage.atomic_write_bytes(
+        storage.join(job_dir, TRACE_DIR, REPORT_FILE), json.dumps(report, indent=2).encode(), what="the trace report"
+    )
     return report
 
 
@@ -364,8 +388,11 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
     else:
         from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN
 
-        col = pa.chunked_array([k.column(KEYS_COLUMN).combine_chunks() for k in keys]).combine_chunks() \
-            if keys else pa.array([], pa.binary(16))
+        col = (
+            pa.chunked_array([k.column(KEYS_COLUMN).combine_chunks() for k in keys]).combine_chunks()
+            if keys
+            else pa.array([], pa.binary(16))
+        )
         pairs = _duplicate_pairs_exact(col, mask, n)
     rows = _fetch_rows(ctx, op_index, keys, sorted({g for pair in pairs for g in pair if g >= 0}))
     entries = [{"dup1": rows.get(a), "dup2": rows.get(b)} for a, b in pairs]
@@ -378,8 +405,8 @@ def _fetch_rows(ctx, op_index: int, keys: list[pa.Table], positions: list[int]) 
     """Global row positions -> row dicts, read from the state the deduplicator saw
     (the checkpoint after op ``op_index - 1``, always kept; the input for op 0).
     Only partitions holding a wanted row are read."""
-    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
     from airflow_provider_dj.engine.execution.segment_runner import _read_input
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     if not positions:
         return {}

@@ -34,8 +34,10 @@ def check_export_file(path: str, *, rows: int, checksum: str) -> int:
             lines += chunk.count(b"\n")
     got = h.hexdigest()
     if got != checksum:
-        raise ExportMismatchError(f"export {path} has xxh3 {got}, but {checksum} was announced: the file changed "
-                                  f"after its job exported it (a later run, a copy, a full disk); do not use it")
+        raise ExportMismatchError(
+            f"export {path} has xxh3 {got}, but {checksum} was announced: the file changed "
+            f"after its job exported it (a later run, a copy, a full disk); do not use it"
+        )
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 

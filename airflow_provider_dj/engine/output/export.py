@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext, write_json
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.output.fields import clean_for_export
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext, write_json
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,14 @@ def check_accounting(per_partition: dict[int, list[dict]], num_ops: int, part_ro
     """Verify each partition's op chain and return per-op totals."""
     totals = []
     for i in range(num_ops):
-        totals.append({"op_index": i, "rows_in": 0, "rows_out": 0, "filtered": 0, "duplicates": 0, "failed": 0,
-                       "duration_s": 0.0})
+        totals.append(
+            {"op_index": i, "rows_in": 0, "rows_out": 0, "filtered": 0, "duplicates": 0, "failed": 0, "duration_s": 0.0}
+        )
     for pid, acct in per_partition.items():
         if [a["op_index"] for a in acct] != list(range(num_ops)):
-            raise AccountingError(f"partition {pid}: accounting covers ops {[a['op_index'] for a in acct]}, expected 0..{num_ops - 1}")
+            raise AccountingError(
+                f"partition {pid}: accounting covers ops {[a['op_index'] for a in acct]}, expected 0..{num_ops - 1}"
+            )
         expected_in = part_rows[pid]
         for a in acct:
             lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
@@ -99,8 +102,13 @@ def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int
         yield part["rows"]
 
 
-def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: float | None = None,
-               part_source: Callable[[], Iterator[dict]] | None = None) -> dict:
+def export_job(
+    job_dir: str,
+    *,
+    event_defaults: dict | None = None,
+    started_at: float | None = None,
+    part_source: Callable[[], Iterator[dict]] | None = None,
+) -> dict:
     """``part_source`` (JSONL exports only): yields each partition's serialized part, in partition
     order, from parallel workers (engine/output/parts.py); without it, this process serializes."""
     ctx = JobContext(job_dir)
@@ -121,19 +129,31 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
                 f"clear its partition task to compute it"
             )
         markers[pid] = store.read_marker(final, plan.ops[final].name, pid)
-    per_op = check_accounting({pid: m["accounting"] for pid, m in markers.items()}, len(plan.ops),
-                              {p["partition_id"]: p["num_rows"] for p in parts})
+    per_op = check_accounting(
+        {pid: m["accounting"] for pid, m in markers.items()},
+        len(plan.ops),
+        {p["partition_id"]: p["num_rows"] for p in parts},
+    )
     # The failure-rate guard over the whole job (engine/execution/failure_guard.py), before anything is written.
     from airflow_provider_dj.engine.execution.failure_guard import check_job, load_settings
 
-    check_job(job_dir, load_settings(job_dir, recipe), per_op, {pid: m["accounting"] for pid, m in markers.items()},
-              resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}")
+    check_job(
+        job_dir,
+        load_settings(job_dir, recipe),
+        per_op,
+        {pid: m["accounting"] for pid, m in markers.items()},
+        resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+    )
 
     def tables():
         for p in parts:
-            cp = store.load_valid(final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint)
+            cp = store.load_valid(
+                final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
+            )
             if cp is None:
-                raise MissingFinalCheckpointError(f"partition {p['partition_id']}: final checkpoint is torn; clear its task")
+                raise MissingFinalCheckpointError(
+                    f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
+                )
             yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
 
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
@@ -148,8 +168,9 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
             rows = table.num_rows
         else:
             fault_spec = load_faults(job_dir)
-            for n, nrows in enumerate(_jsonl_parts(part_source, out) if part_source else
-                                      (_write_table(t, out) for t in tables())):
+            for n, nrows in enumerate(
+                _jsonl_parts(part_source, out) if part_source else (_write_table(t, out) for t in tables())
+            ):
                 rows += nrows
                 if n == 0:
                     out.flush()
@@ -163,8 +184,14 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
     if rows != expected:
         raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
     duration = time.perf_counter() - t0
-    events.emit("export_complete", export_path=recipe.export_path, output_rows=rows, duration=round(duration, 6),
-                checksum=checksum, serialized_in_parallel=part_source is not None or None)
+    events.emit(
+        "export_complete",
+        export_path=recipe.export_path,
+        output_rows=rows,
+        duration=round(duration, 6),
+        checksum=checksum,
+        serialized_in_parallel=part_source is not None or None,
+    )
     summary = {
         "job_id": ctx.job_id,
         "status": "completed",
@@ -172,15 +199,28 @@ def export_job(job_dir: str, *, event_defaults: dict | None = None, started_at: 
         "start_time": started_at,
         "end_time": time.time(),
         "duration_s": (time.time() - started_at) if started_at else None,
-        "input": {"dataset_path": recipe.dataset_path, "total_rows": ctx.partitioning_info["total_rows"],
-                  "partitions": len(parts), "hash_algorithm": ctx.partitioning_info["algorithm"]},
-        "export": {"path": recipe.export_path, "rows": rows, "bytes": nbytes, "checksum_xxh3_128": checksum,
-                   "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
-                   "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds},
+        "input": {
+            "dataset_path": recipe.dataset_path,
+            "total_rows": ctx.partitioning_info["total_rows"],
+            "partitions": len(parts),
+            "hash_algorithm": ctx.partitioning_info["algorithm"],
+        },
+        "export": {
+            "path": recipe.export_path,
+            "rows": rows,
+            "bytes": nbytes,
+            "checksum_xxh3_128": checksum,
+            "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
+            "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds,
+        },
         "ops": per_op,
         "partitions": [
-            {"partition_id": pid, "input_rows": parts[pid]["num_rows"], "output_rows": markers[pid]["num_rows"],
-             "accounting": markers[pid]["accounting"]}
+            {
+                "partition_id": pid,
+                "input_rows": parts[pid]["num_rows"],
+                "output_rows": markers[pid]["num_rows"],
+                "accounting": markers[pid]["accounting"],
+            }
             for pid in sorted(markers)
         ],
         "failed_samples": sum(o["failed"] for o in per_op),
@@ -270,22 +310,26 @@ def verify_completed_export(job_dir: str) -> dict:
                 h.update(chunk)
                 n += len(chunk)
     except FileNotFoundError:
-        raise ExportMismatchError(f"job {summary['job_id']} completed, but its export {exp['path']} is missing; "
-                                  f"restore it or start a new job") from None
+        raise ExportMismatchError(
+            f"job {summary['job_id']} completed, but its export {exp['path']} is missing; restore it or start a new job"
+        ) from None
     got = h.hexdigest()
     if n != exp["bytes"] or got != exp["checksum_xxh3_128"]:
         raise ExportMismatchError(
             f"job {summary['job_id']} completed, but its export {exp['path']} changed since "
             f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
-            f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job")
+            f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job"
+        )
     # The job's side outputs: their damage is reported with the path (the export itself is intact).
     from airflow_provider_dj.engine.jobdir.integrity import failed_file_problems
     from airflow_provider_dj.engine.observe.tracer import trace_file_problems
 
-    problems = failed_file_problems(job_dir, {p["partition_id"]: p.get("accounting") or []
-                                              for p in summary.get("partitions", [])}) + trace_file_problems(job_dir)
+    problems = failed_file_problems(
+        job_dir, {p["partition_id"]: p.get("accounting") or [] for p in summary.get("partitions", [])}
+    ) + trace_file_problems(job_dir)
     for problem in problems:
-        log.warning("completed job %s: %s; this file is not trusted (nothing was rewritten)", summary["job_id"],
-                    problem)
+        log.warning(
+            "completed job %s: %s; this file is not trusted (nothing was rewritten)", summary["job_id"], problem
+        )
     summary["integrity_problems"] = problems
     return summary

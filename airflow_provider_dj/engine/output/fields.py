@@ -60,20 +60,36 @@ DJ_STATS_FIELDS = (STATS_COLUMN, "__dj__meta__")
 DJ_HASH_FIELDS = ("__dj__hash", "__dj__minhash", "__dj__simhash", "__dj__imagehash", "__dj__videohash")
 #: Every ``__dj__`` field name Data-Juicer 1.6.1 defines (utils/constant.py: Fields, HashKeys).
 #: Exported unless listed above; the guard test accepts these names in our code.
-DJ_FIELD_NAMES = frozenset({
-    *DJ_STATS_FIELDS, "__dj__batch_meta__", "__dj__context__", "__dj__suffix__", "__dj__text_tags__",
-    "__dj__source_file__", "__dj__produced_data__",
-    *DJ_HASH_FIELDS, "__dj__uid", "__dj__line_hashes", "__dj__is_unique",
-})
+DJ_FIELD_NAMES = frozenset(
+    {
+        *DJ_STATS_FIELDS,
+        "__dj__batch_meta__",
+        "__dj__context__",
+        "__dj__suffix__",
+        "__dj__text_tags__",
+        "__dj__source_file__",
+        "__dj__produced_data__",
+        *DJ_HASH_FIELDS,
+        "__dj__uid",
+        "__dj__line_hashes",
+        "__dj__is_unique",
+    }
+)
 #: Columns this engine adds for its own bookkeeping; never exported.
-ENGINE_COLUMNS = frozenset({
-    "__dj__input_row__",  # segment_runner.INPUT_ROW_COLUMN: lineage, tracer, batch cursors
-    ROW_ERROR_COLUMN,  # a mapper's per-row failure reason
-    "__dj__batch_failure_reason__",  # batch_cursor.REASON_COLUMN
-    _DELTA_KEEP_COLUMN,  # delta checkpoints
-    # the columns of failed/ rows (segment_runner)
-    "__dj__error__", "__dj__error_type__", "__dj__failed_op__", "__dj__failed_op_index__", "__dj__partition__",
-})
+ENGINE_COLUMNS = frozenset(
+    {
+        "__dj__input_row__",  # segment_runner.INPUT_ROW_COLUMN: lineage, tracer, batch cursors
+        ROW_ERROR_COLUMN,  # a mapper's per-row failure reason
+        "__dj__batch_failure_reason__",  # batch_cursor.REASON_COLUMN
+        _DELTA_KEEP_COLUMN,  # delta checkpoints
+        # the columns of failed/ rows (segment_runner)
+        "__dj__error__",
+        "__dj__error_type__",
+        "__dj__failed_op__",
+        "__dj__failed_op_index__",
+        "__dj__partition__",
+    }
+)
 ENGINE_COLUMN_PREFIXES = (_PATCH_FLAG_PREFIX,)
 
 EXPORT_TYPES = ("jsonl", "json", "parquet")
@@ -131,8 +147,9 @@ def _suffix_type(export_path: str) -> str:
     return name.rsplit(".", 1)[-1] if "." in name else ""
 
 
-def check_export_keys(data: dict, export_path: str, deduplicators: Iterable[str] = (),
-                      err: ErrorFactory = _plain_error) -> ExportOptions:
+def check_export_keys(
+    data: dict, export_path: str, deduplicators: Iterable[str] = (), err: ErrorFactory = _plain_error
+) -> ExportOptions:
     """Validate Data-Juicer's export keys of a recipe mapping (see the module docstring).
 
     ``deduplicators``: the names of the recipe's deduplicator ops (for
@@ -141,39 +158,57 @@ def check_export_keys(data: dict, export_path: str, deduplicators: Iterable[str]
     export_type = data.get("export_type")
     if export_type is not None:
         if not isinstance(export_type, str) or export_type.lower() not in EXPORT_TYPES:
-            raise err("export_type", f"must be one of {', '.join(EXPORT_TYPES)} (the formats Data-Juicer "
-                      f"1.6.1 exports), got {export_type!r}")
+            raise err(
+                "export_type",
+                f"must be one of {', '.join(EXPORT_TYPES)} (the formats Data-Juicer "
+                f"1.6.1 exports), got {export_type!r}",
+            )
         suffix = _suffix_type(export_path)
         if export_type.lower() != suffix:
-            raise err("export_type", f"export_type {export_type!r} contradicts export_path {export_path!r} "
-                      f"(a .{suffix} file); this engine writes the format the suffix names: "
-                      f"name the file *.{export_type.lower()} or remove export_type")
+            raise err(
+                "export_type",
+                f"export_type {export_type!r} contradicts export_path {export_path!r} "
+                f"(a .{suffix} file); this engine writes the format the suffix names: "
+                f"name the file *.{export_type.lower()} or remove export_type",
+            )
     shard = data.get("export_shard_size")
     if shard is not None:
         if isinstance(shard, bool) or not isinstance(shard, (int, float)):
             raise err("export_shard_size", f"must be a number of bytes, got {shard!r}")
         if shard > 0:
-            raise err("export_shard_size", f"export_shard_size {shard!r} asks for shard files "
-                      f"(<name>-NN-of-MM, as Data-Juicer writes them); this engine "
-                      f"writes one atomic, checksummed export file in input order. "
-                      f"Set export_shard_size: 0 or remove it")
-    for key, what in (("encrypt_before_export", "encrypt the exported files"),
-                      ("decrypt_after_reading", "decrypt the input files")):
+            raise err(
+                "export_shard_size",
+                f"export_shard_size {shard!r} asks for shard files "
+                f"(<name>-NN-of-MM, as Data-Juicer writes them); this engine "
+                f"writes one atomic, checksummed export file in input order. "
+                f"Set export_shard_size: 0 or remove it",
+            )
+    for key, what in (
+        ("encrypt_before_export", "encrypt the exported files"),
+        ("decrypt_after_reading", "decrypt the input files"),
+    ):
         if _bool(data, key, False, err):
-            raise err(key, f"Data-Juicer would {what} with a Fernet key; this engine does not, and "
-                      f"reading or writing plaintext instead would be wrong or leak the data. "
-                      f"Remove {key} (encrypt at rest with your storage, e.g. server-side "
-                      f"encryption) or run this recipe with Data-Juicer itself")
+            raise err(
+                key,
+                f"Data-Juicer would {what} with a Fernet key; this engine does not, and "
+                f"reading or writing plaintext instead would be wrong or leak the data. "
+                f"Remove {key} (encrypt at rest with your storage, e.g. server-side "
+                f"encryption) or run this recipe with Data-Juicer itself",
+            )
     keep_hashes = _bool(data, "keep_hashes_in_res_ds", False, err)
     dedups = sorted(set(deduplicators))
     if keep_hashes and dedups:
-        raise err("keep_hashes_in_res_ds", f"with {', '.join(dedups)} in process, Data-Juicer would "
-                  f"export the hash field each of them computed per row "
-                  f"(__dj__hash, __dj__minhash, __dj__simhash...); this engine "
-                  f"keeps those hashes out of the rows, so it cannot. Remove "
-                  f"keep_hashes_in_res_ds (without it Data-Juicer drops them too)")
-    return ExportOptions(keep_hashes_in_res_ds=keep_hashes,
-                         export_in_parallel=_bool(data, "export_in_parallel", True, err))
+        raise err(
+            "keep_hashes_in_res_ds",
+            f"with {', '.join(dedups)} in process, Data-Juicer would "
+            f"export the hash field each of them computed per row "
+            f"(__dj__hash, __dj__minhash, __dj__simhash...); this engine "
+            f"keeps those hashes out of the rows, so it cannot. Remove "
+            f"keep_hashes_in_res_ds (without it Data-Juicer drops them too)",
+        )
+    return ExportOptions(
+        keep_hashes_in_res_ds=keep_hashes, export_in_parallel=_bool(data, "export_in_parallel", True, err)
+    )
 
 
 __all__ = [
@@ -187,4 +222,3 @@ __all__ = [
     "dropped_columns",
     "is_engine_column",
 ]
-

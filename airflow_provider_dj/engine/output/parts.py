@@ -31,8 +31,10 @@ def parallel_export_min_rows() -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"DJ_PARALLEL_EXPORT_MIN_ROWS={raw!r} is not a whole number of rows; set it to e.g. "
-                         f"{DEFAULT_MIN_ROWS} (0: always serialize in parallel) or unset it") from None
+        raise ValueError(
+            f"DJ_PARALLEL_EXPORT_MIN_ROWS={raw!r} is not a whole number of rows; set it to e.g. "
+            f"{DEFAULT_MIN_ROWS} (0: always serialize in parallel) or unset it"
+        ) from None
 
 
 def part_path(job_dir: str, partition_id: int) -> str:
@@ -41,18 +43,19 @@ def part_path(job_dir: str, partition_id: int) -> str:
 
 def write_part(job_dir: str, partition_id: int) -> dict:
     """Serialize one partition's final checkpoint to its part file (runs in a Ray worker)."""
-    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.jobdir.layout import JobContext
     from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
     from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     ctx = JobContext(job_dir)
     plan = ctx.plan
     final = plan.final_op_index
     part = ctx.partition(partition_id)
     cp = CheckpointStore(job_dir, ctx.storage_format).load_valid(
-        final, plan.ops[final].name, partition_id, part["content_hash"], plan.ops[final].fingerprint)
+        final, plan.ops[final].name, partition_id, part["content_hash"], plan.ops[final].fingerprint
+    )
     if cp is None:
         raise MissingFinalCheckpointError(f"partition {partition_id}: final checkpoint is torn; clear its task")
     table = clean_for_export(cp.table, ctx.recipe.keep_stats_in_res_ds, ctx.recipe.keep_hashes_in_res_ds)
@@ -62,8 +65,9 @@ def write_part(job_dir: str, partition_id: int) -> dict:
     return {"partition_id": partition_id, "path": path, "rows": table.num_rows}
 
 
-def parts_on_ray(ray: Any, job_dir: str, partition_ids: list[int], *,
-                 max_in_flight: int) -> Callable[[], Iterator[dict]]:
+def parts_on_ray(
+    ray: Any, job_dir: str, partition_ids: list[int], *, max_in_flight: int
+) -> Callable[[], Iterator[dict]]:
     """A part source for ``export_job``: yields each partition's part, in order, as Ray finishes them.
 
     At most ``max_in_flight`` partitions are serialized at once (memory: one

@@ -59,23 +59,36 @@ def _bounded(value: int, num_partitions: int | None) -> int:
     return max(1, min(value, num_partitions) if num_partitions else value)
 
 
-def resolve_max_concurrent(configured: Any, *, num_partitions: int | None, actor_plan: ActorPlan | None = None,
-                           gpu_op_indices: list[int] | None = None, cluster_cpus: float | None = None,
-                           cpus_per_partition: float = 1.0, has_gpu_ops: bool = False) -> ConcurrencyDecision:
+def resolve_max_concurrent(
+    configured: Any,
+    *,
+    num_partitions: int | None,
+    actor_plan: ActorPlan | None = None,
+    gpu_op_indices: list[int] | None = None,
+    cluster_cpus: float | None = None,
+    cpus_per_partition: float = 1.0,
+    has_gpu_ops: bool = False,
+) -> ConcurrencyDecision:
     """Resolve the recipe's value (int or None/'auto'); see the module docstring."""
     if isinstance(configured, int) and not isinstance(configured, bool) and configured > 0:
         return ConcurrencyDecision(configured, "recipe", f"partition.max_concurrent_partitions={configured}")
     if configured not in (None, "auto"):
-        raise ValueError(f"partition.max_concurrent_partitions must be a positive integer or 'auto', "
-                         f"got {configured!r}")
+        raise ValueError(
+            f"partition.max_concurrent_partitions must be a positive integer or 'auto', got {configured!r}"
+        )
     if not has_gpu_ops:
         value = cpu_only_default()
-        return ConcurrencyDecision(_bounded(value, num_partitions), "auto_cpu",
-                                   f"CPU-only pipeline: {value}" + (f", bounded by {num_partitions} partitions"
-                                                                     if num_partitions else ""))
+        return ConcurrencyDecision(
+            _bounded(value, num_partitions),
+            "auto_cpu",
+            f"CPU-only pipeline: {value}" + (f", bounded by {num_partitions} partitions" if num_partitions else ""),
+        )
     if actor_plan is None:
-        return ConcurrencyDecision(GPU_PARSE_TIME_DEFAULT, "parse_default",
-                                   "GPU pipeline without a probe report yet: 1 at a time (conservative)")
+        return ConcurrencyDecision(
+            GPU_PARSE_TIME_DEFAULT,
+            "parse_default",
+            "GPU pipeline without a probe report yet: 1 at a time (conservative)",
+        )
     indices = gpu_op_indices or list(actor_plan.actors)
     gpu_bound = min(actor_plan.actors[i] for i in indices)
     bounds = {"GPU-op workers": gpu_bound}
@@ -84,8 +97,12 @@ def resolve_max_concurrent(configured: Any, *, num_partitions: int | None, actor
     which = min(bounds, key=lambda k: bounds[k])
     value = _bounded(bounds[which], num_partitions)
     parts = ", ".join(f"{k} {v}" for k, v in bounds.items())
-    return ConcurrencyDecision(value, "auto_gpu", f"tightest capacity is {which} ({parts})"
-                               + (f", bounded by {num_partitions} partitions" if num_partitions else ""))
+    return ConcurrencyDecision(
+        value,
+        "auto_gpu",
+        f"tightest capacity is {which} ({parts})"
+        + (f", bounded by {num_partitions} partitions" if num_partitions else ""),
+    )
 
 
 def in_flight_per_group(total: int, concurrent_groups: int) -> int:

@@ -18,10 +18,14 @@ import logging
 import os
 from dataclasses import dataclass
 
-from airflow_provider_dj.engine.planning.concurrency import ConcurrencyDecision, in_flight_per_group, resolve_max_concurrent
-from airflow_provider_dj.engine.planning.groups import GroupSizeDecision, resolve_group_size
 from airflow_provider_dj.engine.gpu.planner import ActorPlan, available_batches, plan_actors
 from airflow_provider_dj.engine.gpu.profiles import cluster_from_report, load_report, stages_from_report
+from airflow_provider_dj.engine.planning.concurrency import (
+    ConcurrencyDecision,
+    in_flight_per_group,
+    resolve_max_concurrent,
+)
+from airflow_provider_dj.engine.planning.groups import GroupSizeDecision, resolve_group_size
 from airflow_provider_dj.ops.registry import get_op_class
 
 log = logging.getLogger(__name__)
@@ -58,8 +62,15 @@ def _plan_from_report(recipe, report: dict, rows: float | None) -> tuple[ActorPl
     return plan_actors(stages, cluster, batches), cluster.usable_cpus
 
 
-def decide_run(recipe, info: dict, report: dict | None, *, default_group_size: int = 1,
-               airflow_max_active: int | None = None, sequential_tasks: bool = False) -> RunDecisions:
+def decide_run(
+    recipe,
+    info: dict,
+    report: dict | None,
+    *,
+    default_group_size: int = 1,
+    airflow_max_active: int | None = None,
+    sequential_tasks: bool = False,
+) -> RunDecisions:
     """All decisions for one job; raises ``PlanningError`` when even one actor per GPU stage does not fit.
 
     ``airflow_max_active`` is the parse-time ``max_active_tis_per_dagrun``
@@ -76,18 +87,29 @@ def decide_run(recipe, info: dict, report: dict | None, *, default_group_size: i
     if gpu and report:
         first, cpus = _plan_from_report(recipe, report, total)
         init_s = max(s.model_init_s for s in stages_from_report(report))
-        group = resolve_group_size(extra.get("execution_group_size", "auto"), num_partitions=n,
-                                   default=default_group_size, init_s=init_s, rows_per_s=first.pipeline_rows_per_s,
-                                   rows_per_partition=rows_per_partition,
-                                   max_ratio=extra.get("max_initialization_overhead_ratio", 0.1))
+        group = resolve_group_size(
+            extra.get("execution_group_size", "auto"),
+            num_partitions=n,
+            default=default_group_size,
+            init_s=init_s,
+            rows_per_s=first.pipeline_rows_per_s,
+            rows_per_partition=rows_per_partition,
+            max_ratio=extra.get("max_initialization_overhead_ratio", 0.1),
+        )
         # Re-plan for one pool's lifetime: more actors than its batches would idle.  Fewer actors only
         # lengthen the pool's useful time, so the group size chosen above still meets the ratio.
         plan, cpus = _plan_from_report(recipe, report, group.size * rows_per_partition)
     else:
-        group = resolve_group_size(extra.get("execution_group_size", "auto"), num_partitions=n,
-                                   default=default_group_size)
-    conc = resolve_max_concurrent(recipe.partition.max_concurrent_partitions, num_partitions=n, actor_plan=plan,
-                                  cluster_cpus=cpus, has_gpu_ops=gpu)
+        group = resolve_group_size(
+            extra.get("execution_group_size", "auto"), num_partitions=n, default=default_group_size
+        )
+    conc = resolve_max_concurrent(
+        recipe.partition.max_concurrent_partitions,
+        num_partitions=n,
+        actor_plan=plan,
+        cluster_cpus=cpus,
+        has_gpu_ops=gpu,
+    )
     n_groups = -(-n // group.size)
     groups_at_once = 1 if sequential_tasks else min(n_groups, airflow_max_active or n_groups)
     return RunDecisions(group, conc, plan, in_flight_per_group(conc.value, groups_at_once), groups_at_once)
@@ -106,8 +128,12 @@ def parse_time_concurrency(recipe) -> ConcurrencyDecision:
             return resolve_max_concurrent(configured, num_partitions=known, has_gpu_ops=True)
         plan, cpus = _plan_from_report(recipe, report, None)
     except Exception as exc:  # noqa: BLE001 - parsing must not fail on a stale report; validate reports it
-        log.warning("cached GPU probe report for job %s not usable at parse time (%s); using the conservative "
-                    "default", recipe.job_id, exc)
+        log.warning(
+            "cached GPU probe report for job %s not usable at parse time (%s); using the conservative default",
+            recipe.job_id,
+            exc,
+        )
         return resolve_max_concurrent(configured, num_partitions=known, has_gpu_ops=True)
-    return resolve_max_concurrent(configured, num_partitions=known, actor_plan=plan, cluster_cpus=cpus,
-                                  has_gpu_ops=True)
+    return resolve_max_concurrent(
+        configured, num_partitions=known, actor_plan=plan, cluster_cpus=cpus, has_gpu_ops=True
+    )

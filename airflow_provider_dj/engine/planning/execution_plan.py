@@ -59,11 +59,14 @@ def plan_document(plan, partitioning_info: dict | None = None, *, job_id: str | 
     """The JSON document for ``plan`` (an engine.planning.plan.ExecutionPlan with its groups set)."""
     groups = plan.groups or []
     parts = {p["partition_id"]: p for p in (partitioning_info or {}).get("partitions", [])}
-    nodes = [_node(plan, op, pid, g, mi) for mi, g in enumerate(groups) for pid in g["partition_ids"] for op in plan.ops]
+    nodes = [
+        _node(plan, op, pid, g, mi) for mi, g in enumerate(groups) for pid in g["partition_ids"] for op in plan.ops
+    ]
     segments = []
     for s in plan.segments:
-        segments.append(dict(asdict(s), op_indices=s.op_indices, airflow_task_id=s.task_id(),
-                             mapped_over="execution_groups"))
+        segments.append(
+            dict(asdict(s), op_indices=s.op_indices, airflow_task_id=s.task_id(), mapped_over="execution_groups")
+        )
     barriers = [
         {
             "after_segment": s.index,
@@ -72,7 +75,8 @@ def plan_document(plan, partitioning_info: dict | None = None, *, job_id: str | 
             "airflow_task_ids": [plan.barrier_task_id(s.index), plan.global_task_id(s.keys_for_global)],
             "waits_for": f"dedup keys of all partitions from {s.task_id()}",
         }
-        for s in plan.segments if s.keys_for_global is not None
+        for s in plan.segments
+        if s.keys_for_global is not None
     ]
     tasks = [PREFLIGHT_TASK_ID, VALIDATE_TASK_ID]
     for s in plan.segments:
@@ -92,12 +96,16 @@ def plan_document(plan, partitioning_info: dict | None = None, *, job_id: str | 
         "checkpoint_points": plan.checkpoint_points,
         "checkpoint_points_by_name": [{"op_index": i, "op_name": plan.ops[i].name} for i in plan.checkpoint_points],
         "execution_groups": [
-            dict(g, airflow_map_index=mi,
-                 input_rows=sum(parts[p]["num_rows"] for p in g["partition_ids"] if p in parts) if parts else None)
+            dict(
+                g,
+                airflow_map_index=mi,
+                input_rows=sum(parts[p]["num_rows"] for p in g["partition_ids"] if p in parts) if parts else None,
+            )
             for mi, g in enumerate(groups)
         ],
         "airflow_task_ids": tasks,
-        "partitions": [{k: p[k] for k in ("partition_id", "start_row", "end_row", "num_rows") if k in p}
-                       for p in parts.values()],
+        "partitions": [
+            {k: p[k] for k in ("partition_id", "start_row", "end_row", "num_rows") if k in p} for p in parts.values()
+        ],
         "nodes": nodes,
     }

@@ -48,19 +48,28 @@ def overhead_ratio(init_s: float, group_size: int, rows_per_partition: float, ro
     return init_s / (init_s + group_size * rows_per_partition / rows_per_s)
 
 
-def auto_group_size(*, init_s: float, rows_per_s: float, rows_per_partition: float, num_partitions: int,
-                    max_ratio: float) -> GroupSizeDecision:
+def auto_group_size(
+    *, init_s: float, rows_per_s: float, rows_per_partition: float, num_partitions: int, max_ratio: float
+) -> GroupSizeDecision:
     """Smallest g meeting the overhead ratio, bounded by ``num_partitions`` (see the module docstring)."""
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     if not 0 < max_ratio <= 1:
         raise ValueError(f"max_initialization_overhead_ratio must be in (0, 1], got {max_ratio}")
     if rows_per_s <= 0 or rows_per_partition < 0 or init_s < 0:
-        raise ValueError(f"need rows_per_s > 0, rows_per_partition >= 0, init_s >= 0; got {rows_per_s}, "
-                         f"{rows_per_partition}, {init_s}")
+        raise ValueError(
+            f"need rows_per_s > 0, rows_per_partition >= 0, init_s >= 0; got {rows_per_s}, "
+            f"{rows_per_partition}, {init_s}"
+        )
     if init_s == 0 or max_ratio >= 1:
-        return GroupSizeDecision(1, "auto", "no model start-up to amortize" if init_s == 0 else "ratio 1 allows any",
-                                 overhead_ratio(init_s, 1, rows_per_partition, rows_per_s), max_ratio, True)
+        return GroupSizeDecision(
+            1,
+            "auto",
+            "no model start-up to amortize" if init_s == 0 else "ratio 1 allows any",
+            overhead_ratio(init_s, 1, rows_per_partition, rows_per_s),
+            max_ratio,
+            True,
+        )
     secs_per_partition = rows_per_partition / rows_per_s
     if secs_per_partition <= 0:
         g = num_partitions
@@ -74,27 +83,45 @@ def auto_group_size(*, init_s: float, rows_per_s: float, rows_per_partition: flo
     g = min(g, num_partitions)
     achieved = overhead_ratio(init_s, g, rows_per_partition, rows_per_s)
     met = achieved <= max_ratio + 1e-12
-    reason = (f"model start-up {init_s:.2f}s against {rows_per_partition:,.0f} rows/partition at "
-              f"{rows_per_s:,.1f} rows/s: {g} partition(s) per pool gives overhead {achieved:.1%}"
-              + ("" if met else f", above the {max_ratio:.0%} target even with all {num_partitions} partitions"))
+    reason = (
+        f"model start-up {init_s:.2f}s against {rows_per_partition:,.0f} rows/partition at "
+        f"{rows_per_s:,.1f} rows/s: {g} partition(s) per pool gives overhead {achieved:.1%}"
+        + ("" if met else f", above the {max_ratio:.0%} target even with all {num_partitions} partitions")
+    )
     return GroupSizeDecision(g, "auto", reason, achieved, max_ratio, met)
 
 
-def resolve_group_size(configured: Any, *, num_partitions: int, default: int = 1, init_s: float | None = None,
-                       rows_per_s: float | None = None, rows_per_partition: float | None = None,
-                       max_ratio: float = 0.1) -> GroupSizeDecision:
+def resolve_group_size(
+    configured: Any,
+    *,
+    num_partitions: int,
+    default: int = 1,
+    init_s: float | None = None,
+    rows_per_s: float | None = None,
+    rows_per_partition: float | None = None,
+    max_ratio: float = 0.1,
+) -> GroupSizeDecision:
     """The recipe's integer, else ``auto`` from probe figures, else ``default`` (CPU-only pipelines)."""
     bound = max(1, num_partitions)
     if isinstance(configured, int) and not isinstance(configured, bool) and configured > 0:
-        return GroupSizeDecision(min(configured, bound), "recipe",
-                                 f"partition.execution_group_size={configured} in the recipe")
+        return GroupSizeDecision(
+            min(configured, bound), "recipe", f"partition.execution_group_size={configured} in the recipe"
+        )
     if configured not in (None, "auto"):
         raise ValueError(f"partition.execution_group_size must be a positive integer or 'auto', got {configured!r}")
     if init_s is None or rows_per_s is None or rows_per_partition is None:
-        return GroupSizeDecision(min(max(1, default), bound), "default",
-                                 "no GPU probe figures (CPU-only pipeline or no report): default group size")
-    return auto_group_size(init_s=init_s, rows_per_s=rows_per_s, rows_per_partition=rows_per_partition,
-                           num_partitions=bound, max_ratio=max_ratio)
+        return GroupSizeDecision(
+            min(max(1, default), bound),
+            "default",
+            "no GPU probe figures (CPU-only pipeline or no report): default group size",
+        )
+    return auto_group_size(
+        init_s=init_s,
+        rows_per_s=rows_per_s,
+        rows_per_partition=rows_per_partition,
+        num_partitions=bound,
+        max_ratio=max_ratio,
+    )
 
 
 def uniform_positions(completed: Mapping[Any, Mapping[str, Any]]) -> bool:

@@ -164,7 +164,9 @@ def build_plan(recipe) -> ExecutionPlan:
     cp = recipe.checkpoint
     strategy = cp.strategy if cp.enabled else "disabled"
     points = checkpoint_points(strategy, cp.n_ops, tuple(cp.op_names), ops)
-    return ExecutionPlan(ops=ops, segments=segments, checkpoint_points=points, strategy=strategy, text_key=recipe.text_key)
+    return ExecutionPlan(
+        ops=ops, segments=segments, checkpoint_points=points, strategy=strategy, text_key=recipe.text_key
+    )
 
 
 def execution_groups(partitioning_info: dict, group_size: int = 1, completed: dict | None = None) -> list[dict]:

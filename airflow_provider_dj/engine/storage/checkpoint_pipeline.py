@@ -76,5 +76,5 @@ class CheckpointPipeline:
         """Flush on a path that is already failing: a write error is logged, not raised over the first one."""
         try:
             self.flush()
-        except Exception as exc:  # the op's own error is the one to report
+        except Exception as exc:  # noqa: BLE001 - the op's own error is the one to report
             log.warning("a background checkpoint write also failed: %s: %s", type(exc).__name__, exc)

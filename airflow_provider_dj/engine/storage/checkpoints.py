@@ -43,7 +43,6 @@ import os
 import time
 from dataclasses import dataclass
 
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
@@ -145,7 +144,8 @@ class CheckpointStore:
     def kind(self) -> str:
         """What this store holds, in words, for messages."""
         return {"checkpoint_op": "checkpoint", "dedup_keys_op": "dedup keys", "dedup_mask_op": "keep mask"}.get(
-            self.prefix, self.prefix)
+            self.prefix, self.prefix
+        )
 
     # -- paths ------------------------------------------------------------
     def op_dir(self, op_index: int, op_name: str) -> str:
@@ -182,8 +182,9 @@ class CheckpointStore:
         if self._faults:
             from airflow_provider_dj.engine.execution import faults as _f
 
-            _f.maybe_fail(self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write",
-                          store=self.prefix)
+            _f.maybe_fail(
+                self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write", store=self.prefix
+            )
         marker = {
             "op_index": op_index,
             "op_name": op_name,
@@ -201,8 +202,11 @@ class CheckpointStore:
         }
         if extra:
             marker.update(extra)
-        storage.atomic_write_bytes(self.marker_path(op_index, op_name, partition_id), json.dumps(marker).encode(),
-                                   what=f"the commit marker of {what[4:]}")
+        storage.atomic_write_bytes(
+            self.marker_path(op_index, op_name, partition_id),
+            json.dumps(marker).encode(),
+            what=f"the commit marker of {what[4:]}",
+        )
         return path
 
     @property
@@ -211,10 +215,24 @@ class CheckpointStore:
         ``DJ_DELTA_CHECKPOINTS=0`` asks for whole tables (e.g. to read checkpoints with other tools)."""
         return self.fmt.format in ("parquet", "arrow") and os.environ.get("DJ_DELTA_CHECKPOINTS", "1") != "0"
 
-    def save_delta(self, *, op_index: int, op_name: str, partition_id: int, keep: pa.Array, columns: pa.Table,
-                   out_columns: list[str], out_rows: int, base_op_index: int, base_op_name: str,
-                   base_fingerprint: str, partition_hash: str, fingerprint: str, accounting: list[dict],
-                   depth: int = 1) -> str:
+    def save_delta(
+        self,
+        *,
+        op_index: int,
+        op_name: str,
+        partition_id: int,
+        keep: pa.Array,
+        columns: pa.Table,
+        out_columns: list[str],
+        out_rows: int,
+        base_op_index: int,
+        base_op_name: str,
+        base_fingerprint: str,
+        partition_hash: str,
+        fingerprint: str,
+        accounting: list[dict],
+        depth: int = 1,
+    ) -> str:
         """A checkpoint stored as a delta on the committed checkpoint of the state before it.
 
         After a filter or a global keep mask the output is the input's rows
@@ -223,25 +241,53 @@ class CheckpointStore:
         Loading rebuilds the table from the base checkpoint
         (:meth:`load_valid`), so a delta is valid only while its base is.
         """
-        stored = columns.append_column(DELTA_KEEP_COLUMN, keep) if columns.num_columns else \
-            pa.table({DELTA_KEEP_COLUMN: keep})
-        delta = {"base_op_index": base_op_index, "base_op_name": base_op_name, "base_fingerprint": base_fingerprint,
-                 "base_rows": len(keep), "columns": list(out_columns), "depth": depth}
-        return self.save(op_index=op_index, op_name=op_name, partition_id=partition_id, table=stored,
-                         partition_hash=partition_hash, fingerprint=fingerprint, accounting=accounting,
-                         extra={"delta": delta}, num_rows=out_rows)
+        stored = (
+            columns.append_column(DELTA_KEEP_COLUMN, keep)
+            if columns.num_columns
+            else pa.table({DELTA_KEEP_COLUMN: keep})
+        )
+        delta = {
+            "base_op_index": base_op_index,
+            "base_op_name": base_op_name,
+            "base_fingerprint": base_fingerprint,
+            "base_rows": len(keep),
+            "columns": list(out_columns),
+            "depth": depth,
+        }
+        return self.save(
+            op_index=op_index,
+            op_name=op_name,
+            partition_id=partition_id,
+            table=stored,
+            partition_hash=partition_hash,
+            fingerprint=fingerprint,
+            accounting=accounting,
+            extra={"delta": delta},
+            num_rows=out_rows,
+        )
 
-    def _apply_delta(self, stored: pa.Table, delta: dict, partition_id: int, partition_hash: str,
-                     where: str, depth: int) -> pa.Table | None:
-        base = self.load_valid(delta["base_op_index"], delta["base_op_name"], partition_id, partition_hash,
-                               delta["base_fingerprint"], _depth=depth + 1)
+    def _apply_delta(
+        self, stored: pa.Table, delta: dict, partition_id: int, partition_hash: str, where: str, depth: int
+    ) -> pa.Table | None:
+        base = self.load_valid(
+            delta["base_op_index"],
+            delta["base_op_name"],
+            partition_id,
+            partition_hash,
+            delta["base_fingerprint"],
+            _depth=depth + 1,
+        )
         if base is None:
-            log.warning("ignoring %s: the checkpoint it is a delta of (op %s) is missing or invalid", where,
-                        delta["base_op_index"])
+            log.warning(
+                "ignoring %s: the checkpoint it is a delta of (op %s) is missing or invalid",
+                where,
+                delta["base_op_index"],
+            )
             return None
         if stored.num_rows != base.table.num_rows or stored.num_rows != delta.get("base_rows"):
-            log.warning("ignoring %s: its delta covers %d rows, its base has %d", where, stored.num_rows,
-                        base.table.num_rows)
+            log.warning(
+                "ignoring %s: its delta covers %d rows, its base has %d", where, stored.num_rows, base.table.num_rows
+            )
             return None
         out = base.table
         for name in stored.column_names:
@@ -267,15 +313,24 @@ class CheckpointStore:
             return None
 
     def load_valid(
-        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str,
+        self,
+        op_index: int,
+        op_name: str,
+        partition_id: int,
+        partition_hash: str,
+        fingerprint: str,
         _depth: int = 0,
     ) -> LoadedCheckpoint | None:
         """The checkpoint if it is complete and derives from this input and pipeline, else None.
 
         A delta checkpoint is rebuilt from its base, which must itself be valid."""
         if _depth > MAX_DELTA_CHAIN:
-            log.warning("ignoring checkpoint op %d partition %d: delta chain longer than %d", op_index, partition_id,
-                        MAX_DELTA_CHAIN)
+            log.warning(
+                "ignoring checkpoint op %d partition %d: delta chain longer than %d",
+                op_index,
+                partition_id,
+                MAX_DELTA_CHAIN,
+            )
             return None
         marker = self.read_marker(op_index, op_name, partition_id)
         if marker is None:
@@ -294,14 +349,26 @@ class CheckpointStore:
             self._reject(op_index, op_name, partition_id, marker, path, "its data file is missing")
             return None
         if len(data) != marker.get("size"):
-            self._reject(op_index, op_name, partition_id, marker, path,
-                         f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)")
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)",
+            )
             return None
         got = hashing.file_digest(data)
         if got != marker.get("checksum"):
-            self._reject(op_index, op_name, partition_id, marker, path,
-                         f"its data file's xxh3 is {got}, the commit marker recorded {marker.get('checksum')} "
-                         f"(changed after commit)")
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"its data file's xxh3 is {got}, the commit marker recorded {marker.get('checksum')} "
+                f"(changed after commit)",
+            )
             return None
         problem = self._failed_files_problem(marker)
         if problem:
@@ -309,7 +376,7 @@ class CheckpointStore:
             return None
         try:
             table = StorageFormat(marker["format"], marker["compression"]).decode(data)
-        except Exception as exc:  # corrupt despite matching checksum: treat as absent
+        except Exception as exc:  # noqa: BLE001 - corrupt despite matching checksum: treat as absent
             self._reject(op_index, op_name, partition_id, marker, path, f"it cannot be decoded ({exc})")
             return None
         if marker.get("delta") is not None:
@@ -317,8 +384,14 @@ class CheckpointStore:
             if table is None:
                 return None
         if table.num_rows != marker.get("num_rows"):
-            self._reject(op_index, op_name, partition_id, marker, path,
-                         f"it holds {table.num_rows} rows, the commit marker recorded {marker.get('num_rows')}")
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"it holds {table.num_rows} rows, the commit marker recorded {marker.get('num_rows')}",
+            )
             return None
         return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
 
@@ -340,8 +413,10 @@ class CheckpointStore:
         the checkpoint as committed and the task that owns it recomputes it; the
         data file stays for inspection until that recomputation overwrites it."""
         mpath = self.marker_path(op_index, op_name, partition_id)
-        msg = (f"rejecting the committed {self.kind} of op {op_index} ({op_name}) partition {partition_id} at "
-               f"{path}: {why}; it will be recomputed, not loaded")
+        msg = (
+            f"rejecting the committed {self.kind} of op {op_index} ({op_name}) partition {partition_id} at "
+            f"{path}: {why}; it will be recomputed, not loaded"
+        )
         log.warning("%s", msg)
         try:
             if self.read_marker(op_index, op_name, partition_id) == marker:  # not already recommitted meanwhile
@@ -352,17 +427,23 @@ class CheckpointStore:
             from airflow_provider_dj.engine.observe.events import EventLog
 
             EventLog(self.job_dir, storage.basename(self.job_dir)).emit(
-                "checkpoint_rejected", partition_id=partition_id, op_index=op_index, op_name=op_name,
-                checkpoint_path=path, error_message=why, store=self.prefix)
+                "checkpoint_rejected",
+                partition_id=partition_id,
+                op_index=op_index,
+                op_name=op_name,
+                checkpoint_path=path,
+                error_message=why,
+                store=self.prefix,
+            )
         except OSError as exc:  # e.g. a full disk: the warning above already names the file
             log.warning("could not record the checkpoint_rejected event: %s", exc)
 
-    def is_committed(self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str) -> bool:
+    def is_committed(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str
+    ) -> bool:
         """Cheap check (marker only) used by sensors and planners."""
         m = self.read_marker(op_index, op_name, partition_id)
-        return bool(
-            m and m.get("partition_hash") == partition_hash and m.get("pipeline_fingerprint") == fingerprint
-        )
+        return bool(m and m.get("partition_hash") == partition_hash and m.get("pipeline_fingerprint") == fingerprint)
 
     def list_op_dirs(self) -> list[str]:
         return [d for d in storage.listdir(self.root) if d.startswith(self.prefix + "_")]
@@ -380,6 +461,7 @@ def read_checkpoint(job_dir: str, op_index: int, partition_id: int) -> pa.Table 
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     part = ctx.partition(partition_id)
-    cp = CheckpointStore(job_dir, ctx.storage_format).load_valid(op_index, op.name, partition_id,
-                                                                 part["content_hash"], op.fingerprint)
+    cp = CheckpointStore(job_dir, ctx.storage_format).load_valid(
+        op_index, op.name, partition_id, part["content_hash"], op.fingerprint
+    )
     return None if cp is None else cp.table

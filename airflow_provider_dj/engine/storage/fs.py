@@ -64,9 +64,11 @@ def full_error(exc: OSError, path: str, what: str = "a file", nbytes: int | None
     reason = "No space left on device" if exc.errno == errno.ENOSPC else "Disk quota exceeded"
     if ENOSPC_SEAM_ENV in str(exc.strerror):  # say so when the fault seam, not the disk, is full
         reason += f" ({ENOSPC_SEAM_ENV} fault seam)"
-    msg = (f"{reason} writing {what} ({size}{room}); the partial file was removed and nothing that a later "
-           f"run trusts was left: free space on that file system (or point work_dir / export_path at a larger "
-           f"one) and retry the task, which resumes from the last committed checkpoint")
+    msg = (
+        f"{reason} writing {what} ({size}{room}); the partial file was removed and nothing that a later "
+        f"run trusts was left: free space on that file system (or point work_dir / export_path at a larger "
+        f"one) and retry the task, which resumes from the last committed checkpoint"
+    )
     return StorageFullError(exc.errno, msg, path)
 
 

@@ -90,8 +90,10 @@ def _from_connection(conn_id: str) -> StorageOptions:
     try:
         from airflow.sdk import BaseHook
     except ImportError as exc:  # pragma: no cover - the provider always has Airflow
-        raise StorageConfigError(f"{CONN_ENV}={conn_id!r} needs Airflow to look the connection up ({exc}); "
-                                 f"unset it and use the AWS_* environment variables instead") from None
+        raise StorageConfigError(
+            f"{CONN_ENV}={conn_id!r} needs Airflow to look the connection up ({exc}); "
+            f"unset it and use the AWS_* environment variables instead"
+        ) from None
     try:
         conn = BaseHook.get_connection(conn_id)
     except Exception as exc:  # noqa: BLE001 - message only: a lookup error never carries the secret
@@ -99,7 +101,8 @@ def _from_connection(conn_id: str) -> StorageOptions:
             f"{CONN_ENV}={conn_id!r}: the Airflow connection cannot be read here ({type(exc).__name__}); "
             f"define it (type aws: login = access key id, password = secret, extra endpoint_url/region_name) "
             f"where this process runs — e.g. as AIRFLOW_CONN_{conn_id.upper()} on every Airflow worker and "
-            f"Ray node — or unset {CONN_ENV} and use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+            f"Ray node — or unset {CONN_ENV} and use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        ) from None
     extra = conn.extra_dejson if isinstance(getattr(conn, "extra_dejson", None), dict) else {}
     kwargs: dict[str, Any] = {}
     client: dict[str, Any] = {}
@@ -120,8 +123,12 @@ def _from_connection(conn_id: str) -> StorageOptions:
     if unknown:
         import logging
 
-        logging.getLogger(__name__).info("connection %s: extra keys %s are not used for storage (allowed: %s)",
-                                         conn_id, unknown, ", ".join(_EXTRA_ALLOWED))
+        logging.getLogger(__name__).info(
+            "connection %s: extra keys %s are not used for storage (allowed: %s)",
+            conn_id,
+            unknown,
+            ", ".join(_EXTRA_ALLOWED),
+        )
     if client:
         kwargs["client_kwargs"] = client
     return StorageOptions(kwargs, source=f"connection {conn_id}")
@@ -142,8 +149,12 @@ def options_for(url: str) -> StorageOptions | None:
     if proto not in S3_PROTOCOLS:
         return None
     conn_id = os.environ.get(CONN_ENV) or None
-    env_key = (conn_id, os.environ.get("AWS_ENDPOINT_URL_S3"), os.environ.get("AWS_ENDPOINT_URL"),
-               os.environ.get("AWS_ACCESS_KEY_ID"))
+    env_key = (
+        conn_id,
+        os.environ.get("AWS_ENDPOINT_URL_S3"),
+        os.environ.get("AWS_ENDPOINT_URL"),
+        os.environ.get("AWS_ACCESS_KEY_ID"),
+    )
     with _cache_lock:
         opts = _cache.get(env_key)
     if opts is None:
@@ -167,4 +178,3 @@ def clear_cache() -> None:
     """Forget resolved settings (tests switch credentials within one process)."""
     with _cache_lock:
         _cache.clear()
-

@@ -16,17 +16,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Deduplicator
-from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.kernels.text import (
     PUNCTUATION,
     REGEX_DIGIT,
     REGEX_SPACE,
+    delete_chars,
     hash128,
     py_lower,
     py_strip,
     text_array,
-    delete_chars,
 )
+from airflow_provider_dj.ops.registry import register
 
 KEY_TYPE = pa.binary(16)
 # DJ removes r"\s+|\d+|[<string.punctuation>]" with the regex module; deleting

@@ -99,7 +99,8 @@ def _check_common(cls_name: str, args: dict[str, Any], allowed: tuple[str, ...])
         )
     if tok not in _SUPPORTED_TOKENIZATIONS:
         raise OpArgumentError(
-            "tokenization", f"{cls_name}: tokenization must be one of {', '.join(_SUPPORTED_TOKENIZATIONS)}, got {tok!r}"
+            "tokenization",
+            f"{cls_name}: tokenization must be one of {', '.join(_SUPPORTED_TOKENIZATIONS)}, got {tok!r}",
         )
     for key in ("window_size", "num_permutations", "num_bands", "num_rows_per_band", "num_blocks", "hamming_distance"):
         value = args.get(key)
@@ -269,8 +270,11 @@ class DocumentMinhashDeduplicator(Deduplicator):
     def check_values(cls, args: dict[str, Any]) -> None:
         _check_common(cls.name, args, ())
         if args.get("tokenizer_model") is not None:
-            raise OpArgumentError("tokenizer_model", f"{cls.name}: tokenizer_model is only used by 'sentencepiece' "
-                                  "tokenization, which this engine does not support (it needs a downloaded model)")
+            raise OpArgumentError(
+                "tokenizer_model",
+                f"{cls.name}: tokenizer_model is only used by 'sentencepiece' "
+                "tokenization, which this engine does not support (it needs a downloaded model)",
+            )
         th = args.get("jaccard_threshold", 0.7)
         if not 0 <= th <= 1:
             raise OpArgumentError("jaccard_threshold", f"{cls.name}: jaccard_threshold must be in [0, 1], got {th!r}")

@@ -39,14 +39,16 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
 from airflow_provider_dj.ops.base import COMMON_OP_ARGS, Deduplicator, Filter, Mapper, Op, OpArgumentError, suggest
+from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
 from airflow_provider_dj.ops.kernels.patterns import compile_user_pattern, strip_raw_prefix
 
 EXTRA = "airflow-provider-dj[data-juicer]"
-INSTALL_HINT = (f"install the extra `pip install {EXTRA}` in its own environment (py-data-juicer "
-                f"{catalog.DJ_VERSION} installs op packages at run time and pins dill, so keep it apart from "
-                f"other Python environments) and run the Airflow DAG processor and workers from it")
+INSTALL_HINT = (
+    f"install the extra `pip install {EXTRA}` in its own environment (py-data-juicer "
+    f"{catalog.DJ_VERSION} installs op packages at run time and pins dill, so keep it apart from "
+    f"other Python environments) and run the Airflow DAG processor and workers from it"
+)
 
 #: Deduplicators whose global phase is "keep the first row of each hash value".
 #: Per op: the hash fields Data-Juicer's compute_hash writes (the text hash is
@@ -72,20 +74,37 @@ _VD = 64 | 16  # re.VERBOSE | re.DOTALL (the same values in ``regex``)
 #: Format templates (``*_pattern_template``) are filled before compiling and
 #: are not checked here.
 ADAPTED_PATTERN_ARGS: dict[str, dict[str, tuple[str, int, str]]] = {
-    **{op: {"output_pattern": ("re", 0, "one")}
-       for op in ("calibrate_qa_mapper", "calibrate_query_mapper", "calibrate_response_mapper")},
-    **{op: {"analysis_pattern": ("re", 0, "one"), "labels_pattern": ("re", 0, "one")}
-       for op in ("dialog_intent_detection_mapper", "dialog_sentiment_detection_mapper",
-                  "dialog_topic_detection_mapper")},
+    **{
+        op: {"output_pattern": ("re", 0, "one")}
+        for op in ("calibrate_qa_mapper", "calibrate_query_mapper", "calibrate_response_mapper")
+    },
+    **{
+        op: {"analysis_pattern": ("re", 0, "one"), "labels_pattern": ("re", 0, "one")}
+        for op in (
+            "dialog_intent_detection_mapper",
+            "dialog_sentiment_detection_mapper",
+            "dialog_topic_detection_mapper",
+        )
+    },
     "dialog_sentiment_intensity_mapper": {"analysis_pattern": ("re", 0, "one"), "intensity_pattern": ("re", 0, "one")},
     "extract_entity_attribute_mapper": {"demo_pattern": ("re", _VD, "one")},
     "extract_entity_relation_mapper": {"entity_pattern": ("re", _VD, "one"), "relation_pattern": ("re", _VD, "one")},
-    **{op: {"output_pattern": ("re", _VD, "one")}
-       for op in ("extract_event_mapper", "extract_keyword_mapper", "extract_nickname_mapper")},
-    **{op: {"output_pattern": ("re", 16, "one")}
-       for op in ("generate_qa_from_examples_mapper", "generate_qa_from_text_mapper", "optimize_prompt_mapper",
-                  "optimize_qa_mapper", "optimize_query_mapper", "optimize_response_mapper",
-                  "pair_preference_mapper")},
+    **{
+        op: {"output_pattern": ("re", _VD, "one")}
+        for op in ("extract_event_mapper", "extract_keyword_mapper", "extract_nickname_mapper")
+    },
+    **{
+        op: {"output_pattern": ("re", 16, "one")}
+        for op in (
+            "generate_qa_from_examples_mapper",
+            "generate_qa_from_text_mapper",
+            "optimize_prompt_mapper",
+            "optimize_qa_mapper",
+            "optimize_query_mapper",
+            "optimize_response_mapper",
+            "pair_preference_mapper",
+        )
+    },
     "pii_redaction_mapper": {"extra_patterns": ("re", 0, "pairs")},
     "replace_content_mapper": {"pattern": ("regex", 16, "one_or_list")},
     "text_chunk_mapper": {"split_pattern": ("re", 0, "one")},
@@ -112,8 +131,9 @@ def check_pattern_args(name: str, args: dict[str, Any]) -> None:
             if not isinstance(value, (list, tuple)) or not all(
                 isinstance(v, (list, tuple)) and len(v) == 2 for v in value
             ):
-                raise OpArgumentError(arg, f"{name}: {arg} must be a list of [pattern, replacement] pairs, "
-                                           f"got {value!r}")
+                raise OpArgumentError(
+                    arg, f"{name}: {arg} must be a list of [pattern, replacement] pairs, got {value!r}"
+                )
             items = [(f"{arg}[{i}]", v[0]) for i, v in enumerate(value)]
         for label, pattern in items:
             if shape == "one_or_list" and isinstance(pattern, str):
@@ -122,6 +142,8 @@ def check_pattern_args(name: str, args: dict[str, Any]) -> None:
                 compile_user_pattern(pattern, op=name, arg=label, flags=flags, engine=engine)
             except OpArgumentError as exc:
                 raise OpArgumentError(arg, str(exc)) from None
+
+
 _KINDS = {"mapper": Mapper, "filter": Filter, "deduplicator": Deduplicator}
 _classes: dict[str, type[Op]] = {}
 
@@ -138,16 +160,22 @@ def refusal(name: str) -> str | None:
     """Why a Data-Juicer op cannot run in this engine, or None when it can."""
     kind = catalog.OPS[name][0]
     if name.startswith("ray_"):
-        return ("it is a Ray-mode op that keeps its own cross-worker state (a shared hash set or "
-                "union-find), which would not survive a retried or resumed partition; use the native "
-                "document_deduplicator / document_minhash_deduplicator instead")
+        return (
+            "it is a Ray-mode op that keeps its own cross-worker state (a shared hash set or "
+            "union-find), which would not survive a retried or resumed partition; use the native "
+            "document_deduplicator / document_minhash_deduplicator instead"
+        )
     if kind not in _KINDS:
-        return (f"it is a {kind}, which reshapes the whole dataset at once; the engine runs Data-Juicer "
-                f"mappers, filters and exact-hash deduplicators only")
+        return (
+            f"it is a {kind}, which reshapes the whole dataset at once; the engine runs Data-Juicer "
+            f"mappers, filters and exact-hash deduplicators only"
+        )
     if kind == "deduplicator" and name not in EXACT_HASH_DEDUPS:
-        return ("only exact-hash deduplicators (keep the first sample of each hash) map onto the engine's "
-                "global phase; this one clusters or rewrites samples in a way that has no sound per-row key "
-                "(native near-duplicate ops: document_minhash_deduplicator, document_simhash_deduplicator)")
+        return (
+            "only exact-hash deduplicators (keep the first sample of each hash) map onto the engine's "
+            "global phase; this one clusters or rewrites samples in a way that has no sound per-row key "
+            "(native near-duplicate ops: document_minhash_deduplicator, document_simhash_deduplicator)"
+        )
     return None
 
 
@@ -158,8 +186,10 @@ def unknown_op_message(name: str, native: Any) -> str:
         why = refusal(name)
         if why:
             return f"op {name!r} is a Data-Juicer {entry[0]} that this engine cannot run: {why}."
-        return (f"op {name!r} is a Data-Juicer op not implemented natively; {INSTALL_HINT}. "
-                f"It then runs through the Data-Juicer adapter (docs/dj_adapter.md).")
+        return (
+            f"op {name!r} is a Data-Juicer op not implemented natively; {INSTALL_HINT}. "
+            f"It then runs through the Data-Juicer adapter (docs/dj_adapter.md)."
+        )
     names = set(native) | set(catalog.OPS)
     return f"unknown op {name!r}.{suggest(name, names)}"
 
@@ -229,12 +259,16 @@ class _DJAdapted(Op):
             if key not in params and key not in COMMON_OP_ARGS:
                 hint = suggest(key, params)
                 own = ", ".join(sorted(catalog.OPS[cls.name][5])) or "(none)"
-                raise OpArgumentError(key, f"Data-Juicer op {cls.name} has no argument {key!r}.{hint} "
-                                           f"Its own arguments: {own}")
+                raise OpArgumentError(
+                    key, f"Data-Juicer op {cls.name} has no argument {key!r}.{hint} Its own arguments: {own}"
+                )
             tag = params.get(key)
             if not _simple_type_ok(value, tag):
-                raise OpArgumentError(key, f"argument {key!r} of Data-Juicer op {cls.name} must be {tag}, "
-                                           f"got {value!r} ({type(value).__name__})")
+                raise OpArgumentError(
+                    key,
+                    f"argument {key!r} of Data-Juicer op {cls.name} must be {tag}, "
+                    f"got {value!r} ({type(value).__name__})",
+                )
         check_pattern_args(cls.name, args)
 
     def fingerprint_args(self) -> dict[str, Any]:
@@ -330,6 +364,9 @@ def check_adapted_ops(recipe) -> None:
             continue
         try:
             cls(text_key=recipe.text_key, **spec.args).dj_op  # noqa: B018 - building is the check
-        except Exception as exc:  # noqa: BLE001 - reported with the op's key path
-            raise RecipeError(recipe.source_file, f"process[{spec.index}].{spec.name}",
-                              f"Data-Juicer refused the op's arguments: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            raise RecipeError(
+                recipe.source_file,
+                f"process[{spec.index}].{spec.name}",
+                f"Data-Juicer refused the op's arguments: {type(exc).__name__}: {exc}",
+            ) from exc

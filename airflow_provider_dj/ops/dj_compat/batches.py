@@ -50,15 +50,17 @@ def build_dj_op(name: str, args: dict, text_key: str):
     (recipe-level ``skip_op_error``, engine.execution.op_runner).
     """
     import data_juicer
-    import data_juicer.ops  # noqa: F401 - registers every op
+    import data_juicer.ops
     from data_juicer.ops.base_op import OPERATORS
 
     cls = OPERATORS.modules.get(name)
     if cls is None:
         from airflow_provider_dj.ops.dj_compat.op_catalog import DJ_VERSION
 
-        raise OpFatalError(f"Data-Juicer {data_juicer.__version__} installed here has no op {name!r} (the "
-                           f"provider's catalog is of Data-Juicer {DJ_VERSION}); install py-data-juicer=={DJ_VERSION}")
+        raise OpFatalError(
+            f"Data-Juicer {data_juicer.__version__} installed here has no op {name!r} (the "
+            f"provider's catalog is of Data-Juicer {DJ_VERSION}); install py-data-juicer=={DJ_VERSION}"
+        )
     kwargs = {k: v for k, v in args.items() if k != "skip_op_error"}
     kwargs["text_key"] = text_key
     return cls(skip_op_error=False, **kwargs)
@@ -107,8 +109,9 @@ def _slices(batch: dict[str, list], n: int, size: int):
         yield {k: v[start : start + size] for k, v in batch.items()}
 
 
-def call_op(fn: Callable, batch: dict[str, list], n: int, *, batched: bool, batch_size: int,
-            op_name: str) -> dict[str, list]:
+def call_op(
+    fn: Callable, batch: dict[str, list], n: int, *, batched: bool, batch_size: int, op_name: str
+) -> dict[str, list]:
     """Call a Data-Juicer batch function the way its executor does; returns one merged batch."""
     wrapped = _nested(fn)
     size = batch_size if batched else 1
@@ -116,7 +119,9 @@ def call_op(fn: Callable, batch: dict[str, list], n: int, *, batched: bool, batc
     for piece in _slices(batch, n, size):
         out = wrapped(piece)
         if not isinstance(out, dict):
-            raise OpFatalError(f"Data-Juicer op {op_name} returned {type(out).__name__}, expected a batch (dict of lists)")
+            raise OpFatalError(
+                f"Data-Juicer op {op_name} returned {type(out).__name__}, expected a batch (dict of lists)"
+            )
         parts.append(out)
     keys: list[str] = []
     for part in parts:
@@ -136,7 +141,8 @@ def _check_rows(out: dict[str, list], n: int, op_name: str) -> None:
             raise RowCountChangedError(
                 f"Data-Juicer op {op_name} turned {n} samples into {len(v)} (column {k!r}); ops that split or "
                 f"merge samples cannot run in this engine, whose checkpoints, accounting and resume follow one "
-                f"output row per input row. Run it in Data-Juicer itself, or split the data before this recipe")
+                f"output row per input row. Run it in Data-Juicer itself, or split the data before this recipe"
+            )
 
 
 def _to_arrow(values: list, like: pa.ChunkedArray | None, column: str, op_name: str) -> pa.Array | pa.ChunkedArray:
@@ -151,8 +157,9 @@ def _to_arrow(values: list, like: pa.ChunkedArray | None, column: str, op_name: 
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
-        raise OpFatalError(f"Data-Juicer op {op_name} wrote values to column {column!r} that do not fit one "
-                           f"Arrow type ({exc})") from exc
+        raise OpFatalError(
+            f"Data-Juicer op {op_name} wrote values to column {column!r} that do not fit one Arrow type ({exc})"
+        ) from exc
 
 
 def merge_stats(table: pa.Table, stats: list[dict], op_name: str) -> pa.Table:
@@ -216,8 +223,9 @@ def compute_stats(dj_op, op_name: str, table: pa.Table, *, non_stats: bool) -> p
     if n == 0:
         return table
     batch = table_to_batch(table, ensure=() if non_stats else (STATS_COLUMN,))
-    out = call_op(dj_op.compute_stats, batch, n, batched=dj_op.is_batched_op(), batch_size=dj_op.batch_size,
-                  op_name=op_name)
+    out = call_op(
+        dj_op.compute_stats, batch, n, batched=dj_op.is_batched_op(), batch_size=dj_op.batch_size, op_name=op_name
+    )
     _check_rows(out, n, op_name)
     if STATS_COLUMN not in out:
         return table
@@ -249,8 +257,9 @@ def dedup_keys(dj_op, op_name: str, table: pa.Table, fields: list[str], empty_ke
     if n == 0:
         return pa.table({"key": pa.array([], pa.binary(16)), "keep_always": pa.array([], pa.bool_())})
     batch = table_to_batch(table)
-    out = call_op(dj_op.compute_hash, batch, n, batched=dj_op.is_batched_op(), batch_size=dj_op.batch_size,
-                  op_name=op_name)
+    out = call_op(
+        dj_op.compute_hash, batch, n, batched=dj_op.is_batched_op(), batch_size=dj_op.batch_size, op_name=op_name
+    )
     _check_rows(out, n, op_name)
     missing = [f for f in fields if f not in out]
     if missing:

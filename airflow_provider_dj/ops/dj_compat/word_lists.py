@@ -78,7 +78,9 @@ def load_word_lists(words_dir: str | None, words_type: str, *, op: str, arg: str
     if not os.path.isdir(folder):
         raise _missing(op, arg, words_type, folder, f"the folder {folder} does not exist")
     names = sorted(
-        n for n in os.listdir(folder) if n.endswith(".json") and words_type in n and os.path.isfile(os.path.join(folder, n))
+        n
+        for n in os.listdir(folder)
+        if n.endswith(".json") and words_type in n and os.path.isfile(os.path.join(folder, n))
     )
     if not names:
         raise _missing(op, arg, words_type, folder, f"{folder} holds no *.json file with {words_type!r} in its name")
@@ -109,8 +111,9 @@ def _load(folder: str, words_type: str, op: str, arg: str, stamps: tuple) -> Wor
             raise OpArgumentError(arg, f"{op}: {path} is not valid UTF-8 JSON ({exc}); fix or remove it") from None
         if not isinstance(data, dict):
             raise OpArgumentError(
-                arg, f"{op}: {path} must hold a JSON object mapping language codes to lists of words, "
-                f"not a {type(data).__name__}"
+                arg,
+                f"{op}: {path} must hold a JSON object mapping language codes to lists of words, "
+                f"not a {type(data).__name__}",
             )
         for lang, words in data.items():
             if not isinstance(words, list):

@@ -23,10 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Filter, OpArgumentError
+from airflow_provider_dj.ops.kernels.text import count_words, text_array
+from airflow_provider_dj.ops.kernels.tokenizers import (
+    file_digest,
+    load_sentencepiece,
+    piece_words,
+    require_sentencepiece,
+)
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import ensure_stat, get_stat
-from airflow_provider_dj.ops.kernels.text import count_words, text_array
-from airflow_provider_dj.ops.kernels.tokenizers import file_digest, load_sentencepiece, piece_words, require_sentencepiece
 
 
 class _RangeFilter(Filter):

@@ -204,7 +204,11 @@ class SpecifiedFieldFilter(Filter):
             values = get_stat(self.compute_stats(table), self.field_key)
             if values is None:  # no rows
                 return _all_true(table)
-        if pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or pa.types.is_fixed_size_list(values.type):
+        if (
+            pa.types.is_list(values.type)
+            or pa.types.is_large_list(values.type)
+            or pa.types.is_fixed_size_list(values.type)
+        ):
             # A list keeps the row when every element is a target (an empty one always does);
             # a null list is the value None.
             elements = pc.list_flatten(values)

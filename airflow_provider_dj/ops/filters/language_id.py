@@ -48,9 +48,9 @@ from airflow_provider_dj.ops.dj_compat.model_files import (
     packaged_lid_model,
     require_model_arg,
 )
+from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
-from airflow_provider_dj.ops.kernels.text import text_array
 
 OP_NAME = "language_id_score_filter"
 DJ_MODEL_NAME = "lid.176.bin"  # the file Data-Juicer's op loads (prepare_fasttext_model)
@@ -90,11 +90,15 @@ def load_fasttext(path: str, _stamp: tuple[int, int]) -> Any:
     try:
         model.loadModel(path)
     except ValueError as exc:  # fastText: "<path> has wrong file format!"
-        raise OpFatalError(f"{OP_NAME}: cannot load the fastText model {path!r}: {exc}; give a fastText "
-                                 f"language-id model (lid.176.bin or lid.176.ftz)") from exc
+        raise OpFatalError(
+            f"{OP_NAME}: cannot load the fastText model {path!r}: {exc}; give a fastText "
+            f"language-id model (lid.176.bin or lid.176.ftz)"
+        ) from exc
     if model.getArgs().model != fasttext_pybind.model_name.supervised:
-        raise OpFatalError(f"{OP_NAME}: {path!r} is a fastText word-vector model, not a classifier; "
-                                 f"give a language-id model (lid.176.bin or lid.176.ftz)")
+        raise OpFatalError(
+            f"{OP_NAME}: {path!r} is a fastText word-vector model, not a classifier; "
+            f"give a language-id model (lid.176.bin or lid.176.ftz)"
+        )
     return model
 
 
@@ -152,12 +156,16 @@ class LanguageIDScoreFilter(Filter):
     def check_values(cls, args: dict[str, Any]) -> None:
         lang = args.get("lang")
         if isinstance(lang, (list, tuple)) and not all(isinstance(x, str) and x for x in lang):
-            raise OpArgumentError("lang", f"{OP_NAME}: lang must be a language code or a list of codes "
-                                          f"(e.g. en, [en, fr]), got {lang!r}")
+            raise OpArgumentError(
+                "lang", f"{OP_NAME}: lang must be a language code or a list of codes (e.g. en, [en, fr]), got {lang!r}"
+            )
         resolve_lid_model(args.get("model_path"))
         if importlib.util.find_spec(BINDING) is None:
-            raise OpArgumentError("model_path", f"{OP_NAME} needs fastText's Python binding ({BINDING}); install "
-                                                f"the 'models' extra of airflow-provider-dj (fasttext-numpy2)")
+            raise OpArgumentError(
+                "model_path",
+                f"{OP_NAME} needs fastText's Python binding ({BINDING}); install "
+                f"the 'models' extra of airflow-provider-dj (fasttext-numpy2)",
+            )
 
     def resolved_model_path(self) -> str:
         return resolve_lid_model(self.model_path)
@@ -168,8 +176,14 @@ class LanguageIDScoreFilter(Filter):
             model = {"path": path, "size": os.path.getsize(path)}
         except OpArgumentError:
             model = None
-        return {**super().fingerprint_args(), "lang": self.lang, "min_score": self.min_score, "model": model,
-                "min_closed_interval": self.min_closed_interval, "reversed_range": self.reversed_range}
+        return {
+            **super().fingerprint_args(),
+            "lang": self.lang,
+            "min_score": self.min_score,
+            "model": model,
+            "min_closed_interval": self.min_closed_interval,
+            "reversed_range": self.reversed_range,
+        }
 
     def model(self) -> Any:
         try:

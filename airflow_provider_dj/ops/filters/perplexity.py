@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError, OpFatalError
-from airflow_provider_dj.ops.filters.basic import _RangeFilter
 from airflow_provider_dj.ops.dj_compat.model_files import locate_model_file, require_model_arg
+from airflow_provider_dj.ops.filters.basic import _RangeFilter
+from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
-from airflow_provider_dj.ops.kernels.text import text_array
 
 OP_NAME = "perplexity_filter"
 SP_PATTERN = "{}.sp.model"  # Data-Juicer's names (prepare_sentencepiece_for_lang, prepare_kenlm_model)
@@ -52,8 +52,11 @@ def model_files(lang: str, sp_model_path: str | None, kenlm_model_path: str | No
     """(tokenizer, language model) paths; OpArgumentError naming the first missing file and where to put it."""
     wanted = [
         ("sp_model_path" if sp_model_path else "lang", sp_model_path or SP_PATTERN.format(lang), SP_WHAT),
-        ("kenlm_model_path" if kenlm_model_path else "lang", kenlm_model_path or KENLM_PATTERN.format(lang),
-         KENLM_WHAT),
+        (
+            "kenlm_model_path" if kenlm_model_path else "lang",
+            kenlm_model_path or KENLM_PATTERN.format(lang),
+            KENLM_WHAT,
+        ),
     ]
     found = []
     for i, (arg, name, what) in enumerate(wanted):
@@ -145,13 +148,17 @@ class PerplexityFilter(_RangeFilter):
     def check_values(cls, args: dict[str, Any]) -> None:
         lang = args.get("lang", "en")
         if not lang and not (args.get("sp_model_path") and args.get("kenlm_model_path")):
-            raise OpArgumentError("lang", f"{OP_NAME}: lang must name the models' language (en -> en.sp.model, "
-                                          f"en.arpa.bin), or give sp_model_path and kenlm_model_path")
+            raise OpArgumentError(
+                "lang",
+                f"{OP_NAME}: lang must name the models' language (en -> en.sp.model, "
+                f"en.arpa.bin), or give sp_model_path and kenlm_model_path",
+            )
         super().check_values(args)
         for module in ("sentencepiece", "kenlm"):
             if importlib.util.find_spec(module) is None:
-                raise OpArgumentError("lang", f"{OP_NAME} needs the {module!r} package; install the 'models' "
-                                              f"extra of airflow-provider-dj")
+                raise OpArgumentError(
+                    "lang", f"{OP_NAME} needs the {module!r} package; install the 'models' extra of airflow-provider-dj"
+                )
         model_files(lang, args.get("sp_model_path"), args.get("kenlm_model_path"))
 
     def resolved_model_paths(self) -> tuple[str, str]:
@@ -190,4 +197,3 @@ class PerplexityFilter(_RangeFilter):
             mask[rows] = True
             values = pc.replace_with_mask(old.cast(pa.float64()), pa.array(mask), values)
         return set_stat(table, STAT_KEY, values)
-

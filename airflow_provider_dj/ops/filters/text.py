@@ -31,8 +31,6 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.filters.basic import _RangeFilter
-from airflow_provider_dj.ops.registry import register
-from airflow_provider_dj.ops.stats import ensure_stat
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     ALPHANUMERIC_HF_TOKENIZER,
@@ -45,6 +43,8 @@ from airflow_provider_dj.ops.kernels.tokenizers import (
     require_sentencepiece,
     whitespace_words,
 )
+from airflow_provider_dj.ops.registry import register
+from airflow_provider_dj.ops.stats import ensure_stat
 
 # What str.splitlines() splits on ("\r\n" counts as one break).
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"

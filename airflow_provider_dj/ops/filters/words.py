@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
 from airflow_provider_dj.ops.filters.text import _FloatRangeFilter, ratio
-from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     augment_words,
@@ -44,7 +44,7 @@ from airflow_provider_dj.ops.kernels.tokenizers import (
     refined_words,
     require_sentencepiece,
 )
-from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
+from airflow_provider_dj.ops.registry import register
 
 
 def _check_group_sizes(op: str, sizes: Any) -> list[int]:

@@ -73,7 +73,11 @@ _OK_GLOBAL_FLAGS = re.UNICODE | re.DOTALL | re.VERBOSE
 def _describe_position(pattern: str, pos: int | None) -> str:
     if pos is None:
         return ""
-    return f" at position {pos} (near {pattern[pos:pos + 12]!r})" if pos < len(pattern) else f" at position {pos} (end of pattern)"
+    return (
+        f" at position {pos} (near {pattern[pos : pos + 12]!r})"
+        if pos < len(pattern)
+        else f" at position {pos} (end of pattern)"
+    )
 
 
 def compile_user_pattern(pattern: str, *, op: str, arg: str, flags: int = 0, engine: str = "regex") -> Any:
@@ -97,12 +101,17 @@ def compile_user_pattern(pattern: str, *, op: str, arg: str, flags: int = 0, eng
         where = _describe_position(pattern, exc.pos)
         msg = getattr(exc, "msg", str(exc))
         if engine == "regex":
-            how = ("Patterns are compiled with the 'regex' package, as Data-Juicer compiles them (\\p{..} "
-                   "classes, possessive quantifiers and \\X are fine)")
+            how = (
+                "Patterns are compiled with the 'regex' package, as Data-Juicer compiles them (\\p{..} "
+                "classes, possessive quantifiers and \\X are fine)"
+            )
         else:
-            how = (f"Data-Juicer compiles this argument of {op} with Python's 're' module, which has no "
-                   "\\p{..} classes")
-        raise OpArgumentError(arg, f"{op}: {arg} {pattern!r} does not compile{where}: {msg}. {how}; fix the pattern") from None
+            how = (
+                f"Data-Juicer compiles this argument of {op} with Python's 're' module, which has no \\p{{..}} classes"
+            )
+        raise OpArgumentError(
+            arg, f"{op}: {arg} {pattern!r} does not compile{where}: {msg}. {how}; fix the pattern"
+        ) from None
     except (OverflowError, RecursionError, ValueError) as exc:
         raise OpArgumentError(arg, f"{op}: {arg} {pattern!r} does not compile: {exc}; simplify the pattern") from None
 
@@ -248,7 +257,9 @@ def to_re2(pattern: str, flags: int = 0) -> str | None:
         with warnings.catch_warnings():
             # re warns where regex reads differently (possible nested set, set operations)
             warnings.simplefilter("error")
-            parsed = _sre_p.parse(pattern, (re.DOTALL if flags & regex.DOTALL else 0) | (re.VERBOSE if flags & regex.VERBOSE else 0))
+            parsed = _sre_p.parse(
+                pattern, (re.DOTALL if flags & regex.DOTALL else 0) | (re.VERBOSE if flags & regex.VERBOSE else 0)
+            )
         if parsed.state.flags & ~_OK_GLOBAL_FLAGS or parsed.getwidth()[0] == 0:
             return None
         out = _emit(parsed, dotall=bool(parsed.state.flags & re.DOTALL))

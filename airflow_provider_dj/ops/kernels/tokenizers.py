@@ -67,7 +67,10 @@ def require_sentencepiece(lang: str, *, op: str) -> str:
         )
     try:
         return require_model_file(
-            sentencepiece_model_name(lang), op=op, arg="tokenization", what="SentencePiece model (for tokenization: true)"
+            sentencepiece_model_name(lang),
+            op=op,
+            arg="tokenization",
+            what="SentencePiece model (for tokenization: true)",
         )
     except OpArgumentError as exc:
         raise OpArgumentError(exc.key, f"{exc}; or set tokenization to false to split words on whitespace") from None
@@ -82,7 +85,8 @@ def load_sentencepiece(path: str) -> Any:
         model.load(path)
     except (OSError, RuntimeError) as exc:
         raise OpArgumentError(
-            "tokenization", f"{path} is not a SentencePiece model ({exc}); replace the file (or set tokenization to false)"
+            "tokenization",
+            f"{path} is not a SentencePiece model ({exc}); replace the file (or set tokenization to false)",
         ) from None
     return model
 
@@ -191,7 +195,7 @@ class HFTokenCounter:
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            AutoTokenizer = None  # noqa: N806
+            AutoTokenizer = None
         if AutoTokenizer is not None:
             tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             backend = getattr(tok, "backend_tokenizer", None)
@@ -211,7 +215,8 @@ class HFTokenCounter:
                 ) from None
             if not os.path.isfile(path):
                 raise OpArgumentError(
-                    "tokenization", f"{folder} has no tokenizer.json; without 'transformers' installed only "
+                    "tokenization",
+                    f"{folder} has no tokenizer.json; without 'transformers' installed only "
                     f"fast tokenizers (tokenizer.json) can be loaded",
                 )
             self._backend = Tokenizer.from_file(path)

@@ -36,8 +36,8 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper, OpArgumentError, OpFatalError
-from airflow_provider_dj.ops.llm.call_record import CallRecord, record_dir, request_hash
 from airflow_provider_dj.ops.kernels.patterns import DOTALL, compile_user_pattern
+from airflow_provider_dj.ops.llm.call_record import CallRecord, record_dir, request_hash
 from airflow_provider_dj.ops.registry import register
 
 log = logging.getLogger(__name__)
@@ -108,10 +108,22 @@ class LLMApiMapper(Mapper):
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self.check_values(dict(model=model, prompt_template=prompt_template, base_url=base_url, conn_id=conn_id,
-                               output_key=output_key, timeout_s=timeout_s, max_retries=max_retries,
-                               backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s, concurrency=concurrency,
-                               answer_regex=answer_regex, answer_json_schema=answer_json_schema))
+        self.check_values(
+            dict(
+                model=model,
+                prompt_template=prompt_template,
+                base_url=base_url,
+                conn_id=conn_id,
+                output_key=output_key,
+                timeout_s=timeout_s,
+                max_retries=max_retries,
+                backoff_base_s=backoff_base_s,
+                backoff_max_s=backoff_max_s,
+                concurrency=concurrency,
+                answer_regex=answer_regex,
+                answer_json_schema=answer_json_schema,
+            )
+        )
         self.model = model
         self.prompt_template = prompt_template
         self.fields = template_fields(prompt_template)
@@ -129,8 +141,11 @@ class LLMApiMapper(Mapper):
         self.backoff_max_s = float(backoff_max_s)
         self.concurrency = int(concurrency)
         self.answer_regex = answer_regex
-        self._regex = (compile_user_pattern(answer_regex, op=self.name, arg="answer_regex", flags=DOTALL)
-                       if answer_regex is not None else None)
+        self._regex = (
+            compile_user_pattern(answer_regex, op=self.name, arg="answer_regex", flags=DOTALL)
+            if answer_regex is not None
+            else None
+        )
         self.answer_json_schema = answer_json_schema
         self._schema_validator = None
         self._record: CallRecord | None = None
@@ -147,8 +162,11 @@ class LLMApiMapper(Mapper):
         if not args.get("model"):
             raise OpArgumentError("model", "llm_api_mapper needs 'model': the model name the endpoint serves")
         if not args.get("base_url") and not args.get("conn_id"):
-            raise OpArgumentError("base_url", "llm_api_mapper needs 'base_url' (e.g. http://host:8000/v1) or "
-                                              "'conn_id' (an Airflow connection whose host is the base URL)")
+            raise OpArgumentError(
+                "base_url",
+                "llm_api_mapper needs 'base_url' (e.g. http://host:8000/v1) or "
+                "'conn_id' (an Airflow connection whose host is the base URL)",
+            )
         try:
             template_fields(args.get("prompt_template", "{text}"))
         except ValueError as exc:
@@ -171,8 +189,9 @@ class LLMApiMapper(Mapper):
             try:
                 jsonschema.validators.validator_for(args["answer_json_schema"]).check_schema(args["answer_json_schema"])
             except jsonschema.SchemaError as exc:
-                raise OpArgumentError("answer_json_schema", f"answer_json_schema is not a valid JSON schema: "
-                                                            f"{exc.message}") from None
+                raise OpArgumentError(
+                    "answer_json_schema", f"answer_json_schema is not a valid JSON schema: {exc.message}"
+                ) from None
 
     @classmethod
     def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
@@ -180,9 +199,15 @@ class LLMApiMapper(Mapper):
         return dict.fromkeys(template_fields(args.get("prompt_template", "{text}")), "prompt_template")
 
     def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "model": self.model, "prompt_template": self.prompt_template,
-                "system_prompt": self.system_prompt, "output_key": self.output_key,
-                "answer_regex": self.answer_regex, "answer_json_schema": self.answer_json_schema}
+        return {
+            **super().fingerprint_args(),
+            "model": self.model,
+            "prompt_template": self.prompt_template,
+            "system_prompt": self.system_prompt,
+            "output_key": self.output_key,
+            "answer_regex": self.answer_regex,
+            "answer_json_schema": self.answer_json_schema,
+        }
 
     # -- run context ----------------------------------------------------------
     def bind_run_context(self, *, job_dir: str, op_index: int, partition_id: int) -> None:
@@ -195,8 +220,12 @@ class LLMApiMapper(Mapper):
         if self._record is None:
             self._record = CallRecord(self._record_dir)  # None: not bound to a job, memory only
             if self._record.torn_lines:
-                log.warning("%s: ignored %d torn line(s) in the call record %s (a writer was killed mid-write)",
-                            self.name, self._record.torn_lines, self._record_dir)
+                log.warning(
+                    "%s: ignored %d torn line(s) in the call record %s (a writer was killed mid-write)",
+                    self.name,
+                    self._record.torn_lines,
+                    self._record_dir,
+                )
         return self._record
 
     def _endpoint(self) -> tuple[str, str | None]:
@@ -210,8 +239,10 @@ class LLMApiMapper(Mapper):
             if not base:
                 host = (conn.host or "").rstrip("/")
                 if not host:
-                    raise LLMConfigError(f"connection {self.conn_id!r} has no host; set its host to the base "
-                                           f"URL (e.g. https://api.example/v1) or give base_url in the recipe")
+                    raise LLMConfigError(
+                        f"connection {self.conn_id!r} has no host; set its host to the base "
+                        f"URL (e.g. https://api.example/v1) or give base_url in the recipe"
+                    )
                 base = host if "://" in host else f"https://{host}{f':{conn.port}' if conn.port else ''}"
         if key is None and self.api_key_env:
             key = os.environ.get(self.api_key_env) or None
@@ -268,11 +299,12 @@ class LLMApiMapper(Mapper):
         missing = [f for f in self.fields if f not in table.column_names]
         if missing:
             shown = [c for c in table.column_names if not c.startswith("__dj__")]
-            raise LLMTemplateError(f"{self.name}: prompt_template uses field(s) {missing} that the data does not "
-                                   f"have; its fields are {shown}. Fix prompt_template or the data.")
+            raise LLMTemplateError(
+                f"{self.name}: prompt_template uses field(s) {missing} that the data does not "
+                f"have; its fields are {shown}. Fix prompt_template or the data."
+            )
         n = table.num_rows
-        row_ids = (table.column(INPUT_ROW_COLUMN).to_pylist() if INPUT_ROW_COLUMN in table.column_names
-                   else [None] * n)
+        row_ids = table.column(INPUT_ROW_COLUMN).to_pylist() if INPUT_ROW_COLUMN in table.column_names else [None] * n
         samples = table.select(self.fields).to_pylist() if self.fields else [{}] * n
         record = self._call_record()
         answers: list[str | None] = [None] * n
@@ -288,7 +320,9 @@ class LLMApiMapper(Mapper):
             try:
                 prompt = self.prompt_template.format_map(sample)
             except (KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
-                errors[i] = f"TemplateError: prompt_template cannot be filled from this sample: {type(exc).__name__}: {exc}"
+                errors[i] = (
+                    f"TemplateError: prompt_template cannot be filled from this sample: {type(exc).__name__}: {exc}"
+                )
                 continue
             body = self._body(prompt)
             req = request_hash(body)
@@ -302,9 +336,13 @@ class LLMApiMapper(Mapper):
         paid = rejected = retries = 0
         if todo:
             base, key = self._endpoint()
-            client = ChatClient(base_url=base, api_key=key, timeout_s=self.timeout_s,
-                                retry=RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s),
-                                concurrency=self.concurrency)
+            client = ChatClient(
+                base_url=base,
+                api_key=key,
+                timeout_s=self.timeout_s,
+                retry=RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s),
+                concurrency=self.concurrency,
+            )
 
             def call(item: tuple[int, dict, str]) -> tuple[int, str | None, str | None]:
                 i, body, req = item
@@ -312,8 +350,17 @@ class LLMApiMapper(Mapper):
                     ans = client.complete(body)
                 except ChatRequestRejected as exc:
                     return i, None, f"RequestRejected: {exc}"
-                entry = record.add(row_ids[i], req, {"content": ans.content, "finish_reason": ans.finish_reason,
-                                                     "usage": ans.usage, "model": ans.model, "attempts": ans.attempts})
+                entry = record.add(
+                    row_ids[i],
+                    req,
+                    {
+                        "content": ans.content,
+                        "finish_reason": ans.finish_reason,
+                        "usage": ans.usage,
+                        "model": ans.model,
+                        "attempts": ans.attempts,
+                    },
+                )
                 return i, entry["content"], None
 
             pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm_api")
@@ -341,11 +388,26 @@ class LLMApiMapper(Mapper):
             answers[i], errors[i] = self._validate(contents[i])
             if errors[i] is not None:
                 invalid += 1
-        for k, v in (("rows", n), ("replayed", replayed), ("paid", paid), ("rejected", rejected),
-                     ("invalid", invalid), ("retries", retries)):
+        for k, v in (
+            ("rows", n),
+            ("replayed", replayed),
+            ("paid", paid),
+            ("rejected", rejected),
+            ("invalid", invalid),
+            ("retries", retries),
+        ):
             self.stats[k] += v
-        log.info("%s: %d rows, %d answered from the call record, %d paid calls (%d retries), %d rejected, "
-                 "%d invalid answers", self.name, n, replayed, paid, retries, rejected, invalid)
+        log.info(
+            "%s: %d rows, %d answered from the call record, %d paid calls (%d retries), %d rejected, "
+            "%d invalid answers",
+            self.name,
+            n,
+            replayed,
+            paid,
+            retries,
+            rejected,
+            invalid,
+        )
 
         if self.output_key in table.column_names:
             # A failed row keeps its old value, so failed/ shows the sample as it came in.

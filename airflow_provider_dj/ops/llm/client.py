@@ -111,8 +111,16 @@ def redact(text: str, secret: str | None) -> str:
 class ChatClient:
     """One endpoint, one key, a cap on concurrent connections.  Thread-safe."""
 
-    def __init__(self, *, base_url: str, api_key: str | None, timeout_s: float, retry: RetryPolicy,
-                 concurrency: int, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        timeout_s: float,
+        retry: RetryPolicy,
+        concurrency: int,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         import httpx
 
         self.base_url = base_url.rstrip("/")
@@ -162,11 +170,13 @@ class ChatClient:
                 if status in (401, 403):
                     raise ChatConfigError(
                         f"{self.url} refused the API key (HTTP {status}): set the key in the Airflow connection "
-                        f"(password) or the environment variable named by api_key_env. Server said: {snippet}")
+                        f"(password) or the environment variable named by api_key_env. Server said: {snippet}"
+                    )
                 if status == 404:
                     raise ChatConfigError(
                         f"{self.url} answered HTTP 404: check base_url (it should end before /chat/completions, "
-                        f"e.g. .../v1) and the model name {body.get('model')!r}. Server said: {snippet}")
+                        f"e.g. .../v1) and the model name {body.get('model')!r}. Server said: {snippet}"
+                    )
                 if status in REJECT_STATUSES:
                     raise ChatRequestRejected(f"HTTP {status}: {snippet}")
                 if status not in RETRY_STATUSES and status < 500:
@@ -176,7 +186,8 @@ class ChatClient:
             if attempt > self.retry.max_retries:
                 raise ChatUnavailableError(
                     f"{self.url}: gave up after {attempt} attempts (max_retries={self.retry.max_retries}); "
-                    f"last error: {problem}")
+                    f"last error: {problem}"
+                )
             wait = self.retry.delay(attempt, retry_after)
             with self._lock:
                 self.retries_done += 1

@@ -13,8 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper
-from airflow_provider_dj.ops.kernels.patterns import DOTALL, check_replacement, compile_user_pattern, re2_replacement, to_re2
-from airflow_provider_dj.ops.registry import register
+from airflow_provider_dj.ops.kernels.patterns import (
+    DOTALL,
+    check_replacement,
+    compile_user_pattern,
+    re2_replacement,
+    to_re2,
+)
 from airflow_provider_dj.ops.kernels.text import (
     VARIOUS_WHITESPACES,
     py_strip,
@@ -23,6 +28,7 @@ from airflow_provider_dj.ops.kernels.text import (
     strip_raw_prefix,
     text_array,
 )
+from airflow_provider_dj.ops.registry import register
 
 DEFAULT_EMAIL_PATTERN = r"[A-Za-z0-9.\-+_]+@[a-z0-9.\-+_]+\.[a-z]+"
 

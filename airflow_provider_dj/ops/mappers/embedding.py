@@ -83,8 +83,10 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise EmbeddingModelError("text_embedding_mapper: device 'cuda' was asked for but torch sees no CUDA device; "
-                                  "use device: auto (falls back to the CPU) or run on a GPU worker")
+        raise EmbeddingModelError(
+            "text_embedding_mapper: device 'cuda' was asked for but torch sees no CUDA device; "
+            "use device: auto (falls back to the CPU) or run on a GPU worker"
+        )
     return device
 
 
@@ -103,8 +105,9 @@ def load_model(path: str, device: str, dtype: str, max_seq_length: int | None):
             import torch
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
-            raise EmbeddingModelError(f"text_embedding_mapper needs torch and sentence-transformers ({exc}); "
-                                      f"{INSTALL_HINT}") from None
+            raise EmbeddingModelError(
+                f"text_embedding_mapper needs torch and sentence-transformers ({exc}); {INSTALL_HINT}"
+            ) from None
         try:  # keep task logs readable: no per-load weight-loading progress bar
             from transformers.utils import logging as hf_logging
 
@@ -174,28 +177,39 @@ class TextEmbeddingMapper(Mapper):
         if path is None:
             path = _packaged_model_dir()
             if path is None:
-                raise OpArgumentError("model_path", f"{cls.name}: the default model package {MODEL_PACKAGE!r} is not "
-                                                    f"installed; {INSTALL_HINT} (or set model_path to a local "
-                                                    f"sentence-transformers directory)")
+                raise OpArgumentError(
+                    "model_path",
+                    f"{cls.name}: the default model package {MODEL_PACKAGE!r} is not "
+                    f"installed; {INSTALL_HINT} (or set model_path to a local "
+                    f"sentence-transformers directory)",
+                )
         problem = _model_dir_problem(os.path.expanduser(path))
         if problem:
-            raise OpArgumentError("model_path", f"{cls.name}: {problem}; point model_path at a local "
-                                                f"sentence-transformers directory")
+            raise OpArgumentError(
+                "model_path", f"{cls.name}: {problem}; point model_path at a local sentence-transformers directory"
+            )
         for module in ("torch", "sentence_transformers"):
             if importlib.util.find_spec(module) is None:
                 raise OpArgumentError("model_path", f"{cls.name} needs the {module!r} package; {INSTALL_HINT}")
 
     def fingerprint_args(self) -> dict[str, Any]:
-        return {"text_key": self.text_key, "model_path": self.model_path, "output_key": self.output_key,
-                "dtype": self.dtype, "normalize": self.normalize, "max_seq_length": self.max_seq_length}
+        return {
+            "text_key": self.text_key,
+            "model_path": self.model_path,
+            "output_key": self.output_key,
+            "dtype": self.dtype,
+            "normalize": self.normalize,
+            "max_seq_length": self.max_seq_length,
+        }
 
     def resolved_model_path(self) -> str:
         if self.model_path is not None:
             return os.path.expanduser(self.model_path)
         path = _packaged_model_dir()
         if path is None:
-            raise EmbeddingModelError(f"{self.name}: the default model package {MODEL_PACKAGE!r} is not installed; "
-                                      f"{INSTALL_HINT}")
+            raise EmbeddingModelError(
+                f"{self.name}: the default model package {MODEL_PACKAGE!r} is not installed; {INSTALL_HINT}"
+            )
         return path
 
     def setup(self) -> None:
@@ -210,15 +224,23 @@ class TextEmbeddingMapper(Mapper):
         col = table.column(self.text_key)
         if col.null_count:
             first = pc.index(pc.is_null(col), True).as_py()
-            row = table.column("__dj__input_row__")[first].as_py() if "__dj__input_row__" in table.column_names else first
-            raise ValueError(f"{self.name}: text field {self.text_key!r} is null (input row {row}); "
-                             f"a missing text has no embedding")
+            row = (
+                table.column("__dj__input_row__")[first].as_py() if "__dj__input_row__" in table.column_names else first
+            )
+            raise ValueError(
+                f"{self.name}: text field {self.text_key!r} is null (input row {row}); a missing text has no embedding"
+            )
         texts = col.to_pylist()
         model = self.model()
         # A fixed inner batch: the same rows always meet the same padding, so a
         # resumed batch reproduces the uninterrupted run's vectors bit for bit.
-        vectors = model.encode(texts, batch_size=ENCODE_BATCH, convert_to_numpy=True,
-                               normalize_embeddings=self.normalize, show_progress_bar=False)
+        vectors = model.encode(
+            texts,
+            batch_size=ENCODE_BATCH,
+            convert_to_numpy=True,
+            normalize_embeddings=self.normalize,
+            show_progress_bar=False,
+        )
         vectors = vectors.astype("float32", copy=False)
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         width = vectors.shape[1] if vectors.ndim == 2 else 0

@@ -32,9 +32,9 @@ import pyarrow.compute as pc
 import regex
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
+from airflow_provider_dj.ops.kernels.text import replace_text, text_array
 from airflow_provider_dj.ops.mappers.text import python_rows
 from airflow_provider_dj.ops.registry import register
-from airflow_provider_dj.ops.kernels.text import replace_text, text_array
 
 # --- remove_header_mapper ------------------------------------------------------
 # Data-Juicer's header alternatives, in its order.  Its pattern wraps each in
@@ -312,9 +312,7 @@ class RemoveCommentsMapper(Mapper):
 # alternative matches goes.  Only that position matters, and "\{.*\}" (some
 # "}" anywhere later) matches exactly where "\{[^}]*\}" (the first "}" later)
 # does, which keeps the RE2 find a plain DFA scan.
-_BIBLIOGRAPHY = (
-    r"\\(?:appendix|begin\{references\}|begin\{REFERENCES\}|begin\{thebibliography\}|bibliography\{[^}]*\})"
-)
+_BIBLIOGRAPHY = r"\\(?:appendix|begin\{references\}|begin\{REFERENCES\}|begin\{thebibliography\}|bibliography\{[^}]*\})"
 
 
 @register

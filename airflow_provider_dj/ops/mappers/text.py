@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.kernels.text import (
     SPECIAL_CHARACTERS,
     py_lower,
@@ -34,6 +33,7 @@ from airflow_provider_dj.ops.kernels.text import (
     replace_text,
     text_array,
 )
+from airflow_provider_dj.ops.registry import register
 
 
 # --- shared helpers ----------------------------------------------------------
@@ -277,7 +277,7 @@ def _lambda_tokenizer(source: str) -> Callable[[str], list[str]]:
         raise ValueError("tokenizer must be a lambda expression")
     if len(node.body.args.args) != 1:
         raise ValueError("the tokenizer lambda must take exactly one argument")
-    fn = eval(compile(node, "<tokenizer>", "eval"), {"__builtins__": __builtins__})  # noqa: S307 - DJ's contract
+    fn = eval(compile(node, "<tokenizer>", "eval"), {"__builtins__": __builtins__})
 
     def wrapped(line: str) -> list[str]:  # DJ re-adds the space its own splitter would keep
         parts = fn(line)
@@ -329,7 +329,7 @@ class RemoveRepeatSentencesMapper(Mapper):
         if args.get("tokenizer") is not None:
             try:
                 _lambda_tokenizer(args["tokenizer"])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure to build the tokenizer is the argument's fault
                 raise OpArgumentError(
                     "tokenizer",
                     f"remove_repeat_sentences_mapper tokenizer {args['tokenizer']!r} is not a valid "

@@ -19,9 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.mappers.text import python_rows
-from airflow_provider_dj.ops.kernels.patterns import DOTALL, check_replacement, compile_user_pattern, re2_replacement, to_re2
-from airflow_provider_dj.ops.registry import register
+from airflow_provider_dj.ops.kernels.patterns import (
+    DOTALL,
+    check_replacement,
+    compile_user_pattern,
+    re2_replacement,
+    to_re2,
+)
 from airflow_provider_dj.ops.kernels.text import (
     REGEX_DIGIT,
     REGEX_SPACE,
@@ -32,6 +36,8 @@ from airflow_provider_dj.ops.kernels.text import (
     strip_raw_prefix,
     text_array,
 )
+from airflow_provider_dj.ops.mappers.text import python_rows
+from airflow_provider_dj.ops.registry import register
 
 
 def _version(dist: str) -> str | None:
@@ -126,7 +132,6 @@ class CleanIpMapper(PatternSubMapper):
         r"{3}(?:(?:1[0-9][0-9])|(?:2[0-4][0-9])|(?:25[0-5])|(?:[1-9][0-9])|(?:[0-9]))|"
         r"([\da-fA-F]{1,4}:){7}[\da-fA-F]{1,4}"
     )
-
 
 
 # What the ``regex`` module's \w matches on str patterns (DJ 1.6.1 venv):

@@ -17,8 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
-from airflow_provider_dj.ops.mappers.text import _fill, _restore_nulls, join_flat, split_flat
-from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, replace_text, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     file_digest,
@@ -26,6 +24,8 @@ from airflow_provider_dj.ops.kernels.tokenizers import (
     require_sentencepiece,
     sentencepiece_pieces,
 )
+from airflow_provider_dj.ops.mappers.text import _fill, _restore_nulls, join_flat, split_flat
+from airflow_provider_dj.ops.registry import register
 
 _SPECIAL = "".join(sorted(SPECIAL_CHARACTERS))
 #: Data-Juicer's default ``substrings``.

@@ -31,7 +31,6 @@ VARIANTS = {
 
 def main() -> None:
     import yaml
-
     from data_juicer.config import init_configs
     from data_juicer.core import DefaultExecutor
 
@@ -42,8 +41,15 @@ def main() -> None:
         tmp = tempfile.mkdtemp()
         try:
             export = os.path.join(tmp, "out", "result.jsonl")
-            recipe = {"project_name": f"export_fields_{name}", "dataset_path": os.path.join(HERE, "input.jsonl"),
-                      "export_path": export, "work_dir": tmp, "np": 1, "process": PROCESS, **keys}
+            recipe = {
+                "project_name": f"export_fields_{name}",
+                "dataset_path": os.path.join(HERE, "input.jsonl"),
+                "export_path": export,
+                "work_dir": tmp,
+                "np": 1,
+                "process": PROCESS,
+                **keys,
+            }
             path = os.path.join(tmp, "recipe.yaml")
             with open(path, "w", encoding="utf-8") as f:
                 yaml.safe_dump(recipe, f)

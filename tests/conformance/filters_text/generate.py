@@ -64,12 +64,11 @@ def _ujson_roundtrip(obj):
 
 def run_dj(name: str, args: dict, rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(per-row results of the op's methods, ids whose keep flag op.run decides differently)."""
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.base_op import NON_STATS_FILTERS
     from data_juicer.ops.load import load_ops
     from data_juicer.utils.constant import Fields
+    from datasets import Dataset
 
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
     writes_stats = name not in NON_STATS_FILTERS.modules
@@ -135,7 +134,9 @@ def main() -> None:
             if flipped:
                 rounding[f"{set_name}__{vname}"] = flipped
             kept, failed = sum(r["kept"] for r in out), sum(r["error"] for r in out)
-            print(f"{set_name}__{vname}: {len(rows)} rows, {kept} kept, {failed} failed, {len(flipped)} flipped by op.run")
+            print(
+                f"{set_name}__{vname}: {len(rows)} rows, {kept} kept, {failed} failed, {len(flipped)} flipped by op.run"
+            )
     with open(os.path.join(HERE, "expected", "executor_rounding.json"), "w", encoding="utf-8") as f:
         json.dump(rounding, f, indent=1, sort_keys=True)
         f.write("\n")

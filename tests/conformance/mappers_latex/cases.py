@@ -25,7 +25,9 @@ PREAMBLE = r"""\documentclass[11pt]{article}
 \def\Lip{\mathrm{Lip}}% Lipschitz constant
 """
 
-PAPER = PREAMBLE + r"""\title{On the Convergence of Gradient Descent}
+PAPER = (
+    PREAMBLE
+    + r"""\title{On the Convergence of Gradient Descent}
 \author{A. Author \and B. Autor}
 \begin{document}
 \maketitle
@@ -46,6 +48,7 @@ Results follow.\\ A forced break.
 \bibliography{refs}
 \end{document}
 """
+)
 
 PAPER_THEBIB = r"""\documentclass{amsart}
 \newcommand{\N}{\mathbb{N}}
@@ -87,10 +90,14 @@ Just a note without any sectioning command; $\partial{f}$ is not \part{}.
 """
 
 LONG_LINE = (
-    r"\documentclass{article}\newcommand{\x}{\xi}" + "\n"
-    + r"\begin{document}\section{Long}" + "\n"
+    r"\documentclass{article}\newcommand{\x}{\xi}"
+    + "\n"
+    + r"\begin{document}\section{Long}"
+    + "\n"
     + " ".join(f"word{i} \\x, é中 50\\% %c{i}" if i % 97 == 0 else f"word{i} \\x," for i in range(1000))
-    + "\n" + r"\bibliography{long}" + "\n"
+    + "\n"
+    + r"\bibliography{long}"
+    + "\n"
 )
 
 PAPERS = [PAPER, PAPER_THEBIB, PAPER_CJK, NO_SECTION, LONG_LINE, "", "\n", "   "]
@@ -163,7 +170,7 @@ MACRO_CASES = [
 
 WORD_CASES = [
     "Visit http://example.com or www.example.org for more.",
-    "See (https://arxiv.org/abs/1234.5678), \"href=x\" and //comment.",
+    'See (https://arxiv.org/abs/1234.5678), "href=x" and //comment.',
     "Upper-case HTTP://X.COM stays; .COM stays; mail me at a@b.com please",
     "tabs\tand  double  spaces\n\n\nand empty lines\t\t\n",
     "中文 http://中文.com 网址 www.百度.com 结束",
@@ -184,17 +191,28 @@ def generated_papers(n: int = 40, seed: int = 11) -> list[str]:
     values = ["\\mathbb{R}", "\\varepsilon", "x_1", "中", "é", "\\mathcal{G}", "|\\psi\\rangle", "a{b}", "\\\\", "$"]
     words = ["the", "model", "converges", "定理", "证明", "naïve", "Übung", "50\\%", "\\cite{k}", "$x^2$"]
     heads = ["section", "section*", "subsection", "chapter", "paragraph", "part", "subsubsection", "sectionx"]
-    ends = ["\\bibliography{refs}", "\\begin{thebibliography}{9}\\bibitem{a} A.\\end{thebibliography}",
-            "\\appendix\n\\section{Extra}", "\\begin{references}\nR\n\\end{references}", ""]
+    ends = [
+        "\\bibliography{refs}",
+        "\\begin{thebibliography}{9}\\bibitem{a} A.\\end{thebibliography}",
+        "\\appendix\n\\section{Extra}",
+        "\\begin{references}\nR\n\\end{references}",
+        "",
+    ]
     docs = []
     for _ in range(n):
         lines = ["\\documentclass{article}"]
         defined = rnd.sample(names, rnd.randint(0, 4))
         for name in defined:
-            form = rnd.choice([
-                "\\newcommand{{\\{n}}}{{{v}}}", "\\newcommand*{{\\{n}}}{{{v}}}", "\\def\\{n}{{{v}}}",
-                "\\def \\{n} {{{v}}}", "\\renewcommand{{\\{n}}}{{{v}}}", "\\newcommand{{\\{n}}}[1]{{#1{v}}}",
-            ])
+            form = rnd.choice(
+                [
+                    "\\newcommand{{\\{n}}}{{{v}}}",
+                    "\\newcommand*{{\\{n}}}{{{v}}}",
+                    "\\def\\{n}{{{v}}}",
+                    "\\def \\{n} {{{v}}}",
+                    "\\renewcommand{{\\{n}}}{{{v}}}",
+                    "\\newcommand{{\\{n}}}[1]{{#1{v}}}",
+                ]
+            )
             lines.append(form.format(n=name, v=rnd.choice(values)) + rnd.choice(["", "", " % note"]))
         lines.append("\\begin{document}")
         for _ in range(rnd.randint(0, 3)):

@@ -61,8 +61,13 @@ def train_sentencepiece(retrain: bool) -> None:
     os.makedirs(MODELS, exist_ok=True)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(line for t in cases.SP_TRAINING_TEXT for line in t.splitlines() if line.strip()),
-        model_prefix=os.path.join(MODELS, "en.sp"), vocab_size=300, model_type="unigram",
-        character_coverage=1.0, num_threads=1, normalization_rule_name="identity", hard_vocab_limit=False,
+        model_prefix=os.path.join(MODELS, "en.sp"),
+        vocab_size=300,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        normalization_rule_name="identity",
+        hard_vocab_limit=False,
         minloglevel=2,
     )
     os.remove(os.path.join(MODELS, "en.sp.vocab"))
@@ -89,10 +94,9 @@ def template_checks() -> dict:
 
 
 def run_dj(name: str, args: dict, rows: list[dict]) -> list[dict]:
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
+    from datasets import Dataset
 
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
     out = op.run(NestedDataset(Dataset.from_list(rows))).to_list()

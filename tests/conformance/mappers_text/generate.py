@@ -61,10 +61,9 @@ def check_versions() -> None:
 def run_dj(name: str, args: dict, rows: list[dict]) -> list[dict]:
     if name == "lowercase_mapper":
         return [{"id": r["id"], "text": r["text"].lower()} for r in rows]
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
+    from datasets import Dataset
 
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
     out = op.run(NestedDataset(Dataset.from_list(rows))).to_list()
@@ -73,7 +72,6 @@ def run_dj(name: str, args: dict, rows: list[dict]) -> list[dict]:
 
 def charsets() -> dict:
     import regex
-
     from data_juicer.ops.mapper.punctuation_normalization_mapper import PunctuationNormalizationMapper
 
     every = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]

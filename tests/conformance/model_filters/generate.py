@@ -77,11 +77,10 @@ def _ujson_roundtrip(obj):
 
 def run_dj(name: str, args: dict, rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(per-row results of the op's methods, rows whose keep flag op.run decides differently)."""
-    from datasets import Dataset, disable_progress_bars
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
     from data_juicer.utils.constant import Fields
+    from datasets import Dataset, disable_progress_bars
 
     disable_progress_bars()
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
@@ -138,8 +137,10 @@ def main() -> None:
                 if flipped:
                     rounding[f"{set_name}__{vname}"] = flipped
                 kept, failed = sum(r["kept"] for r in out), sum(r["error"] for r in out)
-                print(f"{set_name}__{vname}: {len(rows)} rows, {kept} kept, {failed} failed, "
-                      f"{len(flipped)} flipped by op.run")
+                print(
+                    f"{set_name}__{vname}: {len(rows)} rows, {kept} kept, {failed} failed, "
+                    f"{len(flipped)} flipped by op.run"
+                )
         models = {
             "lid.176.ftz": sha256(a.fasttext_model),
             "en.sp.model": sha256(os.path.join(MODELS, "en.sp.model")),

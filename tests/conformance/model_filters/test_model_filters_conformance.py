@@ -85,8 +85,9 @@ def _model_args(op_name: str, how: str, monkeypatch) -> dict:
 @pytest.mark.parametrize("how", ["paths", "lookup"])
 @pytest.mark.parametrize("chunk", [None, 5], ids=["one_chunk", "chunks_of_5"])
 @pytest.mark.parametrize("set_name,variant,args", CASES, ids=[f"{s}__{v}" for s, v, _ in CASES])
-def test_filter_matches_data_juicer(set_name: str, variant: str, args: dict, chunk: int | None, how: str,
-                                    monkeypatch) -> None:
+def test_filter_matches_data_juicer(
+    set_name: str, variant: str, args: dict, chunk: int | None, how: str, monkeypatch
+) -> None:
     op_name = OP_OF_SET.get(set_name, set_name)
     rows = read_jsonl(HERE / "inputs" / f"{set_name}.jsonl")
     expected = read_jsonl(HERE / "expected" / f"{set_name}__{variant}.jsonl")

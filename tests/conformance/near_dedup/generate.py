@@ -42,9 +42,19 @@ VARIANTS = {
         "punctuation": {"tokenization": "punctuation", "window_size": 2, "lowercase": False},
         "tight": {"window_size": 3, "num_blocks": 4, "hamming_distance": 1, "ignore_pattern": "[0-9]+"},
         # the simhash step of DJ's shipped refine recipes (pile-nih-refine.yaml and others)
-        "recipe_ignore_punct": {"tokenization": "space", "window_size": 6, "lowercase": True,
-                                "ignore_pattern": "\\p{P}", "num_blocks": 6, "hamming_distance": 4},
-        "ignore_punct_symbols": {"tokenization": "character", "window_size": 3, "ignore_pattern": "(?:\\p{P}|\\p{S})++"},
+        "recipe_ignore_punct": {
+            "tokenization": "space",
+            "window_size": 6,
+            "lowercase": True,
+            "ignore_pattern": "\\p{P}",
+            "num_blocks": 6,
+            "hamming_distance": 4,
+        },
+        "ignore_punct_symbols": {
+            "tokenization": "character",
+            "window_size": 3,
+            "ignore_pattern": "(?:\\p{P}|\\p{S})++",
+        },
     },
 }
 
@@ -56,8 +66,12 @@ def sentence(rng: random.Random) -> str:
 
 def fresh(rng: random.Random) -> str:
     if rng.random() < 0.2:
-        return "".join(rng.choice(CJK) for _ in range(rng.randint(20, 60))) + "。" + "".join(
-            rng.choice(CJK) for _ in range(rng.randint(5, 20))) + "！"
+        return (
+            "".join(rng.choice(CJK) for _ in range(rng.randint(20, 60)))
+            + "。"
+            + "".join(rng.choice(CJK) for _ in range(rng.randint(5, 20)))
+            + "！"
+        )
     return " ".join(sentence(rng) for _ in range(rng.randint(3, 7)))
 
 
@@ -141,10 +155,9 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def run_ops(ops: list[dict], rows: list[dict]) -> list[dict]:
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
+    from datasets import Dataset
 
     ds = NestedDataset(Dataset.from_list(rows))
     for op in load_ops([{k: dict(v, num_proc=1)} for spec in ops for k, v in spec.items()]):

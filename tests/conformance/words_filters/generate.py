@@ -64,11 +64,10 @@ def _ujson_roundtrip(obj):
 
 
 def run_dj(name: str, args: dict, rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    from datasets import Dataset
-
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
     from data_juicer.utils.constant import Fields
+    from datasets import Dataset
 
     (op,) = load_ops([{name: dict(args, num_proc=1)}])
     out = []

@@ -70,7 +70,10 @@ def main() -> None:
     # run the same model through the same library, so the rule does not change what is compared.
     train_sentencepiece(os.path.join(models, "en.sp.model"), vocab_size=150, normalization_rule_name="identity")
     train_sentencepiece(
-        os.path.join(models, "zh.sp.model"), ZH_CORPUS + DEFAULT_CORPUS, vocab_size=120, normalization_rule_name="identity"
+        os.path.join(models, "zh.sp.model"),
+        ZH_CORPUS + DEFAULT_CORPUS,
+        vocab_size=120,
+        normalization_rule_name="identity",
     )
     build_hf_tokenizer(os.path.join(models, "EleutherAI", "pythia-6.9b-deduped"), vocab_size=400)
     print("wrote", sorted(WORDLISTS) + sorted(IGNORED_TEXT), "and models/")

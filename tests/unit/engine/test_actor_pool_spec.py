@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dj.engine.execution.actor_pool import PoolResourceError, check_cluster_fits, resolve_pool, stateful_op_indices
+from airflow_provider_dj.engine.execution.actor_pool import (
+    PoolResourceError,
+    check_cluster_fits,
+    resolve_pool,
+    stateful_op_indices,
+)
 from airflow_provider_dj.engine.planning.plan import PlannedOp, Segment
 
 
@@ -38,8 +43,10 @@ def test_explicit_resources_and_in_flight_bound():
 
 def test_planned_resources_win_and_gpu_shares_add_up():
     plan = _Plan([("text_embedding_mapper", {}), ("text_embedding_mapper", {"output_key": "e2"})])
-    planned = {"0": {"actors": 3, "num_gpus": 0.5, "num_cpus": 2.0}, "1": {"actors": 6, "num_gpus": 0.25,
-                                                                        "num_cpus": 1.0}}
+    planned = {
+        "0": {"actors": 3, "num_gpus": 0.5, "num_cpus": 2.0},
+        "1": {"actors": 6, "num_gpus": 0.25, "num_cpus": 1.0},
+    }
     spec = resolve_pool(plan, plan.segments[0], 8, max_in_flight=8, actor_resources=planned)
     assert (spec.actors, spec.num_gpus, spec.num_cpus) == (3, 0.75, 2.0)  # fewest planned replicas; shares summed
     assert "planned actors" in spec.reason

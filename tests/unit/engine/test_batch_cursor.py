@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_provider_dj.engine.execution import batch_cursor as bc
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault, load_faults
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, request_stop
+from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.ops.base import STATS_COLUMN, Filter, Mapper
 
 KEY = bc.KEY_COLUMN
@@ -42,8 +42,11 @@ class UpperMapper(Mapper):
         texts = table.column(self.text_key).to_pylist()
         if any("boom" in t for t in texts):
             raise ValueError("boom in text")
-        return table.set_column(table.column_names.index(self.text_key), self.text_key,
-                                pa.array([t.upper() for t in texts], type=pa.string()))
+        return table.set_column(
+            table.column_names.index(self.text_key),
+            self.text_key,
+            pa.array([t.upper() for t in texts], type=pa.string()),
+        )
 
 
 class EvenLengthFilter(Filter):
@@ -81,10 +84,19 @@ def _table(n: int = 10, start: int = 0) -> pa.Table:
 
 
 def _run(job_dir, op, table, *, skip=False, fault=None, events=True, **kw):
-    return bc.run_expensive_op(op, 2, table, job_dir=str(job_dir), partition_id=0, partition_hash="ph",
-                               fingerprint="fp", skip_op_error=skip,
-                               events=EventLog(str(job_dir), "job") if events else None,
-                               fault_spec=fault if fault is not None else load_faults(str(job_dir)), **kw)
+    return bc.run_expensive_op(
+        op,
+        2,
+        table,
+        job_dir=str(job_dir),
+        partition_id=0,
+        partition_hash="ph",
+        fingerprint="fp",
+        skip_op_error=skip,
+        events=EventLog(str(job_dir), "job") if events else None,
+        fault_spec=fault if fault is not None else load_faults(str(job_dir)),
+        **kw,
+    )
 
 
 def _cursor(job_dir, name=UpperMapper.name) -> dict:
@@ -102,14 +114,20 @@ def test_mapper_in_batches_equals_plain_apply_and_commits_each_batch(tmp_path):
     outcome = _run(tmp_path, UpperMapper(), table)
     plain = apply_op(UpperMapper(), 2, table, False)
     _same(outcome.table, plain.table)
-    assert {k: v for k, v in outcome.accounting.items() if k != "duration_s"} == \
-        {k: v for k, v in plain.accounting.items() if k != "duration_s"}
+    assert {k: v for k, v in outcome.accounting.items() if k != "duration_s"} == {
+        k: v for k, v in plain.accounting.items() if k != "duration_s"
+    }
     cur = _cursor(tmp_path)
     assert [(b["start"], b["end"]) for b in cur["batches"]] == [(0, 3), (3, 6), (6, 9), (9, 10)]
     assert cur["next_row"] == 10 and cur["num_batches"] == 4 and cur["batch_size"] == 3
     files = sorted(os.listdir(bc.batch_dir(str(tmp_path), 2, UpperMapper.name, 0)))
-    assert files == ["batch_000000.arrow", "batch_000001.arrow", "batch_000002.arrow", "batch_000003.arrow",
-                     "cursor.json"]
+    assert files == [
+        "batch_000000.arrow",
+        "batch_000001.arrow",
+        "batch_000002.arrow",
+        "batch_000003.arrow",
+        "cursor.json",
+    ]
     commits = read_events(str(tmp_path), "batch_commit")
     assert [e["batch"] for e in commits] == [0, 1, 2, 3]
     assert [e["rows_done"] for e in commits] == [3, 6, 9, 10]
@@ -194,8 +212,13 @@ def test_skip_op_error_rows_are_isolated_per_batch_and_survive_a_resume(tmp_path
     assert outcome.accounting["failed"] == 2 and outcome.accounting["rows_out"] == 8
 
 
-@pytest.mark.parametrize("op_cls, message", [(KeyDroppingMapper, "has no '__dj__input_row__' column"),
-                                             (KeyShiftingMapper, "is not one of the batch's input rows")])
+@pytest.mark.parametrize(
+    "op_cls, message",
+    [
+        (KeyDroppingMapper, "has no '__dj__input_row__' column"),
+        (KeyShiftingMapper, "is not one of the batch's input rows"),
+    ],
+)
 def test_output_row_without_a_valid_key_is_an_error_never_an_insert(tmp_path, op_cls, message):
     with pytest.raises(bc.BatchKeyError, match=message):
         _run(tmp_path, op_cls(), _table(6))

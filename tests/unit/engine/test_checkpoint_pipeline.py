@@ -24,6 +24,7 @@ def test_writes_commit_in_order_with_at_most_one_in_flight():
             log.append(name)
             with lock:
                 in_flight["now"] -= 1
+
         return run
 
     pipe = CheckpointPipeline(enabled=True)

@@ -8,22 +8,30 @@ import os
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.sample_corpus import write_corpus
 
 T = pa.table({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
 
 
-@pytest.mark.parametrize("fmt", [StorageFormat("parquet", "snappy"), StorageFormat("parquet", "zstd"),
-                                 StorageFormat("arrow", "zstd"), StorageFormat("arrow", "none"),
-                                 StorageFormat("jsonl", "gzip"), StorageFormat("jsonl", "zstd"),
-                                 StorageFormat("jsonl", "none")])
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        StorageFormat("parquet", "snappy"),
+        StorageFormat("parquet", "zstd"),
+        StorageFormat("arrow", "zstd"),
+        StorageFormat("arrow", "none"),
+        StorageFormat("jsonl", "gzip"),
+        StorageFormat("jsonl", "zstd"),
+        StorageFormat("jsonl", "none"),
+    ],
+)
 def test_round_trip_in_every_format(tmp_path, fmt):
     s = CheckpointStore(str(tmp_path), fmt)
     s.save(op_index=0, op_name="m", partition_id=3, table=T, partition_hash="h", fingerprint="f", accounting=[])
@@ -34,8 +42,15 @@ def test_round_trip_in_every_format(tmp_path, fmt):
 
 def _saved(tmp_path):
     s = CheckpointStore(str(tmp_path))
-    s.save(op_index=1, op_name="m", partition_id=0, table=T, partition_hash="h", fingerprint="f",
-           accounting=[{"op_index": 0}])
+    s.save(
+        op_index=1,
+        op_name="m",
+        partition_id=0,
+        table=T,
+        partition_hash="h",
+        fingerprint="f",
+        accounting=[{"op_index": 0}],
+    )
     return s
 
 
@@ -73,7 +88,9 @@ def test_checkpoint_of_other_input_or_pipeline_is_ignored(tmp_path):
 def test_no_temp_files_left_after_save(tmp_path):
     s = _saved(tmp_path)
     assert sorted(os.listdir(os.path.dirname(s.data_path(1, "m", 0)))) == [
-        "partition_00000.commit.json", "partition_00000.parquet"]
+        "partition_00000.commit.json",
+        "partition_00000.parquet",
+    ]
 
 
 RECIPE = """\
@@ -144,14 +161,38 @@ def _delta_chain(tmp_path, fmt=None):
     stats = pa.table({"__dj__stats__": pa.array([{"len": 1}, {"len": 2}, {"len": 3}, {"len": 4}])})
     keep = pa.array([True, False, True, True])
     out1 = BASE.append_column("__dj__stats__", stats.column(0)).filter(keep)
-    s.save_delta(op_index=1, op_name="f", partition_id=0, keep=keep, columns=stats, out_columns=out1.column_names,
-                 out_rows=out1.num_rows, base_op_index=0, base_op_name="m", base_fingerprint="f0",
-                 partition_hash="h", fingerprint="f1", accounting=[{"op_index": 1}])
+    s.save_delta(
+        op_index=1,
+        op_name="f",
+        partition_id=0,
+        keep=keep,
+        columns=stats,
+        out_columns=out1.column_names,
+        out_rows=out1.num_rows,
+        base_op_index=0,
+        base_op_name="m",
+        base_fingerprint="f0",
+        partition_hash="h",
+        fingerprint="f1",
+        accounting=[{"op_index": 1}],
+    )
     keep2 = pa.array([False, True, True])
     out2 = out1.filter(keep2)
-    s.save_delta(op_index=2, op_name="d", partition_id=0, keep=keep2, columns=pa.table({}),
-                 out_columns=out2.column_names, out_rows=out2.num_rows, base_op_index=1, base_op_name="f",
-                 base_fingerprint="f1", partition_hash="h", fingerprint="f2", accounting=[])
+    s.save_delta(
+        op_index=2,
+        op_name="d",
+        partition_id=0,
+        keep=keep2,
+        columns=pa.table({}),
+        out_columns=out2.column_names,
+        out_rows=out2.num_rows,
+        base_op_index=1,
+        base_op_name="f",
+        base_fingerprint="f1",
+        partition_hash="h",
+        fingerprint="f2",
+        accounting=[],
+    )
     return s, out1, out2
 
 
@@ -161,8 +202,10 @@ def test_delta_checkpoints_rebuild_the_exact_table_through_a_chain(tmp_path, fmt
     got1 = s.load_valid(1, "f", 0, "h", "f1")
     got2 = s.load_valid(2, "d", 0, "h", "f2")
     assert got1.table.to_pylist() == out1.to_pylist() and got1.table.column_names == out1.column_names
-    assert got2.table.to_pylist() == [{"text": "ccc", "meta": 3, "__dj__stats__": {"len": 3}},
-                                      {"text": "dddd", "meta": 4, "__dj__stats__": {"len": 4}}]
+    assert got2.table.to_pylist() == [
+        {"text": "ccc", "meta": 3, "__dj__stats__": {"len": 3}},
+        {"text": "dddd", "meta": 4, "__dj__stats__": {"len": 4}},
+    ]
     marker = json.load(open(s.marker_path(2, "d", 0)))
     assert marker["delta"]["base_op_index"] == 1 and marker["num_rows"] == 2
     # the delta files hold no text: only keep flags (and the stats the filter set)
@@ -196,14 +239,23 @@ def test_a_mapper_checkpoint_stores_only_the_rows_it_changed(tmp_path):
     from airflow_provider_dj.engine.execution.op_runner import mapper_delta
 
     n = 1000
-    base = pa.table({"text": [f"row {i} " + "x" * 200 for i in range(n)], "meta": list(range(n)),
-                     "note": ["keep"] * n, "__dj__input_row__": list(range(n))})
+    base = pa.table(
+        {
+            "text": [f"row {i} " + "x" * 200 for i in range(n)],
+            "meta": list(range(n)),
+            "note": ["keep"] * n,
+            "__dj__input_row__": list(range(n)),
+        }
+    )
     text = base.column("text").to_pylist()
     text[3], text[500] = "mail removed", None  # a changed value and a value the op cleared
     notes = base.column("note").to_pylist()
     notes[7] = "edited"
-    out = base.set_column(0, "text", pa.array(text)).set_column(2, "note", pa.array(notes)) \
+    out = (
+        base.set_column(0, "text", pa.array(text))
+        .set_column(2, "note", pa.array(notes))
         .append_column("lang", pa.array(["en"] * n))
+    )
     delta = mapper_delta(base, out)
     assert delta is not None and delta.keep.to_pylist() == [True] * n
     assert delta.columns.column("__dj__delta_set__text").to_pylist().count(True) == 2
@@ -212,9 +264,21 @@ def test_a_mapper_checkpoint_stores_only_the_rows_it_changed(tmp_path):
 
     s = CheckpointStore(str(tmp_path))
     s.save(op_index=0, op_name="m0", partition_id=0, table=base, partition_hash="h", fingerprint="f0", accounting=[])
-    s.save_delta(op_index=1, op_name="m1", partition_id=0, keep=delta.keep, columns=delta.columns,
-                 out_columns=out.column_names, out_rows=out.num_rows, base_op_index=0, base_op_name="m0",
-                 base_fingerprint="f0", partition_hash="h", fingerprint="f1", accounting=[])
+    s.save_delta(
+        op_index=1,
+        op_name="m1",
+        partition_id=0,
+        keep=delta.keep,
+        columns=delta.columns,
+        out_columns=out.column_names,
+        out_rows=out.num_rows,
+        base_op_index=0,
+        base_op_name="m0",
+        base_fingerprint="f0",
+        partition_hash="h",
+        fingerprint="f1",
+        accounting=[],
+    )
     got = s.load_valid(1, "m1", 0, "h", "f1").table
     assert got.column_names == out.column_names and got.to_pylist() == out.to_pylist()
     assert os.path.getsize(s.data_path(1, "m1", 0)) < os.path.getsize(s.data_path(0, "m0", 0)) // 10
@@ -249,8 +313,9 @@ def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeyp
         _run_all(jobs[mode], 2)
     assert (tmp_path / "out1.jsonl").read_bytes() == (tmp_path / "out0.jsonl").read_bytes()
     deltas = 0
-    for op_index, name in enumerate(["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter",
-                                     "document_deduplicator"]):
+    for op_index, name in enumerate(
+        ["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter", "document_deduplicator"]
+    ):
         for pid in (0, 1):
             whole, delta = read_checkpoint(jobs["0"], op_index, pid), read_checkpoint(jobs["1"], op_index, pid)
             assert whole is not None and whole.to_pylist() == delta.to_pylist()

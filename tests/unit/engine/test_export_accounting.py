@@ -10,8 +10,16 @@ from airflow_provider_dj.engine.output.export import AccountingError, check_acco
 
 
 def _acct(i, rin, out, filtered=0, dup=0, failed=0):
-    return {"op_index": i, "op_name": f"op{i}", "rows_in": rin, "rows_out": out, "filtered": filtered,
-            "duplicates": dup, "failed": failed, "duration_s": 0.1}
+    return {
+        "op_index": i,
+        "op_name": f"op{i}",
+        "rows_in": rin,
+        "rows_out": out,
+        "filtered": filtered,
+        "duplicates": dup,
+        "failed": failed,
+        "duration_s": 0.1,
+    }
 
 
 def test_consistent_accounting_is_summed_per_op():
@@ -36,10 +44,10 @@ def test_mismatch_fails(per):
 
 
 def test_export_keeps_stats_when_asked(tmp_path):
-    from airflow_provider_dj.engine.output.export import export_job
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.output.export import export_job
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 60, seed=5)
@@ -47,7 +55,8 @@ def test_export_keeps_stats_when_asked(tmp_path):
         out = tmp_path / f"out_{keep}.{suffix}"
         (tmp_path / "r.yaml").write_text(
             f"dataset_path: {data}\nexport_path: {out}\nkeep_stats_in_res_ds: {str(keep).lower()}\n"
-            "partition: {mode: manual, num_of_partitions: 3}\nprocess:\n  - text_length_filter: {min_len: 30}\n")
+            "partition: {mode: manual, num_of_partitions: 3}\nprocess:\n  - text_length_filter: {min_len: 30}\n"
+        )
         job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id=f"k{keep}")
         for pid in range(3):
             run_segment(job.job_dir, 0, pid)

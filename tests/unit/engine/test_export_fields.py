@@ -19,6 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.engine.output.fields import (
     DJ_FIELD_NAMES,
@@ -28,9 +31,6 @@ from airflow_provider_dj.engine.output.fields import (
     dropped_columns,
 )
 from airflow_provider_dj.engine.output.parts import write_part
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
 
 FIX = Path(__file__).parents[2] / "conformance" / "export_fields"
 SPEC = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
@@ -44,9 +44,15 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def _job(tmp_path: Path, name: str, keys: dict, suffix: str) -> tuple[str, Path]:
     out = tmp_path / f"{name}.{suffix}"
-    recipe = {"project_name": f"ef_{name}", "dataset_path": str(FIX / "input.jsonl"), "export_path": str(out),
-              "work_dir": str(tmp_path / "work"), "partition": {"mode": "manual", "num_of_partitions": PARTS},
-              "process": SPEC["process"], **keys}
+    recipe = {
+        "project_name": f"ef_{name}",
+        "dataset_path": str(FIX / "input.jsonl"),
+        "export_path": str(out),
+        "work_dir": str(tmp_path / "work"),
+        "partition": {"mode": "manual", "num_of_partitions": PARTS},
+        "process": SPEC["process"],
+        **keys,
+    }
     if suffix != "jsonl":
         recipe.pop("export_type", None)
     path = tmp_path / f"{name}_{suffix}.yaml"
@@ -101,11 +107,27 @@ def test_suffix_field_survives_and_engine_columns_never_do(tmp_path: Path) -> No
 
 
 def test_drop_rule_by_flags() -> None:
-    names = ["text", "__dj__suffix__", "__dj__stats__", "__dj__meta__", "__dj__hash", "__dj__minhash",
-             "__dj__uid", "__dj__input_row__", "__dj__row_error__", "__dj__delta_set__text", "__dj__is_unique"]
+    names = [
+        "text",
+        "__dj__suffix__",
+        "__dj__stats__",
+        "__dj__meta__",
+        "__dj__hash",
+        "__dj__minhash",
+        "__dj__uid",
+        "__dj__input_row__",
+        "__dj__row_error__",
+        "__dj__delta_set__text",
+        "__dj__is_unique",
+    ]
     engine = ["__dj__input_row__", "__dj__row_error__", "__dj__delta_set__text"]
     assert dropped_columns(names, keep_stats=False, keep_hashes=False) == [
-        "__dj__stats__", "__dj__meta__", "__dj__hash", "__dj__minhash", *engine]
+        "__dj__stats__",
+        "__dj__meta__",
+        "__dj__hash",
+        "__dj__minhash",
+        *engine,
+    ]
     assert dropped_columns(names, keep_stats=True, keep_hashes=False) == ["__dj__hash", "__dj__minhash", *engine]
     assert dropped_columns(names, keep_stats=False, keep_hashes=True) == ["__dj__stats__", "__dj__meta__", *engine]
     assert dropped_columns(names, keep_stats=True, keep_hashes=True) == engine
@@ -121,20 +143,24 @@ def test_every_dj_name_in_the_package_is_classified() -> None:
     found = set()
     for path in root.rglob("*.py"):
         found |= set(re.findall(r"[\"'](__dj__[A-Za-z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
-    unknown = sorted(n for n in found if n not in ENGINE_COLUMNS and n not in DJ_FIELD_NAMES
-                     and not n.startswith(ENGINE_COLUMN_PREFIXES))
+    unknown = sorted(
+        n
+        for n in found
+        if n not in ENGINE_COLUMNS and n not in DJ_FIELD_NAMES and not n.startswith(ENGINE_COLUMN_PREFIXES)
+    )
     assert not unknown, f"classify these in engine/output/fields.py (ENGINE_COLUMNS or DJ_FIELD_NAMES): {unknown}"
     assert "__dj__input_row__" in found and "__dj__suffix__" in found  # the scan sees both kinds
-    from airflow_provider_dj.engine.storage import checkpoints
     from airflow_provider_dj.engine.execution.batch_cursor import KEY_COLUMN, REASON_COLUMN
     from airflow_provider_dj.engine.execution.segment_runner import INPUT_ROW_COLUMN
+    from airflow_provider_dj.engine.storage import checkpoints
 
     assert {checkpoints.DELTA_KEEP_COLUMN, KEY_COLUMN, REASON_COLUMN, INPUT_ROW_COLUMN} <= ENGINE_COLUMNS
     assert checkpoints.PATCH_FLAG_PREFIX in ENGINE_COLUMN_PREFIXES
 
 
-def _recipe(tmp_path: Path, extra: str, process: str = "  - text_length_filter: {min_len: 3}\n",
-            export: str = "out.jsonl") -> Path:
+def _recipe(
+    tmp_path: Path, extra: str, process: str = "  - text_length_filter: {min_len: 3}\n", export: str = "out.jsonl"
+) -> Path:
     (tmp_path / "in.jsonl").write_text('{"text": "abcdef"}\n')
     p = tmp_path / "r.yaml"
     p.write_text(f"dataset_path: {tmp_path}/in.jsonl\nexport_path: {tmp_path}/{export}\n{extra}process:\n{process}")
@@ -161,18 +187,27 @@ def test_export_keys_refused_with_reason(tmp_path: Path, extra: str, key: str, n
 
 def test_keep_hashes_refused_with_a_deduplicator(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as info:
-        load_recipe(_recipe(tmp_path, "keep_hashes_in_res_ds: true\n",
-                            "  - document_simhash_deduplicator: {ignore_pattern: '\\p{P}'}\n"))
+        load_recipe(
+            _recipe(
+                tmp_path,
+                "keep_hashes_in_res_ds: true\n",
+                "  - document_simhash_deduplicator: {ignore_pattern: '\\p{P}'}\n",
+            )
+        )
     assert "keep_hashes_in_res_ds" in str(info.value) and "document_simhash_deduplicator" in str(info.value)
 
 
 def test_export_keys_accepted_as_in_data_juicer(tmp_path: Path) -> None:
-    r = load_recipe(_recipe(tmp_path, "export_type: JSON\nexport_shard_size: 0\nexport_in_parallel: false\n"
-                                      "keep_hashes_in_res_ds: true\nencrypt_before_export: false\n",
-                            export="out.json"))
+    r = load_recipe(
+        _recipe(
+            tmp_path,
+            "export_type: JSON\nexport_shard_size: 0\nexport_in_parallel: false\n"
+            "keep_hashes_in_res_ds: true\nencrypt_before_export: false\n",
+            export="out.json",
+        )
+    )
     assert (r.keep_hashes_in_res_ds, r.export_in_parallel) == (True, False)
-    assert not {"export_type", "export_shard_size", "export_in_parallel", "keep_hashes_in_res_ds"} & set(
-        r.ignored_keys)
+    assert not {"export_type", "export_shard_size", "export_in_parallel", "keep_hashes_in_res_ds"} & set(r.ignored_keys)
     default = load_recipe(_recipe(tmp_path, ""))
     assert (default.keep_hashes_in_res_ds, default.export_in_parallel) == (False, True)
     # Defaults stay out of the effective config, so jobs started before these keys resume unchanged.

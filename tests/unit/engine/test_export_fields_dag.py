@@ -46,10 +46,16 @@ def test_dag_exports_keep_data_juicer_fields(tmp_path: Path, run_dag, monkeypatc
     outputs = {}
     for parallel in (True, False):
         out = tmp_path / f"out_{parallel}.jsonl"
-        recipe = {"project_name": f"export_fields_dag_{parallel}", "dataset_path": str(FIX / "input.jsonl"),
-                  "export_path": str(out), "work_dir": str(tmp_path / "work"),
-                  "partition": {"mode": "manual", "num_of_partitions": 2}, "process": SPEC["process"],
-                  "keep_stats_in_res_ds": True, "export_in_parallel": parallel}
+        recipe = {
+            "project_name": f"export_fields_dag_{parallel}",
+            "dataset_path": str(FIX / "input.jsonl"),
+            "export_path": str(out),
+            "work_dir": str(tmp_path / "work"),
+            "partition": {"mode": "manual", "num_of_partitions": 2},
+            "process": SPEC["process"],
+            "keep_stats_in_res_ds": True,
+            "export_in_parallel": parallel,
+        }
         path = tmp_path / f"r_{parallel}.yaml"
         path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
         dr = run_dag(str(path), {"job_id": f"ef{parallel}"})
@@ -57,8 +63,11 @@ def test_dag_exports_keep_data_juicer_fields(tmp_path: Path, run_dag, monkeypatc
         rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
         assert rows == expected
         assert all(r["__dj__suffix__"] == ".txt" and "__dj__input_row__" not in r for r in rows)
-        events = [json.loads(line) for f in (tmp_path / "work" / f"ef{parallel}").glob("events_*.jsonl")
-                  for line in f.read_text().splitlines()]
+        events = [
+            json.loads(line)
+            for f in (tmp_path / "work" / f"ef{parallel}").glob("events_*.jsonl")
+            for line in f.read_text().splitlines()
+        ]
         (done,) = [e for e in events if e.get("event") == "export_complete" or e.get("event_type") == "export_complete"]
         assert bool(done.get("serialized_in_parallel")) is parallel
         outputs[parallel] = out.read_bytes()

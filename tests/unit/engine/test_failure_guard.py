@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError, export_job
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, parse_recipe
 from airflow_provider_dj.engine.execution.failure_guard import (
     DEFAULT_MAX_FAILED_RATIO,
     MIN_FAILED_ROWS,
@@ -21,27 +21,30 @@ from airflow_provider_dj.engine.execution.failure_guard import (
     exceeded,
     load_settings,
 )
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.planning.plan import build_plan
-from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, parse_recipe
-from airflow_provider_dj.engine.jobdir.resume import config_diff
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.resume import config_diff
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError, export_job
+from airflow_provider_dj.engine.planning.plan import build_plan
 
 
-@pytest.mark.parametrize("failed, rows_in, limit, stops", [
-    (0, 100, 0.5, False),
-    (1, 2, 0.5, False),  # 1 of 2: not past the ratio
-    (3, 4, 0.5, False),  # a handful: fewer than MIN_FAILED_ROWS and not all
-    (1, 1, 0.5, True),  # every row failed
-    (7, 7, 0.5, True),
-    (10, 19, 0.5, True),
-    (10, 20, 0.5, False),  # exactly the ratio is allowed
-    (400, 1000, 0.5, False),
-    (600, 1000, 0.5, True),
-    (1000, 1000, 1.0, False),  # 1 turns the guard off
-    (10, 1000, 0.0, True),  # 0: any failure past the minimum count
-    (0, 0, 0.5, False),  # an op that received nothing
-])
+@pytest.mark.parametrize(
+    "failed, rows_in, limit, stops",
+    [
+        (0, 100, 0.5, False),
+        (1, 2, 0.5, False),  # 1 of 2: not past the ratio
+        (3, 4, 0.5, False),  # a handful: fewer than MIN_FAILED_ROWS and not all
+        (1, 1, 0.5, True),  # every row failed
+        (7, 7, 0.5, True),
+        (10, 19, 0.5, True),
+        (10, 20, 0.5, False),  # exactly the ratio is allowed
+        (400, 1000, 0.5, False),
+        (600, 1000, 0.5, True),
+        (1000, 1000, 1.0, False),  # 1 turns the guard off
+        (10, 1000, 0.0, True),  # 0: any failure past the minimum count
+        (0, 0, 0.5, False),  # an op that received nothing
+    ],
+)
 def test_the_rule(failed, rows_in, limit, stops):
     assert exceeded(failed, rows_in, limit) is stops
 
@@ -63,7 +66,8 @@ def write_recipe(tmp_path, data, parts, extra="", op_args=""):
     (tmp_path / "r.yaml").write_text(
         f"dataset_path: {data}\nexport_path: {out}\npartition: {{mode: manual, num_of_partitions: {parts}}}\n"
         f"checkpoint: {{strategy: every_op}}\n{extra}"
-        f"process:\n  - whitespace_normalization_mapper: {{{op_args}}}\n  - text_length_filter: {{min_len: 1}}\n")
+        f"process:\n  - whitespace_normalization_mapper: {{{op_args}}}\n  - text_length_filter: {{min_len: 1}}\n"
+    )
     return tmp_path / "r.yaml", out
 
 
@@ -89,9 +93,15 @@ def test_an_op_failing_every_row_of_a_partition_stops_it_before_its_checkpoint(t
     assert "MissingFieldError: field 'text' is missing or null in this row" in msg and "(19 rows)" in msg
     assert "process[0].whitespace_normalization_mapper.max_failed_ratio" in msg and "--resume g1" in msg
     assert failed_rows(job.job_dir) == list(range(1, 20))  # the samples and reasons are kept for the user
-    assert not os.path.exists(os.path.join(job.job_dir, "checkpoints", "checkpoint_op_000_whitespace_normalization_mapper"))
-    events = [json.loads(line) for name in os.listdir(job.job_dir) if name.startswith("events")
-              for line in open(os.path.join(job.job_dir, name))]
+    assert not os.path.exists(
+        os.path.join(job.job_dir, "checkpoints", "checkpoint_op_000_whitespace_normalization_mapper")
+    )
+    events = [
+        json.loads(line)
+        for name in os.listdir(job.job_dir)
+        if name.startswith("events")
+        for line in open(os.path.join(job.job_dir, name))
+    ]
     assert any(ev["event_type"] == "op_failed" and ev.get("reason") == "failure_rate_guard" for ev in events)
     with pytest.raises(MissingFinalCheckpointError):
         export_job(job.job_dir)
@@ -127,20 +137,26 @@ def test_failures_spread_thinly_over_partitions_stop_the_export(tmp_path):
     with pytest.raises(FailureRateExceededError) as e:
         export_job(job.job_dir)
     msg = str(e.value)
-    assert "op 0 (whitespace_normalization_mapper) failed 12 of 20 rows (60%) over the job (partitions 0, 1, 2, 3)" in msg
+    assert (
+        "op 0 (whitespace_normalization_mapper) failed 12 of 20 rows (60%) over the job (partitions 0, 1, 2, 3)" in msg
+    )
     assert "the export was not written" in msg and "MissingFieldError: field 'text'" in msg and "(12 rows)" in msg
     assert not out.exists()
     assert not os.path.exists(os.path.join(job.job_dir, "job_summary.json"))
 
     # Raise the limit for that op only and resume: the partitions are done, the export now runs.
-    rpath.write_text(rpath.read_text().replace("whitespace_normalization_mapper: {}",
-                                               "whitespace_normalization_mapper: {max_failed_ratio: 0.7}"))
+    rpath.write_text(
+        rpath.read_text().replace(
+            "whitespace_normalization_mapper: {}", "whitespace_normalization_mapper: {max_failed_ratio: 0.7}"
+        )
+    )
     resumed = prepare_job(load_recipe(rpath, {"resume": "g3"}), job_id="g3")
     assert all(c["final"] for g in resumed.groups for c in g["completed"].values())  # every checkpoint reused
     assert any("max_failed_ratio" in line for line in resumed.accepted_changes)
     summary = export_job(job.job_dir)
-    assert summary["export"]["rows"] == 8 and [json.loads(x)["id"] for x in open(out)] == \
-        [i for i, ok in enumerate(flags) if ok]
+    assert summary["export"]["rows"] == 8 and [json.loads(x)["id"] for x in open(out)] == [
+        i for i, ok in enumerate(flags) if ok
+    ]
 
 
 def test_a_per_op_limit_overrides_the_job_limit(tmp_path):
@@ -151,17 +167,21 @@ def test_a_per_op_limit_overrides_the_job_limit(tmp_path):
     assert export_job(job.job_dir)["failed_samples"] == 12
     rpath2, _ = write_recipe(tmp_path, data, 1, extra="max_failed_ratio: 1\n", op_args="max_failed_ratio: 0.2")
     job2 = prepare_job(load_recipe(rpath2), job_id="g5")
-    with pytest.raises(FailureRateExceededError, match=r"above process\[0\]\.whitespace_normalization_mapper"
-                                                       r"\.max_failed_ratio = 0\.2"):
+    with pytest.raises(
+        FailureRateExceededError,
+        match=r"above process\[0\]\.whitespace_normalization_mapper"
+        r"\.max_failed_ratio = 0\.2",
+    ):
         run_segment(job2.job_dir, 0, 0)
 
 
 def test_the_limit_changes_no_fingerprint_and_a_resume_accepts_it(tmp_path):
     base = {"dataset_path": "in.jsonl", "export_path": "out.jsonl", "process": [{"text_length_filter": {"min_len": 3}}]}
     a = parse_recipe(base, base_dir=str(tmp_path))
-    b = parse_recipe({**base, "max_failed_ratio": 0.9,
-                      "process": [{"text_length_filter": {"min_len": 3, "max_failed_ratio": 0.1}}]},
-                     base_dir=str(tmp_path))
+    b = parse_recipe(
+        {**base, "max_failed_ratio": 0.9, "process": [{"text_length_filter": {"min_len": 3, "max_failed_ratio": 0.1}}]},
+        base_dir=str(tmp_path),
+    )
     assert build_plan(a).ops[0].fingerprint == build_plan(b).ops[0].fingerprint
     refused, accepted = config_diff(a.to_dict(), b.to_dict())
     assert refused == [] and len(accepted) == 2
@@ -169,13 +189,18 @@ def test_the_limit_changes_no_fingerprint_and_a_resume_accepts_it(tmp_path):
     assert config_diff(a.to_dict(), c.to_dict())[0]  # a real argument change is still refused
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"max_failed_ratio": 1.5}, "max_failed_ratio"),
-    ({"max_failed_ratio": "half"}, "max_failed_ratio"),
-    ({"max_failed_ratio": True}, "max_failed_ratio"),
-    ({"process": [{"text_length_filter": {"max_failed_ratio": -0.1}}]},
-     "process[0].text_length_filter.max_failed_ratio"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"max_failed_ratio": 1.5}, "max_failed_ratio"),
+        ({"max_failed_ratio": "half"}, "max_failed_ratio"),
+        ({"max_failed_ratio": True}, "max_failed_ratio"),
+        (
+            {"process": [{"text_length_filter": {"max_failed_ratio": -0.1}}]},
+            "process[0].text_length_filter.max_failed_ratio",
+        ),
+    ],
+)
 def test_bad_limits_are_refused_naming_the_key(tmp_path, data, key):
     base = {"dataset_path": "in.jsonl", "export_path": "out.jsonl", "process": ["whitespace_normalization_mapper"]}
     with pytest.raises(RecipeError) as e:
@@ -197,13 +222,16 @@ def test_rows_lacking_the_text_key_fail_up_front_with_a_plain_reason():
         out = apply_op(op, 3, t, skip, needs=("text",))
         assert out.table.column("id").to_pylist() == [0, 2]
         assert out.failed_rows.column("id").to_pylist() == [1]
-        assert out.failed_reasons == ["MissingFieldError: field 'text' is missing or null in this row; "
-                                      "text_length_filter reads it"]
+        assert out.failed_reasons == [
+            "MissingFieldError: field 'text' is missing or null in this row; text_length_filter reads it"
+        ]
         a = out.accounting
         assert (a["rows_in"], a["rows_out"], a["filtered"], a["failed"]) == (3, 2, 0, 1)
     body = pa.table({"id": [0, 1], "body": ["a", "b"]})
     out = apply_op(create_op("whitespace_normalization_mapper", {}), 0, body, False, needs=("text",))
     assert out.table.num_rows == 0 and out.failed_rows.column("id").to_pylist() == [0, 1]
-    assert out.failed_reasons[0] == ("MissingFieldError: field 'text' is not in these rows (their fields: id, body); "
-                                     "whitespace_normalization_mapper reads it")
+    assert out.failed_reasons[0] == (
+        "MissingFieldError: field 'text' is not in these rows (their fields: id, body); "
+        "whitespace_normalization_mapper reads it"
+    )
     assert apply_op(op, 3, t, True).accounting["failed"] == 0  # without needs: the op sees every row, as before

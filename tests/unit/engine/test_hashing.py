@@ -9,8 +9,10 @@ import pytest
 
 from airflow_provider_dj.engine.input.hashing import ArrowTableHasher, ByteStreamHasher, hash_table
 
-ROWS = [{"id": i, "text": f"sample {i} " * (i % 5 + 1), "meta": {"src": "web" if i % 2 else None}, "tags": [i, i + 1]}
-        for i in range(500)]
+ROWS = [
+    {"id": i, "text": f"sample {i} " * (i % 5 + 1), "meta": {"src": "web" if i % 2 else None}, "tags": [i, i + 1]}
+    for i in range(500)
+]
 
 
 def _bytes(rows) -> bytes:

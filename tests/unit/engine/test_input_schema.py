@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_dj.engine.config.recipe import PartitionConfig, RecipeError, check_input_exists, parse_recipe
+from airflow_provider_dj.engine.input.partitioning import plan_partitions, read_partition
 from airflow_provider_dj.engine.input.schema import (
     InputMismatchError,
     check_input_fields,
@@ -23,8 +25,6 @@ from airflow_provider_dj.engine.input.schema import (
     required_fields,
 )
 from airflow_provider_dj.engine.input.sources import InputError, InputFile, list_input_files
-from airflow_provider_dj.engine.input.partitioning import plan_partitions, read_partition
-from airflow_provider_dj.engine.config.recipe import PartitionConfig, RecipeError, check_input_exists, parse_recipe
 
 
 def write_jsonl(path, rows) -> str:
@@ -35,12 +35,17 @@ def write_jsonl(path, rows) -> str:
 
 
 def recipe(tmp_path, dataset, process=None, **keys):
-    data = {"dataset_path": str(dataset), "export_path": str(tmp_path / "out" / "result.jsonl"),
-            "process": process or ["whitespace_normalization_mapper", {"words_num_filter": {"min_num": 1}}], **keys}
+    data = {
+        "dataset_path": str(dataset),
+        "export_path": str(tmp_path / "out" / "result.jsonl"),
+        "process": process or ["whitespace_normalization_mapper", {"words_num_filter": {"min_num": 1}}],
+        **keys,
+    }
     return parse_recipe(data, base_dir=str(tmp_path))
 
 
 # -- the field check ------------------------------------------------------------
+
 
 def test_text_key_missing_from_every_row_is_refused_with_the_fields_and_the_key(tmp_path):
     f = write_jsonl(tmp_path / "body.jsonl", [{"body": "hello world", "id": i} for i in range(5)])
@@ -88,17 +93,23 @@ def test_suffix_filter_needs_the_suffix_column_only_when_it_has_suffixes(tmp_pat
 
 def test_a_field_an_earlier_op_adds_is_not_required_from_the_input(tmp_path):
     f = write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
-    r = recipe(tmp_path, f, [
-        {"text_embedding_mapper": {"output_key": "emb"}},  # adds 'emb'
-        {"specified_field_filter": {"field_key": "emb", "target_value": [1]}},
-    ])
+    r = recipe(
+        tmp_path,
+        f,
+        [
+            {"text_embedding_mapper": {"output_key": "emb"}},  # adds 'emb'
+            {"specified_field_filter": {"field_key": "emb", "target_value": [1]}},
+        ],
+    )
     assert [q.path for q in required_fields(r)] == ["text"]
 
 
 def test_an_op_declares_its_own_text_key(tmp_path):
     f = write_jsonl(tmp_path / "a.jsonl", [{"text": "x", "title": "y"}])
     r = recipe(tmp_path, f, [{"whitespace_normalization_mapper": {"text_key": "headline"}}])
-    with pytest.raises(InputMismatchError, match=r"'headline'.*process\[0\]\.whitespace_normalization_mapper\.text_key"):
+    with pytest.raises(
+        InputMismatchError, match=r"'headline'.*process\[0\]\.whitespace_normalization_mapper\.text_key"
+    ):
         check_input_fields(r)
 
 
@@ -177,6 +188,7 @@ def test_none_of_several_files_has_the_field(tmp_path):
 
 
 # -- other bad inputs ---------------------------------------------------------------
+
 
 def test_an_empty_file_among_several_is_a_warning_and_contributes_no_rows(tmp_path):
     d = tmp_path / "in"

@@ -42,7 +42,7 @@ def test_exactly_one_of_many_simultaneous_runners_gets_the_job(tmp_path):
     assert len(winners) == 1, results
     lock = job_lock.read_lock(job_dir)
     assert lock["airflow_run_id"] == winners[0][0]  # the lock on disk is the winner's
-    for run_id, what, msg in results:
+    for _run_id, what, msg in results:
         if what == "refused":  # each loser is told who holds the job
             assert f"airflow_run_id={winners[0][0]}" in msg and "host=" in msg and "pid=" in msg
 
@@ -109,15 +109,17 @@ def test_a_refused_new_job_writes_nothing_over_the_holders_config(tmp_path):
     have written its effective config (its export_path) over the winner's."""
     import pytest
 
+    from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.jobdir import lock as job_lock
     from airflow_provider_dj.engine.jobdir.setup import prepare_job
-    from airflow_provider_dj.engine.config.recipe import load_recipe
 
     data = tmp_path / "in.jsonl"
     data.write_text("".join(f'{{"text": "row number {i} of the input"}}\n' for i in range(6)))
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"project_name: lock_order\ndataset_path: {data}\nexport_path: {tmp_path / 'mine.jsonl'}\n"
-                      f"work_dir: {tmp_path / 'work'}\nprocess:\n  - whitespace_normalization_mapper:\n")
+    recipe.write_text(
+        f"project_name: lock_order\ndataset_path: {data}\nexport_path: {tmp_path / 'mine.jsonl'}\n"
+        f"work_dir: {tmp_path / 'work'}\nprocess:\n  - whitespace_normalization_mapper:\n"
+    )
     job_dir = tmp_path / "work" / "same_job"
     os.makedirs(job_dir)
     holder = dict(job_lock.owner_identity("winner_run"), pid=os.getppid())  # a live process, not ours

@@ -58,17 +58,18 @@ def test_filter_accounting():
 
 @pytest.mark.parametrize("policy,kept", [("keep_all", True), ("cleanup_all", False), ("keep_failed_only", False)])
 def test_retention_policy_applied_after_success(tmp_path, policy, kept):
-    from airflow_provider_dj.engine.output.export import export_job
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.output.export import export_job
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 30, seed=1)
     (tmp_path / "r.yaml").write_text(
         f"dataset_path: {data}\nexport_path: {tmp_path / 'o.jsonl'}\n"
         f"intermediate_storage: {{retention_policy: {policy}}}\n"
-        "partition: {mode: manual, num_of_partitions: 2}\nprocess:\n  - whitespace_normalization_mapper:\n")
+        "partition: {mode: manual, num_of_partitions: 2}\nprocess:\n  - whitespace_normalization_mapper:\n"
+    )
     job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id="ret")
     for pid in range(2):
         run_segment(job.job_dir, 0, pid)
@@ -111,18 +112,21 @@ def test_a_missing_value_is_a_failure_not_a_success():
 def test_failed_samples_record_op_partition_input_row_and_error(tmp_path):
     import json
 
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import _write_failed
     from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
 
     rows = pa.table({"text": ["bad"], "__dj__input_row__": pa.array([41], pa.int64())})
     data = tmp_path / "in.jsonl"
     data.write_text('{"text": "a"}\n')
-    (tmp_path / "r.yaml").write_text(f"dataset_path: {data}\nexport_path: {tmp_path / 'o.jsonl'}\n"
-                                     "process:\n  - whitespace_normalization_mapper:\n")
+    (tmp_path / "r.yaml").write_text(
+        f"dataset_path: {data}\nexport_path: {tmp_path / 'o.jsonl'}\nprocess:\n  - whitespace_normalization_mapper:\n"
+    )
     job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id="f")
     _write_failed(JobContext(job.job_dir), 0, "whitespace_normalization_mapper", 0, rows, ["ValueError: boom"])
-    rec = json.loads(open(tmp_path / "f" / "failed" / "op_000_whitespace_normalization_mapper" / "partition_00000.jsonl").readline())
+    rec = json.loads(
+        open(tmp_path / "f" / "failed" / "op_000_whitespace_normalization_mapper" / "partition_00000.jsonl").readline()
+    )
     assert rec["__dj__input_row__"] == 41 and rec["__dj__error_type__"] == "ValueError"
     assert rec["__dj__failed_op__"] == "whitespace_normalization_mapper" and rec["__dj__partition__"] == 0

@@ -17,13 +17,34 @@ from airflow_provider_dj.engine.config.overrides import (
 
 def test_overridable_keys_cover_runtime_values_only():
     for key in (
-        "dataset_path", "export_path", "work_dir", "job_id", "resume", "np", "skip_op_error",
-        "keep_stats_in_res_ds", "max_failed_ratio", "open_tracer", "op_list_to_trace", "trace_num", "trace_keys",
-        "partition.mode", "partition.num_of_partitions", "partition.size", "partition.target_size_mb",
-        "partition.max_size_mb", "partition.max_concurrent_partitions", "partition.gpu_probe_sample_seed",
-        "checkpoint.enabled", "checkpoint.strategy", "checkpoint.n_ops", "checkpoint.op_names",
-        "intermediate_storage.format", "intermediate_storage.compression",
-        "intermediate_storage.preserve_intermediate_data", "intermediate_storage.retention_policy",
+        "dataset_path",
+        "export_path",
+        "work_dir",
+        "job_id",
+        "resume",
+        "np",
+        "skip_op_error",
+        "keep_stats_in_res_ds",
+        "max_failed_ratio",
+        "open_tracer",
+        "op_list_to_trace",
+        "trace_num",
+        "trace_keys",
+        "partition.mode",
+        "partition.num_of_partitions",
+        "partition.size",
+        "partition.target_size_mb",
+        "partition.max_size_mb",
+        "partition.max_concurrent_partitions",
+        "partition.gpu_probe_sample_seed",
+        "checkpoint.enabled",
+        "checkpoint.strategy",
+        "checkpoint.n_ops",
+        "checkpoint.op_names",
+        "intermediate_storage.format",
+        "intermediate_storage.compression",
+        "intermediate_storage.preserve_intermediate_data",
+        "intermediate_storage.retention_policy",
     ):
         assert key in OVERRIDABLE_KEYS, key
     for key in ("process", "project_name", "schedule", "text_keys", "executor_type", "partition"):
@@ -119,13 +140,15 @@ def test_values_are_not_type_checked_here():
 
 
 def test_parse_set_args_yaml_values():
-    out = parse_set_args([
-        "partition.num_of_partitions=4",
-        "skip_op_error=false",
-        "checkpoint.op_names=[a, b]",
-        "intermediate_storage.format=arrow",
-        "np = 2",
-    ])
+    out = parse_set_args(
+        [
+            "partition.num_of_partitions=4",
+            "skip_op_error=false",
+            "checkpoint.op_names=[a, b]",
+            "intermediate_storage.format=arrow",
+            "np = 2",
+        ]
+    )
     assert out == {
         "partition": {"num_of_partitions": 4},
         "skip_op_error": False,
@@ -217,8 +240,10 @@ def test_max_failed_ratio_is_overridable_and_still_validated(tmp_path):
     data = tmp_path / "in.jsonl"
     data.write_text('{"text": "a b c d e f"}\n')
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"project_name: guard_override\ndataset_path: {data}\nexport_path: {tmp_path / 'out.jsonl'}\n"
-                      f"process:\n  - whitespace_normalization_mapper:\n")
+    recipe.write_text(
+        f"project_name: guard_override\ndataset_path: {data}\nexport_path: {tmp_path / 'out.jsonl'}\n"
+        f"process:\n  - whitespace_normalization_mapper:\n"
+    )
     over = normalize_overrides({"max_failed_ratio": 0.9})
     assert over == {"max_failed_ratio": 0.9}
     assert load_recipe(str(recipe), over).max_failed_ratio == 0.9

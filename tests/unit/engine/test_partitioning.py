@@ -92,7 +92,9 @@ def test_multi_file_directory_and_compressed_inputs(tmp_path):
         fh.write("".join(json.dumps(r) + "\n" for r in ROWS[40:70]))
     import zstandard
 
-    (d / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in ROWS[70:]).encode()))
+    (d / "c.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in ROWS[70:]).encode())
+    )
     (d / "README.md").write_text("not data")
     info = plan_partitions(str(d), _cfg(num_of_partitions=5))
     ids = [i for p in info["partitions"] for i in read_partition(info, p["partition_id"]).column("id").to_pylist()]

@@ -145,8 +145,10 @@ def test_project_name_defaults_to_file_stem(tmp_path):
 
 def test_absolute_urls_home_and_work_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    r = parse_recipe(base_data(dataset_path="s3://bucket/in/*.parquet", export_path="~/out/r.parquet",
-                               work_dir="../jobs"), base_dir=str(tmp_path / "sub"))
+    r = parse_recipe(
+        base_data(dataset_path="s3://bucket/in/*.parquet", export_path="~/out/r.parquet", work_dir="../jobs"),
+        base_dir=str(tmp_path / "sub"),
+    )
     assert r.dataset_path == "s3://bucket/in/*.parquet"
     assert r.export_path == str(tmp_path / "home" / "out" / "r.parquet")
     assert r.work_dir == str(tmp_path / "jobs")
@@ -160,8 +162,20 @@ def test_parse_without_base_dir_uses_cwd(tmp_path, monkeypatch):
     assert r.dataset_path == os.path.join(str(tmp_path), "data", "in.jsonl")
 
 
-@pytest.mark.parametrize("ds", ["/d/in.json", "/d/in.jsonl.gz", "/d/in.jsonl.zst", "/d/x.parquet", "/d/dir",
-                                "/d/dir/", "/d/corpus.v2", "/d/*.jsonl", "/d/part-*"])
+@pytest.mark.parametrize(
+    "ds",
+    [
+        "/d/in.json",
+        "/d/in.jsonl.gz",
+        "/d/in.jsonl.zst",
+        "/d/x.parquet",
+        "/d/dir",
+        "/d/dir/",
+        "/d/corpus.v2",
+        "/d/*.jsonl",
+        "/d/part-*",
+    ],
+)
 def test_accepted_dataset_paths(ds):
     assert parse_recipe(base_data(dataset_path=ds)).dataset_path.startswith("/d/")
 
@@ -178,16 +192,37 @@ def test_text_keys_string_or_list(tmp_path):
 
 
 def test_dj_global_keys_are_ignored_and_recorded(tmp_path):
-    r = load_recipe(write(tmp_path, base_data(use_cache=True, open_monitor=False, export_shard_size=0,
-                                              op_fusion=False, suffixes=[], event_logging={"enabled": True})))
+    r = load_recipe(
+        write(
+            tmp_path,
+            base_data(
+                use_cache=True,
+                open_monitor=False,
+                export_shard_size=0,
+                op_fusion=False,
+                suffixes=[],
+                event_logging={"enabled": True},
+            ),
+        )
+    )
     # export_shard_size is an export key now (honoured: 0 is one file; engine/output/fields.py), not ignored
     assert r.ignored_keys == ("event_logging", "op_fusion", "open_monitor", "suffixes", "use_cache")
 
 
 def test_config_all_style_partition_keys_go_to_extra():
-    r = parse_recipe(base_data(partition={"mode": "auto", "num_of_partitions": "auto", "partitions_per_node": 3,
-                                          "max_concurrent_partitions": "auto", "gpu_probe_timeout_seconds": 30,
-                                          "execution_group_size": "auto", "size": None}))
+    r = parse_recipe(
+        base_data(
+            partition={
+                "mode": "auto",
+                "num_of_partitions": "auto",
+                "partitions_per_node": 3,
+                "max_concurrent_partitions": "auto",
+                "gpu_probe_timeout_seconds": 30,
+                "execution_group_size": "auto",
+                "size": None,
+            }
+        )
+    )
     assert r.partition.num_of_partitions is None and r.partition.max_concurrent_partitions is None
     assert r.partition.extra["partitions_per_node"] == 3
     assert r.partition.extra["gpu_probe_timeout_seconds"] == 30
@@ -235,10 +270,21 @@ def test_executor_type_ray_partitioned_accepted():
 
 
 def test_to_dict_round_trip_and_json(tmp_path):
-    r = load_recipe(write(tmp_path, base_data(
-        use_cache=True, partition={"mode": "manual", "size": 10, "max_gpu_workers_per_device": 2},
-        checkpoint={"strategy": "manual", "op_names": ["document_deduplicator"]}, open_tracer=True,
-        op_list_to_trace=["words_num_filter"], trace_keys=["id"], job_id="j1", schedule="@hourly")))
+    r = load_recipe(
+        write(
+            tmp_path,
+            base_data(
+                use_cache=True,
+                partition={"mode": "manual", "size": 10, "max_gpu_workers_per_device": 2},
+                checkpoint={"strategy": "manual", "op_names": ["document_deduplicator"]},
+                open_tracer=True,
+                op_list_to_trace=["words_num_filter"],
+                trace_keys=["id"],
+                job_id="j1",
+                schedule="@hourly",
+            ),
+        )
+    )
     d = r.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["partition"]["max_gpu_workers_per_device"] == 2 and d["partition"]["size"] == 10
@@ -324,19 +370,22 @@ def test_op_argument_wrong_type(tmp_path):
     assert str(e).startswith(f"{e.file}: process[0].words_num_filter.min_num: ")
 
 
-@pytest.mark.parametrize("key,value,fragment", [
-    ("np", 0, "integer >= 1"),
-    ("np", True, "integer >= 1"),
-    ("np", 2.0, "integer >= 1"),
-    ("skip_op_error", "yes", "true or false"),
-    ("keep_stats_in_res_ds", 1, "true or false"),
-    ("open_tracer", "on", "true or false"),
-    ("trace_num", 0, "integer >= 1"),
-    ("trace_keys", [1], "list of non-empty strings"),
-    ("text_keys", [], "at least one field"),
-    ("text_keys", 5, "list of non-empty strings"),
-    ("project_name", 2024, "string"),
-])
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("np", 0, "integer >= 1"),
+        ("np", True, "integer >= 1"),
+        ("np", 2.0, "integer >= 1"),
+        ("skip_op_error", "yes", "true or false"),
+        ("keep_stats_in_res_ds", 1, "true or false"),
+        ("open_tracer", "on", "true or false"),
+        ("trace_num", 0, "integer >= 1"),
+        ("trace_keys", [1], "list of non-empty strings"),
+        ("text_keys", [], "at least one field"),
+        ("text_keys", 5, "list of non-empty strings"),
+        ("project_name", 2024, "string"),
+    ],
+)
 def test_top_level_value_errors(tmp_path, key, value, fragment):
     e = load_error(tmp_path, base_data(**{key: value}))
     assert e.key == key and fragment in e.message
@@ -344,28 +393,31 @@ def test_top_level_value_errors(tmp_path, key, value, fragment):
         assert repr(value) in e.message
 
 
-@pytest.mark.parametrize("section,key,value,fragment", [
-    ("partition", "mode", "manul", "auto, manual"),
-    ("partition", "num_of_partitions", 0, "integer >= 1 or \"auto\" or null"),
-    ("partition", "num_of_partitions", "many", "integer >= 1"),
-    ("partition", "size", -3, "integer >= 1"),
-    ("partition", "target_size_mb", 0, "integer >= 1"),
-    ("partition", "max_concurrent_partitions", True, "integer >= 1"),
-    ("partition", "max_size_mb", 0, "integer >= 1"),
-    ("partition", "partitions_per_node", 0, "integer >= 1 or \"auto\""),
-    ("partition", "gpu_preflight_enabled", "no", "true or false"),
-    ("partition", "gpu_probe_timeout_seconds", -1, "positive number"),
-    ("partition", "gpu_probe_sample_seed", "x", "integer or null"),
-    ("partition", "gpu_probe_warmup_batches", -1, "integer >= 0"),
-    ("partition", "max_initialization_overhead_ratio", 2, "(0, 1]"),
-    ("checkpoint", "enabled", "true", "true or false"),
-    ("checkpoint", "strategy", "every_n_op", "every_op, every_n_ops, manual, disabled"),
-    ("checkpoint", "n_ops", 0, "integer >= 1"),
-    ("intermediate_storage", "format", "csv", "parquet, arrow, jsonl"),
-    ("intermediate_storage", "compression", "lzma", "snappy, gzip, zstd, none"),
-    ("intermediate_storage", "preserve_intermediate_data", "y", "true or false"),
-    ("intermediate_storage", "retention_policy", "keep", "keep_all, keep_failed_only, cleanup_all"),
-])
+@pytest.mark.parametrize(
+    "section,key,value,fragment",
+    [
+        ("partition", "mode", "manul", "auto, manual"),
+        ("partition", "num_of_partitions", 0, 'integer >= 1 or "auto" or null'),
+        ("partition", "num_of_partitions", "many", "integer >= 1"),
+        ("partition", "size", -3, "integer >= 1"),
+        ("partition", "target_size_mb", 0, "integer >= 1"),
+        ("partition", "max_concurrent_partitions", True, "integer >= 1"),
+        ("partition", "max_size_mb", 0, "integer >= 1"),
+        ("partition", "partitions_per_node", 0, 'integer >= 1 or "auto"'),
+        ("partition", "gpu_preflight_enabled", "no", "true or false"),
+        ("partition", "gpu_probe_timeout_seconds", -1, "positive number"),
+        ("partition", "gpu_probe_sample_seed", "x", "integer or null"),
+        ("partition", "gpu_probe_warmup_batches", -1, "integer >= 0"),
+        ("partition", "max_initialization_overhead_ratio", 2, "(0, 1]"),
+        ("checkpoint", "enabled", "true", "true or false"),
+        ("checkpoint", "strategy", "every_n_op", "every_op, every_n_ops, manual, disabled"),
+        ("checkpoint", "n_ops", 0, "integer >= 1"),
+        ("intermediate_storage", "format", "csv", "parquet, arrow, jsonl"),
+        ("intermediate_storage", "compression", "lzma", "snappy, gzip, zstd, none"),
+        ("intermediate_storage", "preserve_intermediate_data", "y", "true or false"),
+        ("intermediate_storage", "retention_policy", "keep", "keep_all, keep_failed_only, cleanup_all"),
+    ],
+)
 def test_section_value_errors(tmp_path, section, key, value, fragment):
     e = load_error(tmp_path, base_data(**{section: {key: value}}))
     assert e.key == f"{section}.{key}"
@@ -411,8 +463,9 @@ def test_max_size_below_target(tmp_path):
 
 
 def test_checkpoint_op_names_must_be_in_process(tmp_path):
-    e = load_error(tmp_path, base_data(checkpoint={"strategy": "manual",
-                                                   "op_names": ["words_num_filter", "document_dedup"]}))
+    e = load_error(
+        tmp_path, base_data(checkpoint={"strategy": "manual", "op_names": ["words_num_filter", "document_dedup"]})
+    )
     assert e.key == "checkpoint.op_names[1]"
     assert "'document_dedup'" in e.message and "Did you mean 'document_deduplicator'?" in e.message
     assert "whitespace_normalization_mapper" in e.message  # lists the process ops
@@ -477,8 +530,9 @@ def test_job_id_and_resume_must_match(tmp_path):
     assert e.key == "resume" and "'a'" in e.message and "'b'" in e.message
 
 
-@pytest.mark.parametrize("value,fragment", [("@dayly", "Did you mean '@daily'?"), ("every day", "cron"),
-                                            ("61 * * * *", "cron")])
+@pytest.mark.parametrize(
+    "value,fragment", [("@dayly", "Did you mean '@daily'?"), ("every day", "cron"), ("61 * * * *", "cron")]
+)
 def test_bad_schedule(tmp_path, value, fragment):
     e = load_error(tmp_path, base_data(schedule=value))
     assert e.key == "schedule" and repr(value) in e.message and fragment in e.message

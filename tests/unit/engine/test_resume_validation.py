@@ -11,14 +11,14 @@ from datetime import datetime, timezone
 import pytest
 import xxhash
 
-from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, new_job_id, validate_job_id, JobIdError
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.layout import JobIdError, job_id_for_run, new_job_id, validate_job_id
+from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -81,8 +81,14 @@ def test_clean_resume_reports_completed_checkpoints_and_accepts_non_result_chang
     from airflow_provider_dj.engine.observe.events import read_events
 
     steps = [e["name"] for e in read_events(job["dir"], "validation_step")]
-    assert steps == ["locate", "config_matches", "load_partitioning", "recreate_partitions", "verify_hashes",
-                     "completed_checkpoints"]
+    assert steps == [
+        "locate",
+        "config_matches",
+        "load_partitioning",
+        "recreate_partitions",
+        "verify_hashes",
+        "completed_checkpoints",
+    ]
 
 
 def test_metadata_missing(job, tmp_path):
@@ -109,8 +115,10 @@ def _edit_info(job, fn):
     [
         (lambda i: i["partitions"][1].update(start_row=i["partitions"][1]["start_row"] + 1), "gap"),
         (lambda i: i["partitions"][1].update(start_row=i["partitions"][1]["start_row"] - 1), "overlap"),
-        (lambda i: i["partitions"][2].update(end_row=999, num_rows=999 - i["partitions"][2]["start_row"]),
-         "cover rows 0-999 but the job recorded 120"),
+        (
+            lambda i: i["partitions"][2].update(end_row=999, num_rows=999 - i["partitions"][2]["start_row"]),
+            "cover rows 0-999 but the job recorded 120",
+        ),
         (lambda i: i["partitions"][0].update(end_row="40"), "not an integer"),
     ],
 )
@@ -144,8 +152,11 @@ def _rewrite_input(job, fn):
     [
         (lambda ls: ls + [ls[0]], "input_changed", "changed size"),  # row appended
         (lambda ls: ls[:-1], "input_changed", "changed size"),  # row removed
-        (lambda ls: ls[:50] + [ls[50].replace("a", "e", 1)] + ls[51:], "hash_mismatch",
-         r"partition 1 \(rows 40-79\)"),  # same-size edit
+        (
+            lambda ls: ls[:50] + [ls[50].replace("a", "e", 1)] + ls[51:],
+            "hash_mismatch",
+            r"partition 1 \(rows 40-79\)",
+        ),  # same-size edit
         (lambda ls: ls[:10] + [ls[11], ls[10]] + ls[12:], "hash_mismatch", r"partition 0 \(rows 0-39\)"),  # reordered
     ],
 )
@@ -194,8 +205,9 @@ def test_completed_job_does_no_work_and_reverifies_export(job):
     assert p.job_complete and p.groups == []
     verify_completed_export(job["dir"])
     after = snapshot(job["dir"])
-    assert {k: v for k, v in after.items() if not k.startswith("events_")} == \
-        {k: v for k, v in before.items() if not k.startswith("events_")}
+    assert {k: v for k, v in after.items() if not k.startswith("events_")} == {
+        k: v for k, v in before.items() if not k.startswith("events_")
+    }
     out = job["tmp"] / "out.jsonl"
     out.write_text(out.read_text() + "{}\n")
     with pytest.raises(ExportMismatchError, match="changed since"):
@@ -212,7 +224,7 @@ def test_second_runner_is_refused_with_the_owner_identity(job):
 
 
 def test_stale_locks_are_taken_over(job, monkeypatch):
-    dead = job_lock.owner_identity(None, pid=2 ** 22 + 12345)  # no such pid
+    dead = job_lock.owner_identity(None, pid=2**22 + 12345)  # no such pid
     dead["pid_is_run"] = True
     job_lock.acquire(job["dir"], dead)
     p = _resume(job, run_id="run_new")
@@ -230,7 +242,9 @@ def test_job_ids():
     a = job_id_for_run("nightly", "scheduled__2026-11-28T02:00:00+00:00", night)
     assert a == job_id_for_run("nightly", "scheduled__2026-11-28T02:00:00+00:00", night)  # same night: same job
     assert re.fullmatch(r"20261128_020000_[0-9a-f]{6}", a)
-    b = job_id_for_run("nightly", "scheduled__2026-11-29T02:00:00+00:00", datetime(2026, 11, 29, 2, tzinfo=timezone.utc))
+    b = job_id_for_run(
+        "nightly", "scheduled__2026-11-29T02:00:00+00:00", datetime(2026, 11, 29, 2, tzinfo=timezone.utc)
+    )
     assert a != b
     for bad in ("../x", "a/b", "/abs", "..", ".hidden", "x" * 129, ""):
         with pytest.raises(JobIdError):
@@ -248,8 +262,9 @@ def test_changing_only_how_the_export_is_serialized_is_accepted_on_resume():
     """export_in_parallel changes how the export is written, not its bytes: no reason to refuse a resume."""
     from airflow_provider_dj.engine.jobdir.resume import config_diff
 
-    refused, accepted = config_diff({"export_in_parallel": True, "process": [{"a": {}}]},
-                                    {"export_in_parallel": False, "process": [{"a": {}}]})
+    refused, accepted = config_diff(
+        {"export_in_parallel": True, "process": [{"a": {}}]}, {"export_in_parallel": False, "process": [{"a": {}}]}
+    )
     assert refused == [] and len(accepted) == 1 and "export_in_parallel" in accepted[0]
     refused, _ = config_diff({"keep_hashes_in_res_ds": False}, {"keep_hashes_in_res_ds": True})
     assert refused and "keep_hashes_in_res_ds" in refused[0]  # that one changes the exported rows

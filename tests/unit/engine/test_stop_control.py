@@ -11,15 +11,15 @@ import pickle
 
 import pytest
 
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.engine.jobdir.layout import JobContext
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -39,8 +39,11 @@ process:
 
 
 def _job(tmp_path, job_id: str, export: str):
-    data = write_corpus(str(tmp_path / "corpus.jsonl"), 120, seed=5) if not (tmp_path / "corpus.jsonl").exists() \
+    data = (
+        write_corpus(str(tmp_path / "corpus.jsonl"), 120, seed=5)
+        if not (tmp_path / "corpus.jsonl").exists()
         else str(tmp_path / "corpus.jsonl")
+    )
     rpath = tmp_path / f"{job_id}.yaml"
     rpath.write_text(RECIPE.format(data=data, export=tmp_path / export, work=tmp_path / "work"))
     return prepare_job(load_recipe(str(rpath)), job_id=job_id)
@@ -111,16 +114,17 @@ def test_stop_lands_after_the_committed_op_and_resume_matches_a_clean_run(tmp_pa
     ctx = JobContext(job.job_dir)
     store = CheckpointStore(job.job_dir, ctx.storage_format)
     phash = ctx.partition(0)["content_hash"]
-    committed = [i for i, op in enumerate(ctx.plan.ops)
-                 if store.is_committed(i, op.name, 0, phash, op.fingerprint)]
+    committed = [i for i, op in enumerate(ctx.plan.ops) if store.is_committed(i, op.name, 0, phash, op.fingerprint)]
     assert committed == [0, 1]  # op 1's checkpoint was committed before the stop took effect
     stopped = read_events(job.job_dir, "partition_stopped")
     assert [(e["partition_id"], e["after_op"]) for e in stopped] == [(0, 1)]
     # Partition 1 starts while the request is pending: it does nothing at all.
     with pytest.raises(StopRequested):
         run_segment(job.job_dir, 0, 1)
-    assert not any(store.is_committed(i, op.name, 1, ctx.partition(1)["content_hash"], op.fingerprint)
-                   for i, op in enumerate(ctx.plan.ops))
+    assert not any(
+        store.is_committed(i, op.name, 1, ctx.partition(1)["content_hash"], op.fingerprint)
+        for i, op in enumerate(ctx.plan.ops)
+    )
     assert [e["partition_id"] for e in read_events(job.job_dir, "partition_start")] == [0]
 
     stop_control.clear_stop_request(job.job_dir)

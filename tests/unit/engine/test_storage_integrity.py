@@ -14,18 +14,17 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import xxhash
 
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
 from airflow_provider_dj.ops import registry
+from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
 from airflow_provider_dj.sample_corpus import write_corpus
 
 
@@ -135,8 +134,7 @@ def test_flipped_byte_in_a_committed_checkpoint_is_rejected_and_recomputed(tmp_p
     assert open(job["out"], "rb").read() == clean
 
 
-def test_final_checkpoint_damaged_before_the_export_fails_it_until_the_partition_is_recomputed(tmp_path, data,
-                                                                                               clean):
+def test_final_checkpoint_damaged_before_the_export_fails_it_until_the_partition_is_recomputed(tmp_path, data, clean):
     from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError
 
     job = _new_job(tmp_path, "final", data)
@@ -192,8 +190,9 @@ def test_changed_failed_samples_file_invalidates_the_checkpoints_that_count_it(t
     job = _new_job(tmp_path, "failed", data)
     for pid in range(3):
         run_segment(job["dir"], 0, pid)
-    failed = os.path.join(job["dir"], "failed", "op_000_flag_every_ninth_mapper_for_integrity_tests",
-                          "partition_00002.jsonl")
+    failed = os.path.join(
+        job["dir"], "failed", "op_000_flag_every_ninth_mapper_for_integrity_tests", "partition_00002.jsonl"
+    )
     original = open(failed, "rb").read()
     assert original.count(b"\n") > 0
     flip_byte(failed)
@@ -208,8 +207,9 @@ def test_changed_failed_samples_file_invalidates_the_checkpoints_that_count_it(t
     summary = export_job(job["dir"])
     assert open(job["out"], "rb").read() == clean
     seals = [a["failed_file"] for p in summary["partitions"] for a in p["accounting"] if "failed_file" in a]
-    assert {s["path"] for s in seals} == {f"failed/op_000_flag_every_ninth_mapper_for_integrity_tests/"
-                                          f"partition_{p:05d}.jsonl" for p in range(3)}
+    assert {s["path"] for s in seals} == {
+        f"failed/op_000_flag_every_ninth_mapper_for_integrity_tests/partition_{p:05d}.jsonl" for p in range(3)
+    }
 
 
 @pytest.mark.parametrize("where", ["hash_digit", "byte_count", "json_syntax"])
@@ -250,8 +250,9 @@ def test_partitioning_info_version_1_without_checksum_still_resumes(tmp_path, da
     info["version"] = 1
     json.dump(info, open(path, "w"), indent=2)
     steps = []
-    prepared = prepare_job(load_recipe(job["recipe"], {"resume": "legacy"}), job_id="legacy", airflow_run_id="r2",
-                           log_step=steps.append)
+    prepared = prepare_job(
+        load_recipe(job["recipe"], {"resume": "legacy"}), job_id="legacy", airflow_run_id="r2", log_step=steps.append
+    )
     assert prepared.resumed and any("written before checksums: not verified" in s for s in steps)
 
 
@@ -271,8 +272,9 @@ def test_changed_trace_and_failed_files_of_a_completed_job_are_reported_by_path(
     job = _new_job(tmp_path, "side", data)
     _run_all(job["dir"])
     trace = os.path.join(job["dir"], "trace", f"sample_trace-{WS}.jsonl")
-    failed = os.path.join(job["dir"], "failed", "op_000_flag_every_ninth_mapper_for_integrity_tests",
-                          "partition_00000.jsonl")
+    failed = os.path.join(
+        job["dir"], "failed", "op_000_flag_every_ninth_mapper_for_integrity_tests", "partition_00000.jsonl"
+    )
     assert os.path.getsize(trace) > 0
     flip_byte(trace)
     flip_byte(failed)
@@ -396,8 +398,10 @@ def small_fs(tmp_path):
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); the fault-seam tests above "
-                    f"cover ENOSPC instead")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); the fault-seam tests above "
+            f"cover ENOSPC instead"
+        )
     try:
         yield str(mnt)
     finally:
@@ -421,8 +425,8 @@ def fill(directory: str, leave: int = 0) -> str:
 
 
 def test_real_full_file_system_atomic_write_and_event_append(small_fs):
-    from airflow_provider_dj.engine.storage import fs as storage
     from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
+    from airflow_provider_dj.engine.storage import fs as storage
 
     log = EventLog(small_fs, "j", writer="w")
     log.emit("job_start")

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.ops.registry import create_op
 from airflow_provider_dj.sample_corpus import write_corpus
 
@@ -29,9 +29,13 @@ PROCESS = """process:
   - document_deduplicator: {lowercase: true}
   - text_length_filter: {min_len: 300}
 """
-FILES = ["duplicate-document_deduplicator.jsonl", "sample_trace-clean_email_mapper.jsonl",
-         "sample_trace-text_length_filter.jsonl", "sample_trace-whitespace_normalization_mapper.jsonl",
-         "sample_trace-words_num_filter.jsonl"]
+FILES = [
+    "duplicate-document_deduplicator.jsonl",
+    "sample_trace-clean_email_mapper.jsonl",
+    "sample_trace-text_length_filter.jsonl",
+    "sample_trace-whitespace_normalization_mapper.jsonl",
+    "sample_trace-words_num_filter.jsonl",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +43,22 @@ def corpus(tmp_path_factory):
     return write_corpus(str(tmp_path_factory.mktemp("data") / "in.jsonl"), 400, seed=11)
 
 
-def run_job(tmp_path, corpus, parts, *, tracer="open_tracer: true\ntrace_num: 4\ntrace_keys: [id, meta]\n",
-            job_id=None, strategy="every_op"):
+def run_job(
+    tmp_path,
+    corpus,
+    parts,
+    *,
+    tracer="open_tracer: true\ntrace_num: 4\ntrace_keys: [id, meta]\n",
+    job_id=None,
+    strategy="every_op",
+):
     name = job_id or f"p{parts}"
     recipe = tmp_path / f"{name}.yaml"
-    recipe.write_text(f"dataset_path: {corpus}\nexport_path: {tmp_path / name}.jsonl\nwork_dir: {tmp_path / 'work'}\n"
-                      f"{tracer}partition: {{mode: manual, num_of_partitions: {parts}}}\n"
-                      f"checkpoint: {{strategy: {strategy}}}\n{PROCESS}")
+    recipe.write_text(
+        f"dataset_path: {corpus}\nexport_path: {tmp_path / name}.jsonl\nwork_dir: {tmp_path / 'work'}\n"
+        f"{tracer}partition: {{mode: manual, num_of_partitions: {parts}}}\n"
+        f"checkpoint: {{strategy: {strategy}}}\n{PROCESS}"
+    )
     job = prepare_job(load_recipe(str(recipe)), job_id=name)
     for p in range(parts):
         run_segment(job.job_dir, 0, p)
@@ -137,8 +150,9 @@ def test_tracing_off_writes_nothing(tmp_path, corpus):
 
 
 def test_op_list_to_trace_limits_files(tmp_path, corpus):
-    job_dir, _ = run_job(tmp_path, corpus, 2,
-                         tracer="open_tracer: true\nop_list_to_trace: [words_num_filter, document_deduplicator]\n")
+    job_dir, _ = run_job(
+        tmp_path, corpus, 2, tracer="open_tracer: true\nop_list_to_trace: [words_num_filter, document_deduplicator]\n"
+    )
     files = sorted(f for f in os.listdir(os.path.join(job_dir, "trace")) if f.endswith(".jsonl"))
     assert files == ["duplicate-document_deduplicator.jsonl", "sample_trace-words_num_filter.jsonl"]
     assert len(read_jsonl(os.path.join(job_dir, "trace", "sample_trace-words_num_filter.jsonl"))) == 10  # default
@@ -156,8 +170,10 @@ def test_missing_candidates_are_reported_not_hidden(tmp_path, corpus):
     assert ops["clean_email_mapper"]["partitions_without_candidates"] == [0]
     assert ops["clean_email_mapper"]["complete"] is False
     assert ops["whitespace_normalization_mapper"]["complete"] is True
-    rows = [e["__dj__input_row__"] for e in
-            read_jsonl(os.path.join(job_dir, "trace", "sample_trace-clean_email_mapper.jsonl"))]
+    rows = [
+        e["__dj__input_row__"]
+        for e in read_jsonl(os.path.join(job_dir, "trace", "sample_trace-clean_email_mapper.jsonl"))
+    ]
     assert rows and min(rows) >= 134  # only partitions 1-2 (rows 134..) contributed
 
 
@@ -181,13 +197,18 @@ def test_resume_after_crash_keeps_trace_identical(tmp_path, corpus, jobs):
     export_job(job_dir)
     clean_dir, _ = jobs[3]
     for f in FILES:
-        assert open(os.path.join(job_dir, "trace", f), "rb").read() == open(os.path.join(clean_dir, "trace", f), "rb").read()
+        assert (
+            open(os.path.join(job_dir, "trace", f), "rb").read()
+            == open(os.path.join(clean_dir, "trace", f), "rb").read()
+        )
 
 
 def test_op_list_to_trace_typo_names_the_key_and_suggests(tmp_path, corpus):
     recipe = tmp_path / "bad.yaml"
-    recipe.write_text(f"dataset_path: {corpus}\nexport_path: {tmp_path}/o.jsonl\nopen_tracer: true\n"
-                      f"op_list_to_trace: [words_num_filtr]\n{PROCESS}")
+    recipe.write_text(
+        f"dataset_path: {corpus}\nexport_path: {tmp_path}/o.jsonl\nopen_tracer: true\n"
+        f"op_list_to_trace: [words_num_filtr]\n{PROCESS}"
+    )
     with pytest.raises(RecipeError) as e:
         load_recipe(str(recipe))
     assert e.value.key == "op_list_to_trace[0]"

@@ -18,8 +18,9 @@ from airflow_provider_dj.engine.gpu.planner import (
 
 
 def stage(i=0, name="embed", rate=100.0, gpus=0.25, mem=0.2, cpus=1.0, **kw) -> StageProfile:
-    return StageProfile(op_index=i, op_name=name, rows_per_s=rate, num_gpus=gpus, num_cpus=cpus, memory_fraction=mem,
-                        **kw)
+    return StageProfile(
+        op_index=i, op_name=name, rows_per_s=rate, num_gpus=gpus, num_cpus=cpus, memory_fraction=mem, **kw
+    )
 
 
 def _devices_respected(plan, stages, cluster):
@@ -126,6 +127,7 @@ def test_whole_device_actors_take_empty_devices():
 
 
 # -- not even one actor per stage fits: clear errors before the run -------------------------------
+
 
 def test_one_actor_larger_than_a_device_names_op_and_memory():
     s = stage(2, "text_embedding_mapper", gpus=1, mem=1.3)

@@ -10,18 +10,26 @@ import json
 
 import pytest
 
-from airflow_provider_dj.engine.planning.concurrency import in_flight_per_group, resolve_max_concurrent
-from airflow_provider_dj.engine.planning.decisions import decide_run, parse_time_concurrency
+from airflow_provider_dj.engine.config.recipe import parse_recipe
 from airflow_provider_dj.engine.gpu.planner import ActorPlan, PlanningError
 from airflow_provider_dj.engine.gpu.profiles import ReportFormatError, cluster_from_report, stages_from_report
-from airflow_provider_dj.engine.config.recipe import parse_recipe
+from airflow_provider_dj.engine.planning.concurrency import in_flight_per_group, resolve_max_concurrent
+from airflow_provider_dj.engine.planning.decisions import decide_run, parse_time_concurrency
 
 FAKE_GPU_OP = "planning_test_gpu_mapper"  # registered by this folder's conftest.py
 
 
 def _plan(actors: dict[int, int]) -> ActorPlan:
-    return ActorPlan(actors=actors, placement=[], stage_rows_per_s={}, pipeline_rows_per_s=1.0, bottleneck=0,
-                     stop_reason="", cpus_used=0, gpu_shares_used=0)
+    return ActorPlan(
+        actors=actors,
+        placement=[],
+        stage_rows_per_s={},
+        pipeline_rows_per_s=1.0,
+        bottleneck=0,
+        stop_reason="",
+        cpus_used=0,
+        gpu_shares_used=0,
+    )
 
 
 def test_cpu_only_auto_is_four_bounded_by_partitions(monkeypatch):
@@ -59,22 +67,44 @@ def test_in_flight_split_between_concurrent_groups():
 
 # -- report -> decisions --------------------------------------------------------------------------
 
+
 def _report(kind="cuda", **op) -> dict:
     cuda = kind == "cuda"
-    entry = {"op_index": 1, "op_name": FAKE_GPU_OP, "batch_size": 64, "model_init_s": 5.0, "warmup_s": 0.128,
-             "steady_batch_s": [0.128, 0.128, 0.128], "rows_per_s": 500.0, "output_ratio": 1.0,
-             "peak_memory_bytes": 20 * 2**30, "memory_fraction": 0.3 if cuda else None,
-             "num_gpus": 0.3 if cuda else 0.0, "num_cpus": 1}
+    entry = {
+        "op_index": 1,
+        "op_name": FAKE_GPU_OP,
+        "batch_size": 64,
+        "model_init_s": 5.0,
+        "warmup_s": 0.128,
+        "steady_batch_s": [0.128, 0.128, 0.128],
+        "rows_per_s": 500.0,
+        "output_ratio": 1.0,
+        "peak_memory_bytes": 20 * 2**30,
+        "memory_fraction": 0.3 if cuda else None,
+        "num_gpus": 0.3 if cuda else 0.0,
+        "num_cpus": 1,
+    }
     entry.update(op)
-    device = {"kind": kind, "gpu_model": "H100" if cuda else None, "gpu_count": 2 if cuda else 0,
-              "gpu_total_bytes": 80 * 2**30 if cuda else None, "cpu_count": 16 if cuda else 2}
+    device = {
+        "kind": kind,
+        "gpu_model": "H100" if cuda else None,
+        "gpu_count": 2 if cuda else 0,
+        "gpu_total_bytes": 80 * 2**30 if cuda else None,
+        "cpu_count": 16 if cuda else 2,
+    }
     return {"version": 1, "device": device, "ops": [entry]}
 
 
 def _recipe(tmp_path, gpu=True, **partition):
     process = [{"whitespace_normalization_mapper": None}] + ([{FAKE_GPU_OP: None}] if gpu else [])
-    data = {"project_name": "plan", "dataset_path": "in.jsonl", "export_path": "out.jsonl", "work_dir": "work",
-            "process": process, "partition": partition}
+    data = {
+        "project_name": "plan",
+        "dataset_path": "in.jsonl",
+        "export_path": "out.jsonl",
+        "work_dir": "work",
+        "process": process,
+        "partition": partition,
+    }
     return parse_recipe(data, base_dir=str(tmp_path))
 
 
@@ -125,13 +155,21 @@ def test_recipe_integers_win_over_the_report(tmp_path):
 def test_cpu_only_pipeline_keeps_the_default_group_size(tmp_path, monkeypatch):
     monkeypatch.delenv("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", raising=False)
     recipe = _recipe(tmp_path, gpu=False)
-    d = decide_run(recipe, {"num_partitions": 10, "total_rows": 1000}, None, default_group_size=2,
-                   airflow_max_active=4)
+    d = decide_run(recipe, {"num_partitions": 10, "total_rows": 1000}, None, default_group_size=2, airflow_max_active=4)
     assert (d.group.size, d.group.source) == (2, "default")
     assert d.actor_plan is None and d.concurrency.value == 4
     assert d.max_in_flight == 1  # 4 groups at once share the run's 4
-    assert decide_run(recipe, {"num_partitions": 10, "total_rows": 1000}, None, default_group_size=2,
-                      airflow_max_active=4, sequential_tasks=True).max_in_flight == 4
+    assert (
+        decide_run(
+            recipe,
+            {"num_partitions": 10, "total_rows": 1000},
+            None,
+            default_group_size=2,
+            airflow_max_active=4,
+            sequential_tasks=True,
+        ).max_in_flight
+        == 4
+    )
 
 
 def test_planning_error_surfaces_from_decisions(tmp_path):
@@ -143,9 +181,17 @@ def test_planning_error_surfaces_from_decisions(tmp_path):
 def test_parse_time_uses_a_cached_report_for_a_fixed_job_id(tmp_path, monkeypatch):
     monkeypatch.delenv("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", raising=False)
     assert parse_time_concurrency(_recipe(tmp_path, gpu=False)).value == 4
-    fixed = parse_recipe({"project_name": "plan", "dataset_path": "in.jsonl", "export_path": "out.jsonl",
-                          "work_dir": "work", "job_id": "nightly", "process": [{FAKE_GPU_OP: None}]},
-                         base_dir=str(tmp_path))
+    fixed = parse_recipe(
+        {
+            "project_name": "plan",
+            "dataset_path": "in.jsonl",
+            "export_path": "out.jsonl",
+            "work_dir": "work",
+            "job_id": "nightly",
+            "process": [{FAKE_GPU_OP: None}],
+        },
+        base_dir=str(tmp_path),
+    )
     assert parse_time_concurrency(fixed).value == 1  # no report yet: conservative
     job = tmp_path / "work" / "nightly"
     job.mkdir(parents=True)
@@ -163,5 +209,6 @@ def test_lazy_model_load_in_the_warmup_batch_counts_as_start_up():
     op = {"model_init_s": 1.2e-05, "warmup_batch_s": [61.5], "steady_batch_s": [42.4, 31.0, 37.4]}
     assert startup_seconds(op) == pytest.approx(24.1, abs=1e-3)
     assert startup_seconds({"model_init_s": 3.0, "warmup_batch_s": [0.1], "steady_batch_s": [0.2]}) == 3.0
-    assert stages_from_report(_report(model_init_s=2.0, warmup_batch_s=[4.0]))[0].model_init_s == \
-        pytest.approx(2.0 + 4.0 - 0.128)
+    assert stages_from_report(_report(model_init_s=2.0, warmup_batch_s=[4.0]))[0].model_init_s == pytest.approx(
+        2.0 + 4.0 - 0.128
+    )

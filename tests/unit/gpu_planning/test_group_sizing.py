@@ -30,11 +30,9 @@ def test_auto_is_bounded_by_the_partition_count_and_says_the_ratio_is_missed():
 
 
 def test_cheap_models_need_no_grouping():
-    assert auto_group_size(init_s=0, rows_per_s=10, rows_per_partition=100, num_partitions=8,
-                           max_ratio=0.1).size == 1
+    assert auto_group_size(init_s=0, rows_per_s=10, rows_per_partition=100, num_partitions=8, max_ratio=0.1).size == 1
     # init 1 s against 100 s of work per partition: 1 / 101 < 10%
-    assert auto_group_size(init_s=1, rows_per_s=10, rows_per_partition=1000, num_partitions=8,
-                           max_ratio=0.1).size == 1
+    assert auto_group_size(init_s=1, rows_per_s=10, rows_per_partition=1000, num_partitions=8, max_ratio=0.1).size == 1
 
 
 def test_looser_ratio_needs_smaller_groups():
@@ -43,8 +41,9 @@ def test_looser_ratio_needs_smaller_groups():
     # T = 10 s: strict g >= 30*0.95/(0.05*10) = 57 -> bounded to 50; loose g >= 30*0.5/(0.5*10) = 3
     assert strict.size == 50 and not strict.ratio_met
     assert loose.size == 3 and loose.overhead_ratio == pytest.approx(0.5)
-    assert auto_group_size(init_s=30, rows_per_s=100, rows_per_partition=1000, num_partitions=50,
-                           max_ratio=1.0).size == 1
+    assert (
+        auto_group_size(init_s=30, rows_per_s=100, rows_per_partition=1000, num_partitions=50, max_ratio=1.0).size == 1
+    )
 
 
 def test_explicit_integer_overrides_and_is_bounded_by_partitions():
@@ -71,8 +70,12 @@ def _info(n: int) -> dict:
 
 
 def test_resume_with_mixed_checkpoint_positions_runs_one_partition_per_group():
-    completed = {0: {"last_op": 1, "final": False}, 1: {"last_op": 3, "final": True},
-                 2: {"last_op": -1, "final": False}, 3: {"last_op": -1, "final": False}}
+    completed = {
+        0: {"last_op": 1, "final": False},
+        1: {"last_op": 3, "final": True},
+        2: {"last_op": -1, "final": False},
+        3: {"last_op": -1, "final": False},
+    }
     assert not uniform_positions(completed)
     groups = execution_groups(_info(4), 4, completed)
     assert [g["partition_ids"] for g in groups] == [[0], [1], [2], [3]]
@@ -81,8 +84,12 @@ def test_resume_with_mixed_checkpoint_positions_runs_one_partition_per_group():
 
 def test_resume_with_one_position_keeps_the_group_size():
     # finished partitions do no work, so they never force the fallback
-    completed = {0: {"last_op": 3, "final": True}, 1: {"last_op": 1, "final": False},
-                 2: {"last_op": 1, "final": False}, 3: {"last_op": 1, "final": False}}
+    completed = {
+        0: {"last_op": 3, "final": True},
+        1: {"last_op": 1, "final": False},
+        2: {"last_op": 1, "final": False},
+        3: {"last_op": 1, "final": False},
+    }
     assert uniform_positions(completed)
     assert [g["partition_ids"] for g in execution_groups(_info(4), 2, completed)] == [[0, 1], [2, 3]]
     assert [g["partition_ids"] for g in execution_groups(_info(4), 4)] == [[0, 1, 2, 3]]

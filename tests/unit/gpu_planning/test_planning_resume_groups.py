@@ -13,23 +13,32 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.config.recipe import parse_recipe
+from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.sample_corpus import write_corpus
 
 
 @pytest.fixture
 def recipe(tmp_path):
     data = write_corpus(str(tmp_path / "corpus.jsonl"), 200, seed=5)
-    return parse_recipe({
-        "project_name": "resume_groups", "dataset_path": data, "export_path": "out.jsonl", "work_dir": "work",
-        "partition": {"mode": "manual", "num_of_partitions": 4},
-        "checkpoint": {"enabled": True, "strategy": "every_op"},
-        "process": [{"whitespace_normalization_mapper": None}, {"clean_email_mapper": None},
-                    {"text_length_filter": {"min_len": 5}}],
-    }, base_dir=str(tmp_path))
+    return parse_recipe(
+        {
+            "project_name": "resume_groups",
+            "dataset_path": data,
+            "export_path": "out.jsonl",
+            "work_dir": "work",
+            "partition": {"mode": "manual", "num_of_partitions": 4},
+            "checkpoint": {"enabled": True, "strategy": "every_op"},
+            "process": [
+                {"whitespace_normalization_mapper": None},
+                {"clean_email_mapper": None},
+                {"text_length_filter": {"min_len": 5}},
+            ],
+        },
+        base_dir=str(tmp_path),
+    )
 
 
 def test_mixed_positions_on_resume_give_groups_of_one(recipe):

@@ -6,8 +6,16 @@ from airflow_provider_dj.engine.gpu.contracts import OpNode, ancestors, paths_ov
 
 
 def node(i, kind="mapper", cuda=False, ins=(), outs=(), glob=False, env=None, name=None):
-    return OpNode(i, name or f"op{i}", kind, cuda, glob, None if ins is None else tuple(ins),
-                  None if outs is None else tuple(outs), env)
+    return OpNode(
+        i,
+        name or f"op{i}",
+        kind,
+        cuda,
+        glob,
+        None if ins is None else tuple(ins),
+        None if outs is None else tuple(outs),
+        env,
+    )
 
 
 def test_path_overlap_nested_and_wildcards():
@@ -18,13 +26,17 @@ def test_path_overlap_nested_and_wildcards():
 
 
 def test_independent_gpu_targets_run_in_parallel_replaying_cpu_ancestors():
-    nodes = [node(0, ins=["text"], outs=["text"]),                      # CPU cleaner
-             node(1, kind="filter", ins=["text"], outs=["__dj__stats__.len"]),
-             node(2, cuda=True, ins=["text"], outs=["emb"]),            # GPU target A
-             node(3, cuda=True, ins=["text"], outs=["__dj__meta__.q"])]  # GPU target B
+    nodes = [
+        node(0, ins=["text"], outs=["text"]),  # CPU cleaner
+        node(1, kind="filter", ins=["text"], outs=["__dj__stats__.len"]),
+        node(2, cuda=True, ins=["text"], outs=["emb"]),  # GPU target A
+        node(3, cuda=True, ins=["text"], outs=["__dj__meta__.q"]),
+    ]  # GPU target B
     units = plan_probe_units(nodes, [2, 3], max_parallel=2)
-    assert [(u.mode, u.targets, u.replay) for u in units] == [("parallel", [2], [0, 1, 2]),
-                                                              ("parallel", [3], [0, 1, 3])]
+    assert [(u.mode, u.targets, u.replay) for u in units] == [
+        ("parallel", [2], [0, 1, 2]),
+        ("parallel", [3], [0, 1, 3]),
+    ]
 
 
 def test_gpu_to_gpu_dependency_falls_back_to_ordered():
@@ -47,7 +59,10 @@ def test_missing_contract_is_unknown_not_empty():
 
 
 def test_dataset_level_op_forces_ordered():
-    nodes = [node(0, kind="deduplicator", glob=True, ins=["text"], outs=[]), node(1, cuda=True, ins=["text"], outs=["e"])]
+    nodes = [
+        node(0, kind="deduplicator", glob=True, ins=["text"], outs=[]),
+        node(1, cuda=True, ins=["text"], outs=["e"]),
+    ]
     units = plan_probe_units(nodes, [1], max_parallel=4)
     assert units[0].mode == "ordered" and "dataset-level" in units[0].reasons[1]
 
@@ -58,7 +73,10 @@ def test_runtime_env_mismatch_forces_ordered():
 
 
 def test_one_probe_at_a_time_uses_one_ordered_unit():
-    nodes = [node(0, cuda=True, ins=["text"], outs=["a"]), node(1, ins=["text"], outs=["b"]),
-             node(2, cuda=True, ins=["text"], outs=["c"])]
+    nodes = [
+        node(0, cuda=True, ins=["text"], outs=["a"]),
+        node(1, ins=["text"], outs=["b"]),
+        node(2, cuda=True, ins=["text"], outs=["c"]),
+    ]
     units = plan_probe_units(nodes, [0, 2], max_parallel=1)
     assert [(u.mode, u.targets, u.replay) for u in units] == [("ordered", [0, 2], [0, 1, 2])]

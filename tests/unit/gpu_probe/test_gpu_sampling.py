@@ -62,8 +62,9 @@ def test_shuffle_with_offset_warns_and_ignores_offset(big_jsonl):
 
 def test_parquet_head_offset_and_shuffle(tmp_path):
     path = str(tmp_path / "d.parquet")
-    pq.write_table(pa.table({"id": list(range(1000)), "text": [f"t{i}" for i in range(1000)]}), path,
-                   row_group_size=100)
+    pq.write_table(
+        pa.table({"id": list(range(1000)), "text": [f"t{i}" for i in range(1000)]}), path, row_group_size=100
+    )
     assert read_sample(path, 5, offset=250).table.column("id").to_pylist() == [250, 251, 252, 253, 254]
     head = read_sample(path, 30)
     assert head.origin["row_groups_read"] == 1

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from airflow_provider_dj.hooks.ray import RayHook
 
 
@@ -16,9 +14,20 @@ def _conn(host=None, port=None, extra=None):
 def test_connection_address_and_allowlisted_extras(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     hook = RayHook(ray_conn_id="ray_x")
-    monkeypatch.setattr(hook, "get_connection", lambda cid: _conn(
-        "ray://head", 10001, {"namespace": "dj", "runtime_env": {"env_vars": {"A": "1"}},
-                              "_system_config": {"evil": True}, "address_override": "x"}))
+    monkeypatch.setattr(
+        hook,
+        "get_connection",
+        lambda cid: _conn(
+            "ray://head",
+            10001,
+            {
+                "namespace": "dj",
+                "runtime_env": {"env_vars": {"A": "1"}},
+                "_system_config": {"evil": True},
+                "address_override": "x",
+            },
+        ),
+    )
     cfg = hook.resolve()
     assert cfg["mode"] == "cluster" and cfg["address"] == "ray://head:10001"
     assert cfg["init_kwargs"] == {"namespace": "dj", "runtime_env": {"env_vars": {"A": "1"}}}

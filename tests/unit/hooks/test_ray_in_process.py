@@ -63,8 +63,9 @@ def test_a_configured_cluster_replaces_the_background_started_one(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: state["up"])
     monkeypatch.setattr(ray, "shutdown", lambda: (calls.append("shutdown"), state.update(up=False)))
     monkeypatch.setattr(ray, "init", lambda **kw: (calls.append(("init", kw["address"])), state.update(up=True)))
-    monkeypatch.setattr(ray_in_process, "_state", {"thread": object(), "error": None, "seconds": 0.1,
-                                                   "abandoned": False})
+    monkeypatch.setattr(
+        ray_in_process, "_state", {"thread": object(), "error": None, "seconds": 0.1, "abandoned": False}
+    )
     monkeypatch.setattr(ray_in_process, "_ready", SimpleNamespace(wait=lambda: True))
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     hook = RayHook(ray_conn_id=None)

@@ -11,9 +11,9 @@ import os
 
 import pytest
 
+from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -42,6 +42,7 @@ def _state_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def new_job(tmp_path):
     """A planned job (validate done, nothing run); returns a dict with dir, work, recipe."""
+
     def make(job_id: str = "j1", faults: list[dict] | None = None) -> dict:
         data = write_corpus(str(tmp_path / "in.jsonl"), ROWS, seed=9)
         rpath = tmp_path / "r.yaml"
@@ -53,19 +54,25 @@ def new_job(tmp_path):
         prepared = prepare_job(load_recipe(rpath), job_id=job_id, airflow_run_id="run_1")
         from airflow_provider_dj.engine.observe.events import EventLog
 
-        EventLog(prepared.job_dir, job_id, writer="validate").emit("job_start", status="new",
-                                                                   partitions=prepared.num_partitions)
-        return {"dir": prepared.job_dir, "work": str(tmp_path / "work"), "recipe": str(rpath), "id": job_id,
-                "out": str(tmp_path / "out.jsonl")}
+        EventLog(prepared.job_dir, job_id, writer="validate").emit(
+            "job_start", status="new", partitions=prepared.num_partitions
+        )
+        return {
+            "dir": prepared.job_dir,
+            "work": str(tmp_path / "work"),
+            "recipe": str(rpath),
+            "id": job_id,
+            "out": str(tmp_path / "out.jsonl"),
+        }
 
     return make
 
 
 def run_all(job_dir: str) -> dict:
     """Run every task of the job in order, in-process, and export."""
-    from airflow_provider_dj.engine.output.export import export_job
     from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.output.export import export_job
 
     for pid in range(3):
         run_segment(job_dir, 0, pid, try_number=1)

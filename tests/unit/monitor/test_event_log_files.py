@@ -26,13 +26,19 @@ def test_writers_get_their_own_files_and_readers_merge_them_by_time(tmp_path, mo
     a.emit("op_start", partition_id=0, op_index=3)  # t=4
     c.emit("op_complete", partition_id=2, op_index=0, input_rows=10, output_rows=9)  # t=4, same tick
     c.emit("op_complete", partition_id=2, op_index=1, input_rows=9, output_rows=9)  # t=4, same tick
-    assert sorted(os.path.basename(p) for p in iter_event_files(str(tmp_path))) == \
-        ["events_host-a_1.jsonl", "events_host-b_2.jsonl", "events_host-c_3.jsonl"]
+    assert sorted(os.path.basename(p) for p in iter_event_files(str(tmp_path))) == [
+        "events_host-a_1.jsonl",
+        "events_host-b_2.jsonl",
+        "events_host-c_3.jsonl",
+    ]
     merged = read_events(str(tmp_path))
     assert [e["timestamp"] for e in merged] == [1.0, 2.0, 3.0, 4.0, 4.0, 4.0, 5.0]
     # same clock tick: writer name then per-writer sequence keeps each writer's order
-    assert [(e["writer"], e["op_index"]) for e in merged if e["timestamp"] == 4.0] == \
-        [("host-a_1", 3), ("host-c_3", 0), ("host-c_3", 1)]
+    assert [(e["writer"], e["op_index"]) for e in merged if e["timestamp"] == 4.0] == [
+        ("host-a_1", 3),
+        ("host-c_3", 0),
+        ("host-c_3", 1),
+    ]
     assert all(e["job_id"] == "job" and e["time_utc"].endswith("+00:00") for e in merged)
     assert [e["op_index"] for e in read_events(str(tmp_path), "op_start", since=2.0)] == [1, 2, 3, 4]
 

@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.engine.execution.faults import InjectedFault
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
 from airflow_provider_dj.engine.jobdir.summary import build_job_summary, read_job_summary, write_job_summary
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from tests.unit.monitor.conftest import ROWS, read_lines
 
 
@@ -21,8 +21,11 @@ def test_completed_summary_keeps_export_fields_and_adds_accounting_and_checkpoin
     assert s["status"] == "completed" and s["export"]["written"] is True
     out_rows = sum(1 for _ in open(completed_job["out"]))
     assert s["export"]["rows"] == out_rows and len(s["export"]["checksum_xxh3_128"]) == 32
-    assert [o["op_name"] for o in s["ops"]] == ["whitespace_normalization_mapper", "words_num_filter",
-                                                 "document_deduplicator"]
+    assert [o["op_name"] for o in s["ops"]] == [
+        "whitespace_normalization_mapper",
+        "words_num_filter",
+        "document_deduplicator",
+    ]
     assert s["ops"][0]["rows_in"] == ROWS and s["ops"][-1]["rows_out"] == out_rows
     for o in s["ops"]:
         assert o["rows_in"] == o["rows_out"] + o["filtered"] + o["duplicates"] + o["failed"]
@@ -34,7 +37,8 @@ def test_completed_summary_keeps_export_fields_and_adds_accounting_and_checkpoin
     assert s["resume_command"].endswith("--resume done")
     assert recent_jobs()["done"]["status"] == "completed"
     assert read_lines(os.path.join(completed_job["dir"], "logs", "job.log"))[-1].endswith(
-        f"job completed: 3/3 partitions complete, exported {out_rows} rows to {completed_job['out']}")
+        f"job completed: 3/3 partitions complete, exported {out_rows} rows to {completed_job['out']}"
+    )
 
 
 def test_failed_summary_counts_what_was_committed_and_says_how_to_resume(new_job):
@@ -42,8 +46,12 @@ def test_failed_summary_counts_what_was_committed_and_says_how_to_resume(new_job
     run_segment(job["dir"], 0, 0, try_number=1)
     with pytest.raises(InjectedFault):
         run_segment(job["dir"], 0, 1, try_number=1)
-    s = write_job_summary(job["dir"], "failed", error="task partitions_seg0 (map index 1) failed: InjectedFault",
-                          event_defaults={"airflow_task_id": "partitions_seg0", "airflow_map_index": 1})
+    s = write_job_summary(
+        job["dir"],
+        "failed",
+        error="task partitions_seg0 (map index 1) failed: InjectedFault",
+        event_defaults={"airflow_task_id": "partitions_seg0", "airflow_map_index": 1},
+    )
     on_disk = json.load(open(os.path.join(job["dir"], "job_summary.json")))
     assert on_disk == json.loads(json.dumps(s, default=str))
     assert s["status"] == "failed" and "InjectedFault" in s["error"]
@@ -53,8 +61,13 @@ def test_failed_summary_counts_what_was_committed_and_says_how_to_resume(new_job
     assert parts[2]["ops_done"] == 0 and parts[2]["status"] == "pending"
     assert s["ops"][0]["partitions_done"] == 2 and s["ops"][0]["rows_in"] == 80
     assert s["ops"][2]["partitions_done"] == 0
-    assert s["progress"] == {"partitions_total": 3, "partitions_completed": 0, "partitions_failed": 0,
-                             "op_units_done": 3, "op_units_total": 9}
+    assert s["progress"] == {
+        "partitions_total": 3,
+        "partitions_completed": 0,
+        "partitions_failed": 0,
+        "op_units_done": 3,
+        "op_units_total": 9,
+    }
     assert s["export"] == {"path": job["out"], "written": False}
     assert s["resume_command"].endswith("--resume broken") and s["resume_airflow_conf"] == {"resume": "broken"}
     failed = read_events(job["dir"], "job_failed")
@@ -71,8 +84,14 @@ def test_partition_failures_of_the_latest_run_are_reported(new_job):
     run_segment(job["dir"], 0, 0, try_number=1)
     log = EventLog(job["dir"], "opfail", defaults={"try_number": 1, "airflow_task_id": "partitions_seg0"})
     log.emit("partition_start", partition_id=2, segment=0, input_rows=40)
-    log.emit("op_failed", partition_id=2, op_index=0, op_name="whitespace_normalization_mapper",
-             error_message="ValueError: bad row", status="failed")
+    log.emit(
+        "op_failed",
+        partition_id=2,
+        op_index=0,
+        op_name="whitespace_normalization_mapper",
+        error_message="ValueError: bad row",
+        status="failed",
+    )
     log.emit("partition_failed", partition_id=2, segment=0, error_message="op 0: ValueError: bad row", status="failed")
     s = build_job_summary(job["dir"], "failed")
     parts = {p["partition_id"]: p for p in s["partitions"]}
@@ -81,7 +100,9 @@ def test_partition_failures_of_the_latest_run_are_reported(new_job):
     assert [e["event_type"] for e in s["errors"]] == ["op_failed", "partition_failed"]
     # a retry that starts the partition again clears its failed state
     log.emit("partition_start", partition_id=2, segment=0, input_rows=40)
-    assert {p["partition_id"]: p["status"] for p in build_job_summary(job["dir"], "running")["partitions"]}[2] == "running"
+    assert {p["partition_id"]: p["status"] for p in build_job_summary(job["dir"], "running")["partitions"]}[
+        2
+    ] == "running"
 
 
 def test_stopped_summary_records_the_request(new_job):
@@ -105,8 +126,9 @@ def test_a_completed_summary_is_never_replaced_by_a_failure_or_stop(completed_jo
 
 
 def test_an_accounting_mismatch_is_reported_with_partition_and_op(completed_job):
-    marker = os.path.join(completed_job["dir"], "checkpoints", "checkpoint_op_002_document_deduplicator",
-                          "partition_00001.commit.json")
+    marker = os.path.join(
+        completed_job["dir"], "checkpoints", "checkpoint_op_002_document_deduplicator", "partition_00001.commit.json"
+    )
     m = json.load(open(marker))
     m["accounting"][1]["rows_out"] += 1  # a row appears from nowhere between ops 1 and 2
     open(marker, "w").write(json.dumps(m))
@@ -124,8 +146,8 @@ def test_unplanned_job_dir_and_bad_status(tmp_path):
 
 
 def test_resuming_a_failed_job_turns_its_summary_to_running(new_job):
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.jobdir.setup import prepare_job
 
     job = new_job("again")
     run_segment(job["dir"], 0, 0, try_number=1)

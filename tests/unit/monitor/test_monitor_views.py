@@ -10,12 +10,12 @@ import re
 import pytest
 
 from airflow_provider_dj.cli import main
+from airflow_provider_dj.engine.execution.faults import InjectedFault
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.observe.events import EventLog
-from airflow_provider_dj.engine.execution.faults import InjectedFault
 from airflow_provider_dj.engine.jobdir.summary import write_job_summary
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.monitor import JobNotFoundError, JobUtils, list_running_jobs, show_job_progress, watch_job
 from airflow_provider_dj.monitor.render import bar
 
@@ -34,8 +34,12 @@ def test_completed_job(completed_job):
     # --detailed: per-op table with the summary's totals, and rows out per partition after each op
     s = completed_job["summary"]
     row = next(ln for ln in text.splitlines() if " words_num_filter " in ln and "3/3" in ln)
-    assert row.split()[3:7] == [str(s["ops"][1]["rows_in"]), str(s["ops"][1]["rows_out"]),
-                                str(s["ops"][1]["filtered"]), "0"]
+    assert row.split()[3:7] == [
+        str(s["ops"][1]["rows_in"]),
+        str(s["ops"][1]["rows_out"]),
+        str(s["ops"][1]["filtered"]),
+        "0",
+    ]
     assert "rows out per partition after each op" in text
     assert "resume:" not in text
     utils = JobUtils("done", completed_job["work"])
@@ -76,8 +80,9 @@ def test_running_job_shows_current_op_throughput_and_eta(new_job):
     job = new_job("live")  # validate holds the lock (this process): the job runs
     run_segment(job["dir"], 0, 0, try_number=1)
     EventLog(job["dir"], "live", writer="worker").emit("partition_start", partition_id=1, segment=0)
-    EventLog(job["dir"], "live", writer="worker").emit("op_start", partition_id=1, op_index=0, input_rows=40,
-                                                       op_name="whitespace_normalization_mapper")
+    EventLog(job["dir"], "live", writer="worker").emit(
+        "op_start", partition_id=1, op_index=0, input_rows=40, op_name="whitespace_normalization_mapper"
+    )
     prog = JobUtils("live", job["work"]).progress()
     assert prog["status"] == "running" and prog["units_done"] == 2
     assert prog["rows_processed_this_run"] == 80 and prog["rows_per_s"] > 0 and prog["eta_s"] is not None
@@ -101,8 +106,9 @@ def test_watch_stops_after_max_iterations_or_when_the_job_ends(new_job, complete
     buf = io.StringIO()
     frames = watch_job("watched", interval=7, max_iterations=3, work_dir=job["work"], file=buf, sleep=naps.append)
     assert len(frames) == 3 and naps == [7, 7] and buf.getvalue().count("Job watched  [RUNNING]") == 3
-    frames = watch_job("done", interval=7, max_iterations=5, work_dir=completed_job["work"], file=None,
-                       sleep=naps.append)
+    frames = watch_job(
+        "done", interval=7, max_iterations=5, work_dir=completed_job["work"], file=None, sleep=naps.append
+    )
     assert len(frames) == 1 and "[COMPLETED]" in frames[0] and naps == [7, 7]
 
 

@@ -5,22 +5,29 @@ from __future__ import annotations
 import os
 import re
 
-from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog, partition_log_path, tail_lines
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog, partition_log_path, tail_lines
 from tests.unit.monitor.conftest import read_lines, run_all
 
 
 def test_segment_runner_writes_one_log_per_partition_across_segments(new_job):
     job = new_job("logged")
     run_all(job["dir"])
-    assert sorted(os.listdir(os.path.join(job["dir"], "logs"))) == \
-        ["job.log", "partition_00000.log", "partition_00001.log", "partition_00002.log"]
+    assert sorted(os.listdir(os.path.join(job["dir"], "logs"))) == [
+        "job.log",
+        "partition_00000.log",
+        "partition_00001.log",
+        "partition_00002.log",
+    ]
     lines = read_lines(partition_log_path(job["dir"], 1))
     bodies = [re.sub(r"^\S+Z ", "", ln) for ln in lines]
     assert bodies[0] == "[p1 seg0 try1] partition start: rows 40-79 (40 rows), 2 ops to run"
     assert bodies[1] == "[p1 seg0 try1] op 0 whitespace_normalization_mapper start (1/2 of this segment): 40 rows in"
-    assert re.fullmatch(r"\[p1 seg0 try1\] op 0 whitespace_normalization_mapper done \(1/2\): 40 -> 40 rows in "
-                        r"\d+\.\d{3}s \([\d,]+ rows/s\), ETA \d+\.\d+s for 1 more ops", bodies[2])
+    assert re.fullmatch(
+        r"\[p1 seg0 try1\] op 0 whitespace_normalization_mapper done \(1/2\): 40 -> 40 rows in "
+        r"\d+\.\d{3}s \([\d,]+ rows/s\), ETA \d+\.\d+s for 1 more ops",
+        bodies[2],
+    )
     assert any(b.startswith("[p1 seg1 try1] op 2 document_deduplicator done (1/1): ") for b in bodies)
     assert bodies[-1].startswith("[p1 seg1 try1] partition segment done: ")
     assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", ln) for ln in lines)
@@ -43,8 +50,9 @@ def test_batch_progress_is_throttled_and_reports_rate_and_eta(tmp_path):
     plog.op_start(2, "slow_llm_mapper", 1000, 1, 1)
     assert plog.batch(2, "slow_llm_mapper", 100, 1000) == ""  # within the interval: no line
     line = plog.batch(2, "slow_llm_mapper", 250, 1000, force=True)
-    assert re.search(r"\[p7 seg0 try1\] op 2 slow_llm_mapper: 250/1,000 rows \(25%\), [\d,]+ rows/s, ETA \d+\.\ds$",
-                     line.strip())
+    assert re.search(
+        r"\[p7 seg0 try1\] op 2 slow_llm_mapper: 250/1,000 rows \(25%\), [\d,]+ rows/s, ETA \d+\.\ds$", line.strip()
+    )
     every = PartitionProgressLog(str(tmp_path), 7, segment=0, interval_s=0)
     every.op_start(2, "slow_llm_mapper", 1000, 1, 1)
     assert every.batch(2, "slow_llm_mapper", 500, 1000)

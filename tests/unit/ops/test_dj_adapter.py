@@ -32,15 +32,17 @@ _real_find_spec = importlib.util.find_spec
 def dj_installed(monkeypatch):
     """find_spec says data_juicer exists; importing it would still fail (it is not here)."""
     marker = object()
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: marker if name == "data_juicer" else _real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: marker if name == "data_juicer" else _real_find_spec(name, *a)
+    )
     assert "data_juicer" not in sys.modules
 
 
 def _recipe(tmp_path, process: str) -> str:
     p = tmp_path / "r.yaml"
-    p.write_text(f"project_name: djr\ndataset_path: {tmp_path}/in.jsonl\nexport_path: {tmp_path}/out.jsonl\n"
-                 f"process:\n{process}")
+    p.write_text(
+        f"project_name: djr\ndataset_path: {tmp_path}/in.jsonl\nexport_path: {tmp_path}/out.jsonl\nprocess:\n{process}"
+    )
     return str(p)
 
 
@@ -73,13 +75,16 @@ def test_typos_still_get_a_suggestion_from_native_and_data_juicer_names():
         get_op_class("words_num_filtr")
 
 
-@pytest.mark.parametrize("name,why", [
-    ("random_selector", "is a Data-Juicer selector that this engine cannot run: it is a selector"),
-    ("naive_grouper", "reshapes the whole dataset at once"),
-    ("ray_document_deduplicator", "Ray-mode op that keeps its own cross-worker state"),
-    ("document_minhash_deduplicator_with_uid", "only exact-hash deduplicators"),
-    ("document_line_deduplicator", "only exact-hash deduplicators"),
-])
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        ("random_selector", "is a Data-Juicer selector that this engine cannot run: it is a selector"),
+        ("naive_grouper", "reshapes the whole dataset at once"),
+        ("ray_document_deduplicator", "Ray-mode op that keeps its own cross-worker state"),
+        ("document_minhash_deduplicator_with_uid", "only exact-hash deduplicators"),
+        ("document_line_deduplicator", "only exact-hash deduplicators"),
+    ],
+)
 def test_refused_data_juicer_ops_say_why_even_when_installed(dj_installed, name, why):
     with pytest.raises(UnknownOpError, match=why):
         get_op_class(name)
@@ -92,13 +97,20 @@ def test_native_op_wins_over_data_juicer(dj_installed):
 def test_with_data_juicer_installed_recipe_validates_and_plans_without_importing_it(dj_installed, tmp_path):
     from airflow_provider_dj.engine.planning.plan import build_plan
 
-    r = load_recipe(_recipe(tmp_path, "  - remove_specific_chars_mapper: {chars_to_remove: 'x'}\n"
-                                      "  - general_field_filter: {filter_condition: 'n > 1'}\n"
-                                      "  - image_deduplicator: {method: phash, consider_text: true}\n"))
+    r = load_recipe(
+        _recipe(
+            tmp_path,
+            "  - remove_specific_chars_mapper: {chars_to_remove: 'x'}\n"
+            "  - general_field_filter: {filter_condition: 'n > 1'}\n"
+            "  - image_deduplicator: {method: phash, consider_text: true}\n",
+        )
+    )
     plan = build_plan(r)
     assert [(o.name, o.kind, o.is_global) for o in plan.ops] == [
-        ("remove_specific_chars_mapper", "mapper", False), ("general_field_filter", "filter", False),
-        ("image_deduplicator", "deduplicator", True)]
+        ("remove_specific_chars_mapper", "mapper", False),
+        ("general_field_filter", "filter", False),
+        ("image_deduplicator", "deduplicator", True),
+    ]
     assert [s.keys_for_global for s in plan.segments] == [2, None]
     assert "data_juicer" not in sys.modules
 
@@ -112,8 +124,13 @@ def test_adapted_op_arguments_checked_at_parse_with_data_juicer_rules(dj_install
         load_recipe(_recipe(tmp_path, "  - general_field_filter: {filter_condition: 3}\n"))
     assert "must be str, got 3" in str(exc.value)
     # Data-Juicer's leniency: an integral float for an int, None for anything.
-    load_recipe(_recipe(tmp_path, "  - text_chunk_mapper: {max_len: 10, split_pattern: null}\n"
-                                  "  - agent_tool_type_mapper: {top_k_dominant: 2.0}\n"))
+    load_recipe(
+        _recipe(
+            tmp_path,
+            "  - text_chunk_mapper: {max_len: 10, split_pattern: null}\n"
+            "  - agent_tool_type_mapper: {top_k_dominant: 2.0}\n",
+        )
+    )
     with pytest.raises(RecipeError, match="must be int, got 2.5"):
         load_recipe(_recipe(tmp_path, "  - agent_tool_type_mapper: {top_k_dominant: 2.5}\n"))
 
@@ -121,13 +138,18 @@ def test_adapted_op_arguments_checked_at_parse_with_data_juicer_rules(dj_install
 def test_dag_for_dj_only_op_without_data_juicer_is_a_broken_placeholder(tmp_path, monkeypatch):
     from airflow_provider_dj.dag_factory import register_recipe_dags
 
-    (tmp_path / "good.yaml").write_text(f"project_name: good\ndataset_path: {tmp_path}/in.jsonl\n"
-                                        f"export_path: {tmp_path}/o.jsonl\nprocess:\n  - text_length_filter:\n")
-    (tmp_path / "djonly.yaml").write_text(f"project_name: djonly\ndataset_path: {tmp_path}/in.jsonl\n"
-                                          f"export_path: {tmp_path}/o2.jsonl\nprocess:\n  - clean_ip_mapper:\n"
-                                          f"  - chinese_convert_mapper: {{mode: s2t}}\n")
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "data_juicer" else _real_find_spec(name, *a))
+    (tmp_path / "good.yaml").write_text(
+        f"project_name: good\ndataset_path: {tmp_path}/in.jsonl\n"
+        f"export_path: {tmp_path}/o.jsonl\nprocess:\n  - text_length_filter:\n"
+    )
+    (tmp_path / "djonly.yaml").write_text(
+        f"project_name: djonly\ndataset_path: {tmp_path}/in.jsonl\n"
+        f"export_path: {tmp_path}/o2.jsonl\nprocess:\n  - clean_ip_mapper:\n"
+        f"  - chinese_convert_mapper: {{mode: s2t}}\n"
+    )
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "data_juicer" else _real_find_spec(name, *a)
+    )
     built = register_recipe_dags({}, str(tmp_path))
     assert set(built) == {"good", "dj_broken__djonly"}
     broken = built["dj_broken__djonly"]
@@ -151,12 +173,12 @@ def test_adapted_op_pickles_without_data_juicer(dj_installed):
 
 
 def test_stats_and_meta_handed_over_without_nulls_and_engine_columns_hidden():
-    stats = pa.array([{"a": 1, "b": None}, None, {"a": None, "b": 2.5}],
-                     pa.struct([("a", pa.int64()), ("b", pa.float64())]))
+    stats = pa.array(
+        [{"a": 1, "b": None}, None, {"a": None, "b": 2.5}], pa.struct([("a", pa.int64()), ("b", pa.float64())])
+    )
     t = pa.table({"text": ["x", "y", "z"], "__dj__stats__": stats, "__dj__input_row__": pa.array([7, 8, 9])})
     batch = dj_batches.table_to_batch(t, ensure=("__dj__meta__",))
-    assert batch == {"text": ["x", "y", "z"], "__dj__stats__": [{"a": 1}, {}, {"b": 2.5}],
-                     "__dj__meta__": [{}, {}, {}]}
+    assert batch == {"text": ["x", "y", "z"], "__dj__stats__": [{"a": 1}, {}, {"b": 2.5}], "__dj__meta__": [{}, {}, {}]}
 
 
 def test_merge_stats_keeps_existing_values_and_types_and_adds_new_fields():
@@ -169,7 +191,9 @@ def test_merge_stats_keeps_existing_values_and_types_and_adds_new_fields():
     # No statistic at all (an empty filter condition): no empty struct column, which parquet cannot hold.
     plain = pa.table({"text": ["x", "y"]})
     assert dj_batches.merge_stats(plain, [{}, {}], "f").column_names == ["text"]
-    assert dj_batches.batch_to_table(plain, {"text": ["x", "y"], "__dj__stats__": [{}, {}]}, "f").column_names == ["text"]
+    assert dj_batches.batch_to_table(plain, {"text": ["x", "y"], "__dj__stats__": [{}, {}]}, "f").column_names == [
+        "text"
+    ]
 
 
 def test_batch_back_to_arrow_keeps_unchanged_columns_and_reattaches_row_ids():
@@ -177,17 +201,25 @@ def test_batch_back_to_arrow_keeps_unchanged_columns_and_reattaches_row_ids():
     out = dj_batches.batch_to_table(t, {"n": [1, 2], "text": ["A", "b"], "tag": [["x"], []]}, "m")
     assert out.column_names == ["n", "text", "tag", "__dj__input_row__"]
     assert out.schema.field("n").type == pa.int16()
-    assert out.to_pylist() == [{"n": 1, "text": "A", "tag": ["x"], "__dj__input_row__": 4},
-                               {"n": 2, "text": "b", "tag": [], "__dj__input_row__": 5}]
+    assert out.to_pylist() == [
+        {"n": 1, "text": "A", "tag": ["x"], "__dj__input_row__": 4},
+        {"n": 2, "text": "b", "tag": [], "__dj__input_row__": 5},
+    ]
     with pytest.raises(dj_batches.RowCountChangedError, match="turned 2 samples into 3"):
         dj_batches._check_rows({"text": ["a", "b", "c"]}, 2, "splitter")
 
 
 def test_exact_hash_global_phase_keeps_first_and_never_drops_empty_hashes():
     op = dj_adapter.adapter_class("image_deduplicator")(text_key="text")
+
     def part(values):
-        return pa.table({"key": pa.array([dj_batches.hash_key(v) for v in values], pa.binary(16)),
-                         "keep_always": pa.array([not v for v in values])})
+        return pa.table(
+            {
+                "key": pa.array([dj_batches.hash_key(v) for v in values], pa.binary(16)),
+                "keep_always": pa.array([not v for v in values]),
+            }
+        )
+
     tables = [part(["h1", "", "h2"]), part(["h1", "", "h3", "h2"])]
     assert op.resolve_global(tables).tolist() == [True, True, True, False, True, True, False]
     assert np.asarray(op.duplicate_representatives(tables)).tolist() == [0, 1, 2, 0, 4, 5, 2]

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
 from airflow_provider_dj.ops.filters import text as ft
 from airflow_provider_dj.ops.kernels import text as tk
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class, op_names
 from airflow_provider_dj.ops.stats import get_stat
 
@@ -332,7 +332,9 @@ def test_specified_field_filter(chunk: int | None) -> None:
     assert op.keep_mask(out).to_pylist() == [True, True, False, True]
     tags = create_op("specified_field_filter", {"field_key": "meta.tags", "target_value": ["a", "b"]})
     assert tags.keep_mask(tags.compute_stats(table)).to_pylist() == [True, False, True, False]
-    q = create_op("specified_field_filter", {"field_key": "meta.q", "target_value": [True, 3.0], "reversed_range": True})
+    q = create_op(
+        "specified_field_filter", {"field_key": "meta.q", "target_value": [True, 3.0], "reversed_range": True}
+    )
     assert q.keep_mask(q.compute_stats(table)).to_pylist() == [False, True, False, False]
 
 

@@ -18,11 +18,11 @@ import pytest
 
 from airflow_provider_dj.engine.config.recipe import RecipeError, parse_recipe
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
-from airflow_provider_dj.ops.registry import create_op, get_op_class
 from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
+from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from helpers_models import train_sentencepiece  # noqa: E402
+from helpers_models import train_sentencepiece
 
 
 @pytest.fixture(autouse=True)
@@ -183,7 +183,8 @@ def test_range_decisions_and_existing_stats_are_reused(tmp_path: Path) -> None:
     out = op.compute_stats(table)
     assert op.keep_mask(out).to_pylist() == [True, False, True]
     seeded = out.set_column(
-        out.column_names.index(STATS_COLUMN), STATS_COLUMN,
+        out.column_names.index(STATS_COLUMN),
+        STATS_COLUMN,
         pa.array([{"stopwords_ratio": 0.0}] * 3),
     )
     assert op.keep_mask(op.compute_stats(seeded)).to_pylist() == [False, False, False]  # DJ reuses a stat

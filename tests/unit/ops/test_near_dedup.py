@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.dedup import near as nd
 from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.dedup import near as nd
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 MINHASH, SIMHASH = "document_minhash_deduplicator", "document_simhash_deduplicator"
@@ -63,8 +63,15 @@ def _texts(n: int = 60, seed: int = 3) -> list[str | None]:
     return out
 
 
-@pytest.mark.parametrize("op_name,args", [(MINHASH, {"num_permutations": 64}), (MINHASH, {"tokenization": "character"}),
-                                          (SIMHASH, {"window_size": 3}), (SIMHASH, {"tokenization": "punctuation"})])
+@pytest.mark.parametrize(
+    "op_name,args",
+    [
+        (MINHASH, {"num_permutations": 64}),
+        (MINHASH, {"tokenization": "character"}),
+        (SIMHASH, {"window_size": 3}),
+        (SIMHASH, {"tokenization": "punctuation"}),
+    ],
+)
 def test_compute_hash_is_chunking_independent_and_resolve_is_split_independent(op_name, args):
     op = create_op(op_name, args)
     table = pa.table({"text": _texts()})

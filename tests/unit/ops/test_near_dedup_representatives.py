@@ -13,8 +13,13 @@ import pytest
 from airflow_provider_dj.ops.registry import create_op
 
 BASE = "the quick brown fox jumps over the lazy dog while the farmer watches from the old wooden barn door"
-TEXTS = [BASE, "an entirely different sentence about airflow providers and ray clusters running jobs",
-         BASE + " today", BASE, "yet another unrelated line of text about corpus cleaning pipelines"]
+TEXTS = [
+    BASE,
+    "an entirely different sentence about airflow providers and ray clusters running jobs",
+    BASE + " today",
+    BASE,
+    "yet another unrelated line of text about corpus cleaning pipelines",
+]
 
 
 @pytest.mark.parametrize("name", ["document_minhash_deduplicator", "document_simhash_deduplicator"])

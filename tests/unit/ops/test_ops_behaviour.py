@@ -134,8 +134,10 @@ def test_stats_are_merged_and_reused() -> None:
 
     # a precomputed value is reused like DJ does (it skips rows that already have the key),
     # a missing one (null field or null struct) is computed.
-    pre = pa.array([{"text_len": 100, "other": 1.5}, {"text_len": None, "other": 2.0}, None],
-                   pa.struct([("text_len", pa.int64()), ("other", pa.float64())]))
+    pre = pa.array(
+        [{"text_len": 100, "other": 1.5}, {"text_len": None, "other": 2.0}, None],
+        pa.struct([("text_len", pa.int64()), ("other", pa.float64())]),
+    )
     t = as_table(["ab", "abc", "abcd"], **{STATS_COLUMN: pre})
     op = create_op("text_length_filter", {"min_len": 3, "max_len": 50})
     out = op.compute_stats(t)

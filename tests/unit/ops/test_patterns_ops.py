@@ -51,8 +51,14 @@ def test_ignore_pattern_p_punct_strips_unicode_punctuation_like_regex() -> None:
         "alpha, beta。 gamma 「delta」 epsilon… zeta — eta «theta» iota! kappa?",
         "alpha $ beta $ gamma $ delta $ epsilon $ zeta $ eta $ theta $ iota $ kappa",
     ]
-    args = {"tokenization": "space", "window_size": 6, "lowercase": True, "ignore_pattern": "\\p{P}",
-            "num_blocks": 6, "hamming_distance": 4}
+    args = {
+        "tokenization": "space",
+        "window_size": 6,
+        "lowercase": True,
+        "ignore_pattern": "\\p{P}",
+        "num_blocks": 6,
+        "hamming_distance": 4,
+    }
     op = create_op("document_simhash_deduplicator", args)
     table = pa.table({"text": texts})
     keep = list(op.resolve_global([op.compute_hash(table)]))
@@ -73,14 +79,17 @@ def test_default_patterns_keep_the_vectorized_path() -> None:
 def _recipe(tmp_path, process: str) -> str:
     (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
     p = tmp_path / "r.yaml"
-    p.write_text(f"project_name: pat\ndataset_path: {tmp_path}/in.jsonl\nexport_path: {tmp_path}/out.jsonl\n"
-                 f"process:\n{process}")
+    p.write_text(
+        f"project_name: pat\ndataset_path: {tmp_path}/in.jsonl\nexport_path: {tmp_path}/out.jsonl\nprocess:\n{process}"
+    )
     return str(p)
 
 
 def test_recipe_loader_reports_key_path_pattern_and_position(tmp_path) -> None:
-    path = _recipe(tmp_path, "  - whitespace_normalization_mapper:\n"
-                             "  - document_simhash_deduplicator:\n      ignore_pattern: '[\\p{P}'\n")
+    path = _recipe(
+        tmp_path,
+        "  - whitespace_normalization_mapper:\n  - document_simhash_deduplicator:\n      ignore_pattern: '[\\p{P}'\n",
+    )
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     msg = str(info.value)
@@ -90,9 +99,12 @@ def test_recipe_loader_reports_key_path_pattern_and_position(tmp_path) -> None:
 
 def test_recipe_with_p_punct_ignore_pattern_loads(tmp_path) -> None:
     """The exact step of DJ's shipped refine recipes, which used to be refused."""
-    path = _recipe(tmp_path, "  - document_simhash_deduplicator:\n      tokenization: space\n      window_size: 6\n"
-                             "      lowercase: true\n      ignore_pattern: '\\p{P}'\n      num_blocks: 6\n"
-                             "      hamming_distance: 4\n")
+    path = _recipe(
+        tmp_path,
+        "  - document_simhash_deduplicator:\n      tokenization: space\n      window_size: 6\n"
+        "      lowercase: true\n      ignore_pattern: '\\p{P}'\n      num_blocks: 6\n"
+        "      hamming_distance: 4\n",
+    )
     recipe = load_recipe(path)
     assert recipe.process[0].args["ignore_pattern"] == "\\p{P}"
 
@@ -124,21 +136,34 @@ def dj_installed(monkeypatch):
     """find_spec says data_juicer exists (it cannot be installed here; importing it would
     fail): validation must not need it, so this is all the adapter gets to see."""
     marker = object()
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: marker if name == "data_juicer" else _real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: marker if name == "data_juicer" else _real_find_spec(name, *a)
+    )
     assert "data_juicer" not in sys.modules
 
 
 @pytest.mark.parametrize(
     "op,args,key,needle",
     [
-        ("replace_content_mapper", {"pattern": ["ok", "r'(\\p{L}'"]}, "pattern",
-         "pattern[1] '(\\\\p{L}' does not compile at position 6"),
+        (
+            "replace_content_mapper",
+            {"pattern": ["ok", "r'(\\p{L}'"]},
+            "pattern",
+            "pattern[1] '(\\\\p{L}' does not compile at position 6",
+        ),
         ("text_chunk_mapper", {"split_pattern": "\\p{P}"}, "split_pattern", "Python's 're' module"),
-        ("pii_redaction_mapper", {"extra_patterns": [["\\d{3}", "X"], ["(", "Y"]]}, "extra_patterns",
-         "extra_patterns[1] '(' does not compile at position 0"),
-        ("tool_success_tagger_mapper", {"success_patterns": ["[ok"]}, "success_patterns",
-         "success_patterns[0] '[ok' does not compile"),
+        (
+            "pii_redaction_mapper",
+            {"extra_patterns": [["\\d{3}", "X"], ["(", "Y"]]},
+            "extra_patterns",
+            "extra_patterns[1] '(' does not compile at position 0",
+        ),
+        (
+            "tool_success_tagger_mapper",
+            {"success_patterns": ["[ok"]},
+            "success_patterns",
+            "success_patterns[0] '[ok' does not compile",
+        ),
         ("extract_event_mapper", {"output_pattern": "(?P<x"}, "output_pattern", "does not compile"),
     ],
 )

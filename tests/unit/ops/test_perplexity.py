@@ -11,8 +11,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.ops.filters import perplexity as ppl
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.filters import perplexity as ppl
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from tests import helpers_lm
 
@@ -76,8 +76,9 @@ def test_missing_models_refused_at_validation_naming_file_and_place(tmp_path):
 
 def test_only_the_missing_file_is_named(models, tmp_path):
     with pytest.raises(OpArgumentError) as err:
-        get_op_class(OP).validate_args({"sp_model_path": models["sp_model"],
-                                        "kenlm_model_path": str(tmp_path / "x" / "en.arpa.bin")})
+        get_op_class(OP).validate_args(
+            {"sp_model_path": models["sp_model"], "kenlm_model_path": str(tmp_path / "x" / "en.arpa.bin")}
+        )
     assert err.value.key == "kenlm_model_path"
     assert "en.arpa.bin" in str(err.value) and "en.sp.model" not in str(err.value)
 
@@ -89,8 +90,14 @@ def test_empty_lang_without_paths_is_refused():
 
 def test_min_above_max_is_refused(models):
     with pytest.raises(OpArgumentError, match="min_ppl"):
-        get_op_class(OP).validate_args({"min_ppl": 10, "max_ppl": 5, "sp_model_path": models["sp_model"],
-                                        "kenlm_model_path": models["kenlm_model"]})
+        get_op_class(OP).validate_args(
+            {
+                "min_ppl": 10,
+                "max_ppl": 5,
+                "sp_model_path": models["sp_model"],
+                "kenlm_model_path": models["kenlm_model"],
+            }
+        )
 
 
 def _op(models, **args):
@@ -109,8 +116,13 @@ def test_nothing_loads_before_first_use(models):
 
 
 def test_values_order_and_keep(models):
-    texts = ["Return a new list containing all the items of the iterable.", "zxqv jjjj kkkk qqqq wwww", "", None,
-             "first line\nsecond line"]
+    texts = [
+        "Return a new list containing all the items of the iterable.",
+        "zxqv jjjj kkkk qqqq wwww",
+        "",
+        None,
+        "first line\nsecond line",
+    ]
     op = _op(models, max_ppl=300)
     out = op.compute_stats(pa.table({"text": texts}))
     values = _ppl(out)

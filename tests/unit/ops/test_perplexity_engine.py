@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 
 FIX = Path(__file__).parents[2] / "conformance" / "model_filters"
@@ -54,9 +54,15 @@ def _expected_ids() -> list[int]:
 def _job(tmp_path: Path, job_id: str):
     work = tmp_path / job_id
     recipe = tmp_path / f"{job_id}.yaml"
-    recipe.write_text(RECIPE.format(data=FIX / "inputs" / "perplexity_filter.jsonl", work=work,
-                                    ftz=packaged_lid_model(), sp=FIX / "models" / "en.sp.model",
-                                    lm=FIX / "models" / "en.arpa.bin"))
+    recipe.write_text(
+        RECIPE.format(
+            data=FIX / "inputs" / "perplexity_filter.jsonl",
+            work=work,
+            ftz=packaged_lid_model(),
+            sp=FIX / "models" / "en.sp.model",
+            lm=FIX / "models" / "en.arpa.bin",
+        )
+    )
     return prepare_job(load_recipe(str(recipe)), job_id=job_id), work / "out.jsonl"
 
 
@@ -101,5 +107,7 @@ def test_actor_pool_loads_each_model_once(tmp_path, ray_local):
     _check_export(out)
     inits = read_events(job.job_dir, "op_init")
     assert sorted((e["op_name"], e["partition_id"]) for e in inits) == [
-        ("language_id_score_filter", 0), ("perplexity_filter", 0)], "each model loads once for the group"
+        ("language_id_score_filter", 0),
+        ("perplexity_filter", 0),
+    ], "each model loads once for the group"
     assert len(read_events(job.job_dir, "actor_start")) == 1

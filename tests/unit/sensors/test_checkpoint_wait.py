@@ -12,12 +12,12 @@ import threading
 
 import pytest
 
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.sample_corpus import write_corpus
 
 PROCESS = """process:
@@ -31,9 +31,11 @@ PROCESS = """process:
 @pytest.fixture
 def job(tmp_path):
     data = write_corpus(str(tmp_path / "in.jsonl"), 120, seed=3)
-    (tmp_path / "r.yaml").write_text(f"dataset_path: {data}\nexport_path: {tmp_path}/o.jsonl\n"
-                                     f"partition: {{mode: manual, num_of_partitions: 3}}\n"
-                                     f"checkpoint: {{strategy: every_n_ops, n_ops: 5}}\n{PROCESS}")
+    (tmp_path / "r.yaml").write_text(
+        f"dataset_path: {data}\nexport_path: {tmp_path}/o.jsonl\n"
+        f"partition: {{mode: manual, num_of_partitions: 3}}\n"
+        f"checkpoint: {{strategy: every_n_ops, n_ops: 5}}\n{PROCESS}"
+    )
     return prepare_job(load_recipe(str(tmp_path / "r.yaml")), job_id="w").job_dir
 
 
