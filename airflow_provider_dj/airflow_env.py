@@ -43,6 +43,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from airflow_provider_dj.core.errors import DJError
+
 DEFAULT_HOME = os.path.join(os.path.expanduser("~"), ".dj-airflow", "airflow")
 CLI_DAGS = "dj_cli_dags"
 RUNS_DIR = "dj_cli_runs"
@@ -53,7 +55,7 @@ TEMPLATE_PREFIX = "dj_cli_template_db"
 ORPHAN_AGE_S = 3600.0
 
 
-class AirflowEnvError(RuntimeError):
+class AirflowEnvError(DJError, RuntimeError):
     """The Airflow home cannot be prepared (migration failed, unwritable home)."""
 
 

@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
     from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
-    from airflow_provider_dj.engine.jobdir.layout import new_job_id
+    from airflow_provider_dj.engine.jobdir.identity import new_job_id
 
     recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_input_exists(recipe)
             _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
         else:
-            from airflow_provider_dj.engine.storage import fs as storage  # local paths and s3:// alike
+            from airflow_provider_dj.core import fs as storage  # local paths and s3:// alike
 
             info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
             if not storage.exists(info):  # (resume: the input was checked when the job started)
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
         run_env.cleanup()  # this run's stub folder and DB copy only
     wall = time.perf_counter() - t0
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     job_dir = storage.join(recipe.work_dir, job_id)
     summary_path = storage.join(job_dir, "job_summary.json")
@@ -194,8 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:
     """The refusal message if another live runner holds the job's lock (host, pid, run id), else None."""
+    from airflow_provider_dj.core import fs as storage
     from airflow_provider_dj.engine.jobdir import lock as job_lock
-    from airflow_provider_dj.engine.storage import fs as storage
 
     me = job_lock.owner_identity(airflow_run_id)
     try:
@@ -209,14 +209,14 @@ def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | No
 
 def cmd_unlock(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine.jobdir import lock as job_lock
-    from airflow_provider_dj.engine.jobdir.layout import JobIdError, validate_job_id
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError, validate_job_id
 
     try:
         validate_job_id(args.job_id)
     except JobIdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     job_dir = storage.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
     lock = job_lock.force_unlock(job_dir)
@@ -225,7 +225,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
 
 def _summary_status(path: str) -> str | None:
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     try:
         return json.loads(storage.read_bytes(path)).get("status")
@@ -235,7 +235,7 @@ def _summary_status(path: str) -> str | None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from airflow_provider_dj.control import JobNotFoundError, stop_job
-    from airflow_provider_dj.engine.jobdir.layout import JobIdError
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
 
     try:
         res = stop_job(
@@ -271,7 +271,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.engine.jobdir.layout import JobIdError
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
     from airflow_provider_dj.monitor import JobNotFoundError, show_job_progress, watch_job
 
     try:

@@ -20,22 +20,18 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import (
-    EFFECTIVE_CONFIG,
-    JOB_SUMMARY,
-    PARTITIONING_INFO,
-    read_json,
-    validate_job_id,
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, read_json
+from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the public API, re-exported
+    RUNNING_STATES,
+    JobNotFoundError,
+    job_status,
+    resolve_job_dir,
 )
-from airflow_provider_dj.engine.storage import fs as storage
-
-RUNNING_STATES = ("running", "stopping")
-
-
-class JobNotFoundError(LookupError):
-    """No job directory for this id: the message says where it looked."""
+from airflow_provider_dj.engine.jobdir.status import (
+    live_lock as _live_lock,
+)
 
 
 @dataclass
@@ -56,90 +52,11 @@ def _default_work_dir() -> str:
     return os.environ.get("DJ_WORK_DIR", ".")
 
 
-def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
-    """The job directory of ``job_id``; raises JobNotFoundError naming the places tried."""
-    validate_job_id(job_id)
-    tried: list[str] = []
-    candidates: list[str] = []
-    if work_dir:
-        candidates.append(storage.join(work_dir, job_id))
-    else:
-        try:
-            from airflow_provider_dj.engine.jobdir.registry import lookup_job
-
-            found = lookup_job(job_id)
-            if found:
-                candidates.append(found)
-        except Exception:  # noqa: BLE001 - the registry is a convenience
-            pass
-        candidates.append(storage.join(_default_work_dir(), job_id))
-    for job_dir in candidates:
-        tried.append(job_dir)
-        if storage.exists(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/"))) or storage.exists(
-            storage.join(job_dir, *PARTITIONING_INFO.split("/"))
-        ):
-            return job_dir
-    raise JobNotFoundError(
-        f"no job {job_id!r}: looked in {', '.join(tried)} (no metadata/effective_config.json); "
-        f"pass the recipe's work_dir (--work-dir / work_dir=) or set DJ_WORK_DIR"
-    )
-
-
 def _summary(job_dir: str) -> dict | None:
     try:
         return read_json(storage.join(job_dir, JOB_SUMMARY))
     except (FileNotFoundError, ValueError):
         return None
-
-
-def _live_lock(job_dir: str) -> dict | None:
-    lock = job_lock.read_lock(job_dir)
-    if lock and not lock.get("corrupt") and not job_lock.is_stale(lock)[0]:
-        return lock
-    return None
-
-
-def _progress(job_dir: str) -> dict | None:
-    """Partitions whose final checkpoint is committed, of all partitions."""
-    try:
-        from airflow_provider_dj.engine.jobdir.layout import JobContext
-        from airflow_provider_dj.engine.jobdir.resume import completed_checkpoints
-
-        ctx = JobContext(job_dir)
-        done = completed_checkpoints(job_dir, ctx.partitioning_info, ctx.plan)
-    except Exception:  # noqa: BLE001 - an unplanned or half-written job has no progress yet
-        return None
-    final = sum(1 for d in done.values() if d["final"])
-    return {
-        "partitions_final": final,
-        "partitions_total": len(done),
-        "percent": round(100.0 * final / len(done), 1) if done else 0.0,
-    }
-
-
-def job_status(job_dir: str) -> dict:
-    """One job's state, read from its directory: completed, stopping, running, stopped, failed or idle."""
-    summary = _summary(job_dir) or {}
-    lock = _live_lock(job_dir)
-    request = stop_control.read_stop_request(job_dir)
-    if summary.get("status") == "completed":
-        status = "completed"
-    elif lock and request:
-        status = "stopping"
-    elif lock:
-        status = "running"
-    elif summary.get("status") in ("stopped", "failed"):
-        status = summary["status"]
-    else:
-        status = "stopped" if request else "idle"
-    return {
-        "job_id": storage.basename(job_dir),
-        "job_dir": job_dir,
-        "status": status,
-        "progress": _progress(job_dir),
-        "stop_request": request,
-        "runner": job_lock.describe(lock) if lock else None,
-    }
 
 
 def _candidate_dirs(work_dir: str | None) -> list[str]:

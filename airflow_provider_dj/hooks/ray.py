@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.provider_info import RAY_CONN_FIELDS
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def _state_dir() -> str:
     return os.environ.get("DJ_RAY_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "airflow-provider-dj")
 
 
-class RayConnectionError(RuntimeError):
+class RayConnectionError(DJError, RuntimeError):
     pass
 
 

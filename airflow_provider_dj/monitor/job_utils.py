@@ -7,57 +7,12 @@ of recent jobs on this machine only helps when they do not remember it.
 
 from __future__ import annotations
 
-import os
-
-from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json, validate_job_id
-from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
-from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, read_job_summary
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json
+from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, job_status, resolve_job_dir  # noqa: F401 - re-exported
+from airflow_provider_dj.engine.jobdir.summary import read_job_summary
 from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
-from airflow_provider_dj.engine.storage import fs as storage
-
-
-class JobNotFoundError(LookupError):
-    pass
-
-
-def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
-    validate_job_id(job_id)
-    looked = []
-    for base, why in ((work_dir, "--work-dir"), (os.environ.get("DJ_WORK_DIR"), "$DJ_WORK_DIR")):
-        if base:
-            cand = storage.join(base, job_id)
-            if storage.exists(cand):
-                return cand
-            looked.append(f"{cand} ({why})")
-    recorded = lookup_job(job_id)
-    if recorded and storage.exists(recorded):
-        return recorded
-    looked.append(
-        f"the recent-jobs registry {registry_path()}"
-        + (f" (recorded {recorded}, which no longer exists)" if recorded else " (not recorded)")
-    )
-    raise JobNotFoundError(
-        f"job {job_id!r} not found; looked in: {'; '.join(looked)}. Pass the recipe's "
-        f"work_dir with --work-dir (or set DJ_WORK_DIR)"
-    )
-
-
-def job_status(job_dir: str, summary: dict | None = None, events: list[dict] | None = None) -> str:
-    """completed | failed | stopped (from a summary newer than the last start),
-    running (the runner lock is held and fresh), or interrupted (work started
-    but nothing runs and no final summary: a killed run; resume it)."""
-    summary = read_job_summary(job_dir) if summary is None else summary
-    events = read_events(job_dir) if events is None else events
-    starts = [e["timestamp"] for e in events if e.get("event_type") == "job_start"]
-    last_start = starts[-1] if starts else 0.0
-    if summary and summary.get("status") in FINAL_STATUSES and float(summary.get("end_time") or 0) >= last_start:
-        return summary["status"]
-    lock = job_lock.read_lock(job_dir)
-    if lock and not job_lock.is_stale(lock)[0]:
-        return "running"
-    return "interrupted" if events else "planned"
 
 
 class JobUtils:
@@ -91,7 +46,7 @@ class JobUtils:
         return tail_lines(partition_log_path(self.job_dir, partition_id), lines)
 
     def status(self) -> str:
-        return job_status(self.job_dir)
+        return job_status(self.job_dir, with_progress=False)["status"]
 
     def progress(self) -> dict:
         from airflow_provider_dj.monitor.progress import job_progress

@@ -15,11 +15,11 @@ import sys
 import time
 from typing import Callable, TextIO
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
+from airflow_provider_dj.engine.jobdir.status import job_status, resolve_job_dir
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
 from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.storage import fs as storage
-from airflow_provider_dj.monitor.job_utils import JobUtils, job_status
 
 LAST_EVENTS = 8
 LAST_EVENTS_DETAILED = 20
@@ -45,7 +45,7 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
     now = now or time.time()
     events = read_events(job_dir)
     written = read_job_summary(job_dir)
-    status = job_status(job_dir, written, events)
+    status = job_status(job_dir, summary=written, events=events, with_progress=False)["status"]
     # Always rebuilt from markers and events: a failure summary is a snapshot
     # taken when the first task failed (siblings may have finished since), and
     # a completed summary loses per-partition detail when retention runs.
@@ -131,8 +131,8 @@ def show_job_progress(
     file = sys.stdout if file == "stdout" else file
     from airflow_provider_dj.monitor.render import render_progress
 
-    utils = JobUtils(job_id, work_dir, job_dir=job_dir)
-    text = render_progress(job_progress(utils.job_dir), detailed=detailed, width=width)
+    job_dir = job_dir or resolve_job_dir(job_id, work_dir)
+    text = render_progress(job_progress(job_dir), detailed=detailed, width=width)
     if file is not None:
         print(text, file=file, flush=True)
     return text
@@ -154,11 +154,11 @@ def watch_job(
     file = sys.stdout if file == "stdout" else file
     from airflow_provider_dj.monitor.render import render_progress
 
-    utils = JobUtils(job_id, work_dir)
+    job_dir = resolve_job_dir(job_id, work_dir)
     clear = (file is not None and hasattr(file, "isatty") and file.isatty()) if clear is None else clear
     frames: list[str] = []
     while True:
-        prog = job_progress(utils.job_dir)
+        prog = job_progress(job_dir)
         text = render_progress(prog, detailed=detailed)
         frames.append(text)
         if file is not None:
@@ -187,7 +187,7 @@ def list_running_jobs(work_dir: str | None = None) -> list[dict]:
     for job_dir, job_id in candidates.items():
         if not storage.exists(job_dir):
             continue
-        status = job_status(job_dir)
+        status = job_status(job_dir, with_progress=False)["status"]
         if status == "running":
             out.append({"job_id": job_id, "job_dir": job_dir, "status": status})
     return sorted(out, key=lambda j: j["job_id"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from airflow_provider_dj.hooks.host_services import install_airflow_host
+
 
 def event_defaults(context: Any) -> dict:
     """Fields every event written on behalf of this task instance carries."""
@@ -190,6 +192,11 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
 
 
 def storage_basename(job_dir: str) -> str:
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     return storage.basename(job_dir)
+
+
+# The engine reads connections and masks secrets through core/host.py; in a task process the
+# operators install Airflow's implementation as soon as they are imported.
+install_airflow_host()

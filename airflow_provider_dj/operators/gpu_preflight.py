@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.gpu.preflight import (
@@ -34,8 +35,7 @@ from airflow_provider_dj.engine.gpu.preflight import (
     op_entries_from_recipe,
     run_preflight,
 )
-from airflow_provider_dj.engine.jobdir.layout import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
 
 
 class GpuPreflightOperator(BaseOperator):

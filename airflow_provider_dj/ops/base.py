@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from airflow_provider_dj.core.errors import DJError
+
 STATS_COLUMN = "__dj__stats__"
 #: A Mapper may add this string column to flag per-sample failures (null = ok,
 #: text = the reason, e.g. an LLM's empty answer).  The engine moves flagged
@@ -73,14 +75,14 @@ COMMON_OP_ARGS: dict[str, Any] = {
 ENGINE_OP_ARGS = frozenset({"max_failed_ratio"})
 
 
-class OpFatalError(RuntimeError):
+class OpFatalError(DJError, RuntimeError):
     """An op error that no row-by-row retry can fix (an endpoint that stays
     down, a refused API key, a template naming a missing field): the op fails
     even under ``skip_op_error``, instead of sending every sample to
     ``failed/`` — and, for a paid API, instead of retrying each row again."""
 
 
-class OpArgumentError(ValueError):
+class OpArgumentError(DJError, ValueError):
     """A recipe gave an op an argument it does not accept or a bad value.
 
     ``key`` is the argument name so the recipe loader can build the full key

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.ops.base import Op
 
 _REGISTRY: dict[str, type[Op]] = {}
@@ -34,7 +35,7 @@ _BUILTIN_MODULES = (
 _loaded = False
 
 
-class UnknownOpError(KeyError):
+class UnknownOpError(DJError, KeyError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name

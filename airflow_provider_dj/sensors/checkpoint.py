@@ -28,9 +28,9 @@ from typing import Any, Sequence
 from airflow.sdk.bases.sensor import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dj.engine.jobdir.layout import job_id_for_run
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.identity import job_id_for_run
 from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
-from airflow_provider_dj.engine.storage import fs as storage
 
 
 def committed_partitions(job_dir: str, segment_index: int) -> tuple[list[int], list[int]]:

@@ -94,13 +94,14 @@ PROCESS = """process:
 def engine_run(work: str, data: str, parts: int) -> list[dict]:
     """The full engine, in-process (no Airflow, no Ray), with document_deduplicator
     forced through the adapter so the global phase runs on Data-Juicer's hashes."""
+    from airflow_provider_dj.engine.config.adapted_ops import check_adapted_ops
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
     from airflow_provider_dj.engine.jobdir.setup import prepare_job
     from airflow_provider_dj.engine.output.export import export_job
     from airflow_provider_dj.ops import registry
-    from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator, check_adapted_ops
+    from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator
 
     registry.load_builtin_ops()
     registry._REGISTRY.pop("document_deduplicator", None)  # test hook: adapter instead of the native op

@@ -110,7 +110,7 @@ def s3_server(tmp_path_factory):
 @pytest.fixture
 def s3_env(s3_server, monkeypatch):
     """This process reaches the bucket through the AWS environment variables."""
-    from airflow_provider_dj.engine.storage import options as storage_options
+    from airflow_provider_dj.core import storage_options
 
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)

@@ -24,7 +24,7 @@ def _prefix() -> str:
 
 
 def test_atomic_write_read_and_listing_see_other_writers_at_once(s3_env):
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     base = s3_env.url(_prefix())
     storage.atomic_write_bytes(storage.join(base, "a.json"), b'{"a": 1}')
@@ -42,7 +42,7 @@ def test_atomic_write_read_and_listing_see_other_writers_at_once(s3_env):
 
 
 def test_atomic_file_writer_uploads_only_on_success(s3_env):
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     key = f"{_prefix()}/export.jsonl"
     with pytest.raises(RuntimeError):
@@ -110,8 +110,8 @@ def test_runner_lock_on_s3(s3_env):
 
 def test_credentials_from_an_airflow_connection_never_shown(s3_server, monkeypatch):
     """The endpoint comes only from the connection's extra: if it were ignored, s3fs would try AWS and fail."""
-    from airflow_provider_dj.engine.storage import fs as storage
-    from airflow_provider_dj.engine.storage import options as storage_options
+    from airflow_provider_dj.core import fs as storage
+    from airflow_provider_dj.core import storage_options
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(k, raising=False)
@@ -168,8 +168,8 @@ def test_retention_deletes_on_s3(s3_env):
     """Retention after a successful export: per-partition and whole-directory deletes on the bucket."""
     from types import SimpleNamespace
 
+    from airflow_provider_dj.core import fs as storage
     from airflow_provider_dj.engine.output.export import apply_retention
-    from airflow_provider_dj.engine.storage import fs as storage
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     prefix = _prefix()

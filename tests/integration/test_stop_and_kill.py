@@ -19,7 +19,7 @@ import pytest
 
 from airflow_provider_dj.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 

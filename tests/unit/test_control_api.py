@@ -116,4 +116,4 @@ def test_cli_stop_and_jobs(job, tmp_path, capsys):
     assert main(["stop", "../x", "--work-dir", work]) == 2
     assert "not a safe job id" in capsys.readouterr().err
     assert main(["stop", "missing", "--work-dir", work]) == 2
-    assert "no job 'missing'" in capsys.readouterr().err
+    assert "job 'missing' not found" in capsys.readouterr().err

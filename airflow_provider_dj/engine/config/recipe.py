@@ -597,7 +597,7 @@ def check_input_exists(recipe: Recipe) -> None:
     is_glob = any(c in path for c in S.GLOB_CHARS)
     if "://" in path:
         try:
-            from airflow_provider_dj.engine.storage.fs import get_fs  # credentials/endpoint for s3:// URLs
+            from airflow_provider_dj.core.fs import get_fs  # credentials/endpoint for s3:// URLs
 
             fs, inner = get_fs(path)
         except (ImportError, ValueError):  # no fsspec, or no driver for this protocol here

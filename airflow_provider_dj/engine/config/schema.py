@@ -22,8 +22,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_dj.core.errors import DJError
 
-class RecipeError(ValueError):
+
+class RecipeError(DJError, ValueError):
     """A recipe (or an override of it) is invalid.
 
     ``file`` is the recipe file (None when parsing a dict), ``key`` the dotted

@@ -42,12 +42,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_provider_dj.core.errors import DJError
+
 log = logging.getLogger(__name__)
 
 _PACKAGE = "airflow_provider_dj."
 
 
-class PoolResourceError(RuntimeError):
+class PoolResourceError(DJError, RuntimeError):
     """The pool's actors ask for resources the Ray cluster does not have at all (they would wait forever)."""
 
 
@@ -186,7 +188,7 @@ class SegmentActor:
         t0 = time.perf_counter()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         import_op_modules(modules)
-        from airflow_provider_dj.engine.jobdir.layout import JobContext
+        from airflow_provider_dj.engine.jobdir.context import JobContext
         from airflow_provider_dj.engine.observe.events import EventLog
 
         self.job_dir = job_dir

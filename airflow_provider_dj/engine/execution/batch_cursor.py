@@ -47,29 +47,29 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE
 from airflow_provider_dj.engine.jobdir.stop_control import check_stop
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
 
 log = logging.getLogger(__name__)
 
-BATCHES_DIR = "batches"
-CURSOR_FILE = "cursor.json"
 CURSOR_VERSION = 1
 KEY_COLUMN = "__dj__input_row__"  # == segment_runner.INPUT_ROW_COLUMN (not imported: that module imports us)
 REASON_COLUMN = "__dj__batch_failure_reason__"
 _IPC = StorageFormat("arrow", "none")  # Arrow IPC file, uncompressed: vectors barely compress
 
 
-class BatchKeyError(RuntimeError):
+class BatchKeyError(DJError, RuntimeError):
     """A batch output row cannot be written back to an input row (no key, unknown key, duplicate)."""
 
 
-class BatchSizeError(ValueError):
+class BatchSizeError(DJError, ValueError):
     """An expensive op was given a batch size that is not a positive integer."""
 
 

@@ -34,8 +34,9 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, read_json, write_json
-from airflow_provider_dj.engine.storage import fs as storage
 
 #: Job default: more than half of an op's input failing is not "a few bad rows".
 DEFAULT_MAX_FAILED_RATIO = 0.5
@@ -52,7 +53,7 @@ def exceeded(failed: int, rows_in: int, limit: float) -> bool:
     return failed > limit * rows_in and (failed >= MIN_FAILED_ROWS or failed == rows_in)
 
 
-class FailureRateExceededError(RuntimeError):
+class FailureRateExceededError(DJError, RuntimeError):
     """An op failed on more of its input than ``max_failed_ratio`` allows; the job stops before export."""
 
     def __init__(

@@ -38,10 +38,9 @@ import json
 import os
 import signal
 
-from airflow_provider_dj.engine.storage import fs as storage
-
-FAULT_FILE = "_fault_injection.json"
-FIRED_DIR = "_fault_injection.fired"
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import FAULT_FILE
+from airflow_provider_dj.engine.jobdir.layout import FAULT_FIRED_DIR as FIRED_DIR
 
 
 class InjectedFault(RuntimeError):

@@ -16,9 +16,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
-from airflow_provider_dj.engine.jobdir.layout import JobContext
+from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
@@ -27,7 +28,7 @@ from airflow_provider_dj.ops.registry import create_op
 log = logging.getLogger(__name__)
 
 
-class MissingKeysError(RuntimeError):
+class MissingKeysError(DJError, RuntimeError):
     pass
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.storage.checkpoints import PATCH_FLAG_PREFIX
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
 
@@ -133,7 +134,7 @@ def row_delta(table: pa.Table, with_new: pa.Table, keep: pa.Array) -> RowDelta |
     return RowDelta(keep=keep, columns=cols)
 
 
-class InvalidOutputError(ValueError):
+class InvalidOutputError(DJError, ValueError):
     """An op returned an empty/invalid value where a value is required."""
 
 

@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from airflow_provider_dj.core.errors import DJError
+
 log = logging.getLogger(__name__)
 
 
@@ -125,7 +127,7 @@ class DispatchHandle:
         return len(still)
 
 
-class DispatchKilledError(RuntimeError):
+class DispatchKilledError(DJError, RuntimeError):
     """The task was killed (on_kill) while its partitions ran; their Ray work was cancelled."""
 
 
@@ -170,7 +172,7 @@ def run_partitions(
         op_modules,
         resolve_pool,
     )
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, read_stop_request
 
     handle = handle or DispatchHandle()
@@ -280,7 +282,7 @@ def run_partitions(
     return [results[pid] for pid in partition_ids]
 
 
-class PartitionFailedError(RuntimeError):
+class PartitionFailedError(DJError, RuntimeError):
     """A partition of the group failed; ``cause`` is the exception its op raised."""
 
     cause: BaseException | None = None

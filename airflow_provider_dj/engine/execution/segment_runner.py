@@ -18,18 +18,19 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.batch_cursor import discard_superseded, run_expensive_op
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition, load_settings
 from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask, apply_op, mapper_delta
 from airflow_provider_dj.engine.input.partitioning import read_partition
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
-from airflow_provider_dj.engine.jobdir.layout import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
 from airflow_provider_dj.ops.registry import create_op
@@ -49,7 +50,7 @@ def mask_store(job_dir: str) -> CheckpointStore:
     return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
 
 
-class MissingUpstreamStateError(RuntimeError):
+class MissingUpstreamStateError(DJError, RuntimeError):
     """The state this segment starts from is gone; an upstream task must be re-run."""
 
 

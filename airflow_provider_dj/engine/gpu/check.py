@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
+
 
 def _version(mod: str) -> str:
     try:
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except PreflightError as exc:
         print(f"FAILED: {exc}", flush=True)
-        path = os.path.join(job_dir, "gpu_probe_results.json")
+        path = os.path.join(job_dir, GPU_PROBE_REPORT)
         if os.path.exists(path):
             print(open(path).read())
         return 1

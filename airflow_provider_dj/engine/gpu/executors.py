@@ -185,16 +185,12 @@ class _RayBackend(_Backend):
 def get_ray(ray_client: Callable[[], Any] | None = None):
     if ray_client is not None:
         return ray_client()
-    try:
-        from airflow_provider_dj.hooks.ray import RayHook
+    # The operator passes its RayHook's client; a script without one gets a local Ray.
+    import ray
 
-        return RayHook().get_client()
-    except ImportError:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, configure_logging=False)
-        return ray
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False)
+    return ray
 
 
 def run_units(

@@ -35,10 +35,12 @@ import resource
 import sys
 from typing import Any, Protocol
 
+from airflow_provider_dj.core.errors import DJError
+
 HEADROOM = 0.10
 
 
-class NoValidPeakError(RuntimeError):
+class NoValidPeakError(DJError, RuntimeError):
     """The memory probe saw no usable peak (zero or negative): the figure cannot size replicas."""
 
 

@@ -30,10 +30,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from airflow_provider_dj.core.errors import DJError
+
 _EPS = 1e-9
 
 
-class PlanningError(ValueError):
+class PlanningError(DJError, ValueError):
     """The measured pipeline cannot run on this cluster as configured.
 
     ``op_name`` (None when the problem is the combination of ops) and

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.gpu.contracts import OpNode, contract_of, plan_probe_units
 from airflow_provider_dj.engine.gpu.executors import get_ray, resolve_executor, run_units
 from airflow_provider_dj.engine.gpu.report import (
@@ -36,7 +37,7 @@ from airflow_provider_dj.engine.gpu.sampling import read_sample
 log = logging.getLogger(__name__)
 
 
-class PreflightError(RuntimeError):
+class PreflightError(DJError, RuntimeError):
     """The GPU preflight failed; the message names every failing op and what to do."""
 
 

@@ -23,6 +23,7 @@ import traceback
 
 import pyarrow as pa
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import Deduplicator, Mapper
 
@@ -30,7 +31,7 @@ from airflow_provider_dj.ops.base import Deduplicator, Mapper
 MODEL_LOAD_HOOKS = ("load_model", "model")
 
 
-class ProbeFailure(RuntimeError):
+class ProbeFailure(DJError, RuntimeError):
     """One probe failed; ``op_name``/``op_index`` name the op, ``kind`` says how (error, oom, empty, timeout)."""
 
     def __init__(self, op_index: int | None, op_name: str | None, kind: str, message: str) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.gpu.planner import ClusterResources, StageProfile
+from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
 
-REPORT_FILE = "gpu_probe_results.json"
+REPORT_FILE = GPU_PROBE_REPORT
 
 
-class ReportFormatError(ValueError):
+class ReportFormatError(DJError, ValueError):
     """The probe report lacks a field the planner needs."""
 
 
@@ -33,7 +35,7 @@ def load_report(job_dir: str) -> dict | None:
         load_probe_report = None
     if load_probe_report is not None:
         return load_probe_report(job_dir)
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     path = storage.join(job_dir, REPORT_FILE)
     if not storage.exists(path):

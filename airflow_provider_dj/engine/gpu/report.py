@@ -2,7 +2,7 @@
 
 The report is the source of truth the planner reads (``load_probe_report``);
 the task's XCom is only a summary.  It is written atomically through
-``engine.storage.fs`` so a crash never leaves half a report that a retry trusts.
+``core.fs`` so a crash never leaves half a report that a retry trusts.
 
 Cache: each probed op carries a ``cache_key`` over everything that can
 change its figures: the op's name, position and arguments, the ops replayed
@@ -22,9 +22,10 @@ import math
 import time
 from typing import Any
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
 
-REPORT_NAME = "gpu_probe_results.json"
+REPORT_NAME = GPU_PROBE_REPORT
 REPORT_VERSION = 1
 DEFAULT_GPU_WORKERS_PER_DEVICE = 5
 

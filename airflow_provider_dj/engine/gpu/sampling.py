@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input.sources import InputError, InputFile, iter_stream, list_input_files
-from airflow_provider_dj.engine.storage import fs as storage
 
 JSONL_BLOCK_BYTES = 64 << 10
 _READ_CHUNK = 64 << 10

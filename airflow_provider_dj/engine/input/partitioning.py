@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.sources import (
     InputFile,
@@ -38,7 +39,7 @@ TEXT_MAX_ROWS = 50_000
 DEFAULT_MANUAL_PARTITIONS = 4
 
 
-class PartitioningError(ValueError):
+class PartitioningError(DJError, ValueError):
     """The requested partitioning cannot be made; raised before any partition task starts."""
 
 
@@ -206,7 +207,7 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
     )
 
 
-class InputChangedError(RuntimeError):
+class InputChangedError(DJError, RuntimeError):
     """The rows in front of a task are not the rows the job was planned on."""
 
 

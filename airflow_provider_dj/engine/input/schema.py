@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
@@ -38,7 +39,6 @@ from airflow_provider_dj.engine.input.sources import (
     jsonl_error,
     list_input_files,
 )
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.ops.base import STATS_COLUMN
 
 #: Bytes of a JSONL file read to learn its fields (then up to the next newline).

@@ -25,13 +25,14 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
 
 
-class InputError(ValueError):
+class InputError(DJError, ValueError):
     """The dataset path does not name readable input; the message says what to fix."""
 
 

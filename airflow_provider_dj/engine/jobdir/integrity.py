@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input import hashing
-from airflow_provider_dj.engine.storage import fs as storage
 
 CHECKSUM_KEY = "checksum_xxh3_128"
 

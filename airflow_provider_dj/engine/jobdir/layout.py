@@ -1,4 +1,4 @@
-"""Job identity and the job directory's well-known files.
+"""The job directory's layout: every well-known file name and path in one place.
 
 Everything a task needs is in the job directory, so any task on any node
 can reconstruct the job from ``(work_dir, job_id)`` alone: XComs are lost
@@ -8,50 +8,52 @@ on a UI clear, the job directory is not.
 from __future__ import annotations
 
 import json
-import re
-import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from functools import cached_property
 
-import xxhash
+from airflow_provider_dj.core import fs as storage
 
-from airflow_provider_dj.engine.storage import fs as storage
+# Paths are relative to the job directory, "/"-separated (JobPaths.path / JobContext.path split them).
+# Changing any of these changes the job-directory format: an older job would no longer resume.
 
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
-
+#: The recipe as the job runs it (overrides applied), written by validate.
 EFFECTIVE_CONFIG = "metadata/effective_config.json"
-PARTITIONING_INFO = "checkpoints/partitioning_info.json"
-EXECUTION_PLAN = "dag_execution_plan.json"
-JOB_SUMMARY = "job_summary.json"
 #: The failure-rate guard's limits, rewritten by every validate (a resume may raise them).
 FAILURE_GUARD = "metadata/failure_guard.json"
+#: One runner per job (jobdir/lock.py).
+RUNNER_LOCK = "metadata/runner.lock"
+#: Stop requests (jobdir/stop_control.py).
+STOP_REQUEST = "control/stop_request.json"
+#: Per-op, per-partition checkpoints (storage/checkpoints.py), and the exact partitions.
+CHECKPOINTS_DIR = "checkpoints"
+PARTITIONING_INFO = "checkpoints/partitioning_info.json"
+#: The plan as people and tools read it (planning/execution_plan.py).
+EXECUTION_PLAN = "dag_execution_plan.json"
+#: How the job ended (jobdir/summary.py).
+JOB_SUMMARY = "job_summary.json"
+#: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"
-
-
-class JobIdError(ValueError):
-    pass
-
-
-def validate_job_id(job_id: str, key: str = "job_id") -> str:
-    """Job ids come from trigger conf: they must never escape work_dir."""
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id) or ".." in job_id:
-        raise JobIdError(
-            f"{key} {job_id!r} is not a safe job id: use 1-128 characters of letters, digits, '_', '-', '.', "
-            f"not starting with '.', without '..' or path separators"
-        )
-    return job_id
-
-
-def new_job_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return f"{now:%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
-
-
-def job_id_for_run(dag_id: str, run_id: str, when: datetime) -> str:
-    """Deterministic id for an Airflow DAG run, so clearing the whole run resumes the same job."""
-    digest = xxhash.xxh3_64_hexdigest(f"{dag_id}\x00{run_id}".encode())[:6]
-    return f"{when.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{digest}"
+#: Human-readable progress logs (observe/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
+LOGS_DIR = "logs"
+JOB_LOG = "job.log"
+#: Event log files: events_<writer>.jsonl at the top of the job directory (observe/events.py).
+EVENTS_PREFIX = "events_"
+#: The tracer's samples (observe/tracer.py): per-partition parts, merged files and the report.
+TRACE_DIR = "trace"
+TRACE_PARTS_DIR = "parts"
+TRACE_REPORT = "trace_report.json"
+#: Parallel export: one serialized part per partition before concatenation (output/parts.py).
+EXPORT_PARTS_DIR = "export_parts"
+#: Expensive ops' batch cursors (execution/batch_cursor.py).
+BATCHES_DIR = "batches"
+CURSOR_FILE = "cursor.json"
+#: The GPU preflight's report and cache (gpu/report.py).
+GPU_PROBE_REPORT = "gpu_probe_results.json"
+#: Fault injection for tests and drills (execution/faults.py).
+FAULT_FILE = "_fault_injection.json"
+FAULT_FIRED_DIR = "_fault_injection.fired"
+#: llm_api_mapper's record of paid calls.  Owned by the op (ops/llm/call_record.py, which may not import
+#: the engine); named here so the layout is complete, and a unit test keeps the two equal.
+LLM_CALLS_DIR = "llm_calls"
 
 
 @dataclass
@@ -73,50 +75,3 @@ def write_json(path: str, obj) -> None:
 
 def read_json(path: str):
     return json.loads(storage.read_bytes(path))
-
-
-class JobContext:
-    """Lazy view of one job's durable state, as any task sees it."""
-
-    def __init__(self, job_dir: str) -> None:
-        self.job_dir = job_dir
-
-    def path(self, rel: str) -> str:
-        return storage.join(self.job_dir, *rel.split("/"))
-
-    @cached_property
-    def effective_config(self) -> dict:
-        return read_json(self.path(EFFECTIVE_CONFIG))
-
-    @cached_property
-    def recipe(self):
-        from airflow_provider_dj.engine.config.recipe import recipe_from_dict
-
-        return recipe_from_dict(self.effective_config)
-
-    @cached_property
-    def job_id(self) -> str:
-        return self.effective_config.get("job_id") or storage.basename(self.job_dir)
-
-    @cached_property
-    def partitioning_info(self) -> dict:
-        return read_json(self.path(PARTITIONING_INFO))
-
-    @cached_property
-    def plan(self):
-        from airflow_provider_dj.engine.planning.plan import build_plan
-
-        return build_plan(self.recipe)
-
-    @cached_property
-    def storage_format(self):
-        from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
-
-        st = self.recipe.intermediate_storage
-        return StorageFormat(st.format, st.compression)
-
-    def partition(self, partition_id: int) -> dict:
-        parts = self.partitioning_info["partitions"]
-        if not 0 <= partition_id < len(parts):
-            raise IndexError(f"partition {partition_id} does not exist (job has {len(parts)})")
-        return parts[partition_id]

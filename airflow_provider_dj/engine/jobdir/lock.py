@@ -31,12 +31,14 @@ import os
 import socket
 import time
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.layout import RUNNER_LOCK
 
-LOCK_REL = "metadata/runner.lock"
+LOCK_REL = RUNNER_LOCK
 
 
-class JobLockedError(RuntimeError):
+class JobLockedError(DJError, RuntimeError):
     pass
 
 

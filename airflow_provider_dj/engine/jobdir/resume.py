@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
@@ -36,7 +38,6 @@ from airflow_provider_dj.engine.input.partitioning import (
 from airflow_provider_dj.engine.input.sources import InputError, index_inputs, list_input_files
 from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ _CORRUPT_INFO_TODO = (
 )
 
 
-class ResumeRefusedError(RuntimeError):
+class ResumeRefusedError(DJError, RuntimeError):
     """Continuing this job would be wrong; nothing in the job directory was changed."""
 
     def __init__(self, reason: str, message: str) -> None:

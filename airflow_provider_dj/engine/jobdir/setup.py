@@ -18,22 +18,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
     EXECUTION_PLAN,
     PARTITIONING_INFO,
     JobPaths,
-    validate_job_id,
     write_json,
 )
 from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.observe.events import EventLog, write_buffered
 from airflow_provider_dj.engine.planning.execution_plan import plan_document
 from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
-from airflow_provider_dj.engine.storage import fs as storage
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def prepare_job(
     plan = build_plan(recipe)
     # Data-Juicer ops run through the adapter get their argument values checked
     # by Data-Juicer here, before any partition runs (no-op without such ops).
-    from airflow_provider_dj.ops.dj_compat.adapter import check_adapted_ops
+    from airflow_provider_dj.engine.config.adapted_ops import check_adapted_ops
 
     check_adapted_ops(recipe)
     owner = job_lock.owner_identity(airflow_run_id)

@@ -27,13 +27,15 @@ import re
 import time
 from datetime import datetime, timezone
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
 
-STOP_FILE = ("control", "stop_request.json")
+STOP_FILE = tuple(STOP_REQUEST.split("/"))
 ACK_DIR = ("control", "stopped")
 
 
-class StopRequested(Exception):
+class StopRequested(DJError):
     """A stop was requested for this job; committed work is kept.
 
     Not a failure: the operator turns it into a task that ends without a

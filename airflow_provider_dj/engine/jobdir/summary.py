@@ -26,6 +26,8 @@ import logging
 import time
 from datetime import datetime, timezone
 
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
@@ -33,7 +35,7 @@ from airflow_provider_dj.engine.jobdir.layout import (
     read_json,
     write_json,
 )
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.output.accounting import check_partition_chain
 from airflow_provider_dj.engine.storage.checkpoints import MARKER_SUFFIX, CheckpointStore, StorageFormat
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ _COUNT_KEYS = ("rows_in", "rows_out", "filtered", "duplicates", "failed")
 MAX_ERRORS = 20
 
 
-class SummaryStatusError(ValueError):
+class SummaryStatusError(DJError, ValueError):
     pass
 
 
@@ -73,22 +75,6 @@ def _committed_pids(store: CheckpointStore, op_index: int, op_name: str) -> set[
             except ValueError:
                 continue
     return out
-
-
-def check_partition_chain(pid: int, input_rows: int, acct: list[dict]) -> list[str]:
-    """Accounting problems of one partition's op chain (empty when it closes)."""
-    problems = []
-    expected_in = input_rows
-    for a in acct:
-        lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
-        if a["rows_in"] != expected_in or lost:
-            problems.append(
-                f"partition {pid} op {a['op_index']} ({a.get('op_name')}): rows_in={a['rows_in']} "
-                f"(expected {expected_in}), out={a['rows_out']} filtered={a['filtered']} "
-                f"duplicates={a['duplicates']} failed={a['failed']}"
-            )
-        expected_in = a["rows_out"]
-    return problems
 
 
 def _latest_op_events(events: list[dict]) -> dict[tuple[int, int], dict]:
@@ -263,7 +249,7 @@ def build_job_summary(
     job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None, now: float | None = None
 ) -> dict:
     """The summary of a job in whatever state its directory is in.  Reads only."""
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.observe.events import read_events
 
     if status not in STATUSES:

@@ -29,11 +29,13 @@ import difflib
 import json
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
 
 
-class JobFailedError(RuntimeError):
+class JobFailedError(DJError, RuntimeError):
     """The job failed; waiting longer cannot help."""
 
     def __init__(self, message: str, partitions: list[int] | None = None) -> None:
@@ -41,7 +43,7 @@ class JobFailedError(RuntimeError):
         self.partitions = partitions or []
 
 
-class WaitTargetError(ValueError):
+class WaitTargetError(DJError, ValueError):
     """The sensor's target does not exist in this job (unknown op, partition ...)."""
 
 

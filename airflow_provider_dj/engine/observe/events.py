@@ -38,7 +38,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
 
 EVENT_TYPES = frozenset(
     {

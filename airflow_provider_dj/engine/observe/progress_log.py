@@ -22,10 +22,9 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import JOB_LOG, LOGS_DIR
 
-LOGS_DIR = "logs"
-JOB_LOG = "job.log"
 _lock = threading.Lock()
 
 

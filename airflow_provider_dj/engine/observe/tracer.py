@@ -52,15 +52,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT
 
 log = logging.getLogger(__name__)
 
-TRACE_DIR = "trace"
-PARTS_DIR = "parts"
+PARTS_DIR = TRACE_PARTS_DIR
 INPUT_ROW = "__dj__input_row__"
-REPORT_FILE = "trace_report.json"
+REPORT_FILE = TRACE_REPORT
 
 
 # -- settings ----------------------------------------------------------------
@@ -250,7 +250,7 @@ def merge_traces(job_dir: str) -> dict:
     first ``trace_num`` entries had candidates; partitions after that point
     do not matter.  Safe to call at any time and repeatedly (atomic writes).
     """
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.jobdir.context import JobContext
 
     ctx = JobContext(job_dir)
     settings = TraceSettings.from_recipe(ctx.recipe)

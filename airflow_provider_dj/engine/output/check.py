@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import xxhash
 
-from airflow_provider_dj.engine.storage import fs as storage
-
-
-class ExportMismatchError(RuntimeError):
-    """The export file is not the one announced: different bytes or row count."""
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.output.errors import ExportMismatchError
 
 
 def check_export_file(path: str, *, rows: int, checksum: str) -> int:

@@ -18,52 +18,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, JobContext, write_json
+from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
 from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.output.accounting import check_accounting
+from airflow_provider_dj.engine.output.errors import (
+    AccountingError,
+    ExportMismatchError,
+    MissingFinalCheckpointError,
+)
 from airflow_provider_dj.engine.output.fields import clean_for_export
 from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
-from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
 log = logging.getLogger(__name__)
-
-
-class AccountingError(RuntimeError):
-    """Rows appeared or vanished between ops: the job must not export."""
-
-
-class MissingFinalCheckpointError(RuntimeError):
-    pass
-
-
-def check_accounting(per_partition: dict[int, list[dict]], num_ops: int, part_rows: dict[int, int]) -> list[dict]:
-    """Verify each partition's op chain and return per-op totals."""
-    totals = []
-    for i in range(num_ops):
-        totals.append(
-            {"op_index": i, "rows_in": 0, "rows_out": 0, "filtered": 0, "duplicates": 0, "failed": 0, "duration_s": 0.0}
-        )
-    for pid, acct in per_partition.items():
-        if [a["op_index"] for a in acct] != list(range(num_ops)):
-            raise AccountingError(
-                f"partition {pid}: accounting covers ops {[a['op_index'] for a in acct]}, expected 0..{num_ops - 1}"
-            )
-        expected_in = part_rows[pid]
-        for a in acct:
-            lost = a["rows_in"] - a["rows_out"] - a["filtered"] - a["duplicates"] - a["failed"]
-            if a["rows_in"] != expected_in or lost != 0:
-                raise AccountingError(
-                    f"partition {pid} op {a['op_index']} ({a['op_name']}): rows_in={a['rows_in']} (expected {expected_in}), "
-                    f"out={a['rows_out']} filtered={a['filtered']} duplicates={a['duplicates']} failed={a['failed']}"
-                )
-            expected_in = a["rows_out"]
-            t = totals[a["op_index"]]
-            t["op_name"] = a["op_name"]
-            for k in ("rows_in", "rows_out", "filtered", "duplicates", "failed"):
-                t[k] += a[k]
-            t["duration_s"] = round(t["duration_s"] + a.get("duration_s", 0.0), 6)
-    return totals
 
 
 class _HashingWriter:
@@ -278,10 +248,6 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
                 storage.remove(storage.join(full, name))
         removed.append(f"{d} (except partitions {sorted(keep_pids)})")
     return {"policy": policy, "removed": removed}
-
-
-class ExportMismatchError(RuntimeError):
-    """A completed job's export no longer matches its summary; nothing is rewritten."""
 
 
 def is_job_complete(job_dir: str) -> bool:

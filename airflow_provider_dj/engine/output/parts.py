@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import EXPORT_PARTS_DIR
 
-PARTS_DIR = "export_parts"
+PARTS_DIR = EXPORT_PARTS_DIR
 # Below this many rows the parts cost more (Ray round trips, a second write) than they save.
 DEFAULT_MIN_ROWS = 200_000
 
@@ -43,8 +44,8 @@ def part_path(job_dir: str, partition_id: int) -> str:
 
 def write_part(job_dir: str, partition_id: int) -> dict:
     """Serialize one partition's final checkpoint to its part file (runs in a Ray worker)."""
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
-    from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError
+    from airflow_provider_dj.engine.jobdir.context import JobContext
+    from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
     from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore

@@ -48,12 +48,12 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input import hashing
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS_DIR = "checkpoints"
 MARKER_SUFFIX = ".commit.json"
 DELTA_KEEP_COLUMN = "__dj__delta_keep__"
 PATCH_FLAG_PREFIX = "__dj__delta_set__"  # + column name: which rows of a patched column the op changed
@@ -450,18 +450,3 @@ class CheckpointStore:
 
     def remove_op_dir(self, op_index: int, op_name: str) -> None:
         storage.remove_tree(self.op_dir(op_index, op_name))
-
-
-def read_checkpoint(job_dir: str, op_index: int, partition_id: int) -> pa.Table | None:
-    """The table after op ``op_index`` for one partition, whole or rebuilt from deltas, exactly as a
-    resume would load it; None when that checkpoint is absent or invalid.  For people and tools that
-    inspect intermediate data: a delta checkpoint's own file holds only keep flags and patches."""
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
-
-    ctx = JobContext(job_dir)
-    op = ctx.plan.ops[op_index]
-    part = ctx.partition(partition_id)
-    cp = CheckpointStore(job_dir, ctx.storage_format).load_valid(
-        op_index, op.name, partition_id, part["content_hash"], op.fingerprint
-    )
-    return None if cp is None else cp.table

@@ -4,18 +4,18 @@ DJ hashes a normalized text with md5 and keeps the first sample of each
 hash.  Here ``compute_hash`` produces one 16-byte key per row (xxh3_128 of
 the same normalized text: as good as md5 for equality, several times faster),
 and the engine resolves duplicates globally, in input order, possibly with
-``first_occurrence_mask`` below.
+``first_occurrence_mask`` (ops/kernels/keys.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Deduplicator
+from airflow_provider_dj.ops.kernels.keys import KEY_TYPE, KeysLike, first_occurrence_mask  # noqa: F401 - re-exported
 from airflow_provider_dj.ops.kernels.text import (
     PUNCTUATION,
     REGEX_DIGIT,
@@ -28,7 +28,6 @@ from airflow_provider_dj.ops.kernels.text import (
 )
 from airflow_provider_dj.ops.registry import register
 
-KEY_TYPE = pa.binary(16)
 # DJ removes r"\s+|\d+|[<string.punctuation>]" with the regex module; deleting
 # runs of a class or single members of it is the same as deleting every
 # character of the union, with \s and \d as the regex module defines them.
@@ -80,50 +79,3 @@ class DocumentDeduplicator(Deduplicator):
 
     def compute_hash(self, table: pa.Table) -> pa.Array:
         return hash128(self.normalize(table))
-
-
-KeysLike = Union[pa.Array, pa.ChunkedArray, Sequence[Union[pa.Array, pa.ChunkedArray]]]
-
-
-def _as_key_array(keys: KeysLike) -> pa.FixedSizeBinaryArray:
-    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
-        parts = [keys]
-    else:
-        parts = list(keys)
-    chunks: list[pa.Array] = []
-    for part in parts:
-        chunks.extend(part.chunks if isinstance(part, pa.ChunkedArray) else [part])
-    if not chunks:
-        return pa.array([], KEY_TYPE)
-    for i, chunk in enumerate(chunks):
-        if chunk.type != KEY_TYPE:
-            if not (pa.types.is_binary(chunk.type) or pa.types.is_large_binary(chunk.type)):
-                raise TypeError(f"dedup keys must be {KEY_TYPE}, got {chunk.type}")
-            chunks[i] = chunk.cast(KEY_TYPE)  # e.g. read back as plain binary; checks the width
-    return pa.chunked_array(chunks, KEY_TYPE).combine_chunks()
-
-
-def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
-    """True at the first row holding each key, in the order given.
-
-    ``keys`` is one array or a list of arrays (e.g. every partition's keys in
-    input order).  The 16-byte keys are viewed as two uint64 columns and
-    sorted with numpy's stable ``lexsort``; within each run of equal keys the
-    first sorted row is then the earliest one.  O(n log n), no Python loop,
-    memory about 40 bytes per key (keys, sort order, sorted copy) -- faster
-    than a hash-based ``pc.index_in`` of the keys against themselves.
-    """
-    arr = _as_key_array(keys)
-    n = len(arr)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    if arr.null_count:
-        raise ValueError("dedup keys must not be null")
-    words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
-    order = np.lexsort((words[:, 1], words[:, 0]))
-    ordered = words[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-    mask = np.zeros(n, dtype=bool)
-    mask[order[starts]] = True
-    return mask

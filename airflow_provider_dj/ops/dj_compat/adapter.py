@@ -14,7 +14,7 @@ at DAG-parse time, constantly, in the scheduler's DAG processor.  So:
   uses for each (``ADAPTED_PATTERN_ARGS``), since Data-Juicer compiles most
   of them only on the first sample.
 * Other argument *values* are checked by Data-Juicer itself when it builds the op:
-  once in the ``validate`` task (``check_adapted_ops``, before any partition
+  once in the ``validate`` task (``engine/config/adapted_ops.py``, before any partition
   runs) and again in every task that uses the op.
 * Data is processed by ``ops.dj_compat.batches``, which imports Data-Juicer on the
   first batch.
@@ -332,7 +332,7 @@ class DJDeduplicator(_DJAdapted, Deduplicator):
         return keys, keep
 
     def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
-        from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
+        from airflow_provider_dj.ops.kernels.keys import first_occurrence_mask
 
         keys, keep_always = self._concat(tables)
         mask = np.ones(len(keys), dtype=bool)
@@ -352,21 +352,6 @@ class DJDeduplicator(_DJAdapted, Deduplicator):
         return rep
 
 
-def check_adapted_ops(recipe) -> None:
-    """Build every adapted op of ``recipe`` once, so that Data-Juicer checks the
-    argument values before any partition runs.  Raises RecipeError naming the op."""
-    from airflow_provider_dj.engine.config.schema import RecipeError
-    from airflow_provider_dj.ops.registry import get_op_class
-
-    for spec in recipe.process:
-        cls = get_op_class(spec.name)
-        if not issubclass(cls, _DJAdapted):
-            continue
-        try:
-            cls(text_key=recipe.text_key, **spec.args).dj_op  # noqa: B018 - building is the check
-        except Exception as exc:
-            raise RecipeError(
-                recipe.source_file,
-                f"process[{spec.index}].{spec.name}",
-                f"Data-Juicer refused the op's arguments: {type(exc).__name__}: {exc}",
-            ) from exc
+def is_adapted(cls: type) -> bool:
+    """True for an op class that runs a Data-Juicer op through this adapter."""
+    return isinstance(cls, type) and issubclass(cls, _DJAdapted)

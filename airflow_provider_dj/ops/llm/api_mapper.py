@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from airflow_provider_dj.core.host import get_connection, mask_secret
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper, OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.kernels.patterns import DOTALL, compile_user_pattern
 from airflow_provider_dj.ops.llm.call_record import CallRecord, record_dir, request_hash
@@ -232,9 +233,7 @@ class LLMApiMapper(Mapper):
         """(base URL, API key), read now — at run time, never at DAG parse."""
         base, key = self.base_url, None
         if self.conn_id:
-            from airflow.sdk import BaseHook
-
-            conn = BaseHook.get_connection(self.conn_id)
+            conn = get_connection(self.conn_id)
             key = conn.password or None
             if not base:
                 host = (conn.host or "").rstrip("/")
@@ -246,13 +245,8 @@ class LLMApiMapper(Mapper):
                 base = host if "://" in host else f"https://{host}{f':{conn.port}' if conn.port else ''}"
         if key is None and self.api_key_env:
             key = os.environ.get(self.api_key_env) or None
-        if key:
-            try:  # Airflow's log masker then hides the key in task logs too, wherever it might appear
-                from airflow.sdk.log import mask_secret
-
-                mask_secret(key)
-            except Exception:  # noqa: BLE001 - masking is a second line of defence, never a reason to fail
-                pass
+        # The host's log masker (Airflow's) then hides the key in task logs too, wherever it might appear.
+        mask_secret(key)
         assert base
         return base, key
 

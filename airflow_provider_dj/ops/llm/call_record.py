@@ -39,7 +39,7 @@ from typing import Any
 
 import xxhash
 
-from airflow_provider_dj.engine.storage import fs as storage
+from airflow_provider_dj.core import fs as storage
 
 RECORD_DIR = "llm_calls"
 

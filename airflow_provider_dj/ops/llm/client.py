@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.ops.base import OpFatalError
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ RETRY_STATUSES = frozenset({408, 425, 429})  # and every 5xx
 REJECT_STATUSES = frozenset({400, 413, 422})
 
 
-class ChatError(RuntimeError):
+class ChatError(DJError, RuntimeError):
     """Base of the client's errors; messages never contain the API key."""
 
 

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
 from airflow_provider_dj.ops.registry import register
 
@@ -51,7 +52,7 @@ _MODELS: dict[tuple, Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-class EmbeddingModelError(RuntimeError):
+class EmbeddingModelError(DJError, RuntimeError):
     """The embedding model cannot be found or loaded; the message says what to install or fix."""
 
 

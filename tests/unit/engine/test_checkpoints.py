@@ -302,7 +302,7 @@ def test_delta_checkpoints_can_be_turned_off(tmp_path, monkeypatch):
 
 
 def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine.storage.checkpoints import read_checkpoint
+    from airflow_provider_dj.engine.jobdir.context import read_checkpoint
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 300, seed=5)
     jobs = {}

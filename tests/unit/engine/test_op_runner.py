@@ -114,7 +114,7 @@ def test_failed_samples_record_op_partition_input_row_and_error(tmp_path):
 
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import _write_failed
-    from airflow_provider_dj.engine.jobdir.layout import JobContext
+    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.jobdir.setup import prepare_job
 
     rows = pa.table({"text": ["bad"], "__dj__input_row__": pa.array([41], pa.int64())})

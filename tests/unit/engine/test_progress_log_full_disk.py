@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.observe import progress_log
-from airflow_provider_dj.engine.storage import fs as storage
 
 
 def test_full_disk_on_a_progress_line_names_the_file_and_keeps_earlier_lines(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.layout import JobIdError, job_id_for_run, new_job_id, validate_job_id
+from airflow_provider_dj.engine.jobdir.identity import JobIdError, job_id_for_run, new_job_id, validate_job_id
 from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export

@@ -310,7 +310,7 @@ def _no_temp_files(root: str) -> list[str]:
 
 
 def test_enospc_at_a_checkpoint_write_fails_clearly_then_resumes(tmp_path, data, clean, monkeypatch):
-    from airflow_provider_dj.engine.storage.fs import StorageFullError
+    from airflow_provider_dj.core.fs import StorageFullError
 
     job = _new_job(tmp_path, "full", data)
     monkeypatch.setenv("DJ_CHECKPOINT_PIPELINE", "0")  # the background writer re-raises the same error; keep it simple
@@ -335,7 +335,7 @@ def test_enospc_at_a_checkpoint_write_fails_clearly_then_resumes(tmp_path, data,
 
 
 def test_enospc_during_the_export_leaves_no_export_and_a_retry_matches(tmp_path, data, clean, monkeypatch):
-    from airflow_provider_dj.engine.storage.fs import StorageFullError
+    from airflow_provider_dj.core.fs import StorageFullError
 
     job = _new_job(tmp_path, "fullexp", data)
     for pid in range(3):
@@ -355,8 +355,8 @@ def test_enospc_during_the_export_leaves_no_export_and_a_retry_matches(tmp_path,
 
 
 def test_enospc_at_an_event_write_fails_clearly_and_leaves_no_torn_line(tmp_path, monkeypatch):
+    from airflow_provider_dj.core.fs import StorageFullError
     from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
-    from airflow_provider_dj.engine.storage.fs import StorageFullError
 
     log = EventLog(str(tmp_path), "j", writer="w")
     log.emit("job_start")
@@ -372,7 +372,7 @@ def test_enospc_at_an_event_write_fails_clearly_and_leaves_no_torn_line(tmp_path
 
 
 def test_seam_counts_writes_and_keeps_the_old_file(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine.storage import fs as storage
+    from airflow_provider_dj.core import fs as storage
 
     path = str(tmp_path / "d" / "f.json")
     monkeypatch.setenv("DJ_STORAGE_ENOSPC", "f.json@3")
@@ -425,8 +425,8 @@ def fill(directory: str, leave: int = 0) -> str:
 
 
 def test_real_full_file_system_atomic_write_and_event_append(small_fs):
+    from airflow_provider_dj.core import fs as storage
     from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
-    from airflow_provider_dj.engine.storage import fs as storage
 
     log = EventLog(small_fs, "j", writer="w")
     log.emit("job_start")

@@ -149,7 +149,7 @@ def test_scheduled_job_id_matches_the_recipe_dags_scheduled_run():
     from airflow.models.dagrun import DagRun
     from airflow.utils.types import DagRunType
 
-    from airflow_provider_dj.engine.jobdir.layout import job_id_for_run
+    from airflow_provider_dj.engine.jobdir.identity import job_id_for_run
     from airflow_provider_dj.sensors.checkpoint import scheduled_job_id
 
     when = pendulum.datetime(2026, 11, 29, tz="UTC")

@@ -26,8 +26,8 @@ undo that.
 
 Secrets stay out of reprs, events, summaries and error messages: options
 are held in :class:`StorageOptions`, whose ``repr`` shows only which keys
-are set, and the secret is registered with Airflow's log masker when
-Airflow is importable.
+are set, and the secret is registered with the host's log masker (Airflow's, through
+``core/host.py``) when there is one.
 """
 
 from __future__ import annotations
@@ -36,13 +36,16 @@ import os
 import threading
 from typing import Any
 
+from airflow_provider_dj.core import host
+from airflow_provider_dj.core.errors import DJError
+
 CONN_ENV = "DJ_STORAGE_CONN_ID"
 # Protocols handled here; other fsspec protocols get fsspec's defaults.
 S3_PROTOCOLS = ("s3", "s3a")
 _EXTRA_ALLOWED = ("endpoint_url", "region_name", "aws_session_token")
 
 
-class StorageConfigError(RuntimeError):
+class StorageConfigError(DJError, RuntimeError):
     """The object-store settings cannot be used; the message says which setting and what to do."""
 
 
@@ -75,27 +78,18 @@ def protocol_of(url: str) -> str:
 
 
 def _mask(secret: str | None) -> None:
-    """Second line of defence: Airflow's log masker hides the value in task logs wherever it appears."""
-    if not secret:
-        return
-    try:
-        from airflow.sdk.log import mask_secret
-
-        mask_secret(secret)
-    except Exception:  # noqa: BLE001 - masking must never be a reason to fail
-        pass
+    """Second line of defence: the host's log masker (Airflow's) hides the value in task logs."""
+    host.mask_secret(secret)
 
 
 def _from_connection(conn_id: str) -> StorageOptions:
     try:
-        from airflow.sdk import BaseHook
-    except ImportError as exc:  # pragma: no cover - the provider always has Airflow
+        conn = host.get_connection(conn_id)
+    except host.HostUnavailableError as exc:
         raise StorageConfigError(
             f"{CONN_ENV}={conn_id!r} needs Airflow to look the connection up ({exc}); "
             f"unset it and use the AWS_* environment variables instead"
         ) from None
-    try:
-        conn = BaseHook.get_connection(conn_id)
     except Exception as exc:  # noqa: BLE001 - message only: a lookup error never carries the secret
         raise StorageConfigError(
             f"{CONN_ENV}={conn_id!r}: the Airflow connection cannot be read here ({type(exc).__name__}); "
@@ -103,7 +97,7 @@ def _from_connection(conn_id: str) -> StorageOptions:
             f"where this process runs — e.g. as AIRFLOW_CONN_{conn_id.upper()} on every Airflow worker and "
             f"Ray node — or unset {CONN_ENV} and use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         ) from None
-    extra = conn.extra_dejson if isinstance(getattr(conn, "extra_dejson", None), dict) else {}
+    extra = conn.extra
     kwargs: dict[str, Any] = {}
     client: dict[str, Any] = {}
     if conn.login:

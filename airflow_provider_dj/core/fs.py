@@ -26,6 +26,8 @@ import threading
 import uuid
 from typing import IO, TYPE_CHECKING, Iterator
 
+from airflow_provider_dj.core.errors import DJError
+
 if TYPE_CHECKING:  # fsspec is imported when a URL is used, so local-only tools (the GPU probe) run without it
     import fsspec
 
@@ -36,7 +38,7 @@ _seam_lock = threading.Lock()
 _seam_counts: dict[str, int] = {}
 
 
-class StorageFullError(OSError):
+class StorageFullError(DJError, OSError):
     """A write failed because the file system is full (or over quota); nothing partial was kept.
 
     Built as ``OSError(errno, message, path)`` so it pickles across Ray
@@ -118,7 +120,7 @@ def get_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     listings cache from ``storage_options`` (docs/object_store.md)."""
     from fsspec.core import url_to_fs
 
-    from airflow_provider_dj.engine.storage.options import fs_kwargs
+    from airflow_provider_dj.core.storage_options import fs_kwargs
 
     fs, inner = url_to_fs(str(path), **fs_kwargs(str(path)))
     return fs, inner
