@@ -3,7 +3,7 @@
 Real job directories, the real planner, segment runner and exporter, in process
 (the Airflow path is in tests/integration/test_bad_input_runs.py).  The rows an
 op fails on are rows lacking the text key, which the engine sets aside with a
-reason before the op runs (engine/op_runner.split_missing_fields).
+reason before the op runs (engine/execution/op_runner.split_missing_fields).
 """
 
 from __future__ import annotations
