@@ -33,12 +33,6 @@ from airflow_provider_dj.engine.jobdir.identity import job_id_for_run
 from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
 
 
-def committed_partitions(job_dir: str, segment_index: int) -> tuple[list[int], list[int]]:
-    """(committed, missing) partition ids for a segment's output and dedup keys."""
-    st = check(job_dir, segment_index=segment_index)
-    return st.committed, st.missing
-
-
 def scheduled_job_id(dag_id: str, logical_date: datetime.datetime) -> str:
     """The job id a recipe DAG's *scheduled* run uses (validate derives it from
     the DAG id and run id when no job_id is given).  Lets another DAG name

@@ -21,7 +21,6 @@ completed job a mismatch has already failed the export
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import datetime, timezone
@@ -419,10 +418,6 @@ def after_summary_written(job_dir: str, summary: dict) -> None:
         register_job(summary.get("job_id") or storage.basename(job_dir), job_dir, status=summary.get("status"))
     except Exception as exc:  # noqa: BLE001 - the registry is a convenience
         log.warning("could not update the recent-jobs registry: %s", exc)
-
-
-def summary_json(summary: dict) -> str:
-    return json.dumps(summary, indent=2, default=str)
 
 
 def mark_resumed(job_dir: str) -> dict | None:

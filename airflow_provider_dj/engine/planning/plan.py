@@ -18,7 +18,7 @@ and it is written to ``dag_execution_plan.json`` for people and tools.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import xxhash
 
@@ -70,42 +70,6 @@ class ExecutionPlan:
 
     def barrier_task_id(self, segment_index: int) -> str:
         return f"barrier_seg{segment_index}"
-
-    def to_dict(self) -> dict:
-        nodes = []
-        for g in self.groups or []:
-            for pid in g["partition_ids"]:
-                for op in self.ops:
-                    seg = next(s for s in self.segments if op.index in s.op_indices or op.index == s.keys_for_global)
-                    nodes.append(
-                        {
-                            "id": f"op{op.index}_p{pid}",
-                            "op_index": op.index,
-                            "op_name": op.name,
-                            "partition_id": pid,
-                            "segment": seg.index,
-                            "checkpoint": op.index in self.checkpoint_points,
-                            "airflow_task_id": seg.task_id(),
-                            "group_id": g["group_id"],
-                        }
-                    )
-        return {
-            "ops": [asdict(o) for o in self.ops],
-            "segments": [dict(asdict(s), airflow_task_id=s.task_id()) for s in self.segments],
-            "barriers": [
-                {
-                    "after_segment": s.index,
-                    "global_op_index": s.keys_for_global,
-                    "airflow_task_ids": [self.barrier_task_id(s.index), self.global_task_id(s.keys_for_global)],
-                }
-                for s in self.segments
-                if s.keys_for_global is not None
-            ],
-            "checkpoint_strategy": self.strategy,
-            "checkpoint_points": self.checkpoint_points,
-            "execution_groups": self.groups,
-            "nodes": nodes,
-        }
 
 
 def _fingerprints(process, text_key: str) -> list[str]:

@@ -444,9 +444,3 @@ class CheckpointStore:
         """Cheap check (marker only) used by sensors and planners."""
         m = self.read_marker(op_index, op_name, partition_id)
         return bool(m and m.get("partition_hash") == partition_hash and m.get("pipeline_fingerprint") == fingerprint)
-
-    def list_op_dirs(self) -> list[str]:
-        return [d for d in storage.listdir(self.root) if d.startswith(self.prefix + "_")]
-
-    def remove_op_dir(self, op_index: int, op_name: str) -> None:
-        storage.remove_tree(self.op_dir(op_index, op_name))
