@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.layout import (
@@ -53,7 +54,7 @@ class StopResult:
 
 
 def _default_work_dir() -> str:
-    return os.environ.get("DJ_WORK_DIR", ".")
+    return settings.get("work_dir") or "."
 
 
 def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:

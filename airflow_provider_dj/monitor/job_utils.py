@@ -7,8 +7,7 @@ of recent jobs on this machine only helps when they do not remember it.
 
 from __future__ import annotations
 
-import os
-
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json, validate_job_id
 from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
@@ -25,7 +24,7 @@ class JobNotFoundError(LookupError):
 def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
     validate_job_id(job_id)
     looked = []
-    for base, why in ((work_dir, "--work-dir"), (os.environ.get("DJ_WORK_DIR"), "$DJ_WORK_DIR")):
+    for base, why in ((work_dir, "--work-dir"), (settings.get("work_dir"), "$DJ_WORK_DIR")):
         if base:
             cand = storage.join(base, job_id)
             if storage.exists(cand):

@@ -36,6 +36,8 @@ import os
 import threading
 from typing import Any
 
+from airflow_provider_dj import settings
+
 CONN_ENV = "DJ_STORAGE_CONN_ID"
 # Protocols handled here; other fsspec protocols get fsspec's defaults.
 S3_PROTOCOLS = ("s3", "s3a")
@@ -148,7 +150,7 @@ def options_for(url: str) -> StorageOptions | None:
     proto = protocol_of(url)
     if proto not in S3_PROTOCOLS:
         return None
-    conn_id = os.environ.get(CONN_ENV) or None
+    conn_id = settings.raw("storage_conn_id")
     env_key = (
         conn_id,
         os.environ.get("AWS_ENDPOINT_URL_S3"),
