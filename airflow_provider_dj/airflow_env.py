@@ -43,6 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from airflow_provider_dj import settings as dj_settings
 from airflow_provider_dj.core.errors import DJError
 
 DEFAULT_HOME = os.path.join(os.path.expanduser("~"), ".dj-airflow", "airflow")
@@ -60,7 +61,7 @@ class AirflowEnvError(DJError, RuntimeError):
 
 
 def configure_airflow_env(dags_folder: str | None = None) -> str:
-    home = os.environ.setdefault("AIRFLOW_HOME", os.environ.get("DJ_AIRFLOW_HOME", DEFAULT_HOME))
+    home = os.environ.setdefault("AIRFLOW_HOME", dj_settings.get("airflow_home") or DEFAULT_HOME)
     os.makedirs(home, exist_ok=True)
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
@@ -212,7 +213,9 @@ def ensure_db(home: str) -> None:
             fh.write("ok\n")
 
 
-def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | None = None) -> str:
+def write_cli_dag_stub(
+    home: str, recipe_path: str, dag_id: str, folder: str | None = None, build_kwargs: dict | None = None
+) -> str:
     """A DAG file for one recipe, so dag.test()'s bundle sync finds the DAG we run; returns its folder.
 
     ``dj-airflow run`` passes its private folder (only this stub, so no other
@@ -220,6 +223,10 @@ def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | N
     the folder in-process callers of one process share (the tests' session
     home): there the other stubs are removed, so dag.test() parses one file,
     not every recipe the session ran.  No CLI run uses that folder.
+
+    ``build_kwargs`` are extra ``build_dag`` arguments (what the CLI decided, e.g.
+    ``default_group_size``), written into the stub so the DAG Airflow parses from it
+    equals the one the CLI built.
     """
     if folder is None:
         folder = os.path.join(home, CLI_DAGS)
@@ -229,11 +236,12 @@ def write_cli_dag_stub(home: str, recipe_path: str, dag_id: str, folder: str | N
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(folder, name))
     os.makedirs(folder, exist_ok=True)
+    extra = "".join(f", {k}={v!r}" for k, v in sorted((build_kwargs or {}).items()))
     stub = os.path.join(folder, f"dj_cli_{dag_id.replace('.', '_').replace('-', '_')}.py")
     text = (
         '"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
         "from airflow_provider_dj.dag_factory import build_dag\n\n"
-        f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r})\n"
+        f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r}{extra})\n"
     )
     fd, tmp = tempfile.mkstemp(prefix=".stub.", suffix=".tmp", dir=folder)
     with os.fdopen(fd, "w") as fh:
@@ -323,7 +331,7 @@ class RunEnv:
                 os.environ[key] = value
 
 
-def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True) -> RunEnv:
+def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True, build_kwargs: dict | None = None) -> RunEnv:
     """Set up this process's private Airflow state for one run (before Airflow is imported).
 
     Sets AIRFLOW__CORE__DAGS_FOLDER (and, with SQLite,
@@ -334,18 +342,19 @@ def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True) -> RunEn
     ``cli.main``) passes ``private=False``, and one that imported Airflow
     already gets the same: the stub goes to the DAG folder Airflow already
     uses (one process, one run at a time) and the configured DB is shared.
+    ``build_kwargs`` go into the DAG stub (:func:`write_cli_dag_stub`).
     """
     try:
-        return _prepare_run(recipe_path, dag_id, private)
+        return _prepare_run(recipe_path, dag_id, private, build_kwargs)
     except OSError as exc:  # an unwritable or full home: say which and what to do, not a traceback
-        home = os.environ.get("AIRFLOW_HOME") or os.environ.get("DJ_AIRFLOW_HOME") or DEFAULT_HOME
+        home = os.environ.get("AIRFLOW_HOME") or dj_settings.get("airflow_home") or DEFAULT_HOME
         raise AirflowEnvError(
             f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
             f"(and free some space), or point DJ_AIRFLOW_HOME at another directory"
         ) from exc
 
 
-def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
+def _prepare_run(recipe_path: str, dag_id: str, private: bool, build_kwargs: dict | None = None) -> RunEnv:
     home = configure_airflow_env()
     saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")}
     if not private or "airflow.settings" in sys.modules:
@@ -354,7 +363,7 @@ def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
             from airflow import settings
 
             folder = getattr(settings, "DAGS_FOLDER", None)
-        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=folder)
+        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=folder, build_kwargs=build_kwargs)
         if folder is None:
             os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
         ensure_db(home)
@@ -378,7 +387,9 @@ def _prepare_run(recipe_path: str, dag_id: str, private: bool) -> RunEnv:
         json.dump(owner, fh)
     os.replace(tmp_owner, os.path.join(run_dir, RUN_OWNER_FILE))
     try:
-        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=os.path.join(run_dir, "dags"))
+        dags = write_cli_dag_stub(
+            home, recipe_path, dag_id, folder=os.path.join(run_dir, "dags"), build_kwargs=build_kwargs
+        )
         os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
         db_path = None
         if configured_db_url(home).startswith("sqlite"):

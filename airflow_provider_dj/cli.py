@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from airflow_provider_dj import settings
+
 
 def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume: str | None = None):
     from airflow_provider_dj.engine.config.overrides import deep_merge, parse_set_args
@@ -71,7 +73,7 @@ def _wants_ray(recipe) -> bool:
     local input file, or a resumed job that already completed (those never need it)."""
     if os.environ.get("RAY_ADDRESS") or os.environ.get("AIRFLOW_CONN_RAY_DEFAULT"):
         return False
-    if os.environ.get("DJ_RAY_EARLY_START", "1") == "0":
+    if not settings.get("ray_early_start"):
         return False
     if recipe.resume:
         return _summary_status(os.path.join(recipe.work_dir, recipe.resume, "job_summary.json")) != "completed"
@@ -116,10 +118,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"error: {refused}", file=sys.stderr)
             return 2
     # This process lives as long as the run: its pid in the runner lock lets a
-    # later --resume detect a crashed (kill -9) run at once.
+    # later --resume detect a crashed (kill -9) run at once.  Through the
+    # environment because the runner lock is taken inside the validate task,
+    # which Airflow's task runner calls: no parameter reaches it from here.
     os.environ["DJ_RUN_OWNER_PID"] = str(os.getpid())
     dag_id = sanitize_dag_id(recipe.project_name)
     num_cpus = args.num_cpus or os.cpu_count() or 1
+    # dag.test() runs mapped tasks one after another: a task's partitions run as
+    # concurrent Ray tasks on every core unless the setting says otherwise.  Passed
+    # to the DAG factory (here and in the DAG stub Airflow parses), not through the environment.
+    group_size = settings.get("default_group_size")
+    group_size = num_cpus if group_size is None else group_size
     if _wants_ray(recipe):
         # Overlap Ray's ~3 s start with Airflow's cold start (hooks/ray_in_process.py).
         from airflow_provider_dj.hooks import ray_in_process
@@ -129,7 +138,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
     # on the machine neither see nor touch them (airflow_env.py).
     try:
-        run_env = prepare_run(recipe_path, dag_id, private=_CONSOLE["active"])
+        run_env = prepare_run(
+            recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs={"default_group_size": group_size}
+        )
     except AirflowEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -141,22 +152,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Ray starts lazily, in this process, when the first partition task needs
     # it (RayHook): a private cluster, never whatever Ray runs on the machine.
+    # These two stay environment variables: RayHook and the validate task read
+    # them inside tasks that Airflow's runner calls (no parameter path from here
+    # without changing every operator's signature).
     os.environ["DJ_RAY_IN_PROCESS"] = str(num_cpus)
-    os.environ.setdefault("DJ_DEFAULT_GROUP_SIZE", os.environ["DJ_RAY_IN_PROCESS"])
     # CPU-only max_concurrent_partitions: auto = every core here (docs/gpu_planning.md).
-    os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", os.environ["DJ_RAY_IN_PROCESS"])
+    os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", str(num_cpus))
+    settings.reset()  # the settings read so far must see it
     from airflow_provider_dj.dag_factory import build_dag
 
     try:
-        dag = build_dag(recipe_path, dag_id=dag_id)
+        dag = build_dag(recipe_path, dag_id=dag_id, default_group_size=group_size)
         dr = dag.test(run_conf=overrides)
         state = str(getattr(dr, "state", "unknown"))
         run_id = getattr(dr, "run_id", "?")
     finally:
         os.environ.pop("DJ_RUN_OWNER_PID", None)
         os.environ.pop("DJ_RAY_IN_PROCESS", None)
-        os.environ.pop("DJ_DEFAULT_GROUP_SIZE", None)
         os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
+        settings.reset()
         run_env.cleanup()  # this run's stub folder and DB copy only
     wall = time.perf_counter() - t0
     from airflow_provider_dj.core import fs as storage
@@ -218,7 +232,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
         return 2
     from airflow_provider_dj.core import fs as storage
 
-    job_dir = storage.join(args.work_dir or os.environ.get("DJ_WORK_DIR", "."), args.job_id)
+    job_dir = storage.join(args.work_dir or settings.get("work_dir") or ".", args.job_id)
     lock = job_lock.force_unlock(job_dir)
     print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
     return 0
@@ -355,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    settings.reset()  # a command reads the environment as it is when the command starts
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 
@@ -371,7 +386,7 @@ def console_main() -> None:
     """
     _CONSOLE["active"] = True
     rc = main()
-    if len(sys.argv) > 1 and sys.argv[1] == "run" and os.environ.get("DJ_CLI_FAST_EXIT", "1") != "0":
+    if len(sys.argv) > 1 and sys.argv[1] == "run" and settings.get("cli_fast_exit"):
         import logging
 
         from airflow_provider_dj.hooks import ray_in_process

@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, read_json
@@ -49,7 +50,7 @@ class StopResult:
 
 
 def _default_work_dir() -> str:
-    return os.environ.get("DJ_WORK_DIR", ".")
+    return settings.get("work_dir") or "."
 
 
 def _summary(job_dir: str) -> dict | None:

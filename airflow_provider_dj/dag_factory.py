@@ -22,6 +22,7 @@ from typing import Any
 import pendulum
 import yaml
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, sanitize_dag_id
 from airflow_provider_dj.engine.planning.decisions import parse_time_concurrency
 from airflow_provider_dj.engine.planning.plan import build_plan
@@ -87,9 +88,17 @@ def _doc(recipe, plan) -> str:
 
 
 def build_dag(
-    recipe_path: str, *, dag_id: str | None = None, retries: int | None = None, retry_delay: timedelta | None = None
+    recipe_path: str,
+    *,
+    dag_id: str | None = None,
+    retries: int | None = None,
+    retry_delay: timedelta | None = None,
+    default_group_size: int | None = None,
 ):
-    """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe."""
+    """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe.
+
+    ``None`` arguments come from the settings (task_retries, task_retry_delay_s,
+    default_group_size); ``dj-airflow run`` passes the group size it chose."""
     from airflow.sdk import DAG
 
     from airflow_provider_dj.assets import export_asset, input_asset
@@ -106,18 +115,20 @@ def build_dag(
     plan = build_plan(recipe)
     dag_id = dag_id or sanitize_dag_id(recipe.project_name)
     if retries is None:
-        retries = int(os.environ.get("DJ_TASK_RETRIES", "2"))
+        retries = int(settings.get("task_retries"))
     if retry_delay is None:
-        retry_delay = timedelta(seconds=float(os.environ.get("DJ_TASK_RETRY_DELAY_S", "10")))
+        retry_delay = timedelta(seconds=float(settings.get("task_retry_delay_s")))
     # Partitions per mapped task are resolved by the validate task, once the
     # partitions (and the GPU probe report) exist: the recipe's integer
     # execution_group_size wins; `auto` sizes groups from the probe for GPU
     # pipelines (docs/gpu_planning.md); otherwise this default: one per task
     # (the grain a person clears in the UI), except under `dj-airflow run`,
     # whose in-process runner executes mapped tasks one after another: it
-    # sets DJ_DEFAULT_GROUP_SIZE to the CPU count so a task's partitions run
+    # passes the CPU count (default_group_size) so a task's partitions run
     # as concurrent Ray tasks on every core.
-    group_size = int(os.environ.get("DJ_DEFAULT_GROUP_SIZE", "1"))
+    if default_group_size is None:
+        default_group_size = settings.get("default_group_size")
+    group_size = 1 if default_group_size is None else default_group_size
     # partition.max_concurrent_partitions, parse-time layer: how many mapped
     # task instances of one run execute at once (auto: engine.planning.concurrency).
     # The validate task enforces the run-time layer inside each group.
@@ -212,7 +223,7 @@ def _broken_dag(dag_id: str, path: str, message: str):
 
 
 def recipes_dir() -> str:
-    return os.environ.get("DJ_RECIPES_DIR") or DEFAULT_RECIPES_DIR
+    return settings.get("recipes_dir") or DEFAULT_RECIPES_DIR
 
 
 def list_recipe_files(directory: str) -> list[str]:

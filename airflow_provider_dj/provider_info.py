@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 
 from airflow_provider_dj import __version__
+from airflow_provider_dj.settings import provider_config
 
 INTEGRATION = "Data-Juicer recipes on Ray"
 
@@ -96,4 +97,6 @@ def get_provider_info() -> dict:
                 "conn-fields": copy.deepcopy(RAY_CONN_FIELDS),
             }
         ],
+        # The [dj] section (airflow_provider_dj/settings.py): `airflow config list` shows it.
+        "config": provider_config(),
     }

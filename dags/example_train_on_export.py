@@ -21,9 +21,10 @@ import os
 import pendulum
 from airflow.sdk import DAG, task
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.assets import recipe_export_asset
 
-RECIPE = os.environ.get("DJ_EXAMPLE_TRAIN_RECIPE") or os.path.join(
+RECIPE = settings.get("example_train_recipe") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml"
 )
 EXPORT = recipe_export_asset(RECIPE)

@@ -377,6 +377,33 @@ def _text(key: str) -> str:
     return KEY_TEXT[key]
 
 
+def _settings_section() -> list[str]:
+    """The "Settings" table, from airflow_provider_dj/settings.py: the knobs that are not recipe keys."""
+    from airflow_provider_dj import settings as dj_settings
+
+    out = [
+        "",
+        "## Settings",
+        "",
+        "Process-wide knobs, not recipe keys: the provider's Airflow configuration section "
+        f"`[{dj_settings.SECTION}]` (`airflow config list` shows it). Each is read from the environment, "
+        f"once per process: `{dj_settings.AIRFLOW_ENV_PREFIX}<KEY>` wins over the older `DJ_<KEY>`; "
+        "an empty variable counts as unset. Set them in every process that runs the engine (Airflow "
+        "workers, Ray nodes); `airflow.cfg` is not read. **On disk**: the value changes what a job writes "
+        "and is recorded under `settings` in the job's effective config.",
+        "",
+        "| environment | `[dj]` option | type | default | on disk | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in dj_settings.SETTINGS:
+        default = "unset" if s.default is None else _code(_fmt(s.default))
+        names = f"`{s.airflow_env_name}`, `{s.env_name}`"
+        disk = "yes" if s.on_disk else "no"
+        # The variables first: a row must not read as a recipe key's row (those start with the key).
+        out.append(f"| {names} | `{s.key}` | {s.type} | {default} | {disk} | {_cell(s.doc)} |")
+    return out
+
+
 def render_recipe_keys() -> str:
     from airflow_provider_dj.engine.config import schema as S
     from airflow_provider_dj.engine.config.overrides import OVERRIDABLE_KEYS
@@ -420,6 +447,7 @@ def render_recipe_keys() -> str:
         "",
         ", ".join(_code(k) for k in sorted(S.DJ_IGNORED_KEYS)),
     ]
+    out += _settings_section()
     stale = sorted(
         set(KEY_TEXT) - set(S.OWN_TOP_LEVEL_KEYS) - {f"{s}.{leaf}" for s in S.SECTIONS for leaf in S.SECTION_KEYS[s]}
     )

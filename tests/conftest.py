@@ -27,3 +27,40 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def session_dir() -> str:
     return _SESSION_DIR
+
+
+from airflow_provider_dj import settings as dj_settings  # noqa: E402
+
+
+class _SettingsAwareMonkeyPatch(pytest.MonkeyPatch):
+    """``monkeypatch`` whose environment changes the provider's settings see at once.
+
+    The settings are read once per process (airflow_provider_dj/settings.py);
+    a test that sets ``DJ_*`` mid-process needs them read again."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None:
+        super().setenv(name, value, prepend)
+        dj_settings.reset()
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        super().delenv(name, raising)
+        dj_settings.reset()
+
+    def undo(self) -> None:
+        super().undo()
+        dj_settings.reset()
+
+
+@pytest.fixture
+def monkeypatch():
+    mp = _SettingsAwareMonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Every test starts from the environment as it is (settings.reset())."""
+    dj_settings.reset()
+    yield
+    dj_settings.reset()

@@ -26,6 +26,7 @@ import threading
 import uuid
 from typing import IO, TYPE_CHECKING, Iterator
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
 
 if TYPE_CHECKING:  # fsspec is imported when a URL is used, so local-only tools (the GPU probe) run without it
@@ -82,7 +83,7 @@ def check_write_seam(path: str) -> None:
     """The fault seam: raise OSError(ENOSPC) for a write to ``path`` when ``DJ_STORAGE_ENOSPC`` asks for it.
 
     Costs one environment lookup per write when unset."""
-    spec = os.environ.get(ENOSPC_SEAM_ENV)
+    spec = settings.raw("storage_enospc")
     if not spec:
         return
     match, _, nth = spec.partition("@")

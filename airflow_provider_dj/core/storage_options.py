@@ -36,6 +36,7 @@ import os
 import threading
 from typing import Any
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import host
 from airflow_provider_dj.core.errors import DJError
 
@@ -142,7 +143,7 @@ def options_for(url: str) -> StorageOptions | None:
     proto = protocol_of(url)
     if proto not in S3_PROTOCOLS:
         return None
-    conn_id = os.environ.get(CONN_ENV) or None
+    conn_id = settings.raw("storage_conn_id")
     env_key = (
         conn_id,
         os.environ.get("AWS_ENDPOINT_URL_S3"),

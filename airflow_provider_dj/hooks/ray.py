@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.provider_info import RAY_CONN_FIELDS
 
@@ -51,7 +52,7 @@ except Exception:  # noqa: BLE001 - Airflow's import path differs between versio
 
 
 def _state_dir() -> str:
-    return os.environ.get("DJ_RAY_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "airflow-provider-dj")
+    return settings.get("ray_state_dir") or os.path.join(os.path.expanduser("~"), ".cache", "airflow-provider-dj")
 
 
 class RayConnectionError(DJError, RuntimeError):
@@ -169,8 +170,8 @@ def _head_alive(address: str) -> bool:
 def _head_port() -> int:
     """DJ_RAY_HEAD_PORT if set; else 26379, or a free port when something else listens there
     (another state dir's head, another user's): a busy default must not make every task fail."""
-    if os.environ.get("DJ_RAY_HEAD_PORT"):
-        return int(os.environ["DJ_RAY_HEAD_PORT"])
+    if settings.raw("ray_head_port"):
+        return int(settings.raw("ray_head_port"))
     if not _head_alive("127.0.0.1:26379"):
         return 26379
     import socket

@@ -10,11 +10,11 @@ happenings.  Throughput and ETA count only work done since the latest
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Callable, TextIO
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
 from airflow_provider_dj.engine.jobdir.status import job_status, resolve_job_dir
@@ -177,7 +177,7 @@ def list_running_jobs(work_dir: str | None = None) -> list[dict]:
     for job_id, entry in recent_jobs().items():
         if entry.get("job_dir"):
             candidates[entry["job_dir"]] = job_id
-    for base in (work_dir, os.environ.get("DJ_WORK_DIR")):
+    for base in (work_dir, settings.get("work_dir")):
         if base:
             for name in storage.listdir(base):
                 cand = storage.join(base, name)

@@ -20,11 +20,11 @@ skips probing but then every CUDA op must carry explicit ``num_gpus``.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
@@ -107,7 +107,7 @@ class GpuPreflightOperator(BaseOperator):
                 "resume=%s names no job directory at %s; not probing (validate will refuse).", recipe.resume, job_dir
             )
             return {"gpu_ops": names, "probed": False, "job_dir": job_dir}
-        executor = self.probe_executor or os.environ.get("DJ_PROBE_EXECUTOR") or "auto"
+        executor = self.probe_executor or settings.get("probe_executor") or "auto"
         report = run_preflight(
             ops,
             PreflightSettings.from_recipe(recipe),

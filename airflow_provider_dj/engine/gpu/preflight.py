@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from airflow_provider_dj import settings as dj_settings
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.gpu.contracts import OpNode, contract_of, plan_probe_units
 from airflow_provider_dj.engine.gpu.executors import get_ray, resolve_executor, run_units
@@ -190,7 +191,7 @@ def run_preflight(
         return None
     executor = resolve_executor(executor)
     if force_cpu is None:
-        force_cpu = os.environ.get("DJ_PROBE_FORCE_CPU", "").lower() in ("1", "true", "yes")
+        force_cpu = dj_settings.get("probe_force_cpu")
     device = detect_device(executor, force_cpu=force_cpu, ray_client=ray_client)
     say(
         f"GPU preflight: device {device['kind']}"

@@ -31,6 +31,7 @@ import os
 import socket
 import time
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.layout import RUNNER_LOCK
@@ -43,7 +44,7 @@ class JobLockedError(DJError, RuntimeError):
 
 
 def default_stale_seconds() -> float:
-    return float(os.environ.get("DJ_LOCK_STALE_S", "600"))
+    return float(settings.get("lock_stale_s"))
 
 
 def owner_identity(airflow_run_id: str | None, pid: int | None = None) -> dict:

@@ -22,11 +22,13 @@ import os
 import tempfile
 import time
 
+from airflow_provider_dj import settings
+
 MAX_ENTRIES = 100
 
 
 def registry_path() -> str:
-    state = os.environ.get("DJ_STATE_DIR")
+    state = settings.get("state_dir")
     if state:
         return os.path.join(state, "jobs.json")
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

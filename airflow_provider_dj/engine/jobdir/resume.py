@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
@@ -63,8 +64,9 @@ NON_RESULT_KEYS = (
     "source_file",
     "work_dir",
     "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
-    "export_in_parallel",
-)  # how the export is serialized, not what it holds (same bytes)
+    "export_in_parallel",  # how the export is serialized, not what it holds (same bytes)
+    "settings",  # on-disk settings (delta checkpoints): each checkpoint records its own format
+)
 
 
 _CORRUPT_INFO_TODO = (
@@ -262,7 +264,10 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
 
     # 2. config
     old_cfg = read_json(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/")))
-    refused, accepted = config_diff(old_cfg, recipe.to_dict())
+    new_cfg = recipe.to_dict()
+    if "settings" in old_cfg:  # a job dir from before the key was recorded has nothing to compare
+        new_cfg["settings"] = settings.on_disk()
+    refused, accepted = config_diff(old_cfg, new_cfg)
     if refused:
         raise ResumeRefusedError(
             "config_changed",

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
@@ -131,6 +132,8 @@ def prepare_job(
     storage.makedirs(paths.job_dir)
     cfg = recipe.to_dict()
     cfg["job_id"] = job_id
+    # Settings that change what the job writes (delta checkpoints): an added key, absent in older job dirs.
+    cfg["settings"] = settings.on_disk()
     # The lock first: of two runs starting one job id at the same instant, the loser must be refused
     # before it writes anything, or its config (another export_path, say) could replace the winner's.
     lock_note = job_lock.acquire(paths.job_dir, owner)

@@ -10,8 +10,7 @@ registry of recent jobs on this machine only helps when they do not remember it.
 
 from __future__ import annotations
 
-import os
-
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import lock as job_lock
@@ -43,7 +42,7 @@ def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
     """The job directory of ``job_id``; raises JobNotFoundError naming every place tried."""
     validate_job_id(job_id)
     looked: list[str] = []
-    for base, why in ((work_dir, "--work-dir"), (os.environ.get("DJ_WORK_DIR"), "$DJ_WORK_DIR")):
+    for base, why in ((work_dir, "--work-dir"), (settings.get("work_dir"), "$DJ_WORK_DIR")):
         if base:
             cand = storage.join(base, job_id)
             if _is_job_dir(cand):
@@ -59,7 +58,7 @@ def resolve_job_dir(job_id: str, work_dir: str | None = None) -> str:
         f"the recent-jobs registry {registry_path()}"
         + (f" (recorded {recorded}, which no longer holds the job)" if recorded else " (not recorded)")
     )
-    if not work_dir and not os.environ.get("DJ_WORK_DIR"):
+    if not work_dir and not settings.get("work_dir"):
         cand = storage.join(".", job_id)
         if _is_job_dir(cand):
             return cand

@@ -22,6 +22,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import JOB_LOG, LOGS_DIR
 
@@ -105,7 +106,7 @@ class PartitionProgressLog:
         self.path = partition_log_path(job_dir, partition_id)
         self.partition_id = partition_id
         self.prefix = f"p{partition_id} seg{segment}" + (f" try{try_number}" if try_number is not None else "")
-        self.interval_s = float(os.environ.get("DJ_PROGRESS_INTERVAL_S", "10")) if interval_s is None else interval_s
+        self.interval_s = float(settings.get("progress_interval_s")) if interval_s is None else interval_s
         self._t_partition = time.perf_counter()
         self._op_durations: list[float] = []
         self._t_op = self._t_partition

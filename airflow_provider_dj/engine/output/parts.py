@@ -16,9 +16,9 @@ them, then removes them all once the export is committed.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterator
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import EXPORT_PARTS_DIR
 
@@ -28,7 +28,7 @@ DEFAULT_MIN_ROWS = 200_000
 
 
 def parallel_export_min_rows() -> int:
-    raw = os.environ.get("DJ_PARALLEL_EXPORT_MIN_ROWS", str(DEFAULT_MIN_ROWS))
+    raw = settings.raw("parallel_export_min_rows") or str(DEFAULT_MIN_ROWS)
     try:
         return int(raw)
     except ValueError:

@@ -26,10 +26,10 @@ probe ran (docs/gpu_planning.md, "Concurrency"):
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.gpu.planner import ActorPlan
 
 CPU_ONLY_DEFAULT = 4
@@ -48,7 +48,7 @@ class ConcurrencyDecision:
 
 
 def cpu_only_default() -> int:
-    raw = os.environ.get(ENV_CPU_DEFAULT)
+    raw = settings.raw("default_max_concurrent_partitions")
     try:
         return max(1, int(raw)) if raw else CPU_ONLY_DEFAULT
     except ValueError:

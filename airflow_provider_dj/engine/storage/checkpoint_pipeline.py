@@ -27,10 +27,11 @@ What stays true (DESIGN invariants):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
+
+from airflow_provider_dj import settings
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _shared_writer() -> ThreadPoolExecutor:
 
 
 def pipeline_enabled() -> bool:
-    return os.environ.get("DJ_CHECKPOINT_PIPELINE", "1") != "0"
+    return settings.get("checkpoint_pipeline")
 
 
 class CheckpointPipeline:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 
@@ -48,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR
@@ -213,7 +213,7 @@ class CheckpointStore:
     def supports_delta(self) -> bool:
         """Parquet and Arrow only (typed columns round-trip exactly; JSONL's would not), and not when
         ``DJ_DELTA_CHECKPOINTS=0`` asks for whole tables (e.g. to read checkpoints with other tools)."""
-        return self.fmt.format in ("parquet", "arrow") and os.environ.get("DJ_DELTA_CHECKPOINTS", "1") != "0"
+        return self.fmt.format in ("parquet", "arrow") and settings.get("delta_checkpoints")
 
     def save_delta(
         self,

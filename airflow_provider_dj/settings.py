@@ -1,0 +1,410 @@
+"""The provider's settings: every ``DJ_*`` knob, declared once with its type, default and meaning.
+
+Why one module: the knobs used to be read with ``os.environ.get`` wherever
+they were needed, each with its own default and parsing, so nobody could
+list them, and the same variable could be read twice in one run with
+different results.  Here each knob is a :class:`Setting`; the values are
+read from the environment once per process (:func:`current`) and the same
+declarations become the provider's Airflow configuration section
+(:func:`provider_config`, listed by ``airflow config list``) and the
+"Settings" table of docs/recipe_keys.md (scripts/gen_docs.py).
+
+Where a value comes from, first match wins:
+
+1. ``AIRFLOW__DJ__<KEY>``: the name Airflow gives option ``<key>`` of the
+   provider's ``[dj]`` section;
+2. ``DJ_<KEY>``: the name this provider always read (kept, backward
+   compatible);
+3. the declared default.
+
+An empty variable counts as unset.  Only the environment is read, never
+``airflow.cfg``: the engine also runs in Ray workers and scripts that have
+no Airflow configuration, and a value must mean the same everywhere (set
+it in the environment of the workers and Ray nodes too).
+
+This module imports nothing from Airflow, ``engine/`` or ``ops/`` (only ``core/``), so every
+layer may import it.
+
+Tests that change a variable in the middle of a process call :func:`reset`
+(tests/conftest.py does it around every test) so the next read sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from airflow_provider_dj.core.errors import DJError
+
+SECTION = "dj"
+VERSION_ADDED = "0.1.0"
+AIRFLOW_ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
+LEGACY_ENV_PREFIX = "DJ_"
+
+_TYPES = ("string", "integer", "float", "boolean")
+
+
+class SettingError(DJError, ValueError):
+    """A setting's value cannot be read as its declared type."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One knob: option ``key`` of the ``[dj]`` section, also read from ``DJ_<KEY>``."""
+
+    key: str
+    type: str  # one of _TYPES (Airflow's provider-config types)
+    default: Any  # None: unset (the code that reads it decides, and the doc says what happens)
+    doc: str
+    example: str | None = None
+    #: Changes what a job writes to its job directory: the value is recorded in the
+    #: job's effective config (``settings`` key) so a resume can tell what was used.
+    on_disk: bool = False
+    #: Read at each use instead of once per process: a fault seam that a test turns on and
+    #: off within one process, or a value another cache keys on.
+    live: bool = False
+
+    @property
+    def env_name(self) -> str:
+        return LEGACY_ENV_PREFIX + self.key.upper()
+
+    @property
+    def airflow_env_name(self) -> str:
+        return AIRFLOW_ENV_PREFIX + self.key.upper()
+
+
+def _s(
+    key: str,
+    type_: str,
+    default: Any,
+    doc: str,
+    example: str | None = None,
+    *,
+    on_disk: bool = False,
+    live: bool = False,
+) -> Setting:
+    if type_ not in _TYPES:
+        raise ValueError(f"setting {key}: type {type_!r} is not one of {_TYPES}")
+    return Setting(key, type_, default, doc, example, on_disk, live)
+
+
+#: Every knob, in the order the docs list them.
+SETTINGS: tuple[Setting, ...] = (
+    # -- where things live --------------------------------------------------
+    _s(
+        "airflow_home",
+        "string",
+        None,
+        "Airflow home of `dj-airflow run` when AIRFLOW_HOME is unset (AIRFLOW_HOME wins); "
+        "unset: `~/.dj-airflow/airflow`.",
+        "/srv/dj-airflow",
+    ),
+    _s(
+        "work_dir",
+        "string",
+        None,
+        "The work_dir the CLI, the control API and the monitor look in when none is given; unset: `.`.",
+        "/data/dj-work",
+    ),
+    _s(
+        "state_dir",
+        "string",
+        None,
+        "Directory of the recent-jobs registry (`jobs.json`); unset: `$XDG_CACHE_HOME/airflow-provider-dj`.",
+        "/var/lib/dj-state",
+    ),
+    _s(
+        "recipes_dir",
+        "string",
+        None,
+        "Folder whose `*.yaml`/`*.yml` recipes `dags/dj_recipes.py` turns into DAGs; unset: `dags/recipes`.",
+        "/opt/airflow/recipes",
+    ),
+    _s(
+        "example_train_recipe",
+        "string",
+        None,
+        "Recipe file of the example DAG `example_train_on_export`; unset: `dags/recipes/demo.yaml`.",
+        "/opt/airflow/recipes/demo.yaml",
+    ),
+    # -- Airflow tasks -------------------------------------------------------
+    _s("task_retries", "integer", 2, "Retries of every task of a generated DAG.", "0"),
+    _s("task_retry_delay_s", "float", 10.0, "Seconds between a task's retries.", "30"),
+    _s(
+        "default_group_size",
+        "integer",
+        None,
+        "Partitions per mapped partition task when the recipe does not set execution_group_size; "
+        "unset: 1 under a scheduler, the CPU count under `dj-airflow run`.",
+        "4",
+    ),
+    _s(
+        "default_max_concurrent_partitions",
+        "integer",
+        None,
+        "Partitions run at once by a CPU-only pipeline whose max_concurrent_partitions is `auto`; "
+        "unset: 4 under a scheduler, the CPU count under `dj-airflow run`; a bad value counts as unset.",
+        "8",
+    ),
+    # -- the job directory ---------------------------------------------------
+    _s(
+        "lock_stale_s",
+        "float",
+        600.0,
+        "A job's runner lock whose heartbeat is older than this many seconds may be taken over.",
+        "1200",
+    ),
+    _s(
+        "progress_interval_s",
+        "float",
+        10.0,
+        "Seconds between progress lines of a long op in the task log.",
+        "30",
+    ),
+    _s(
+        "delta_checkpoints",
+        "boolean",
+        True,
+        "Parquet/Arrow checkpoints after the first store only the columns an op changed; `0` writes "
+        "whole tables (other tools can read them). Changes the checkpoint files: recorded in the job's "
+        "effective config.",
+        "0",
+        on_disk=True,
+    ),
+    _s(
+        "checkpoint_pipeline",
+        "boolean",
+        True,
+        "Write a checkpoint in the background while the next batch runs; `0` writes every checkpoint "
+        "synchronously (same bytes).",
+        "0",
+    ),
+    _s(
+        "parallel_export_min_rows",
+        "integer",
+        200_000,
+        "From this many rows a JSONL export is serialized in parallel on Ray workers (same bytes); 0: always.",
+        "0",
+    ),
+    # -- storage -------------------------------------------------------------
+    _s(
+        "storage_conn_id",
+        "string",
+        None,
+        "Airflow connection (type `aws`) with the credentials for `s3://` paths; unset: the AWS_* "
+        "environment variables. Read at each use (the credentials cache is keyed on it).",
+        "dj_s3",
+        live=True,
+    ),
+    _s(
+        "storage_enospc",
+        "string",
+        None,
+        "Fault seam for tests: `<substring>[@<n>]` makes writes whose path contains the substring "
+        "fail with ENOSPC (after n good ones). Read at each write, so a test can free the space again.",
+        "checkpoints@2",
+        live=True,
+    ),
+    # -- Ray -----------------------------------------------------------------
+    _s(
+        "ray_state_dir",
+        "string",
+        None,
+        "Where the shared embedded Ray head records itself; unset: `~/.cache/airflow-provider-dj`.",
+        "/var/lib/dj-ray",
+    ),
+    _s(
+        "ray_head_port",
+        "integer",
+        None,
+        "Port of the shared embedded Ray head; unset: 26379, or a free port when that one is taken.",
+        "26379",
+    ),
+    _s(
+        "ray_early_start",
+        "boolean",
+        True,
+        "`dj-airflow run` starts its private Ray in the background at launch when the input has rows; "
+        "`0` starts it when the first task needs it.",
+        "0",
+    ),
+    _s(
+        "cli_fast_exit",
+        "boolean",
+        True,
+        "`dj-airflow run` kills its Ray processes and leaves with os._exit once everything is written; "
+        "`0` keeps the ordinary (3-4 s slower) exit.",
+        "0",
+    ),
+    # -- GPU -----------------------------------------------------------------
+    _s(
+        "probe_executor",
+        "string",
+        None,
+        "Where the GPU preflight probe runs when the operator does not say: `auto`, `local`, `ray`; unset: `auto`.",
+        "local",
+    ),
+    _s(
+        "probe_force_cpu",
+        "boolean",
+        False,
+        "The GPU probe and `dj-gpu-check` take the CPU path (`1`, `true` or `yes`).",
+        "1",
+    ),
+    _s(
+        "embed_model_dir",
+        "string",
+        None,
+        "Embedding model folder `dj-gpu-check` loads; unset: the packaged all-MiniLM-L6-v2.",
+        "/models/all-MiniLM-L6-v2",
+    ),
+)
+
+BY_KEY: Mapping[str, Setting] = MappingProxyType({s.key: s for s in SETTINGS})
+
+_AIRFLOW_TRUE = ("true", "t", "1")
+_AIRFLOW_FALSE = ("false", "f", "0")
+
+
+def _parse(setting: Setting, raw: str, name: str) -> Any:
+    """``raw`` from variable ``name`` as the setting's type.
+
+    Booleans keep the meaning each ``DJ_*`` name always had, so an old
+    environment behaves as before: a knob that is on by default is turned
+    off by ``0`` only, one that is off by default is turned on by ``1``,
+    ``true`` or ``yes``.  The ``AIRFLOW__DJ__*`` names read booleans the way
+    Airflow does (``true``/``t``/``1``, ``false``/``f``/``0``)."""
+    if setting.type == "string":
+        return raw
+    if setting.type == "boolean":
+        low = raw.lower()
+        if name == setting.airflow_env_name:
+            low = low.strip()
+            if low in _AIRFLOW_TRUE:
+                return True
+            if low in _AIRFLOW_FALSE:
+                return False
+            raise SettingError(f"{name}={raw!r} is not a boolean; use true or false")
+        if setting.default:
+            return raw != "0"
+        return low in ("1", "true", "yes")
+    try:
+        return int(raw) if setting.type == "integer" else float(raw)
+    except ValueError:
+        raise SettingError(
+            f"{name}={raw!r} is not {'a whole number' if setting.type == 'integer' else 'a number'}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    raw: Mapping[str, tuple[str, str]]  # key -> (variable name, raw value), set variables only
+
+
+def _lookup(setting: Setting) -> tuple[str, str] | None:
+    for name in (setting.airflow_env_name, setting.env_name):
+        value = os.environ.get(name)
+        if value:
+            return name, value
+    return None
+
+
+def _read_environment() -> _Snapshot:
+    raw: dict[str, tuple[str, str]] = {}
+    for s in SETTINGS:
+        found = _lookup(s)
+        if found is not None:
+            raw[s.key] = found
+    return _Snapshot(MappingProxyType(raw))
+
+
+_lock = threading.Lock()
+_cache: dict[str, Any] = {}
+
+
+def _snapshot() -> _Snapshot:
+    snap = _cache.get("snapshot")
+    if snap is None:
+        with _lock:
+            snap = _cache.get("snapshot")
+            if snap is None:
+                snap = _cache["snapshot"] = _read_environment()
+    return snap
+
+
+def reset() -> None:
+    """Forget the values read so far: the next read looks at the environment again.
+
+    For tests that set a variable mid-process, and for the CLI after it set one
+    for the tasks it runs in this process."""
+    with _lock:
+        _cache.clear()
+
+
+def _found(key: str) -> tuple[str, str] | None:
+    setting = BY_KEY[key]
+    return _lookup(setting) if setting.live else _snapshot().raw.get(key)
+
+
+def raw(key: str) -> str | None:
+    """The setting's unparsed value (None when unset), for code that parses it with its own message."""
+    found = _found(key)
+    return found[1] if found else None
+
+
+def source(key: str) -> str | None:
+    """Which variable the value came from (``AIRFLOW__DJ__...`` or ``DJ_...``), None for the default."""
+    found = _found(key)
+    return found[0] if found else None
+
+
+def get(key: str) -> Any:
+    """The setting's value as its declared type, or its default.  Raises SettingError for a bad value."""
+    setting = BY_KEY[key]
+    found = _found(key)
+    if found is None:
+        return setting.default
+    return _parse(setting, found[1], found[0])
+
+
+def current() -> dict[str, Any]:
+    """Every setting's value (key -> value)."""
+    return {s.key: get(s.key) for s in SETTINGS}
+
+
+def on_disk() -> dict[str, Any]:
+    """The settings that change the job-directory format, for the job's effective config."""
+    return {s.key: get(s.key) for s in SETTINGS if s.on_disk}
+
+
+def _config_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return str(value)
+
+
+def provider_config() -> dict:
+    """The ``config`` entry of ``get_provider_info()``: Airflow's provider-config schema
+    (section -> description, options -> {description, version_added, type, example, default})."""
+    return {
+        SECTION: {
+            "description": "Settings of airflow-provider-dj. Each option is also read from DJ_<OPTION> "
+            "(AIRFLOW__DJ__<OPTION> wins); only the environment is read, in every process "
+            "that runs the engine (workers, Ray nodes).",
+            "options": {
+                s.key: {
+                    "description": f"{s.doc} Also {s.env_name}.",
+                    "version_added": VERSION_ADDED,
+                    "type": s.type,
+                    "example": s.example,
+                    "default": _config_value(s.default),
+                }
+                for s in SETTINGS
+            },
+        }
+    }
