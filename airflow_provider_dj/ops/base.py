@@ -254,10 +254,6 @@ class Op:
         self.op_index = op_index
         self.partition_id = partition_id
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        """What identifies this op's behaviour, for checkpoint and config fingerprints."""
-        return {"text_key": self.text_key}
-
 
 class Mapper(Op):
     kind: ClassVar[str] = "mapper"

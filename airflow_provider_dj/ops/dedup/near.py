@@ -286,15 +286,6 @@ class DocumentMinhashDeduplicator(Deduplicator):
                 f"{cls.name}: num_bands * num_rows_per_band ({b} * {r}) must not exceed num_permutations ({perms})",
             )
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "tokenization": self.tokenization, "window_size": self.window_size, "lowercase": self.lowercase,
-            "ignore_pattern": self.ignore_pattern, "num_permutations": self.num_permutations,
-            "jaccard_threshold": self.jaccard_threshold, "num_bands": self.num_bands,
-            "num_rows_per_band": self.num_rows_per_band,
-        }  # fmt: skip
-
     @property
     def band_columns(self) -> list[str]:
         return [f"band_{i}" for i in range(self.num_bands)]
@@ -458,14 +449,6 @@ class DocumentSimhashDeduplicator(Deduplicator):
                 "hamming_distance",
                 f"{cls.name}: hamming_distance ({hd}) must be less than num_blocks ({nb})",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "tokenization": self.tokenization, "window_size": self.window_size, "lowercase": self.lowercase,
-            "ignore_pattern": self.ignore_pattern, "num_blocks": self.num_blocks,
-            "hamming_distance": self.hamming_distance,
-        }  # fmt: skip
 
     def simhash_values(self, table: pa.Table) -> np.ndarray:
         texts = _texts(table, self.text_key)

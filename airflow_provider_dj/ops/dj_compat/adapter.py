@@ -271,9 +271,6 @@ class _DJAdapted(Op):
                 )
         check_pattern_args(cls.name, args)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {"text_key": self.text_key, "dj_args": self.dj_args, "dj_version": catalog.DJ_VERSION}
-
     @property
     def dj_op(self):
         """The Data-Juicer op instance, built (and Data-Juicer imported) on first use."""

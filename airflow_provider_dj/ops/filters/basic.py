@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from airflow_provider_dj.ops.base import Filter, OpArgumentError
 from airflow_provider_dj.ops.kernels.text import count_words, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
-    file_digest,
     load_sentencepiece,
     piece_words,
     require_sentencepiece,
@@ -57,16 +56,6 @@ class _RangeFilter(Filter):
                 f"{cls.name}: {cls.min_arg}={lo} is greater than {cls.max_arg}={hi}, so every sample "
                 f"would be dropped; lower {cls.min_arg} or raise {cls.max_arg}",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            self.min_arg: self.lo,
-            self.max_arg: self.hi,
-            "min_closed_interval": self.min_closed_interval,
-            "max_closed_interval": self.max_closed_interval,
-            "reversed_range": self.reversed_range,
-        }
 
     def _compute(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -132,12 +121,6 @@ class WordsNumFilter(_RangeFilter):
         if args.get("tokenization"):
             require_sentencepiece(args.get("lang", "en"), op=cls.name)  # found; loaded on first use
         super().check_values(args)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra = {"lang": self.lang, "tokenization": self.tokenization}
-        if self.model_path:
-            extra["model_digest"] = file_digest(self.model_path)
-        return {**super().fingerprint_args(), **extra}
 
     def _compute(self, table: pa.Table) -> pa.Array:
         if self.model_path is None:

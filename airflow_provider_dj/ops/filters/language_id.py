@@ -170,21 +170,6 @@ class LanguageIDScoreFilter(Filter):
     def resolved_model_path(self) -> str:
         return resolve_lid_model(self.model_path)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        try:  # the file actually used: adding lid.176.bin to the cache changes the results
-            path = self.resolved_model_path()
-            model = {"path": path, "size": os.path.getsize(path)}
-        except OpArgumentError:
-            model = None
-        return {
-            **super().fingerprint_args(),
-            "lang": self.lang,
-            "min_score": self.min_score,
-            "model": model,
-            "min_closed_interval": self.min_closed_interval,
-            "reversed_range": self.reversed_range,
-        }
-
     def model(self) -> Any:
         try:
             path = self.resolved_model_path()

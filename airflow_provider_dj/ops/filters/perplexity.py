@@ -164,13 +164,6 @@ class PerplexityFilter(_RangeFilter):
     def resolved_model_paths(self) -> tuple[str, str]:
         return model_files(self.lang, self.sp_model_path, self.kenlm_model_path)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        try:  # the files actually used: a different model gives different perplexities
-            models = [{"path": p, "size": os.path.getsize(p)} for p in self.resolved_model_paths()]
-        except OpArgumentError:
-            models = None
-        return {**super().fingerprint_args(), "lang": self.lang, "models": models}
-
     def models(self) -> tuple[Any, Any]:
         """Both models, loaded once per process; OpFatalError when a file is missing or unusable here
         (no row could be processed, so ``skip_op_error`` must not send every row to ``failed/``)."""

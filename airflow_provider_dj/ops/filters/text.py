@@ -34,8 +34,6 @@ from airflow_provider_dj.ops.filters.basic import _RangeFilter
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     ALPHANUMERIC_HF_TOKENIZER,
-    file_digest,
-    hf_tokenizer_digest,
     load_hf_token_counter,
     load_sentencepiece,
     locate_hf_tokenizer,
@@ -340,12 +338,6 @@ class AlphanumericFilter(_FloatRangeFilter):
             self.stat_key = "alpha_token_ratio"  # DJ's stat for this mode
         self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {"tokenization": self.tokenization}
-        if self.tokenizer_dir:
-            extra["tokenizer_digest"] = hf_tokenizer_digest(self.tokenizer_dir)
-        return {**super().fingerprint_args(), **extra}
-
     def setup(self) -> None:
         if self.tokenizer_dir:
             load_hf_token_counter(self.tokenizer_dir)
@@ -471,9 +463,6 @@ class CharacterRepetitionFilter(_FloatRangeFilter):
         self.rep_len = rep_len
         self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "rep_len": self.rep_len}
-
     def _compute(self, table: pa.Table) -> pa.Array:
         cps, starts = codepoints(text_array(table, self.text_key))
         rows = len(starts) - 1
@@ -528,12 +517,6 @@ class WordRepetitionFilter(_FloatRangeFilter):
         self.lang, self.tokenization, self.rep_len = lang, tokenization, rep_len
         self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
         self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra = {"lang": self.lang, "tokenization": self.tokenization, "rep_len": self.rep_len}
-        if self.model_path:
-            extra["model_digest"] = file_digest(self.model_path)
-        return {**super().fingerprint_args(), **extra}
 
     def setup(self) -> None:
         if self.model_path:

@@ -39,7 +39,6 @@ from airflow_provider_dj.ops.filters.text import _FloatRangeFilter, ratio
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     augment_words,
-    file_digest,
     load_sentencepiece,
     refined_words,
     require_sentencepiece,
@@ -107,7 +106,6 @@ class _WordListFilter(_FloatRangeFilter):
         self.words_aug_group_sizes = _check_group_sizes(self.name, words_aug_group_sizes)
         self.words_aug_join_char = words_aug_join_char
         lists = load_word_lists(words_dir, self.words_type, op=self.name, arg=self.dir_arg)
-        self.word_files, self.words_digest = lists.files, lists.digest
         self.words = pa.array(sorted(lists.for_lang(lang, op=self.name)), pa.string())
         self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
         self._model = None
@@ -122,18 +120,6 @@ class _WordListFilter(_FloatRangeFilter):
         lists.for_lang(get("lang"), op=cls.name)
         if get("tokenization"):
             require_sentencepiece(get("lang"), op=cls.name)  # found; loaded on first use, not at DAG parse
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "lang": self.lang,
-            "tokenization": self.tokenization,
-            "use_words_aug": self.use_words_aug,
-            "words_aug_group_sizes": self.words_aug_group_sizes,
-            "words_aug_join_char": self.words_aug_join_char,
-            "words_digest": self.words_digest,
-            "model_digest": file_digest(self.model_path) if self.model_path else None,
-        }
 
     def setup(self) -> None:
         if self.model_path and self._model is None:
