@@ -74,7 +74,7 @@ import numpy as np
 import pyarrow as pa
 import regex
 
-from airflow_provider_dj.ops.base import Deduplicator, OpArgumentError
+from airflow_provider_dj.ops.base import OpArgumentError, SignatureDeduplicator
 from airflow_provider_dj.ops.kernels.patterns import compile_user_pattern
 from airflow_provider_dj.ops.registry import register
 
@@ -235,7 +235,7 @@ def band_digest(band: np.ndarray) -> np.ndarray:
 
 
 @register
-class DocumentMinhashDeduplicator(Deduplicator):
+class DocumentMinhashDeduplicator(SignatureDeduplicator):
     """Near-duplicate removal with MinHash-LSH (see the module docstring)."""
 
     name = "document_minhash_deduplicator"
@@ -415,7 +415,7 @@ def hamming_pairs(values: np.ndarray, num_blocks: int, max_distance: int) -> tup
 
 
 @register
-class DocumentSimhashDeduplicator(Deduplicator):
+class DocumentSimhashDeduplicator(SignatureDeduplicator):
     """Near-duplicate removal with SimHash (see the module docstring)."""
 
     name = "document_simhash_deduplicator"
