@@ -10,7 +10,9 @@ abstract methods are all a new op has to write:
 * ``Mapper.process_table(table) -> table``: same row count, same order.
 * ``Filter.compute_stats(table) -> table`` adds this op's statistic to the
   ``__dj__stats__`` struct column; ``Filter.keep_mask(table)`` then returns
-  one boolean per row (True = keep).  The engine drops the rows.
+  one boolean per row (True = keep).  The engine drops the rows.  A filter
+  that keeps a statistic within bounds writes neither: it derives from
+  ``ops/filters/stat_range.py``'s ``StatRangeFilter``.
 * ``Deduplicator.compute_hash(table) -> pa.Array``: one fixed-size binary key
   per row.  Duplicate resolution is *global* (the engine sees all
   partitions' keys in input order and keeps the first occurrence), which is
@@ -161,13 +163,23 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
         }
 
     @classmethod
+    def arg_types(cls) -> dict[str, Any]:
+        """The declared type of each own argument (``validate_args`` checks recipe values against it).
+
+        Why a hook: ``own_args`` may list arguments a base class declares for
+        its subclasses (a range filter's bounds), which no ``__init__``
+        annotation names; such a class adds their types here.
+        """
+        try:
+            return typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001 - annotations that don't resolve  # pragma: no cover
+            return {}
+
+    @classmethod
     def validate_args(cls, args: dict[str, Any]) -> None:
         """Raise OpArgumentError for an unknown argument or a value of the wrong type."""
         own = cls.own_args()
-        try:
-            hints = typing.get_type_hints(cls.__init__)
-        except Exception:  # noqa: BLE001 - annotations that don't resolve  # pragma: no cover
-            hints = {}
+        hints = cls.arg_types()
         for key, value in args.items():
             if key in own:
                 expected = hints.get(key, Any)

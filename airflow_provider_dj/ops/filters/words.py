@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
-from airflow_provider_dj.ops.filters.text import _FloatRangeFilter, ratio
+from airflow_provider_dj.ops.filters.stat_range import StatRangeFilter
+from airflow_provider_dj.ops.filters.text import ratio, ratio_bounds
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     augment_words,
@@ -85,7 +86,7 @@ def word_list_ratio(
     return np.minimum(ratio(hits, total), 1.0)
 
 
-class _WordListFilter(_FloatRangeFilter):
+class _WordListFilter(StatRangeFilter):
     """The shared body of the two filters; subclasses name the list type and its folder argument."""
 
     words_type: ClassVar[str] = ""
@@ -125,7 +126,7 @@ class _WordListFilter(_FloatRangeFilter):
         if self.model_path and self._model is None:
             self._model = load_sentencepiece(self.model_path)
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         self.setup()
         values = word_list_ratio(
             text_array(table, self.text_key),
@@ -150,8 +151,7 @@ class FlaggedWordsFilter(_WordListFilter):
     """
 
     name = "flagged_words_filter"
-    stat_key = "flagged_words_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("flagged_words_ratio", 0.0, 0.045, after="tokenization")
     words_type = "flagged_words"
     dir_arg = "flagged_words_dir"
 
@@ -160,20 +160,14 @@ class FlaggedWordsFilter(_WordListFilter):
         *,
         lang: str = "en",
         tokenization: bool = False,
-        min_ratio: float = 0.0,
-        max_ratio: float = 0.045,
         flagged_words_dir: str | None = None,
         use_words_aug: bool = False,
         words_aug_group_sizes: list[int] = (2,),  # type: ignore[assignment]
         words_aug_join_char: str = "",
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
         self._init_words(
             lang=lang,
             tokenization=tokenization,
@@ -196,8 +190,7 @@ class StopwordsFilter(_WordListFilter):
     """
 
     name = "stopwords_filter"
-    stat_key = "stopwords_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("stopwords_ratio", 0.3, 1.0, after="tokenization")
     words_type = "stopwords"
     dir_arg = "stopwords_dir"
 
@@ -206,20 +199,14 @@ class StopwordsFilter(_WordListFilter):
         *,
         lang: str = "en",
         tokenization: bool = False,
-        min_ratio: float = 0.3,
-        max_ratio: float = 1.0,
         stopwords_dir: str | None = None,
         use_words_aug: bool = False,
         words_aug_group_sizes: list[int] = (2,),  # type: ignore[assignment]
         words_aug_join_char: str = "",
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
         self._init_words(
             lang=lang,
             tokenization=tokenization,
