@@ -4,16 +4,21 @@ Ops follow Data-Juicer's names, arguments and semantics but work on whole
 Arrow tables (one partition, or one batch of it) so that vectorized kernels
 (pyarrow.compute, RE2) do the per-row work instead of Python loops.
 
-Three kinds exist, mirroring Data-Juicer:
+Three kinds exist, mirroring Data-Juicer; each is an abstract class whose
+abstract methods are all a new op has to write:
 
 * ``Mapper.process_table(table) -> table``: same row count, same order.
 * ``Filter.compute_stats(table) -> table`` adds this op's statistic to the
   ``__dj__stats__`` struct column; ``Filter.keep_mask(table)`` then returns
-  one boolean per row (True = keep).  The engine drops the rows.
+  one boolean per row (True = keep).  The engine drops the rows.  A filter
+  that keeps a statistic within bounds writes neither: it derives from
+  ``ops/filters/stat_range.py``'s ``StatRangeFilter``.
 * ``Deduplicator.compute_hash(table) -> pa.Array``: one fixed-size binary key
   per row.  Duplicate resolution is *global* (the engine sees all
   partitions' keys in input order and keeps the first occurrence), which is
   what makes the result independent of the partition count.
+  ``SignatureDeduplicator`` is the other global shape: per-row signatures,
+  and its own ``resolve_global`` over all partitions' signatures.
 
 Argument validation happens in ``validate_args`` at recipe-validation time,
 before any task runs, so a typo in a recipe never surfaces mid-run.
@@ -24,11 +29,15 @@ from __future__ import annotations
 import difflib
 import inspect
 import typing
-from typing import Any, ClassVar
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STATS_COLUMN = "__dj__stats__"
 #: A Mapper may add this string column to flag per-sample failures (null = ok,
@@ -128,8 +137,9 @@ def _type_name(expected: Any) -> str:
     return getattr(expected, "__name__", str(expected))
 
 
-class Op:
-    """One recipe operator.  Subclasses set ``name`` and ``kind``."""
+class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstract methods
+    """One recipe operator.  Subclasses set ``name``; the kind's base class sets ``kind``
+    and declares, as abstract methods, what the op must implement."""
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
@@ -155,13 +165,23 @@ class Op:
         }
 
     @classmethod
+    def arg_types(cls) -> dict[str, Any]:
+        """The declared type of each own argument (``validate_args`` checks recipe values against it).
+
+        Why a hook: ``own_args`` may list arguments a base class declares for
+        its subclasses (a range filter's bounds), which no ``__init__``
+        annotation names; such a class adds their types here.
+        """
+        try:
+            return typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001 - annotations that don't resolve  # pragma: no cover
+            return {}
+
+    @classmethod
     def validate_args(cls, args: dict[str, Any]) -> None:
         """Raise OpArgumentError for an unknown argument or a value of the wrong type."""
         own = cls.own_args()
-        try:
-            hints = typing.get_type_hints(cls.__init__)
-        except Exception:  # noqa: BLE001 - annotations that don't resolve  # pragma: no cover
-            hints = {}
+        hints = cls.arg_types()
         for key, value in args.items():
             if key in own:
                 expected = hints.get(key, Any)
@@ -190,7 +210,7 @@ class Op:
             )
         cls.check_values(args)
 
-    @classmethod
+    @classmethod  # noqa: B027 - optional hook, empty by default
     def check_values(cls, args: dict[str, Any]) -> None:
         """Hook for value checks beyond types (ranges, regex compiles). Raise OpArgumentError."""
 
@@ -241,7 +261,7 @@ class Op:
     #: once per actor, not per partition (engine/execution/actor_pool.py).
     stateful: ClassVar[bool] = False
 
-    def setup(self) -> None:
+    def setup(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Pay the op's start-up now (load a model).  Called once per kept
         instance by the actor pool, so the cost is measured and recorded as
         ``op_init``; ops without start-up leave it empty."""
@@ -256,41 +276,70 @@ class Op:
         self.op_index = op_index
         self.partition_id = partition_id
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        """What identifies this op's behaviour, for checkpoint and config fingerprints."""
-        return {"text_key": self.text_key}
-
 
 class Mapper(Op):
+    """Rewrites samples: the same rows, in the same order, with changed (or added) fields."""
+
     kind: ClassVar[str] = "mapper"
 
-    def process_table(self, table: pa.Table) -> pa.Table:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def process_table(self, table: pa.Table) -> pa.Table:
+        """The table with this op applied to every row; same row count and order."""
 
 
 class Filter(Op):
+    """Drops samples in two steps, so the statistic is kept (``keep_stats_in_res_ds``)
+    and reused by a later filter or a re-run, as in Data-Juicer."""
+
     kind: ClassVar[str] = "filter"
 
-    def compute_stats(self, table: pa.Table) -> pa.Table:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def compute_stats(self, table: pa.Table) -> pa.Table:
+        """The table with this op's statistic in ``__dj__stats__`` (existing values reused)."""
 
-    def keep_mask(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def keep_mask(self, table: pa.Table) -> pa.Array:
+        """One boolean per row, True = keep; computes the statistic if the table lacks it."""
 
 
 class Deduplicator(Op):
     """Global op in three phases.  ``compute_hash`` runs per partition and returns
-    either one fixed-size key per row (exact duplicates: the engine keeps each
-    key's first occurrence) or a ``pa.Table`` of per-row signatures, in which
-    case the op also defines ``resolve_global(tables) -> bool mask``: the
-    partitions' signature tables in input order in, one keep flag per row out
-    (for near-duplicates: cluster, keep the lowest row of each cluster)."""
+    one fixed-size key per row; after the barrier the engine keeps each key's
+    first occurrence in input order (exact duplicates, whatever the
+    partitioning).  Ops whose duplicates are not key equality derive from
+    ``SignatureDeduplicator`` instead."""
 
     kind: ClassVar[str] = "deduplicator"
     is_global: ClassVar[bool] = True
 
-    def compute_hash(self, table: pa.Table) -> pa.Array | pa.Table:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def compute_hash(self, table: pa.Table) -> pa.Array | pa.Table:
+        """Per partition: one fixed-size binary key per row (a signature table for a
+        ``SignatureDeduplicator``)."""
+
+
+class SignatureDeduplicator(Deduplicator):
+    """A deduplicator that resolves its global phase itself.
+
+    ``compute_hash`` returns a ``pa.Table`` of per-row signatures (e.g.
+    MinHash bands); ``resolve_global`` gets every partition's signature
+    table in input order and returns one keep flag per row (near-duplicates:
+    cluster, keep the lowest row of each cluster).  The engine tells the two
+    shapes apart by this class, never by probing for methods.
+    """
+
+    @abstractmethod
+    def compute_hash(self, table: pa.Table) -> pa.Table:
+        """Per partition: a table with one row of signatures per input row."""
+
+    @abstractmethod
+    def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
+        """All partitions' signature tables, in input order -> one keep flag per row."""
+
+    def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray | None:
+        """For the tracer: per row, the row it duplicates (itself when kept); None when
+        the op cannot tell, and the trace then names no kept partner (``dup1`` null)."""
+        return None
 
 
 def suggest(name: str, choices: list[str] | set[str]) -> str:

@@ -304,7 +304,7 @@ class _Parser:
         """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""
         from airflow_provider_dj.engine.output.fields import check_export_keys
 
-        dedups = [op.name for op in process if getattr(get_op_class(op.name), "kind", "") == "deduplicator"]
+        dedups = [op.name for op in process if get_op_class(op.name).kind == "deduplicator"]
         return check_export_keys(data, export_path, dedups, err=self.err)
 
     def process(self, raw: Any) -> tuple[OpSpec, ...]:

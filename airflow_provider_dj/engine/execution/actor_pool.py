@@ -78,7 +78,7 @@ def segment_op_indices(segment) -> list[int]:
 
 
 def stateful_op_indices(plan, segment) -> list[int]:
-    return [i for i in segment_op_indices(segment) if getattr(_op_class(plan.ops[i].name), "stateful", False)]
+    return [i for i in segment_op_indices(segment) if _op_class(plan.ops[i].name).stateful]
 
 
 def op_modules(plan) -> list[str]:
@@ -123,7 +123,7 @@ def _op_resources(spec, resources: dict | None) -> dict:
         return planned
     cls = _op_class(spec.name)
     gpus = spec.args.get("num_gpus")
-    if gpus is None and getattr(cls, "uses_cuda", False):
+    if gpus is None and cls.uses_cuda:
         gpus = getattr(cls, "gpu_num_gpus", None)
     return {"num_gpus": float(gpus or 0.0), "num_cpus": spec.args.get("num_cpus")}
 
@@ -241,7 +241,7 @@ class SegmentActor:
         """run_segment's op factory: stateful ops once per actor, the rest per partition."""
         from airflow_provider_dj.ops.registry import create_op
 
-        if not getattr(_op_class(spec.name), "stateful", False):
+        if not _op_class(spec.name).stateful:
             return create_op(spec.name, spec.args, text_key)
         key = (spec.index, spec.fingerprint)
         op = self._ops.get(key)

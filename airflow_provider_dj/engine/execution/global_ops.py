@@ -22,6 +22,7 @@ from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN, MAS
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
+from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
 
@@ -64,7 +65,7 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     if not total:
         mask = np.zeros(0, dtype=bool)
-    elif hasattr(op_impl, "resolve_global"):
+    elif isinstance(op_impl, SignatureDeduplicator):
         # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
         # partitions' signatures, in input order, themselves.
         mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)

@@ -89,7 +89,7 @@ def op_entries_from_recipe(recipe) -> list[OpEntry]:
 
 
 def cuda_ops(ops: list[OpEntry]) -> list[OpEntry]:
-    return [o for o in ops if getattr(o.cls, "uses_cuda", False)]
+    return [o for o in ops if o.cls.uses_cuda]
 
 
 def split_targets(ops: list[OpEntry]) -> tuple[list[OpEntry], list[dict]]:
@@ -97,7 +97,7 @@ def split_targets(ops: list[OpEntry]) -> tuple[list[OpEntry], list[dict]]:
     targets, skipped = [], []
     for o in cuda_ops(ops):
         explicit = declared_num_gpus(o)
-        if getattr(o.cls, "is_global", False) or getattr(o.cls, "kind", "") not in ("mapper", "filter"):
+        if o.cls.is_global or o.cls.kind not in ("mapper", "filter"):
             skipped.append({"op_index": o.index, "op_name": o.name, "reason": "dataset-level op: not probed per batch"})
         elif explicit is not None and explicit > 1:
             skipped.append(
@@ -123,7 +123,7 @@ def declared_num_gpus(o: OpEntry) -> float | None:
 def batch_size_of(o: OpEntry) -> int:
     size = o.args.get("batch_size") or getattr(o.cls, "batch_size", None)
     if not isinstance(size, int) or size < 1:
-        size = getattr(o.cls, "default_batch_size", 1000)
+        size = o.cls.default_batch_size
     return int(size)
 
 
@@ -210,9 +210,9 @@ def run_preflight(
             OpNode(
                 o.index,
                 o.name,
-                getattr(o.cls, "kind", ""),
-                bool(getattr(o.cls, "uses_cuda", False)),
-                bool(getattr(o.cls, "is_global", False)),
+                o.cls.kind,
+                bool(o.cls.uses_cuda),
+                bool(o.cls.is_global),
                 ins,
                 outs,
                 getattr(o.cls, "runtime_env", None),
@@ -282,7 +282,7 @@ def run_preflight(
                         "args": by_index[i].args,
                         "cls": by_index[i].cls,
                         "text_key": by_index[i].text_key,
-                        "kind": getattr(by_index[i].cls, "kind", ""),
+                        "kind": by_index[i].cls.kind,
                     }
                     for i in u.replay
                 },

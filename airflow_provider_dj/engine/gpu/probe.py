@@ -106,8 +106,7 @@ def _probe_target(
     mem.start()
     t0 = time.perf_counter()
     op = _build(info)
-    if hasattr(op, "bind_run_context"):
-        op.bind_run_context(job_dir=spec.get("job_dir") or "", op_index=idx, partition_id=-1)
+    op.bind_run_context(job_dir=spec.get("job_dir") or "", op_index=idx, partition_id=-1)
     # Ops that load their model lazily (on the first batch) expose the loader; calling it here
     # puts the load in model_init_s rather than in the warmup.
     for hook in MODEL_LOAD_HOOKS:

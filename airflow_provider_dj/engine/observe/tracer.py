@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT
+from airflow_provider_dj.ops.base import SignatureDeduplicator
 
 log = logging.getLogger(__name__)
 
@@ -370,8 +371,9 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
 
     Exact deduplicators pair each removed row with the first row holding the
     same key.  Near-duplicate ops pair it with the kept row of its cluster
-    when the op exposes ``duplicate_representatives(keys) -> row array``;
-    (MinHash and SimHash do); otherwise ``dup1`` is null.
+    when its ``duplicate_representatives(keys)`` gives a row array
+    (MinHash, SimHash and the Data-Juicer adapter's do); when it gives None,
+    ``dup1`` is null.
     """
     settings = TraceSettings.from_recipe(ctx.recipe)
     plan = ctx.plan
@@ -379,9 +381,10 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
     if settings is None or not settings.traces(op.name):
         return None
     n = settings.trace_num
-    if hasattr(op_impl, "resolve_global"):
-        if hasattr(op_impl, "duplicate_representatives"):
-            pairs = _duplicate_pairs_by_representative(np.asarray(op_impl.duplicate_representatives(keys)), mask, n)
+    if isinstance(op_impl, SignatureDeduplicator):
+        rep = op_impl.duplicate_representatives(keys)
+        if rep is not None:
+            pairs = _duplicate_pairs_by_representative(np.asarray(rep), mask, n)
         else:
             removed = np.flatnonzero(~mask)[:n]
             pairs = [(-1, int(r)) for r in removed]

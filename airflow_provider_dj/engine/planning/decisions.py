@@ -50,7 +50,7 @@ class RunDecisions:
 
 
 def gpu_op_indices(recipe) -> list[int]:
-    return [spec.index for spec in recipe.process if getattr(get_op_class(spec.name), "uses_cuda", False)]
+    return [spec.index for spec in recipe.process if get_op_class(spec.name).uses_cuda]
 
 
 def _plan_from_report(recipe, report: dict, rows: float | None) -> tuple[ActorPlan, float]:

@@ -61,13 +61,6 @@ class DocumentDeduplicator(Deduplicator):
         self.lowercase = lowercase
         self.ignore_non_character = ignore_non_character
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "lowercase": self.lowercase,
-            "ignore_non_character": self.ignore_non_character,
-        }
-
     def normalize(self, table: pa.Table) -> pa.Array:
         """The text each key is the hash of (exposed for tests and debugging)."""
         arr = pc.fill_null(text_array(table, self.text_key), "")

@@ -74,7 +74,7 @@ import numpy as np
 import pyarrow as pa
 import regex
 
-from airflow_provider_dj.ops.base import Deduplicator, OpArgumentError
+from airflow_provider_dj.ops.base import OpArgumentError, SignatureDeduplicator
 from airflow_provider_dj.ops.kernels.patterns import compile_user_pattern
 from airflow_provider_dj.ops.registry import register
 
@@ -235,7 +235,7 @@ def band_digest(band: np.ndarray) -> np.ndarray:
 
 
 @register
-class DocumentMinhashDeduplicator(Deduplicator):
+class DocumentMinhashDeduplicator(SignatureDeduplicator):
     """Near-duplicate removal with MinHash-LSH (see the module docstring)."""
 
     name = "document_minhash_deduplicator"
@@ -285,15 +285,6 @@ class DocumentMinhashDeduplicator(Deduplicator):
                 "num_bands",
                 f"{cls.name}: num_bands * num_rows_per_band ({b} * {r}) must not exceed num_permutations ({perms})",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "tokenization": self.tokenization, "window_size": self.window_size, "lowercase": self.lowercase,
-            "ignore_pattern": self.ignore_pattern, "num_permutations": self.num_permutations,
-            "jaccard_threshold": self.jaccard_threshold, "num_bands": self.num_bands,
-            "num_rows_per_band": self.num_rows_per_band,
-        }  # fmt: skip
 
     @property
     def band_columns(self) -> list[str]:
@@ -424,7 +415,7 @@ def hamming_pairs(values: np.ndarray, num_blocks: int, max_distance: int) -> tup
 
 
 @register
-class DocumentSimhashDeduplicator(Deduplicator):
+class DocumentSimhashDeduplicator(SignatureDeduplicator):
     """Near-duplicate removal with SimHash (see the module docstring)."""
 
     name = "document_simhash_deduplicator"
@@ -458,14 +449,6 @@ class DocumentSimhashDeduplicator(Deduplicator):
                 "hamming_distance",
                 f"{cls.name}: hamming_distance ({hd}) must be less than num_blocks ({nb})",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "tokenization": self.tokenization, "window_size": self.window_size, "lowercase": self.lowercase,
-            "ignore_pattern": self.ignore_pattern, "num_blocks": self.num_blocks,
-            "hamming_distance": self.hamming_distance,
-        }  # fmt: skip
 
     def simhash_values(self, table: pa.Table) -> np.ndarray:
         texts = _texts(table, self.text_key)

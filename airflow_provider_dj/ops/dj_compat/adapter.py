@@ -39,7 +39,16 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.ops.base import COMMON_OP_ARGS, Deduplicator, Filter, Mapper, Op, OpArgumentError, suggest
+from airflow_provider_dj.ops.base import (
+    COMMON_OP_ARGS,
+    Deduplicator,
+    Filter,
+    Mapper,
+    Op,
+    OpArgumentError,
+    SignatureDeduplicator,
+    suggest,
+)
 from airflow_provider_dj.ops.dj_compat import op_catalog as catalog
 from airflow_provider_dj.ops.kernels.patterns import compile_user_pattern, strip_raw_prefix
 
@@ -271,9 +280,6 @@ class _DJAdapted(Op):
                 )
         check_pattern_args(cls.name, args)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {"text_key": self.text_key, "dj_args": self.dj_args, "dj_version": catalog.DJ_VERSION}
-
     @property
     def dj_op(self):
         """The Data-Juicer op instance, built (and Data-Juicer imported) on first use."""
@@ -309,7 +315,7 @@ class DJFilter(_DJAdapted, Filter):
 KEY_FIELD, KEEP_ALWAYS_FIELD = "key", "keep_always"
 
 
-class DJDeduplicator(_DJAdapted, Deduplicator):
+class DJDeduplicator(_DJAdapted, SignatureDeduplicator):
     """Per partition: Data-Juicer's hash -> 16-byte key (+ a keep-always flag for
     samples Data-Juicer never treats as duplicates).  Global phase: first row of
     each key in input order, exactly Data-Juicer's single-process loop."""

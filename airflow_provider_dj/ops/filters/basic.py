@@ -5,12 +5,9 @@ existing value like DJ does); ``keep_mask`` applies DJ's range test.  Null
 texts count as '' (length 0, zero words), so they are kept or dropped by the
 same rule as an empty string instead of failing the run.
 
-Besides their own arguments, DJ filters accept ``min_closed_interval``,
-``max_closed_interval`` and ``reversed_range`` (from its Filter base class);
-they are accepted here too so DJ recipes using them validate and behave the
-same.  DJ's reversal first flips both closedness flags and then negates the
-test, so ``reversed_range`` with default flags keeps ``v <= min or v >= max``
-(the bounds themselves are kept) -- reproduced as is.
+Each declares its bounds once (``StatBounds``); the arguments, the range
+test and DJ's ``min_closed_interval`` / ``max_closed_interval`` /
+``reversed_range`` flags come from ``stat_range.StatRangeFilter``.
 """
 
 from __future__ import annotations
@@ -22,75 +19,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Filter, OpArgumentError
+from airflow_provider_dj.ops.filters.stat_range import StatBounds, StatRangeFilter
 from airflow_provider_dj.ops.kernels.text import count_words, text_array
-from airflow_provider_dj.ops.kernels.tokenizers import (
-    file_digest,
-    load_sentencepiece,
-    piece_words,
-    require_sentencepiece,
-)
+from airflow_provider_dj.ops.kernels.tokenizers import load_sentencepiece, piece_words, require_sentencepiece
 from airflow_provider_dj.ops.registry import register
-from airflow_provider_dj.ops.stats import ensure_stat, get_stat
-
-
-class _RangeFilter(Filter):
-    """One int64 statistic kept when it lies in [min, max] (DJ's get_keep_boolean)."""
-
-    stat_key = ""
-    min_arg = ""
-    max_arg = ""
-
-    def _init_range(self, lo: int, hi: int, min_closed: bool, max_closed: bool, reversed_range: bool) -> None:
-        self.lo, self.hi = lo, hi
-        self.min_closed_interval, self.max_closed_interval = min_closed, max_closed
-        self.reversed_range = reversed_range
-
-    @classmethod
-    def check_values(cls, args: dict[str, Any]) -> None:
-        defaults = {k: p.default for k, p in cls.own_args().items()}
-        lo = args.get(cls.min_arg, defaults[cls.min_arg])
-        hi = args.get(cls.max_arg, defaults[cls.max_arg])
-        if lo > hi:
-            raise OpArgumentError(
-                cls.min_arg,
-                f"{cls.name}: {cls.min_arg}={lo} is greater than {cls.max_arg}={hi}, so every sample "
-                f"would be dropped; lower {cls.min_arg} or raise {cls.max_arg}",
-            )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            self.min_arg: self.lo,
-            self.max_arg: self.hi,
-            "min_closed_interval": self.min_closed_interval,
-            "max_closed_interval": self.max_closed_interval,
-            "reversed_range": self.reversed_range,
-        }
-
-    def _compute(self, table: pa.Table) -> pa.Array:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def compute_stats(self, table: pa.Table) -> pa.Table:
-        return ensure_stat(table, self.stat_key, lambda: self._compute(table), pa.int64())
-
-    def keep_mask(self, table: pa.Table) -> pa.BooleanArray:
-        values = get_stat(table, self.stat_key)
-        if values is None or values.null_count:
-            values = get_stat(self.compute_stats(table), self.stat_key)
-        v = values.to_numpy(zero_copy_only=False)
-        # DJ flips both closedness flags when reversing, then negates.
-        min_closed = self.min_closed_interval != self.reversed_range
-        max_closed = self.max_closed_interval != self.reversed_range
-        keep = (v >= self.lo) if min_closed else (v > self.lo)
-        keep &= (v <= self.hi) if max_closed else (v < self.hi)
-        if self.reversed_range:
-            keep = ~keep
-        return pa.array(np.asarray(keep, dtype=bool), pa.bool_())
 
 
 @register
-class WordsNumFilter(_RangeFilter):
+class WordsNumFilter(StatRangeFilter):
     """Keep samples whose word count (stat ``num_words``) is in [min_num, max_num].
 
     A word is a piece of the text split on ' ', '\\n' and '\\t' that still has
@@ -105,27 +41,15 @@ class WordsNumFilter(_RangeFilter):
     """
 
     name = "words_num_filter"
-    stat_key = "num_words"
-    min_arg, max_arg = "min_num", "max_num"
+    bounds = StatBounds(
+        "num_words", pa.int64(), int, min=("min_num", 10), max=("max_num", sys.maxsize), after="tokenization"
+    )
 
-    def __init__(
-        self,
-        *,
-        lang: str = "en",
-        tokenization: bool = False,
-        min_num: int = 10,
-        max_num: int = sys.maxsize,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, lang: str = "en", tokenization: bool = False, text_key: str = "text", **common: Any) -> None:
         super().__init__(text_key=text_key, **common)
         self.lang = lang
         self.tokenization = tokenization
         self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
-        self._init_range(min_num, max_num, min_closed_interval, max_closed_interval, reversed_range)
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -133,13 +57,7 @@ class WordsNumFilter(_RangeFilter):
             require_sentencepiece(args.get("lang", "en"), op=cls.name)  # found; loaded on first use
         super().check_values(args)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra = {"lang": self.lang, "tokenization": self.tokenization}
-        if self.model_path:
-            extra["model_digest"] = file_digest(self.model_path)
-        return {**super().fingerprint_args(), **extra}
-
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         if self.model_path is None:
             return count_words(text_array(table, self.text_key))
         _, starts = piece_words(load_sentencepiece(self.model_path), text_array(table, self.text_key), lower=False)
@@ -147,7 +65,7 @@ class WordsNumFilter(_RangeFilter):
 
 
 @register
-class TextLengthFilter(_RangeFilter):
+class TextLengthFilter(StatRangeFilter):
     """Keep samples whose length in characters (stat ``text_len``) is in [min_len, max_len].
 
     Length is Python's ``len(str)``: Unicode code points, not bytes and not
@@ -155,22 +73,7 @@ class TextLengthFilter(_RangeFilter):
     """
 
     name = "text_length_filter"
-    stat_key = "text_len"
-    min_arg, max_arg = "min_len", "max_len"
+    bounds = StatBounds("text_len", pa.int64(), int, min=("min_len", 10), max=("max_len", sys.maxsize))
 
-    def __init__(
-        self,
-        *,
-        min_len: int = 10,
-        max_len: int = sys.maxsize,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
-        super().__init__(text_key=text_key, **common)
-        self._init_range(min_len, max_len, min_closed_interval, max_closed_interval, reversed_range)
-
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         return pc.fill_null(pc.utf8_length(text_array(table, self.text_key)).cast(pa.int64()), 0)

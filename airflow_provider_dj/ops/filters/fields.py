@@ -78,9 +78,6 @@ class SuffixFilter(Filter):
         """No text; ``__dj__suffix__`` only when there are suffixes to match (none keeps every row unread)."""
         return {SUFFIX_COLUMN: "suffixes"} if args.get("suffixes") else {}
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "suffixes": self.suffixes, "reversed_range": self.reversed_range}
-
     def compute_stats(self, table: pa.Table) -> pa.Table:
         return table  # DJ's suffix_filter has no statistic
 
@@ -164,14 +161,6 @@ class SpecifiedFieldFilter(Filter):
         """No text; the ``field_key`` path, which the stats step reads even without target values."""
         key = args.get("field_key")
         return {key: "field_key"} if isinstance(key, str) and key else {}
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "field_key": self.field_key,
-            "target_value": self.target_value,
-            "reversed_range": self.reversed_range,
-        }
 
     def _field_values(self, table: pa.Table) -> pa.Array:
         path = self.field_key.split(".")

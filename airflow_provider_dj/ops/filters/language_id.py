@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Filter, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.base import OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.dj_compat.model_files import (
     PACKAGED_LID_FILE,
     PACKAGED_LID_PACKAGE,
@@ -48,6 +48,7 @@ from airflow_provider_dj.ops.dj_compat.model_files import (
     packaged_lid_model,
     require_model_arg,
 )
+from airflow_provider_dj.ops.filters.stat_range import RangeFilter, StatBounds
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
@@ -121,7 +122,7 @@ def predict_languages(model: Any, texts: list[str]) -> tuple[list[str], np.ndarr
 
 
 @register
-class LanguageIDScoreFilter(Filter):
+class LanguageIDScoreFilter(RangeFilter):
     """Keep samples in the given language(s) whose fastText confidence is at least ``min_score``.
 
     ``lang``: a code (``en``), a list of codes, or empty (any language,
@@ -130,27 +131,21 @@ class LanguageIDScoreFilter(Filter):
     """
 
     name = OP_NAME
+    # A lower bound only: DJ's closedness / reversed_range flags apply to the score test.
+    bounds = StatBounds(STAT_SCORE, pa.float64(), float, min=("min_score", 0.8), after="lang")
     stateful = True  # the model loads once per actor, not per partition
 
     def __init__(
         self,
         *,
         lang: str | list[str] | None = "",
-        min_score: float = 0.8,
         model_path: str | None = None,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
         self.lang = _langs(lang)
-        self.min_score = min_score
         self.model_path = model_path
-        self.min_closed_interval = min_closed_interval
-        self.max_closed_interval = max_closed_interval
-        self.reversed_range = reversed_range
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -169,21 +164,6 @@ class LanguageIDScoreFilter(Filter):
 
     def resolved_model_path(self) -> str:
         return resolve_lid_model(self.model_path)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        try:  # the file actually used: adding lid.176.bin to the cache changes the results
-            path = self.resolved_model_path()
-            model = {"path": path, "size": os.path.getsize(path)}
-        except OpArgumentError:
-            model = None
-        return {
-            **super().fingerprint_args(),
-            "lang": self.lang,
-            "min_score": self.min_score,
-            "model": model,
-            "min_closed_interval": self.min_closed_interval,
-            "reversed_range": self.reversed_range,
-        }
 
     def model(self) -> Any:
         try:
@@ -219,12 +199,7 @@ class LanguageIDScoreFilter(Filter):
         if lang is None or score is None or lang.null_count or score.null_count:
             table = self.compute_stats(table)
             lang, score = get_stat(table, STAT_LANG), get_stat(table, STAT_SCORE)
-        v = score.to_numpy(zero_copy_only=False)
-        # DJ's get_keep_boolean(score, min_score): closedness flipped by reversed_range, then negated.
-        min_closed = self.min_closed_interval != self.reversed_range
-        keep = (v >= self.min_score) if min_closed else (v > self.min_score)
-        if self.reversed_range:
-            keep = ~keep
+        keep = self.in_bounds(score.to_numpy(zero_copy_only=False))  # DJ's get_keep_boolean(score, min_score)
         if self.lang:
             keep &= np.asarray(pc.fill_null(pc.is_in(lang, pa.array(self.lang, pa.string())), False))
         return pa.array(keep, pa.bool_())

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError, OpFatalError
 from airflow_provider_dj.ops.dj_compat.model_files import locate_model_file, require_model_arg
-from airflow_provider_dj.ops.filters.basic import _RangeFilter
+from airflow_provider_dj.ops.filters.stat_range import RangeFilter, StatBounds
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
@@ -112,7 +112,7 @@ def perplexities(sp: Any, lm: Any, texts: list[str]) -> np.ndarray:
 
 
 @register
-class PerplexityFilter(_RangeFilter):
+class PerplexityFilter(RangeFilter):
     """Keep samples whose KenLM perplexity over SentencePiece pieces (stat ``perplexity``) is in [min_ppl, max_ppl].
 
     Lower is more like the language model's training text (Data-Juicer's
@@ -120,21 +120,15 @@ class PerplexityFilter(_RangeFilter):
     """
 
     name = OP_NAME
-    stat_key = STAT_KEY
-    min_arg, max_arg = "min_ppl", "max_ppl"
+    bounds = StatBounds(STAT_KEY, pa.float64(), float, min=("min_ppl", 0), max=("max_ppl", 1500), after="lang")
     stateful = True  # the models load once per actor, not per partition
 
     def __init__(
         self,
         *,
         lang: str = "en",
-        min_ppl: float = 0,
-        max_ppl: float = 1500,
         sp_model_path: str | None = None,
         kenlm_model_path: str | None = None,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
@@ -142,7 +136,6 @@ class PerplexityFilter(_RangeFilter):
         self.lang = lang
         self.sp_model_path = sp_model_path
         self.kenlm_model_path = kenlm_model_path
-        self._init_range(min_ppl, max_ppl, min_closed_interval, max_closed_interval, reversed_range)
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -163,13 +156,6 @@ class PerplexityFilter(_RangeFilter):
 
     def resolved_model_paths(self) -> tuple[str, str]:
         return model_files(self.lang, self.sp_model_path, self.kenlm_model_path)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        try:  # the files actually used: a different model gives different perplexities
-            models = [{"path": p, "size": os.path.getsize(p)} for p in self.resolved_model_paths()]
-        except OpArgumentError:
-            models = None
-        return {**super().fingerprint_args(), "lang": self.lang, "models": models}
 
     def models(self) -> tuple[Any, Any]:
         """Both models, loaded once per process; OpFatalError when a file is missing or unusable here

@@ -30,12 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError
-from airflow_provider_dj.ops.filters.basic import _RangeFilter
+from airflow_provider_dj.ops.filters.stat_range import StatBounds, StatRangeFilter
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     ALPHANUMERIC_HF_TOKENIZER,
-    file_digest,
-    hf_tokenizer_digest,
     load_hf_token_counter,
     load_sentencepiece,
     locate_hf_tokenizer,
@@ -44,7 +42,6 @@ from airflow_provider_dj.ops.kernels.tokenizers import (
     whitespace_words,
 )
 from airflow_provider_dj.ops.registry import register
-from airflow_provider_dj.ops.stats import ensure_stat
 
 # What str.splitlines() splits on ("\r\n" counts as one break).
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -284,26 +281,19 @@ def _check_args(name: str, args: dict[str, Any], tokenizer: str = "") -> None:
         raise OpArgumentError("rep_len", f"{name}: rep_len must be a positive integer, got {args['rep_len']}")
 
 
-class _FloatRangeFilter(_RangeFilter):
-    """A float64 statistic kept when it lies in [min, max] (DJ's get_keep_boolean).
+def ratio_bounds(stat: str, min_ratio: float, max_ratio: float, after: str | None = None) -> StatBounds:
+    """A float64 statistic kept when it lies in [min_ratio, max_ratio] (DJ's get_keep_boolean).
 
     numpy compares float64 with int or float bounds as Python does for every
     value these stats can take (all below 2**53), so decisions match DJ's.
     """
-
-    tokenizer = ""  # the kind of tokenizer DJ's tokenization mode loads, for ops that have one
-
-    @classmethod
-    def check_values(cls, args: dict[str, Any]) -> None:
-        _check_args(cls.name, args, cls.tokenizer)
-        super().check_values(args)
-
-    def compute_stats(self, table: pa.Table) -> pa.Table:
-        return ensure_stat(table, self.stat_key, lambda: self._compute(table), pa.float64())
+    return StatBounds(
+        stat, pa.float64(), float, min=("min_ratio", min_ratio), max=("max_ratio", max_ratio), after=after
+    )
 
 
 @register
-class AlphanumericFilter(_FloatRangeFilter):
+class AlphanumericFilter(StatRangeFilter):
     """Keep samples whose share of ``str.isalnum()`` characters (stat ``alnum_ratio``)
     is in [min_ratio, max_ratio]; '' has 0.0.
 
@@ -317,40 +307,25 @@ class AlphanumericFilter(_FloatRangeFilter):
     """
 
     name = "alphanumeric_filter"
-    stat_key = "alnum_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
-    tokenizer = "huggingface"
+    bounds = ratio_bounds("alnum_ratio", 0.25, sys.maxsize, after="tokenization")
 
-    def __init__(
-        self,
-        *,
-        tokenization: bool = False,
-        min_ratio: float = 0.25,
-        max_ratio: float = sys.maxsize,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, tokenization: bool = False, text_key: str = "text", **common: Any) -> None:
         super().__init__(text_key=text_key, **common)
         self.tokenization = tokenization
         self.tokenizer_dir = locate_hf_tokenizer(ALPHANUMERIC_HF_TOKENIZER, op=self.name) if tokenization else None
         if tokenization:
             self.stat_key = "alpha_token_ratio"  # DJ's stat for this mode
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {"tokenization": self.tokenization}
-        if self.tokenizer_dir:
-            extra["tokenizer_digest"] = hf_tokenizer_digest(self.tokenizer_dir)
-        return {**super().fingerprint_args(), **extra}
+    @classmethod
+    def check_values(cls, args: dict[str, Any]) -> None:
+        _check_args(cls.name, args, "huggingface")
+        super().check_values(args)
 
     def setup(self) -> None:
         if self.tokenizer_dir:
             load_hf_token_counter(self.tokenizer_dir)
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         arr = text_array(table, self.text_key)
         cps, starts = codepoints(arr)
         if self.tokenizer_dir is None:
@@ -360,7 +335,7 @@ class AlphanumericFilter(_FloatRangeFilter):
 
 
 @register
-class SpecialCharactersFilter(_FloatRangeFilter):
+class SpecialCharactersFilter(StatRangeFilter):
     """Keep samples whose share of DJ's SPECIAL_CHARACTERS (stat ``special_char_ratio``)
     is in [min_ratio, max_ratio]; '' has 0.0.
 
@@ -369,48 +344,20 @@ class SpecialCharactersFilter(_FloatRangeFilter):
     """
 
     name = "special_characters_filter"
-    stat_key = "special_char_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("special_char_ratio", 0.0, 0.25)
 
-    def __init__(
-        self,
-        *,
-        min_ratio: float = 0.0,
-        max_ratio: float = 0.25,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
-        super().__init__(text_key=text_key, **common)
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
-
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         cps, starts = codepoints(text_array(table, self.text_key))
         return pa.array(ratio(row_sums(char_table("special")[cps], starts), np.diff(starts)))
 
 
-class _LineFilter(_RangeFilter):
-    min_arg, max_arg = "min_len", "max_len"
-
-    def __init__(
-        self,
-        *,
-        min_len: int = 10,
-        max_len: int = sys.maxsize,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
-        super().__init__(text_key=text_key, **common)
-        self._init_range(min_len, max_len, min_closed_interval, max_closed_interval, reversed_range)
+def line_bounds(stat: str, stat_type: pa.DataType) -> StatBounds:
+    """Line lengths in [min_len, max_len]: int bounds, as Data-Juicer declares them, whatever the stat's type."""
+    return StatBounds(stat, stat_type, int, min=("min_len", 10), max=("max_len", sys.maxsize))
 
 
 @register
-class AverageLineLengthFilter(_LineFilter, _FloatRangeFilter):
+class AverageLineLengthFilter(StatRangeFilter):
     """Keep samples whose ``len(text) / len(text.splitlines())`` (stat ``avg_line_length``,
     a float even for int bounds) is in [min_len, max_len]; '' has 0.0.
 
@@ -419,27 +366,27 @@ class AverageLineLengthFilter(_LineFilter, _FloatRangeFilter):
     """
 
     name = "average_line_length_filter"
-    stat_key = "avg_line_length"
+    bounds = line_bounds("avg_line_length", pa.float64())
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         lengths, num_lines, _ = line_stats(text_array(table, self.text_key))
         return pa.array(ratio(lengths, num_lines))
 
 
 @register
-class MaximumLineLengthFilter(_LineFilter):
+class MaximumLineLengthFilter(StatRangeFilter):
     """Keep samples whose longest ``str.splitlines()`` line (stat ``max_line_length``, int)
     is in [min_len, max_len]; '' has 0."""
 
     name = "maximum_line_length_filter"
-    stat_key = "max_line_length"
+    bounds = line_bounds("max_line_length", pa.int64())
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         return pa.array(line_stats(text_array(table, self.text_key))[2])
 
 
 @register
-class CharacterRepetitionFilter(_FloatRangeFilter):
+class CharacterRepetitionFilter(StatRangeFilter):
     """Keep samples whose character n-gram repetition (stat ``char_rep_ratio``) is in
     [min_ratio, max_ratio].
 
@@ -451,30 +398,19 @@ class CharacterRepetitionFilter(_FloatRangeFilter):
     """
 
     name = "character_repetition_filter"
-    stat_key = "char_rep_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("char_rep_ratio", 0.0, 0.5, after="rep_len")
 
-    def __init__(
-        self,
-        *,
-        rep_len: int = 10,
-        min_ratio: float = 0.0,
-        max_ratio: float = 0.5,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, rep_len: int = 10, text_key: str = "text", **common: Any) -> None:
         super().__init__(text_key=text_key, **common)
         _check_args(self.name, {"rep_len": rep_len})
         self.rep_len = rep_len
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "rep_len": self.rep_len}
+    @classmethod
+    def check_values(cls, args: dict[str, Any]) -> None:
+        _check_args(cls.name, args)
+        super().check_values(args)
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         cps, starts = codepoints(text_array(table, self.text_key))
         rows = len(starts) - 1
         windows, singles, rep_row, rep_size = ngram_groups(cps, starts, self.rep_len)
@@ -490,7 +426,7 @@ class CharacterRepetitionFilter(_FloatRangeFilter):
 
 
 @register
-class WordRepetitionFilter(_FloatRangeFilter):
+class WordRepetitionFilter(StatRangeFilter):
     """Keep samples whose word n-gram repetition (stat ``word_rep_ratio``) is in
     [min_ratio, max_ratio].
 
@@ -505,41 +441,26 @@ class WordRepetitionFilter(_FloatRangeFilter):
     """
 
     name = "word_repetition_filter"
-    stat_key = "word_rep_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
-    tokenizer = "sentencepiece"
+    bounds = ratio_bounds("word_rep_ratio", 0.0, 0.5, after="rep_len")
 
     def __init__(
-        self,
-        *,
-        lang: str = "en",
-        tokenization: bool = False,
-        rep_len: int = 10,
-        min_ratio: float = 0.0,
-        max_ratio: float = 0.5,
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
-        text_key: str = "text",
-        **common: Any,
+        self, *, lang: str = "en", tokenization: bool = False, rep_len: int = 10, text_key: str = "text", **common: Any
     ) -> None:
         super().__init__(text_key=text_key, **common)
         _check_args(self.name, {"rep_len": rep_len})
         self.lang, self.tokenization, self.rep_len = lang, tokenization, rep_len
         self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        extra = {"lang": self.lang, "tokenization": self.tokenization, "rep_len": self.rep_len}
-        if self.model_path:
-            extra["model_digest"] = file_digest(self.model_path)
-        return {**super().fingerprint_args(), **extra}
+    @classmethod
+    def check_values(cls, args: dict[str, Any]) -> None:
+        _check_args(cls.name, args, "sentencepiece")
+        super().check_values(args)
 
     def setup(self) -> None:
         if self.model_path:
             load_sentencepiece(self.model_path)
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         arr = text_array(table, self.text_key)
         if self.model_path is None:
             ids, starts = word_tokens(arr)

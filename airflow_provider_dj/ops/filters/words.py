@@ -35,11 +35,11 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.dj_compat.word_lists import load_word_lists
-from airflow_provider_dj.ops.filters.text import _FloatRangeFilter, ratio
+from airflow_provider_dj.ops.filters.stat_range import StatRangeFilter
+from airflow_provider_dj.ops.filters.text import ratio, ratio_bounds
 from airflow_provider_dj.ops.kernels.text import text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
     augment_words,
-    file_digest,
     load_sentencepiece,
     refined_words,
     require_sentencepiece,
@@ -86,7 +86,7 @@ def word_list_ratio(
     return np.minimum(ratio(hits, total), 1.0)
 
 
-class _WordListFilter(_FloatRangeFilter):
+class _WordListFilter(StatRangeFilter):
     """The shared body of the two filters; subclasses name the list type and its folder argument."""
 
     words_type: ClassVar[str] = ""
@@ -107,7 +107,6 @@ class _WordListFilter(_FloatRangeFilter):
         self.words_aug_group_sizes = _check_group_sizes(self.name, words_aug_group_sizes)
         self.words_aug_join_char = words_aug_join_char
         lists = load_word_lists(words_dir, self.words_type, op=self.name, arg=self.dir_arg)
-        self.word_files, self.words_digest = lists.files, lists.digest
         self.words = pa.array(sorted(lists.for_lang(lang, op=self.name)), pa.string())
         self.model_path = require_sentencepiece(lang, op=self.name) if tokenization else None
         self._model = None
@@ -123,23 +122,11 @@ class _WordListFilter(_FloatRangeFilter):
         if get("tokenization"):
             require_sentencepiece(get("lang"), op=cls.name)  # found; loaded on first use, not at DAG parse
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "lang": self.lang,
-            "tokenization": self.tokenization,
-            "use_words_aug": self.use_words_aug,
-            "words_aug_group_sizes": self.words_aug_group_sizes,
-            "words_aug_join_char": self.words_aug_join_char,
-            "words_digest": self.words_digest,
-            "model_digest": file_digest(self.model_path) if self.model_path else None,
-        }
-
     def setup(self) -> None:
         if self.model_path and self._model is None:
             self._model = load_sentencepiece(self.model_path)
 
-    def _compute(self, table: pa.Table) -> pa.Array:
+    def compute_stat(self, table: pa.Table) -> pa.Array:
         self.setup()
         values = word_list_ratio(
             text_array(table, self.text_key),
@@ -164,8 +151,7 @@ class FlaggedWordsFilter(_WordListFilter):
     """
 
     name = "flagged_words_filter"
-    stat_key = "flagged_words_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("flagged_words_ratio", 0.0, 0.045, after="tokenization")
     words_type = "flagged_words"
     dir_arg = "flagged_words_dir"
 
@@ -174,20 +160,14 @@ class FlaggedWordsFilter(_WordListFilter):
         *,
         lang: str = "en",
         tokenization: bool = False,
-        min_ratio: float = 0.0,
-        max_ratio: float = 0.045,
         flagged_words_dir: str | None = None,
         use_words_aug: bool = False,
         words_aug_group_sizes: list[int] = (2,),  # type: ignore[assignment]
         words_aug_join_char: str = "",
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
         self._init_words(
             lang=lang,
             tokenization=tokenization,
@@ -210,8 +190,7 @@ class StopwordsFilter(_WordListFilter):
     """
 
     name = "stopwords_filter"
-    stat_key = "stopwords_ratio"
-    min_arg, max_arg = "min_ratio", "max_ratio"
+    bounds = ratio_bounds("stopwords_ratio", 0.3, 1.0, after="tokenization")
     words_type = "stopwords"
     dir_arg = "stopwords_dir"
 
@@ -220,20 +199,14 @@ class StopwordsFilter(_WordListFilter):
         *,
         lang: str = "en",
         tokenization: bool = False,
-        min_ratio: float = 0.3,
-        max_ratio: float = 1.0,
         stopwords_dir: str | None = None,
         use_words_aug: bool = False,
         words_aug_group_sizes: list[int] = (2,),  # type: ignore[assignment]
         words_aug_join_char: str = "",
-        min_closed_interval: bool = True,
-        max_closed_interval: bool = True,
-        reversed_range: bool = False,
         text_key: str = "text",
         **common: Any,
     ) -> None:
         super().__init__(text_key=text_key, **common)
-        self._init_range(min_ratio, max_ratio, min_closed_interval, max_closed_interval, reversed_range)
         self._init_words(
             lang=lang,
             tokenization=tokenization,

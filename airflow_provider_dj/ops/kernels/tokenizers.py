@@ -24,7 +24,6 @@ behind a fast Hugging Face tokenizer), the per-row work staying in C++/Rust.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 from typing import Any
@@ -40,15 +39,6 @@ from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, py_lower
 #: The tokenizer Data-Juicer's alphanumeric_filter loads (it has no argument to change it).
 ALPHANUMERIC_HF_TOKENIZER = "EleutherAI/pythia-6.9b-deduped"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
-
-
-def file_digest(path: str) -> str:
-    """sha256 of a file (a model's identity for fingerprints), read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --- SentencePiece ------------------------------------------------------------------
@@ -166,16 +156,6 @@ def locate_hf_tokenizer(name: str, *, op: str) -> str:
     )
 
 
-def hf_tokenizer_digest(folder: str) -> str:
-    """sha256 over the folder's tokenizer files: what identifies the tokenizer."""
-    h = hashlib.sha256()
-    for f in _TOKENIZER_FILES + ("special_tokens_map.json", "merges.txt", "added_tokens.json"):
-        path = os.path.join(folder, f)
-        if os.path.isfile(path):
-            h.update(f.encode() + b"\0" + file_digest(path).encode())
-    return h.hexdigest()
-
-
 class HFTokenCounter:
     """``len(tokenizer.tokenize(text))`` for many texts at once.
 
@@ -243,8 +223,6 @@ def load_hf_token_counter(folder: str) -> HFTokenCounter:
 __all__ = [
     "ALPHANUMERIC_HF_TOKENIZER",
     "HFTokenCounter",
-    "file_digest",
-    "hf_tokenizer_digest",
     "load_hf_token_counter",
     "load_sentencepiece",
     "locate_hf_tokenizer",

@@ -199,17 +199,6 @@ class LLMApiMapper(Mapper):
         """The fields the prompt template names (not the text key unless it is one): the input check."""
         return dict.fromkeys(template_fields(args.get("prompt_template", "{text}")), "prompt_template")
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "model": self.model,
-            "prompt_template": self.prompt_template,
-            "system_prompt": self.system_prompt,
-            "output_key": self.output_key,
-            "answer_regex": self.answer_regex,
-            "answer_json_schema": self.answer_json_schema,
-        }
-
     # -- run context ----------------------------------------------------------
     def bind_run_context(self, *, job_dir: str, op_index: int, partition_id: int) -> None:
         super().bind_run_context(job_dir=job_dir, op_index=op_index, partition_id=partition_id)

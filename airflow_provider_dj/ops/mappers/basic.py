@@ -69,9 +69,6 @@ class CleanEmailMapper(Mapper):
         compiled = compile_user_pattern(raw, op=cls.name, arg="pattern", flags=DOTALL)
         check_replacement(compiled, args.get("repl", ""), op=cls.name)
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "pattern": self.pattern, "repl": self.repl}
-
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
         if self._re2 is not None:

@@ -193,16 +193,6 @@ class TextEmbeddingMapper(Mapper):
             if importlib.util.find_spec(module) is None:
                 raise OpArgumentError("model_path", f"{cls.name} needs the {module!r} package; {INSTALL_HINT}")
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            "text_key": self.text_key,
-            "model_path": self.model_path,
-            "output_key": self.output_key,
-            "dtype": self.dtype,
-            "normalize": self.normalize,
-            "max_seq_length": self.max_seq_length,
-        }
-
     def resolved_model_path(self) -> str:
         if self.model_path is not None:
             return os.path.expanduser(self.model_path)

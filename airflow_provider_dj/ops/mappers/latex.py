@@ -142,9 +142,6 @@ class RemoveHeaderMapper(Mapper):
         super().__init__(text_key=text_key, **common)
         self.drop_no_head = drop_no_head
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "drop_no_head": self.drop_no_head}
-
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
         at = _first_match(arr, _HEADER)
@@ -295,9 +292,6 @@ class RemoveCommentsMapper(Mapper):
                 f"remove_comments_mapper: doc_type must be a document type name or a non-empty list of "
                 f"them (e.g. tex or ['md', 'tex']), got {doc_type!r}",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "inline": self.inline, "multiline": self.multiline}
 
     def process_table(self, table: pa.Table) -> pa.Table:
         if not (self.inline or self.multiline):

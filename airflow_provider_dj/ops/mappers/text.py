@@ -225,9 +225,6 @@ class RemoveLongWordsMapper(Mapper):
                 "would be removed; lower min_len or raise max_len",
             )
 
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "min_len": self.min_len, "max_len": self.max_len}
-
     def _keep(self, words: pa.Array) -> np.ndarray:
         lo, hi = max(self.min_len, _I64.min), min(self.max_len, _I64.max)  # numpy-safe, same result
         length = np.asarray(pc.utf8_length(words), dtype=np.int64)
@@ -335,15 +332,6 @@ class RemoveRepeatSentencesMapper(Mapper):
                     f"remove_repeat_sentences_mapper tokenizer {args['tokenizer']!r} is not a valid "
                     f"one-argument lambda ({exc}); write e.g. \"lambda text: text.split('. ')\" or omit it",
                 ) from None
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {
-            **super().fingerprint_args(),
-            "lowercase": self.lowercase,
-            "ignore_special_character": self.ignore_special_character,
-            "min_repeat_sentence_length": self.min_repeat_sentence_length,
-            "tokenizer": self.tokenizer,
-        }
 
     def _sentences(self, lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
         if self._tokenize is None:

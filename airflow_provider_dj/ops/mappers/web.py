@@ -11,7 +11,6 @@ parsing and mojibake repair have no kernel, so the same libraries DJ uses
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import re
 from typing import Any, ClassVar, Optional
 
@@ -38,14 +37,6 @@ from airflow_provider_dj.ops.kernels.text import (
 )
 from airflow_provider_dj.ops.mappers.text import python_rows
 from airflow_provider_dj.ops.registry import register
-
-
-def _version(dist: str) -> str | None:
-    """Installed version of a library whose behaviour an op's output depends on."""
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def py_class_body(chars: frozenset[str] | set[str]) -> str:
@@ -97,9 +88,6 @@ class PatternSubMapper(Mapper):
         raw = cls.default_pattern if pattern is None else strip_raw_prefix(pattern)
         compiled = compile_user_pattern(raw, op=cls.name, arg="pattern", flags=DOTALL)
         check_replacement(compiled, args.get("repl", ""), op=cls.name)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        return {**super().fingerprint_args(), "pattern": self.pattern, "repl": self.repl}
 
     def _python_sub(self, arr: pa.Array) -> pa.Array:
         sub, repl = self._py.sub, self.repl
@@ -388,9 +376,6 @@ class CleanHtmlMapper(Mapper):
     def __init__(self, *, text_key: str = "text", **common: Any) -> None:
         super().__init__(text_key=text_key, **common)
 
-    def fingerprint_args(self) -> dict[str, Any]:  # the parser's version decides the output
-        return {**super().fingerprint_args(), "selectolax": _version("selectolax")}
-
     def process_table(self, table: pa.Table) -> pa.Table:
         from selectolax.lexbor import LexborHTMLParser  # imported here so validation never needs it
 
@@ -442,9 +427,6 @@ class FixUnicodeMapper(Mapper):
                 f"fix_unicode_mapper normalization {form!r} is not supported; "
                 f"use one of {', '.join(_FIX_UNICODE_FORMS)}",
             )
-
-    def fingerprint_args(self) -> dict[str, Any]:  # ftfy's heuristics change between versions
-        return {**super().fingerprint_args(), "normalization": self.normalization, "ftfy": _version("ftfy")}
 
     @staticmethod
     def _skip_mask(arr: pa.Array) -> pa.Array:

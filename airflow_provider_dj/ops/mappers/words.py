@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
 from airflow_provider_dj.ops.kernels.text import SPECIAL_CHARACTERS, replace_text, text_array
 from airflow_provider_dj.ops.kernels.tokenizers import (
-    file_digest,
     load_sentencepiece,
     require_sentencepiece,
     sentencepiece_pieces,
@@ -121,12 +120,6 @@ class RemoveWordsWithIncorrectSubstringsMapper(Mapper):
                 )
         if args.get("tokenization"):
             require_sentencepiece(args.get("lang", "en"), op=cls.name)
-
-    def fingerprint_args(self) -> dict[str, Any]:
-        fp = {**super().fingerprint_args(), "tokenization": self.tokenization, "substrings": list(self.substrings)}
-        if self.tokenization:
-            fp.update(lang=self.lang, model_sha256=file_digest(self._sentencepiece_path()))
-        return fp
 
     def _sentencepiece_path(self) -> str:
         if self._model_path is None:

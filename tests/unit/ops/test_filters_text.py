@@ -108,7 +108,7 @@ def test_all_registered() -> None:
 def test_defaults_validate_and_instantiate(name: str) -> None:
     validate(name, {})
     op = create_op(name, {})
-    assert op.fingerprint_args()["text_key"] == "text"
+    assert op.text_key == "text"
 
 
 @pytest.mark.parametrize(
@@ -202,13 +202,11 @@ def test_specified_field_filter_needs_a_field_key() -> None:
     validate("specified_field_filter", {"field_key": "meta.source", "target_value": ["web", None, 1]})
 
 
-def test_fingerprints_follow_arguments() -> None:
-    a = create_op("character_repetition_filter", {"rep_len": 3}).fingerprint_args()
-    b = create_op("character_repetition_filter", {"rep_len": 4}).fingerprint_args()
-    assert a != b and a["rep_len"] == 3
-    s = create_op("specified_field_filter", {"field_key": "m.x", "target_value": [1]}).fingerprint_args()
-    assert s["field_key"] == "m.x" and s["target_value"] == [1]
-    assert create_op("suffix_filter", {"suffixes": ".md"}).fingerprint_args()["suffixes"] == [".md"]
+def test_arguments_reach_the_op_normalized() -> None:
+    assert create_op("character_repetition_filter", {"rep_len": 3}).rep_len == 3
+    s = create_op("specified_field_filter", {"field_key": "m.x", "target_value": [1]})
+    assert s.field_key == "m.x" and s.target_value == [1]
+    assert create_op("suffix_filter", {"suffixes": ".md"}).suffixes == [".md"]
 
 
 # --- behaviour ----------------------------------------------------------------------

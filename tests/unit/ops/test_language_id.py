@@ -126,14 +126,14 @@ def test_existing_stats_are_reused_only_when_both_are_there():
     assert out[1]["lang"] == "en" and out[1]["lang_score"] != 0.9
 
 
-def test_fingerprint_names_the_model_file(tmp_path, monkeypatch):
-    before = create_op(OP, {}).fingerprint_args()["model"]
+def test_dj_model_file_wins_over_the_packaged_one(tmp_path, monkeypatch):
+    before = create_op(OP, {}).resolved_model_path()
     ext = tmp_path / "ext"
     ext.mkdir()
     shutil.copyfile(FTZ, ext / "lid.176.bin")
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", str(ext))
-    after = create_op(OP, {}).fingerprint_args()["model"]
-    assert before["path"] == FTZ and after["path"] == str(ext / "lid.176.bin")
+    after = create_op(OP, {}).resolved_model_path()
+    assert before == FTZ and after == str(ext / "lid.176.bin")
 
 
 def test_registry_and_validation_never_import_the_model_libraries():

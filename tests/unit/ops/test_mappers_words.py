@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.ops.base import OpArgumentError
-from airflow_provider_dj.ops.kernels.tokenizers import file_digest
 from airflow_provider_dj.ops.mappers import words as mw
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 
@@ -109,11 +108,11 @@ def test_tokenization_uses_the_model_and_joins_pieces_without_spaces(sp_dir: Pat
     assert out == ["".join(kept), "the quick fox", "", None]
 
 
-def test_tokenization_fingerprint_names_the_model(sp_dir: Path, monkeypatch) -> None:
+def test_tokenization_finds_the_local_model(sp_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", str(sp_dir))
-    fp = create_op(NAME, {"tokenization": True}).fingerprint_args()
-    assert fp["model_sha256"] == file_digest(os.path.join(sp_dir, "en.sp.model"))
-    assert fp["substrings"] == list(mw.DEFAULT_SUBSTRINGS)
+    op = create_op(NAME, {"tokenization": True})
+    assert op._sentencepiece_path() == os.path.join(sp_dir, "en.sp.model")
+    assert op.substrings == tuple(mw.DEFAULT_SUBSTRINGS)
 
 
 def test_keep_words_kernel_matches_python_split_merge() -> None:
@@ -140,7 +139,7 @@ def test_validation_and_fingerprint_do_not_import_sentencepiece(sp_dir: Path) ->
         "import sys\n"
         "from airflow_provider_dj.ops.registry import create_op, get_op_class\n"
         f"args = {{'tokenization': True, 'lang': 'en'}}\n"
-        f"get_op_class({NAME!r}).validate_args(args); create_op({NAME!r}, args).fingerprint_args()\n"
+        f"get_op_class({NAME!r}).validate_args(args); create_op({NAME!r}, args)\n"
         "assert 'sentencepiece' not in sys.modules\n"
     )
     env = dict(os.environ, DATA_JUICER_EXTERNAL_MODELS_HOME=str(sp_dir))

@@ -31,7 +31,6 @@ def test_defaults_validate_and_instantiate(name: str) -> None:
     validate(name, {})
     op = create_op(name, {})
     assert op.text_key == "text"
-    assert op.fingerprint_args()["text_key"] == "text"
 
 
 @pytest.mark.parametrize(
@@ -140,15 +139,15 @@ def test_common_args_accepted() -> None:
         validate("words_num_filter", {"batch_size": "big"})
 
 
-def test_fingerprints_cover_behaviour() -> None:
-    fp = create_op("words_num_filter", {"min_num": 3, "reversed_range": True}).fingerprint_args()
-    assert fp["min_num"] == 3 and fp["max_num"] == sys.maxsize and fp["reversed_range"] is True
-    assert fp["tokenization"] is False and fp["lang"] == "en"
-    fp = create_op("text_length_filter", {"max_len": 99, "max_closed_interval": False}).fingerprint_args()
-    assert fp["max_len"] == 99 and fp["min_len"] == 10 and fp["max_closed_interval"] is False
-    fp = create_op("document_deduplicator", {"lowercase": True}).fingerprint_args()
-    assert fp == {"text_key": "text", "lowercase": True, "ignore_non_character": False}
-    a = create_op("clean_email_mapper", {"repl": "X"}).fingerprint_args()
-    b = create_op("clean_email_mapper", {"repl": "Y"}).fingerprint_args()
-    assert a != b and a["pattern"] == b["pattern"]
-    assert create_op("clean_email_mapper", {}, text_key="body").fingerprint_args()["text_key"] == "body"
+def test_arguments_and_defaults_reach_the_op() -> None:
+    op = create_op("words_num_filter", {"min_num": 3, "reversed_range": True})
+    assert (op.lo, op.hi, op.reversed_range, op.min_closed_interval) == (3, sys.maxsize, True, True)
+    assert op.tokenization is False and op.lang == "en" and op.stat_key == "num_words"
+    op = create_op("text_length_filter", {"max_len": 99, "max_closed_interval": False})
+    assert (op.lo, op.hi, op.max_closed_interval) == (10, 99, False)
+    assert "max_len" not in op.common_args  # the bounds are the filter's, not pass-through common arguments
+    op = create_op("document_deduplicator", {"lowercase": True})
+    assert (op.lowercase, op.ignore_non_character) == (True, False)
+    a, b = create_op("clean_email_mapper", {"repl": "X"}), create_op("clean_email_mapper", {"repl": "Y"})
+    assert (a.repl, b.repl) == ("X", "Y") and a.pattern == b.pattern
+    assert create_op("clean_email_mapper", {}, text_key="body").text_key == "body"

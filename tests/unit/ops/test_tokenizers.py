@@ -109,7 +109,7 @@ def test_validation_and_construction_never_import_the_tokenizer_libraries(
         f"for name, args in [('words_num_filter', {{}}), ('word_repetition_filter', {{}}), ('alphanumeric_filter', {{}}),"
         f" ('stopwords_filter', {{'stopwords_dir': {str(lists)!r}}})]:\n"
         "    args = dict(args, tokenization=True)\n"
-        "    get_op_class(name).validate_args(args); create_op(name, args).fingerprint_args()\n"
+        "    get_op_class(name).validate_args(args); create_op(name, args)\n"
         "heavy = {'sentencepiece', 'tokenizers', 'transformers', 'huggingface_hub'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )
@@ -227,13 +227,12 @@ def test_counts_without_transformers_and_with_truncation_in_the_file(
     assert tokenizers.HFTokenCounter(folder).counts(pa.array([long_text, ""])).tolist() == [want, 0]
 
 
-def test_fingerprint_names_the_tokenizer(hf_folder: str, sp_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tokenization_finds_the_local_models(hf_folder: str, sp_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATA_JUICER_EXTERNAL_MODELS_HOME", f"{Path(hf_folder).parents[1]}:{Path(sp_model).parent}")
-    fp = create_op("alphanumeric_filter", {"tokenization": True}).fingerprint_args()
-    assert fp["tokenization"] is True and len(fp["tokenizer_digest"]) == 64
-    fp = create_op("words_num_filter", {"tokenization": True}).fingerprint_args()
-    assert fp["model_digest"] == tokenizers.file_digest(sp_model)
-    assert "model_digest" not in create_op("words_num_filter", {}).fingerprint_args()
+    op = create_op("alphanumeric_filter", {"tokenization": True})
+    assert op.tokenizer_dir == hf_folder and op.stat_key == "alpha_token_ratio"
+    assert create_op("words_num_filter", {"tokenization": True}).model_path == sp_model
+    assert create_op("words_num_filter", {}).model_path is None
 
 
 # --- DJ's whitespace words, cut from the buffer ---------------------------------------
