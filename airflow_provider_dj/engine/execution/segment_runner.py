@@ -21,8 +21,9 @@ import pyarrow as pa
 from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.batch_cursor import discard_superseded, run_expensive_op
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition, load_settings
+from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask, apply_op, mapper_delta
-from airflow_provider_dj.engine.input.partitioning import read_partition
+from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN, read_input_rows
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import JobContext
@@ -31,22 +32,21 @@ from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
 from airflow_provider_dj.engine.storage import fs as storage
 from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
-from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN, CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN, CheckpointStore
 from airflow_provider_dj.ops.registry import create_op
 
+__all__ = [  # the names global_op_state and resume_point now own stay importable from here
+    "INPUT_ROW_COLUMN",
+    "KEYS_COLUMN",
+    "MASK_COLUMN",
+    "MissingUpstreamStateError",
+    "SegmentResult",
+    "keys_store",
+    "mask_store",
+    "run_segment",
+]
+
 log = logging.getLogger(__name__)
-
-KEYS_COLUMN = "key"
-MASK_COLUMN = "keep"
-KEYS_FORMAT = StorageFormat("arrow", "none")
-
-
-def keys_store(job_dir: str) -> CheckpointStore:
-    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_keys_op")
-
-
-def mask_store(job_dir: str) -> CheckpointStore:
-    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
 
 
 class MissingUpstreamStateError(RuntimeError):
@@ -65,20 +65,6 @@ class SegmentResult:
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
-
-
-INPUT_ROW_COLUMN = "__dj__input_row__"
-
-
-def _read_input(ctx: JobContext, pid: int) -> pa.Table:
-    """The partition's rows plus their input row numbers, which travel through
-    every op (and are dropped at export) so a failed sample names its row."""
-    import numpy as np
-
-    part = ctx.partition(pid)
-    table = read_partition(ctx.partitioning_info, pid)
-    rows = pa.array(np.arange(part["start_row"], part["end_row"], dtype=np.int64))
-    return table.append_column(INPUT_ROW_COLUMN, rows)
 
 
 def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> dict:
@@ -330,7 +316,7 @@ def run_segment(
                     checkpoint_path=store.data_path(base_idx, ops_by_index[base_idx].name, partition_id),
                 )
             else:
-                table, accounting = _read_input(ctx, partition_id), []
+                table, accounting = read_input_rows(ctx, partition_id), []
             mask_cp = mask_store(job_dir).load_valid(g, ops_by_index[g].name, partition_id, phash, fp(g))
             if mask_cp is None:
                 raise MissingUpstreamStateError(
@@ -381,7 +367,7 @@ def run_segment(
                 committed_state = None
             faults.maybe_fail(job_dir, fault_spec, partition_id, g)
         else:
-            table = _read_input(ctx, partition_id)
+            table = read_input_rows(ctx, partition_id)
             state = -1
         result.resumed_from_op = -1 if seg.applies_global is None else seg.applies_global - 1
     else:
