@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace

@@ -30,6 +30,7 @@ from typing import Any, Callable
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.execution.resume_point import last_committed_checkpoint
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
@@ -216,16 +217,14 @@ def _compare_inputs(saved: dict, dataset_path: str) -> None:
 
 
 def completed_checkpoints(job_dir: str, info: dict, plan) -> dict[int, dict]:
-    """Per partition: the highest op index with a committed checkpoint (-1 if none), and whether it is final."""
+    """Per partition: the highest op index with a committed checkpoint (-1 if none), and whether it is final.
+
+    The same search the segment runner resumes with (``engine.execution.resume_point``), on markers only."""
     st = CheckpointStore(job_dir, StorageFormat())
     out: dict[int, dict] = {}
     final = plan.final_op_index
     for p in info["partitions"]:
-        last = -1
-        for i in sorted(plan.checkpoint_points, reverse=True):
-            if st.is_committed(i, plan.ops[i].name, p["partition_id"], p["content_hash"], plan.ops[i].fingerprint):
-                last = i
-                break
+        last = last_committed_checkpoint(st, plan, p["partition_id"], p["content_hash"])
         out[p["partition_id"]] = {"last_op": last, "final": last == final}
     return out
 

@@ -145,7 +145,7 @@ def check(
     partitions: list[int] | None = None,
 ) -> WaitStatus:
     """One look at the job directory.  Raises JobFailedError / WaitTargetError."""
-    from airflow_provider_dj.engine.execution.segment_runner import keys_store, mask_store
+    from airflow_provider_dj.engine.execution.global_op_state import keys_store, mask_store
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     summary = _summary(job_dir)

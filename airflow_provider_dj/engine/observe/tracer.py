@@ -53,6 +53,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN
+from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN, read_input_rows
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT
 from airflow_provider_dj.ops.base import SignatureDeduplicator
@@ -60,7 +62,7 @@ from airflow_provider_dj.ops.base import SignatureDeduplicator
 log = logging.getLogger(__name__)
 
 PARTS_DIR = TRACE_PARTS_DIR
-INPUT_ROW = "__dj__input_row__"
+INPUT_ROW = INPUT_ROW_COLUMN  # every entry names its input row
 REPORT_FILE = TRACE_REPORT
 
 
@@ -389,8 +391,6 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
             removed = np.flatnonzero(~mask)[:n]
             pairs = [(-1, int(r)) for r in removed]
     else:
-        from airflow_provider_dj.engine.execution.segment_runner import KEYS_COLUMN
-
         col = (
             pa.chunked_array([k.column(KEYS_COLUMN).combine_chunks() for k in keys]).combine_chunks()
             if keys
@@ -408,7 +408,6 @@ def _fetch_rows(ctx, op_index: int, keys: list[pa.Table], positions: list[int]) 
     """Global row positions -> row dicts, read from the state the deduplicator saw
     (the checkpoint after op ``op_index - 1``, always kept; the input for op 0).
     Only partitions holding a wanted row are read."""
-    from airflow_provider_dj.engine.execution.segment_runner import _read_input
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     if not positions:
@@ -424,7 +423,7 @@ def _fetch_rows(ctx, op_index: int, keys: list[pa.Table], positions: list[int]) 
         if not local:
             continue
         if op_index == 0:
-            table = _read_input(ctx, p["partition_id"])
+            table = read_input_rows(ctx, p["partition_id"])
         else:
             prev = plan.ops[op_index - 1]
             cp = store.load_valid(prev.index, prev.name, p["partition_id"], p["content_hash"], prev.fingerprint)

@@ -79,7 +79,6 @@ def test_leaf_modules_import_only_core(imports):
     assert bad == [], "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="segment_runner <-> tracer: removed with run_segment's split (issue 13 item 5)")
 def test_no_import_cycles(imports):
     cycles = graph.cycles(graph.internal_graph(imports))
     lines = []

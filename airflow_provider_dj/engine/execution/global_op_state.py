@@ -1,0 +1,23 @@
+"""Where a global op's per-partition state lives: its dedup keys and its keep masks.
+
+Written by the key phase of a segment (``segment_runner``) and by the global phase
+(``global_ops``), read by the next segment, the tracer and the sensors.  Its own module so that
+every one of them can import it without importing the segment runner (no import cycles).
+The prefixes are part of the job-directory format: an old job directory still resumes.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
+
+KEYS_COLUMN = "key"
+MASK_COLUMN = "keep"
+KEYS_FORMAT = StorageFormat("arrow", "none")
+
+
+def keys_store(job_dir: str) -> CheckpointStore:
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_keys_op")
+
+
+def mask_store(job_dir: str) -> CheckpointStore:
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
