@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, read_json
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY
 from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the public API, re-exported
     RUNNING_STATES,
     JobNotFoundError,
@@ -33,6 +33,7 @@ from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the publi
 from airflow_provider_dj.engine.jobdir.status import (
     live_lock as _live_lock,
 )
+from airflow_provider_dj.engine.jobdir.summary import read_job_summary
 
 
 @dataclass
@@ -51,13 +52,6 @@ class StopResult:
 
 def _default_work_dir() -> str:
     return settings.get("work_dir") or "."
-
-
-def _summary(job_dir: str) -> dict | None:
-    try:
-        return read_json(storage.join(job_dir, JOB_SUMMARY))
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def _candidate_dirs(work_dir: str | None) -> list[str]:
@@ -110,7 +104,7 @@ def stop_job(
     trigger the DAG with ``{"resume": JOB_ID}``, or clear the stopped tasks).
     """
     job_dir = resolve_job_dir(job_id, work_dir)
-    summary = _summary(job_dir)
+    summary = read_job_summary(job_dir)
     if summary and summary.get("status") == "completed":
         return StopResult(
             job_id, job_dir, "completed", f"job {job_id} already completed; nothing to stop", summary=summary
@@ -133,7 +127,7 @@ def stop_job(
     t0 = time.time()
     since = stop_control.request_time(request)
     while True:
-        summary = _summary(job_dir) or {}
+        summary = read_job_summary(job_dir) or {}
         status = summary.get("status")
         if status == "completed":
             return StopResult(
