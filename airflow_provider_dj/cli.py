@@ -160,9 +160,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", str(num_cpus))
     settings.reset()  # the settings read so far must see it
     from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.in_process_api import build_for_own_client_only
 
     try:
         dag = build_dag(recipe_path, dag_id=dag_id, default_group_size=group_size)
+        build_for_own_client_only()  # 4.5 s less start-up (in_process_api.py)
         dr = dag.test(run_conf=overrides)
         state = str(getattr(dr, "state", "unknown"))
         run_id = getattr(dr, "run_id", "?")
