@@ -117,11 +117,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if refused:  # before Airflow and Ray start: a second run of a running job is refused in a second
             print(f"error: {refused}", file=sys.stderr)
             return 2
-    # This process lives as long as the run: its pid in the runner lock lets a
-    # later --resume detect a crashed (kill -9) run at once.  Through the
-    # environment because the runner lock is taken inside the validate task,
-    # which Airflow's task runner calls: no parameter reaches it from here.
-    os.environ["DJ_RUN_OWNER_PID"] = str(os.getpid())
     dag_id = sanitize_dag_id(recipe.project_name)
     num_cpus = args.num_cpus or os.cpu_count() or 1
     # dag.test() runs mapped tasks one after another: a task's partitions run as
@@ -129,6 +124,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     # to the DAG factory (here and in the DAG stub Airflow parses), not through the environment.
     group_size = settings.get("default_group_size")
     group_size = num_cpus if group_size is None else group_size
+    # What the DAG's operators need to know of this in-process run, passed as
+    # arguments (operators/local_run.py): this process's private Ray and its
+    # CPUs; that the runner lock names this process's pid (it lives as long as
+    # the run, so a later --resume detects a crashed, kill -9'd run at once); and
+    # every core as the CPU-only max_concurrent_partitions (docs/gpu_planning.md).
+    from airflow_provider_dj.operators.local_run import LocalRun
+
+    local_run = LocalRun(ray_cpus=num_cpus, max_concurrent_partitions=num_cpus).to_dict()
+    build_kwargs = {"default_group_size": group_size, "local_run": local_run}
     if _wants_ray(recipe):
         # Overlap Ray's ~3 s start with Airflow's cold start (hooks/ray_in_process.py).
         from airflow_provider_dj.hooks import ray_in_process
@@ -138,9 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
     # on the machine neither see nor touch them (airflow_env.py).
     try:
-        run_env = prepare_run(
-            recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs={"default_group_size": group_size}
-        )
+        run_env = prepare_run(recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs=build_kwargs)
     except AirflowEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -150,29 +152,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush=True,
     )
 
-    # Ray starts lazily, in this process, when the first partition task needs
-    # it (RayHook): a private cluster, never whatever Ray runs on the machine.
-    # These two stay environment variables: RayHook and the validate task read
-    # them inside tasks that Airflow's runner calls (no parameter path from here
-    # without changing every operator's signature).
-    os.environ["DJ_RAY_IN_PROCESS"] = str(num_cpus)
-    # CPU-only max_concurrent_partitions: auto = every core here (docs/gpu_planning.md).
-    os.environ.setdefault("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", str(num_cpus))
-    settings.reset()  # the settings read so far must see it
     from airflow_provider_dj.dag_factory import build_dag
     from airflow_provider_dj.in_process_api import build_for_own_client_only
 
     try:
-        dag = build_dag(recipe_path, dag_id=dag_id, default_group_size=group_size)
+        dag = build_dag(recipe_path, dag_id=dag_id, **build_kwargs)
         build_for_own_client_only()  # 4.5 s less start-up (in_process_api.py)
         dr = dag.test(run_conf=overrides)
         state = str(getattr(dr, "state", "unknown"))
         run_id = getattr(dr, "run_id", "?")
     finally:
-        os.environ.pop("DJ_RUN_OWNER_PID", None)
-        os.environ.pop("DJ_RAY_IN_PROCESS", None)
-        os.environ.pop("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", None)
-        settings.reset()
         run_env.cleanup()  # this run's stub folder and DB copy only
     wall = time.perf_counter() - t0
     from airflow_provider_dj.core import fs as storage

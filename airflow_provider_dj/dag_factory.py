@@ -102,11 +102,13 @@ def build_dag(
     retries: int | None = None,
     retry_delay: timedelta | None = None,
     default_group_size: int | None = None,
+    local_run: dict | None = None,
 ):
     """Build the DAG for one recipe file.  Raises RecipeError for a bad recipe.
 
     ``None`` arguments come from the settings (task_retries, task_retry_delay_s,
-    default_group_size); ``dj-airflow run`` passes the group size it chose."""
+    default_group_size); ``dj-airflow run`` passes the group size it chose and
+    what its in-process run needs (``local_run``: operators/local_run.py)."""
     from airflow.sdk import DAG
 
     from airflow_provider_dj.assets import export_asset, input_asset
@@ -114,6 +116,7 @@ def build_dag(
     from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
+    from airflow_provider_dj.operators.local_run import LocalRun
     from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
     from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
     from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
@@ -140,7 +143,9 @@ def build_dag(
     # partition.max_concurrent_partitions, parse-time layer: how many mapped
     # task instances of one run execute at once (auto: engine.planning.concurrency).
     # The validate task enforces the run-time layer inside each group.
-    conc = parse_time_concurrency(recipe)
+    local = LocalRun.of(local_run)
+    run_args = {"local_run": local.to_dict()} if local else {}
+    conc = parse_time_concurrency(recipe, cpu_default=local.max_concurrent_partitions if local else None)
     concurrency: dict = {"max_active_tis_per_dagrun": conc.value}
     if recipe.partition.extra.get("pool"):
         concurrency["pool"] = recipe.partition.extra["pool"]
@@ -156,9 +161,13 @@ def build_dag(
         description=f"Data-Juicer recipe {os.path.basename(recipe_path)}",
         doc_md=_doc(recipe, plan),
     ) as dag:
-        preflight = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe_path)
+        preflight = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe_path, **run_args)
         validate = ResumeValidatorOperator(
-            task_id="validate", recipe_path=recipe_path, group_size=group_size, max_active_groups=conc.value
+            task_id="validate",
+            recipe_path=recipe_path,
+            group_size=group_size,
+            max_active_groups=conc.value,
+            **run_args,
         )
         preflight >> validate
         upstream = validate
@@ -170,6 +179,7 @@ def build_dag(
                 segment_index=seg.index,
                 map_index_template=MAP_INDEX_TEMPLATE,
                 trigger_rule="none_failed",
+                **run_args,
             ).expand(execution_group=validate.output)
             upstream >> seg_task
             upstream = seg_task
@@ -198,6 +208,7 @@ def build_dag(
             declared_export_path=recipe.export_path,
             outlets=[export_asset(recipe.export_path)],
             inlets=[input_asset(recipe.dataset_path)],
+            **run_args,
         )
         upstream >> export
     return dag

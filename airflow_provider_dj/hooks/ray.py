@@ -65,10 +65,14 @@ class RayHook(BaseHook):  # type: ignore[misc]
     conn_type = "ray"
     hook_name = "Ray"
 
-    def __init__(self, ray_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
+    def __init__(
+        self, ray_conn_id: str | None = default_conn_name, *, in_process_cpus: int | None = None, **kwargs: Any
+    ) -> None:
         if BaseHook is not object:
             super().__init__(**kwargs)
         self.ray_conn_id = ray_conn_id
+        # `dj-airflow run` (operators/local_run.py): this process's private Ray with these CPUs.
+        self.in_process_cpus = in_process_cpus
 
     # -- configuration -------------------------------------------------------
     def _connection_settings(self) -> dict[str, Any]:
@@ -130,13 +134,13 @@ class RayHook(BaseHook):  # type: ignore[misc]
         if cfg["mode"] == "cluster":
             log.info("connecting to Ray cluster at %s", cfg["address"])
             ray.init(address=cfg["address"], ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])
-        elif os.environ.get("DJ_RAY_IN_PROCESS"):
+        elif self.in_process_cpus:
             # `dj-airflow run`: every task runs in this one process, so a private
             # in-process cluster, which the CLI starts in the background at
             # launch when the input has rows (hooks/ray_in_process.py); without
             # that, the first task that needs Ray starts it.
             log.info("using the private in-process Ray cluster of this run")
-            ray_in_process.ensure_started(int(os.environ["DJ_RAY_IN_PROCESS"]), cfg["init_kwargs"])
+            ray_in_process.ensure_started(int(self.in_process_cpus), cfg["init_kwargs"])
         else:
             address = ensure_local_head(**cfg.get("embedded", {}))
             log.info("connecting to the embedded local Ray head at %s", address)

@@ -167,6 +167,7 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
     """
     from airflow_provider_dj.engine.jobdir import lock as job_lock
     from airflow_provider_dj.engine.jobdir import stop_control
+    from airflow_provider_dj.operators.local_run import owner_pid
 
     try:
         cleared = stop_control.handle_pending_stop(job_dir, task_key(context), try_number(context))
@@ -178,7 +179,9 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
             "This task was stopped by the request of %s and has been cleared: resuming the job "
             "(stop request removed; runner lock %s)",
             cleared.get("requested_at"),
-            job_lock.acquire(job_dir, job_lock.owner_identity(run_id)),
+            job_lock.acquire(
+                job_dir, job_lock.owner_identity(run_id, run_pid=owner_pid(getattr(operator, "local_run", None)))
+            ),
         )
         from airflow_provider_dj.engine.observe.events import EventLog
 

@@ -17,6 +17,7 @@ from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.engine.output.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
+from airflow_provider_dj.operators.local_run import ray_cpus
 
 
 class ExportOperator(BaseOperator):
@@ -28,6 +29,7 @@ class ExportOperator(BaseOperator):
         *,
         job_dir: str,
         ray_conn_id: str | None = "ray_default",
+        local_run: dict | None = None,
         recipe_name: str | None = None,
         declared_export_path: str | None = None,
         **kwargs: Any,
@@ -35,6 +37,7 @@ class ExportOperator(BaseOperator):
         super().__init__(**kwargs)
         self.job_dir = job_dir
         self.ray_conn_id = ray_conn_id
+        self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.recipe_name = recipe_name
         self.declared_export_path = declared_export_path
 
@@ -78,7 +81,7 @@ class ExportOperator(BaseOperator):
             return None
         from airflow_provider_dj.hooks.ray import RayHook
 
-        ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        ray = RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.log.info("Serializing %d partitions to JSONL on Ray, %d at a time", len(parts), max(1, cpus))
         return export_parts.parts_on_ray(ray, self.job_dir, parts, max_in_flight=max(1, cpus))

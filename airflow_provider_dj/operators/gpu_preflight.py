@@ -36,6 +36,7 @@ from airflow_provider_dj.engine.gpu.preflight import (
     run_preflight,
 )
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
+from airflow_provider_dj.operators.local_run import ray_cpus
 
 
 class GpuPreflightOperator(BaseOperator):
@@ -50,6 +51,7 @@ class GpuPreflightOperator(BaseOperator):
         recipe_path: str,
         probe_executor: str | None = None,
         ray_conn_id: str = "ray_default",
+        local_run: dict | None = None,
         heartbeat_s: float = 30.0,
         **kwargs: Any,
     ) -> None:
@@ -57,6 +59,7 @@ class GpuPreflightOperator(BaseOperator):
         self.recipe_path = recipe_path
         self.probe_executor = probe_executor
         self.ray_conn_id = ray_conn_id
+        self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.heartbeat_s = heartbeat_s
 
     @staticmethod
@@ -71,7 +74,7 @@ class GpuPreflightOperator(BaseOperator):
     def _ray_client(self):
         from airflow_provider_dj.hooks.ray import RayHook
 
-        return RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
 
     def execute(self, context: Any) -> dict:
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})

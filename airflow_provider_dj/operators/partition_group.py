@@ -27,6 +27,7 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable, try_number
+from airflow_provider_dj.operators.local_run import ray_cpus
 
 MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
@@ -42,6 +43,7 @@ class PartitionGroupOperator(BaseOperator):
         segment_index: int,
         execution_group: dict,
         ray_conn_id: str | None = RayHook.default_conn_name,
+        local_run: dict | None = None,
         cpus_per_partition: float = 1,
         **kwargs: Any,
     ) -> None:
@@ -50,6 +52,7 @@ class PartitionGroupOperator(BaseOperator):
         self.segment_index = segment_index
         self.execution_group = execution_group
         self.ray_conn_id = ray_conn_id
+        self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.cpus_per_partition = cpus_per_partition
         self._dispatch: DispatchHandle | None = None
 
@@ -85,7 +88,7 @@ class PartitionGroupOperator(BaseOperator):
         )
         # Refuses if another live runner owns this job; refreshes our heartbeat.
         job_lock.heartbeat(self.job_dir, context["dag_run"].run_id)
-        ray = RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        ray = RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
         parts = JobContext(self.job_dir).partitioning_info["partitions"]
         rows = {p["partition_id"]: p["num_rows"] for p in parts}
         self._dispatch = DispatchHandle()

@@ -13,7 +13,6 @@ the same job directory and resumes instead of starting over.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Sequence
 
@@ -26,6 +25,7 @@ from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_
 from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
 from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators._common import event_defaults
 
 try:
@@ -43,10 +43,18 @@ class ResumeValidatorOperator(BaseOperator):
     ui_color = "#fdf2d0"
 
     def __init__(
-        self, *, recipe_path: str, group_size: int = 1, max_active_groups: int | None = None, **kwargs: Any
+        self,
+        *,
+        recipe_path: str,
+        group_size: int = 1,
+        max_active_groups: int | None = None,
+        local_run: dict | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
+        # local_run: what `dj-airflow run` decided (operators/local_run.py); None under a scheduler.
+        self.local_run = local_run
         # group_size: the size when partition.execution_group_size is auto but
         # there are no GPU probe figures (CPU-only pipelines).  A recipe integer
         # wins; auto with a probe report is resolved here (engine.planning.decisions).
@@ -57,8 +65,6 @@ class ResumeValidatorOperator(BaseOperator):
 
     def _group_size_resolver(self, recipe, decided: dict):
         """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
-        import os
-
         from airflow_provider_dj.engine.gpu.profiles import load_report
         from airflow_provider_dj.engine.planning.decisions import decide_run
 
@@ -69,7 +75,8 @@ class ResumeValidatorOperator(BaseOperator):
                 load_report(job_dir),
                 default_group_size=self.group_size,
                 airflow_max_active=self.max_active_groups,
-                sequential_tasks=bool(os.environ.get("DJ_RAY_IN_PROCESS")),
+                sequential_tasks=self.local_run is not None,
+                cpu_default=local.max_concurrent_partitions(self.local_run),
             )
             decided["decisions"] = decisions
             return decisions.group.size
@@ -110,6 +117,7 @@ class ResumeValidatorOperator(BaseOperator):
                 event_defaults=defaults,
                 airflow_run_id=context["dag_run"].run_id,
                 log_step=lambda msg: self.log.info("%s", msg),
+                run_pid=local.owner_pid(self.local_run),
             )
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
@@ -140,7 +148,7 @@ class ResumeValidatorOperator(BaseOperator):
         ti.xcom_push(key="job_complete", value=prepared.job_complete)
         if prepared.job_complete:
             self.log.info("Job %s already completed: nothing to do; the export will be re-verified.", job_id)
-            return self._mapped_groups([])
+            return self._mapped_groups([], self.local_run)
         EventLog(prepared.job_dir, job_id, defaults=defaults).emit(
             "job_start",
             status="resumed" if prepared.resumed else "new",
@@ -184,10 +192,10 @@ class ResumeValidatorOperator(BaseOperator):
                 final,
                 prepared.num_partitions,
             )
-        return self._mapped_groups(prepared.groups)
+        return self._mapped_groups(prepared.groups, self.local_run)
 
     @staticmethod
-    def _mapped_groups(groups: list[dict]) -> list[dict]:
+    def _mapped_groups(groups: list[dict], local_run: dict | None) -> list[dict]:
         """What the partition tasks are mapped over.
 
         Under ``dj-airflow run`` (``dag.test()``) a mapped task that expands to
@@ -197,6 +205,6 @@ class ResumeValidatorOperator(BaseOperator):
         Under a scheduler an empty list stays empty: the mapped tasks show as
         skipped.
         """
-        if groups or not os.environ.get("DJ_RAY_IN_PROCESS"):
+        if groups or local_run is None:
             return groups
         return [{"group_id": 0, "partition_ids": [], "start_row": 0, "end_row": 0, "label": "no partitions to run"}]

@@ -41,7 +41,7 @@ DAGS_FOLDER = os.path.join(REPO_ROOT, "dags")
 # Environment of the test process that must not leak into the server: the
 # test session's own Airflow settings and the in-process Ray switches of
 # `dj-airflow run`.
-_DROP_ENV_PREFIXES = ("AIRFLOW__", "RAY_ADDRESS", "DJ_RAY_IN_PROCESS", "DJ_DEFAULT_GROUP_SIZE", "DJ_RUN_OWNER_PID")
+_DROP_ENV_PREFIXES = ("AIRFLOW__", "RAY_ADDRESS", "DJ_DEFAULT_GROUP_SIZE")
 
 
 def free_port() -> int:

@@ -91,7 +91,7 @@ class Env:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "RAY_ADDRESS", "DJ_RUN_OWNER_PID")
+            if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "RAY_ADDRESS")
         }
         env.update(
             HOME=self.home,
@@ -307,7 +307,7 @@ def test_scheduler_tasks_racing_to_start_the_shared_ray_head_start_one(tmp_path)
     from tests.e2e.airflow_server import free_port, stop_ray_head
 
     state = str(tmp_path / "ray-state")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DJ_RAY_IN_PROCESS")}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(DJ_RAY_STATE_DIR=state, DJ_RAY_HEAD_PORT=str(free_port()))
     go_at = time.time() + 3.0
     procs = [

@@ -12,8 +12,9 @@ from airflow_provider_dj import settings
 from airflow_provider_dj.provider_info import get_provider_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Messages between the CLI and the tasks it runs in process, not knobs (cli.py says why they stay variables).
-INTERNAL = {"DJ_RUN_OWNER_PID", "DJ_RAY_IN_PROCESS"}
+# Environment names that are not knobs: none (the CLI hands its decisions to the operators as
+# arguments, operators/local_run.py).
+INTERNAL: set[str] = set()
 
 
 def test_defaults_and_types_when_nothing_is_set(monkeypatch):

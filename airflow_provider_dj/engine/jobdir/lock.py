@@ -47,12 +47,11 @@ def default_stale_seconds() -> float:
     return float(settings.get("lock_stale_s"))
 
 
-def owner_identity(airflow_run_id: str | None, pid: int | None = None) -> dict:
-    """Who is running.  ``dj-airflow run`` sets DJ_RUN_OWNER_PID: its own pid lives
+def owner_identity(airflow_run_id: str | None, pid: int | None = None, *, run_pid: int | None = None) -> dict:
+    """Who is running.  ``dj-airflow run`` passes its own pid as ``run_pid``: it lives
     as long as the whole run, so its death proves the run is gone; a scheduler
-    task's pid does not (each task is a short-lived process)."""
-    run_pid = os.environ.get("DJ_RUN_OWNER_PID")
-    the_pid = pid or (int(run_pid) if run_pid else os.getpid())
+    task's pid (the default, or ``pid``) does not (each task is a short-lived process)."""
+    the_pid = run_pid or pid or os.getpid()
     return {
         "host": socket.gethostname(),
         "pid": the_pid,

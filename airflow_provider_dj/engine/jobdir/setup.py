@@ -65,11 +65,14 @@ def prepare_job(
     event_defaults: dict | None = None,
     airflow_run_id: str | None = None,
     log_step: Callable[[str], None] | None = None,
+    run_pid: int | None = None,
 ) -> PreparedJob:
     """``recipe`` is the effective engine.config.recipe.Recipe (overrides applied).
 
     ``group_size`` may be a callable (partitioning_info, job_dir) -> int: the
     ``auto`` size needs the partitions and the probe report (engine.gpu).
+    ``run_pid``: the pid that lives as long as the run (``dj-airflow run``'s own),
+    recorded in the runner lock (engine/jobdir/lock.py).
     """
     from airflow_provider_dj.engine.config.recipe import check_input_exists
 
@@ -83,7 +86,7 @@ def prepare_job(
     from airflow_provider_dj.engine.config.adapted_ops import check_adapted_ops
 
     check_adapted_ops(recipe)
-    owner = job_lock.owner_identity(airflow_run_id)
+    owner = job_lock.owner_identity(airflow_run_id, run_pid=run_pid)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
         # Everything before the lock is taken only reads the job directory.
         job_lock.check(paths.job_dir, owner)

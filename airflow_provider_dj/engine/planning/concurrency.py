@@ -7,7 +7,8 @@
   planned actor count over the GPU stages; the CPU bound is how many
   partition tasks (``cpus_per_partition`` each) the cluster's CPUs hold.
 - CPU-only pipelines: 4 (``DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS`` changes
-  it; ``dj-airflow run`` sets it to its CPU count).
+  it; ``dj-airflow run`` passes its CPU count as ``cpu_default`` unless
+  that setting is set).
 - either way bounded by the partition count; a positive integer in the
   recipe overrides.
 
@@ -34,7 +35,6 @@ from airflow_provider_dj.engine.gpu.planner import ActorPlan
 
 CPU_ONLY_DEFAULT = 4
 GPU_PARSE_TIME_DEFAULT = 1
-ENV_CPU_DEFAULT = "DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS"
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,14 @@ class ConcurrencyDecision:
         return asdict(self)
 
 
-def cpu_only_default() -> int:
+def cpu_only_default(runner_default: int | None = None) -> int:
+    """The setting if set, else what the runner passed (``dj-airflow run``: its CPUs), else 4."""
     raw = settings.raw("default_max_concurrent_partitions")
+    fallback = max(1, int(runner_default)) if runner_default else CPU_ONLY_DEFAULT
     try:
-        return max(1, int(raw)) if raw else CPU_ONLY_DEFAULT
+        return max(1, int(raw)) if raw else fallback
     except ValueError:
-        return CPU_ONLY_DEFAULT
+        return fallback
 
 
 def _bounded(value: int, num_partitions: int | None) -> int:
@@ -68,8 +70,11 @@ def resolve_max_concurrent(
     cluster_cpus: float | None = None,
     cpus_per_partition: float = 1.0,
     has_gpu_ops: bool = False,
+    cpu_default: int | None = None,
 ) -> ConcurrencyDecision:
-    """Resolve the recipe's value (int or None/'auto'); see the module docstring."""
+    """Resolve the recipe's value (int or None/'auto'); see the module docstring.
+
+    ``cpu_default`` is the runner's CPU-only default (``dj-airflow run``: its CPU count)."""
     if isinstance(configured, int) and not isinstance(configured, bool) and configured > 0:
         return ConcurrencyDecision(configured, "recipe", f"partition.max_concurrent_partitions={configured}")
     if configured not in (None, "auto"):
@@ -77,7 +82,7 @@ def resolve_max_concurrent(
             f"partition.max_concurrent_partitions must be a positive integer or 'auto', got {configured!r}"
         )
     if not has_gpu_ops:
-        value = cpu_only_default()
+        value = cpu_only_default(cpu_default)
         return ConcurrencyDecision(
             _bounded(value, num_partitions),
             "auto_cpu",

@@ -70,12 +70,14 @@ def decide_run(
     default_group_size: int = 1,
     airflow_max_active: int | None = None,
     sequential_tasks: bool = False,
+    cpu_default: int | None = None,
 ) -> RunDecisions:
     """All decisions for one job; raises ``PlanningError`` when even one actor per GPU stage does not fit.
 
     ``airflow_max_active`` is the parse-time ``max_active_tis_per_dagrun``
     (groups Airflow may run at once); ``sequential_tasks`` says the runner
-    executes mapped tasks one after another (``dj-airflow run``).
+    executes mapped tasks one after another (``dj-airflow run``), which also
+    passes its CPU count as ``cpu_default`` (engine/planning/concurrency.py).
     """
     extra = recipe.partition.extra
     n = max(1, int(info["num_partitions"]))
@@ -109,19 +111,20 @@ def decide_run(
         actor_plan=plan,
         cluster_cpus=cpus,
         has_gpu_ops=gpu,
+        cpu_default=cpu_default,
     )
     n_groups = -(-n // group.size)
     groups_at_once = 1 if sequential_tasks else min(n_groups, airflow_max_active or n_groups)
     return RunDecisions(group, conc, plan, in_flight_per_group(conc.value, groups_at_once), groups_at_once)
 
 
-def parse_time_concurrency(recipe) -> ConcurrencyDecision:
+def parse_time_concurrency(recipe, cpu_default: int | None = None) -> ConcurrencyDecision:
     """``max_active_tis_per_dagrun`` for the DAG, from the recipe alone (plus a cached report for a fixed job id)."""
     known = recipe.partition.num_of_partitions if recipe.partition.mode == "manual" else None
     configured = recipe.partition.max_concurrent_partitions
     gpu = bool(gpu_op_indices(recipe))
     if not gpu or configured not in (None, "auto") or not recipe.job_id:
-        return resolve_max_concurrent(configured, num_partitions=known, has_gpu_ops=gpu)
+        return resolve_max_concurrent(configured, num_partitions=known, has_gpu_ops=gpu, cpu_default=cpu_default)
     try:
         report = load_report(os.path.join(recipe.work_dir, recipe.job_id))
         if not report:

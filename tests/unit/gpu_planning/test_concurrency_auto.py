@@ -37,8 +37,11 @@ def test_cpu_only_auto_is_four_bounded_by_partitions(monkeypatch):
     assert resolve_max_concurrent(None, num_partitions=10).value == 4
     assert resolve_max_concurrent("auto", num_partitions=3).value == 3
     assert resolve_max_concurrent(None, num_partitions=None).source == "auto_cpu"
-    monkeypatch.setenv("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", "16")  # dj-airflow run: its CPU count
-    assert resolve_max_concurrent(None, num_partitions=10).value == 10
+    # dj-airflow run passes its CPU count; the setting, when set, wins over it.
+    assert resolve_max_concurrent(None, num_partitions=10, cpu_default=16).value == 10
+    assert resolve_max_concurrent(None, num_partitions=100, cpu_default=16).value == 16
+    monkeypatch.setenv("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", "8")
+    assert resolve_max_concurrent(None, num_partitions=100, cpu_default=16).value == 8
 
 
 def test_gpu_auto_takes_the_tightest_worker_capacity():

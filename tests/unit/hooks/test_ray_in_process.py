@@ -9,6 +9,7 @@ import pytest
 from airflow_provider_dj import cli
 from airflow_provider_dj.hooks import ray_in_process
 from airflow_provider_dj.hooks.ray import RayHook
+from airflow_provider_dj.operators.local_run import LocalRun
 from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
 
 
@@ -43,15 +44,41 @@ def test_wants_ray_only_when_the_run_will_need_the_in_process_cluster(tmp_path, 
     assert not cli._wants_ray(_recipe(tmp_path, str(data)))
 
 
-def test_placeholder_group_only_under_the_in_process_runner(monkeypatch):
-    monkeypatch.delenv("DJ_RAY_IN_PROCESS", raising=False)
-    assert ResumeValidatorOperator._mapped_groups([]) == []  # scheduler: mapped tasks show as skipped
+def test_placeholder_group_only_under_the_in_process_runner():
+    assert ResumeValidatorOperator._mapped_groups([], None) == []  # scheduler: mapped tasks show as skipped
     groups = [{"group_id": 0, "partition_ids": [0], "label": "p0 rows 0-9"}]
-    assert ResumeValidatorOperator._mapped_groups(groups) is groups
-    monkeypatch.setenv("DJ_RAY_IN_PROCESS", "2")
-    (placeholder,) = ResumeValidatorOperator._mapped_groups([])
+    assert ResumeValidatorOperator._mapped_groups(groups, None) is groups
+    local = LocalRun(ray_cpus=2, max_concurrent_partitions=2).to_dict()  # what dj-airflow run passes
+    (placeholder,) = ResumeValidatorOperator._mapped_groups([], local)
     assert placeholder["partition_ids"] == [] and placeholder["label"] == "no partitions to run"
-    assert ResumeValidatorOperator._mapped_groups(groups) is groups
+    assert ResumeValidatorOperator._mapped_groups(groups, local) is groups
+
+
+def test_the_cli_hands_its_in_process_run_to_the_operators_as_arguments(tmp_path):
+    """build_dag(local_run=...) reaches every operator that dispatches to Ray or plans the job; without it
+    (a scheduler's DAG processor) none has one, and the parse-time concurrency is the built-in default."""
+    from airflow_provider_dj.dag_factory import build_dag
+
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a b c"}\n' * 8)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"project_name: local_run_args\ndataset_path: {data}\nexport_path: {tmp_path / 'out.jsonl'}\n"
+        f"work_dir: {tmp_path / 'work'}\npartition: {{mode: manual, num_of_partitions: 8}}\n"
+        "process:\n  - whitespace_normalization_mapper:\n"
+    )
+    local = LocalRun(ray_cpus=3, max_concurrent_partitions=6).to_dict()
+    dag = build_dag(str(recipe), local_run=local)
+    got = {
+        t.task_id: getattr(t, "partial_kwargs", {}).get("local_run", getattr(t, "local_run", None)) for t in dag.tasks
+    }
+    assert got == {"gpu_preflight": local, "validate": local, "partitions_seg0": local, "export": local}
+    assert dag.get_task("partitions_seg0").partial_kwargs["max_active_tis_per_dagrun"] == 6
+    plain = build_dag(str(recipe))
+    assert all(getattr(t, "local_run", None) is None for t in plain.tasks if t.task_id != "partitions_seg0")
+    assert "local_run" not in plain.get_task("partitions_seg0").partial_kwargs
+    assert plain.get_task("partitions_seg0").partial_kwargs["max_active_tis_per_dagrun"] == 4
+    assert LocalRun.of(local) == LocalRun(ray_cpus=3, max_concurrent_partitions=6)
 
 
 def test_a_configured_cluster_replaces_the_background_started_one(monkeypatch):
