@@ -15,6 +15,11 @@ def airflow_home():
 
     home = configure_airflow_env()
     ensure_db(home)
+    # The in-process dag.test() runs of this worker get the app `dj-airflow run` uses: one API
+    # version, built once (airflow_provider_dj/in_process_api.py), 4.5 s less per worker.
+    from airflow_provider_dj.in_process_api import build_for_own_client_only
+
+    build_for_own_client_only()
     return home
 
 
