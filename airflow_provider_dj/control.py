@@ -20,14 +20,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
 from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the public API, re-exported
     RUNNING_STATES,
     JobNotFoundError,
     job_status,
+    list_jobs,
     resolve_job_dir,
 )
 from airflow_provider_dj.engine.jobdir.status import (
@@ -48,41 +48,6 @@ class StopResult:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "summary"}
-
-
-def _default_work_dir() -> str:
-    return settings.get("work_dir") or "."
-
-
-def _candidate_dirs(work_dir: str | None) -> list[str]:
-    dirs: list[str] = []
-    roots = [work_dir] if work_dir else [_default_work_dir()]
-    for root in roots:
-        for name in sorted(storage.listdir(root)):
-            d = storage.join(root, name)
-            if storage.exists(storage.join(d, *EFFECTIVE_CONFIG.split("/"))):
-                dirs.append(d)
-    if not work_dir:
-        try:
-            from airflow_provider_dj.engine.jobdir.registry import recent_jobs
-
-            dirs += [e["job_dir"] for e in recent_jobs().values() if e.get("job_dir")]
-        except Exception:  # noqa: BLE001
-            pass
-    return list(dict.fromkeys(dirs))
-
-
-def list_jobs(work_dir: str | None = None, *, running_only: bool = True) -> list[dict]:
-    """Jobs under ``work_dir`` (and, without one, in the recent-jobs registry), with
-    id, dir, status and progress; by default only running or stopping ones."""
-    out = []
-    for d in _candidate_dirs(work_dir):
-        if not storage.exists(d):
-            continue
-        st = job_status(d)
-        if not running_only or st["status"] in RUNNING_STATES:
-            out.append(st)
-    return out
 
 
 def stop_job(

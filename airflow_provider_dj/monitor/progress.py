@@ -14,10 +14,8 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.registry import recent_jobs
-from airflow_provider_dj.engine.jobdir.status import job_status, resolve_job_dir
+from airflow_provider_dj.engine.jobdir.status import job_status, list_jobs, resolve_job_dir
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
 from airflow_provider_dj.engine.observe.events import read_events
 
@@ -171,23 +169,8 @@ def watch_job(
 
 
 def list_running_jobs(work_dir: str | None = None) -> list[dict]:
-    """Jobs that run now (runner lock held and fresh, no final summary newer than
-    their start), from ``work_dir`` / ``$DJ_WORK_DIR`` and the recent-jobs registry."""
-    candidates: dict[str, str] = {}
-    for job_id, entry in recent_jobs().items():
-        if entry.get("job_dir"):
-            candidates[entry["job_dir"]] = job_id
-    for base in (work_dir, settings.get("work_dir")):
-        if base:
-            for name in storage.listdir(base):
-                cand = storage.join(base, name)
-                if storage.exists(storage.join(cand, "metadata")):
-                    candidates.setdefault(cand, name)
-    out = []
-    for job_dir, job_id in candidates.items():
-        if not storage.exists(job_dir):
-            continue
-        status = job_status(job_dir, with_progress=False)["status"]
-        if status == "running":
-            out.append({"job_id": job_id, "job_dir": job_dir, "status": status})
+    """Jobs that run now (runner lock held and fresh, no stop requested), as ``{job_id, job_dir,
+    status}``: the running ones of ``engine.jobdir.status.list_jobs``."""
+    jobs = list_jobs(work_dir, running_only=True, with_progress=False)
+    out = [{k: j[k] for k in ("job_id", "job_dir", "status")} for j in jobs if j["status"] == "running"]
     return sorted(out, key=lambda j: j["job_id"])

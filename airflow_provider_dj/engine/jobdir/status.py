@@ -136,3 +136,31 @@ def job_status(
         "stop_request": request,
         "runner": job_lock.describe(lock) if lock else None,
     }
+
+
+def find_job_dirs(work_dir: str | None = None) -> list[str]:
+    """Every job directory under ``work_dir`` (default ``$DJ_WORK_DIR``, then ``.``), plus, when no
+    work dir is given, those in the recent-jobs registry; in that order, each once."""
+    root = work_dir or settings.get("work_dir") or "."
+    dirs = [storage.join(root, name) for name in sorted(storage.listdir(root))]
+    dirs = [d for d in dirs if _is_job_dir(d)]
+    if not work_dir:
+        try:
+            from airflow_provider_dj.engine.jobdir.registry import recent_jobs
+
+            dirs += [e["job_dir"] for e in recent_jobs().values() if e.get("job_dir")]
+        except Exception:  # noqa: BLE001 - the registry is a convenience: an unreadable one is skipped
+            pass
+    return list(dict.fromkeys(dirs))
+
+
+def list_jobs(work_dir: str | None = None, *, running_only: bool = True, with_progress: bool = True) -> list[dict]:
+    """:func:`job_status` of every job :func:`find_job_dirs` finds; by default only running or stopping ones."""
+    out = []
+    for d in find_job_dirs(work_dir):
+        if not storage.exists(d):
+            continue
+        st = job_status(d, with_progress=with_progress)
+        if not running_only or st["status"] in RUNNING_STATES:
+            out.append(st)
+    return out
