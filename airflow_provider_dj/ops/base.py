@@ -148,6 +148,11 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
     is_global: ClassVar[bool] = False
     #: True for ops that need a GPU (used by the GPU preflight).
     uses_cuda: ClassVar[bool] = False
+    #: A CUDA op's GPU share per replica when the recipe gives no ``num_gpus`` (None: planned by
+    #: the preflight).  Read by the GPU preflight and the actor pools.
+    gpu_num_gpus: ClassVar[float | None] = None
+    #: A Ray runtime_env the op's probe worker needs (None: the cluster's).
+    runtime_env: ClassVar[dict | None] = None
 
     def __init__(self, *, text_key: str = "text", **common: Any) -> None:
         self.text_key = text_key

@@ -124,7 +124,7 @@ def _op_resources(spec, resources: dict | None) -> dict:
     cls = _op_class(spec.name)
     gpus = spec.args.get("num_gpus")
     if gpus is None and cls.uses_cuda:
-        gpus = getattr(cls, "gpu_num_gpus", None)
+        gpus = cls.gpu_num_gpus
     return {"num_gpus": float(gpus or 0.0), "num_cpus": spec.args.get("num_cpus")}
 
 
@@ -248,9 +248,7 @@ class SegmentActor:
         if op is None:
             t0 = time.perf_counter()
             op = create_op(spec.name, spec.args, text_key)
-            setup = getattr(op, "setup", None)
-            if setup is not None:
-                setup()
+            op.setup()
             self._ops[key] = op
             took = round(time.perf_counter() - t0, 6)
             self._events.emit(

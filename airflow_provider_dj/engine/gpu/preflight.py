@@ -116,12 +116,12 @@ def declared_num_gpus(o: OpEntry) -> float | None:
     """An explicit GPU share: the recipe's ``num_gpus``, else the op class's declared ``gpu_num_gpus``."""
     value = o.args.get("num_gpus")
     if value is None:
-        value = getattr(o.cls, "gpu_num_gpus", None)
+        value = o.cls.gpu_num_gpus
     return None if value is None else float(value)
 
 
 def batch_size_of(o: OpEntry) -> int:
-    size = o.args.get("batch_size") or getattr(o.cls, "batch_size", None)
+    size = o.args.get("batch_size")
     if not isinstance(size, int) or size < 1:
         size = o.cls.default_batch_size
     return int(size)
@@ -215,7 +215,7 @@ def run_preflight(
                 bool(o.cls.is_global),
                 ins,
                 outs,
-                getattr(o.cls, "runtime_env", None),
+                o.cls.runtime_env,
             )
         )
     units = plan_probe_units(nodes, [o.index for o in targets], settings.max_concurrent_gpu_probes)
