@@ -43,6 +43,7 @@ work_dir: {work}
 partition:
   mode: manual
   num_of_partitions: 2
+open_tracer: true
 process:
   - text_length_filter:
       min_len: 20
@@ -124,6 +125,13 @@ def test_exact_delta_drill_equals_one_run_over_both_nights_and_a_failed_night_co
     for d in dups:  # each names the night-1 export row with the same (lowercased) text
         assert d["history_job_id"] == "night1"
         assert e1[d["history_export_row"]]["text"].lower() == inputs[d["__dj__input_row__"]]["text"].lower()
+    traced = [
+        e for e in read_jsonl(job2 / "trace" / "duplicate-document_deduplicator.jsonl") if e.get("history_duplicate")
+    ]
+    assert len(traced) == 3
+    for e in traced:  # the tracer names the same history row
+        assert e["dup1"]["history_job_id"] == "night1"
+        assert e1[e["dup1"]["history_export_row"]]["text"].lower() == e["dup2"]["text"].lower()
 
 
 def _bands(op, texts: list[str]) -> np.ndarray:
