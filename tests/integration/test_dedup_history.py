@@ -125,6 +125,15 @@ def test_exact_delta_drill_equals_one_run_over_both_nights_and_a_failed_night_co
     for d in dups:  # each names the night-1 export row with the same (lowercased) text
         assert d["history_job_id"] == "night1"
         assert e1[d["history_export_row"]]["text"].lower() == inputs[d["__dj__input_row__"]]["text"].lower()
+    # Night 2 is in CURRENT now; its global step run again (a UI clear) still reads its pinned version 1,
+    # so its own exported rows never become its own history duplicates.
+    import shutil
+
+    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+
+    shutil.rmtree(job2 / "checkpoints" / "dedup_mask_op_001_document_deduplicator")
+    again = resolve_global_op(str(job2), 1)
+    assert (again["history_duplicates"], again["history_version"]) == (3, 1)
     traced = [
         e for e in read_jsonl(job2 / "trace" / "duplicate-document_deduplicator.jsonl") if e.get("history_duplicate")
     ]
