@@ -127,3 +127,32 @@ def test_damaged_shard_and_other_op_arguments_are_refused(tmp_path):
         idx.lookup(1, OP, k0, k1, memory_bytes=1 << 20)
     (tmp_path / "h" / "CURRENT").write_text(json.dumps({"version": 1}))
     assert idx.current_version() == 1
+
+
+def _commit_many(path: str, who: int, times: int) -> None:
+    idx = HistoryIndex(path)
+    for t in range(times):
+        k0, k1 = _keys(50, 100 * who + t)
+        idx.commit(job_id=f"j{who}-{t}", pinned=0, export_path="e", additions=_add(k0, k1))
+
+
+def test_two_processes_committing_at_once_lose_no_entry(tmp_path):
+    import multiprocessing
+
+    path = str(tmp_path / "h")
+    ctx = multiprocessing.get_context("fork")  # the test process has imported everything already
+    procs = [ctx.Process(target=_commit_many, args=(path, who, 10)) for who in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    idx = HistoryIndex(path)
+    assert idx.current_version() == 20
+    m = idx.manifest(20)
+    assert sorted(j["job_id"] for j in m["jobs"]) == sorted(f"j{w}-{t}" for w in (1, 2) for t in range(10))
+    assert m["ops"][OP]["entries"] == 1000
+    for who in (1, 2):
+        for t in range(10):
+            k0, k1 = _keys(50, 100 * who + t)
+            assert (idx.lookup(20, OP, k0, k1, memory_bytes=1 << 20)[0] >= 0).all()
