@@ -125,6 +125,15 @@ KEY_TEXT: dict[str, str] = {
     "intermediate_storage.retention_policy": "Applied only after a successful export: `keep_all`, "
     "`keep_failed_only` (keep partitions with failed samples) or "
     "`cleanup_all`. A failed job never deletes anything.",
+    # dedup_history
+    "dedup_history": "Section, ours: the listed deduplicators also remove rows duplicating a row that an earlier "
+    "job of this corpus exported ([nightly.md](nightly.md#deduplication-against-history)).",
+    "dedup_history.path": "The corpus's history index directory (local; created on the first commit). A new job "
+    "pins its current version; a successful export commits the next one.",
+    "dedup_history.ops": "The deduplicators that check history: `document_deduplicator`, "
+    "`document_minhash_deduplicator` (each once in `process`).",
+    "dedup_history.memory_mb": "Memory budget of the history lookup (shard chunks read at once), whatever the "
+    "history's size.",
 }
 
 # Data-Juicer compatibility, per native op, beyond what is computed (whether
@@ -239,6 +248,9 @@ VALUE_TEXT: dict[str, str] = {
     "checkpoint.n_ops": "integer ≥ 1",
     "checkpoint.op_names": "list of op names",
     "intermediate_storage.preserve_intermediate_data": "true \\| false",
+    "dedup_history.path": "local directory",
+    "dedup_history.ops": "list of op names",
+    "dedup_history.memory_mb": "integer ≥ 8",
 }
 
 
@@ -336,6 +348,8 @@ def _allowed(key: str) -> str:
 
 
 def _default_for(key: str, eff: dict) -> str:
+    from airflow_provider_dj.engine.config import schema as S
+
     derived = {
         "project_name": "the recipe file's name",
         "work_dir": "`export_path`'s directory",
@@ -345,6 +359,10 @@ def _default_for(key: str, eff: dict) -> str:
         "partition": "{}",
         "checkpoint": "{}",
         "intermediate_storage": "{}",
+        "dedup_history": "absent (off)",
+        "dedup_history.path": "**required** in the section",
+        "dedup_history.ops": "**required** in the section",
+        "dedup_history.memory_mb": f"`{S.DEFAULT_DEDUP_HISTORY_MEMORY_MB}`",
         "partition_size": "`null`",
         "max_failed_ratio": "`null` = 0.5",
         "export_type": "`null` (the suffix's)",

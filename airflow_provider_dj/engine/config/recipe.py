@@ -27,6 +27,7 @@ from airflow_provider_dj.engine.config import schema as S
 from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
 from airflow_provider_dj.engine.config.schema import (
     CheckpointConfig,
+    DedupHistoryConfig,
     IntermediateStorageConfig,
     OpSpec,
     PartitionConfig,
@@ -298,6 +299,7 @@ class _Parser:
             max_failed_ratio=self.ratio(_get(data, "max_failed_ratio"), "max_failed_ratio"),
             keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
             export_in_parallel=export_opts.export_in_parallel,
+            dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
         )
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
@@ -551,6 +553,46 @@ class _Parser:
                 "checkpoint.strategy",
             )
         return CheckpointConfig(True, strategy, n_ops, refs)
+
+    def dedup_history(self, raw: dict, process: tuple[OpSpec, ...]) -> DedupHistoryConfig | None:
+        """``dedup_history:`` (docs/nightly.md#deduplication-against-history): checked here, before any work."""
+        if not raw or raw.get("path") is None:
+            if raw and raw.get("ops"):
+                raise self.err(
+                    "dedup_history.path", "is required with dedup_history.ops: the history index's directory"
+                )
+            return None
+        path = self.str_(raw["path"], "dedup_history.path")
+        if "://" in path:
+            raise self.err(
+                "dedup_history.path",
+                f"{path!r}: the history index is local-only for now (its commit takes a file lock); use a local "
+                f"path on a file system every export task sees",
+            )
+        ops = self.str_list(raw.get("ops"), "dedup_history.ops")
+        if not ops:
+            raise self.err(
+                "dedup_history.ops",
+                f"name the deduplicators that check history, from: {', '.join(S.DEDUP_HISTORY_OPS)}",
+            )
+        names = [op.name for op in process]
+        for j, name in enumerate(ops):
+            if name not in S.DEDUP_HISTORY_OPS:
+                raise self.err(
+                    f"dedup_history.ops[{j}]",
+                    f"{name!r} cannot check history: supported are {', '.join(S.DEDUP_HISTORY_OPS)} "
+                    f"(their keys are looked up by equality)",
+                )
+            if names.count(name) != 1:
+                raise self.err(
+                    f"dedup_history.ops[{j}]",
+                    f"{name!r} appears {names.count(name)} times in process; it must appear exactly once to "
+                    f"check history",
+                )
+        memory_mb = self.int_(
+            raw.get("memory_mb", S.DEFAULT_DEDUP_HISTORY_MEMORY_MB), "dedup_history.memory_mb", minimum=8
+        )
+        return DedupHistoryConfig(self.path(path), tuple(dict.fromkeys(ops)), memory_mb)
 
     def storage(self, raw: dict) -> IntermediateStorageConfig:
         fmt = self.enum(_get(raw, "format", "parquet"), "intermediate_storage.format", S.STORAGE_FORMATS)

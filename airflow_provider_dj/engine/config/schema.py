@@ -141,7 +141,7 @@ SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
 # Top level
 # --------------------------------------------------------------------------
 TRACER_KEYS = ("open_tracer", "op_list_to_trace", "trace_num", "trace_keys")
-SECTIONS = ("partition", "checkpoint", "intermediate_storage")
+SECTIONS = ("partition", "checkpoint", "intermediate_storage", "dedup_history")
 
 #: Top-level keys this provider reads.
 OWN_TOP_LEVEL_KEYS = (
@@ -271,11 +271,18 @@ DEFAULT_MANUAL_PARTITIONS = 4  # Data-Juicer's count when manual mode gives neit
 
 CHECKPOINT_FIELDS = ("enabled", "strategy", "n_ops", "op_names")
 STORAGE_FIELDS = ("format", "compression", "preserve_intermediate_data", "retention_policy")
+#: Deduplication against earlier runs of a corpus (engine/history/, docs/nightly.md).
+DEDUP_HISTORY_FIELDS = ("path", "ops", "memory_mb")
+#: The deduplicators whose keys a history index can hold: exact keys and MinHash LSH bands are looked up by
+#: equality; SimHash (a Hamming-distance query) and Data-Juicer's adapted ops are not supported.
+DEDUP_HISTORY_OPS = ("document_deduplicator", "document_minhash_deduplicator")
+DEFAULT_DEDUP_HISTORY_MEMORY_MB = 256
 
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "partition": PARTITION_FIELDS + tuple(PARTITION_EXTRA),
     "checkpoint": CHECKPOINT_FIELDS,
     "intermediate_storage": STORAGE_FIELDS,
+    "dedup_history": DEDUP_HISTORY_FIELDS,
 }
 
 #: Keys whose value is a path or an id: ``--set`` keeps their text verbatim
@@ -339,6 +346,16 @@ class TracerConfig:
 
 
 @dataclass(frozen=True)
+class DedupHistoryConfig:
+    """``dedup_history:``: the listed deduplicators also remove rows exported by earlier jobs of the corpus
+    whose history index lives at ``path`` (engine/history/)."""
+
+    path: str
+    ops: tuple[str, ...]
+    memory_mb: int = DEFAULT_DEDUP_HISTORY_MEMORY_MB
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe: paths absolute (or URLs), defaults filled, overrides applied.
 
@@ -370,6 +387,8 @@ class Recipe:
     #: Data-Juicer's export keys (engine/output/fields.py).
     keep_hashes_in_res_ds: bool = False
     export_in_parallel: bool = True
+    #: Deduplication against history (None: off).
+    dedup_history: DedupHistoryConfig | None = None
 
     @property
     def text_key(self) -> str:
@@ -414,6 +433,17 @@ class Recipe:
             # existed compares equal on resume (engine/jobdir/resume.py refuses any changed result key).
             **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
             **({"export_in_parallel": False} if not self.export_in_parallel else {}),
+            **(
+                {
+                    "dedup_history": {
+                        "path": self.dedup_history.path,
+                        "ops": list(self.dedup_history.ops),
+                        "memory_mb": self.dedup_history.memory_mb,
+                    }
+                }
+                if self.dedup_history
+                else {}
+            ),
         }
 
 
@@ -453,6 +483,13 @@ def recipe_from_dict(d: dict) -> Recipe:
             max_failed_ratio=d.get("max_failed_ratio"),
             keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
             export_in_parallel=d.get("export_in_parallel", True),
+            dedup_history=(
+                DedupHistoryConfig(
+                    d["dedup_history"]["path"], tuple(d["dedup_history"]["ops"]), d["dedup_history"]["memory_mb"]
+                )
+                if d.get("dedup_history")
+                else None
+            ),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(

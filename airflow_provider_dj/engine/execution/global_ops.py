@@ -73,9 +73,15 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
     if len(mask) != total:
         raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
+    # Deduplication against history (dedup_history): the rows kept in-night whose key an earlier export
+    # holds are removed too (engine/history/lookup.py); recorded before the masks commit.
+    from airflow_provider_dj.engine.history.lookup import remove_history_duplicates
+
+    in_night = mask
+    mask, history_dups = remove_history_duplicates(ctx, op_index, op_impl, keys, in_night)
     # Tracer (open_tracer): duplicate pairs, written before the masks commit so a
     # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
-    write_duplicate_trace(ctx, op_index, op_impl, keys, mask)
+    write_duplicate_trace(ctx, op_index, op_impl, keys, in_night, history=history_dups)
     offset = 0
     fault_spec = load_faults(job_dir)
     for n, (p, k) in enumerate(zip(parts, keys)):
@@ -104,7 +110,12 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         input_rows=total,
         output_rows=kept,
         duplicates=total - kept,
+        history_duplicates=None if history_dups is None else len(history_dups),
         duration=round(dur, 6),
         status="success",
     )
-    return {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}
+    result = {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}
+    if history_dups is not None:
+        result["history_duplicates"] = len(history_dups)
+        result["history_version"] = history_dups.version
+    return result

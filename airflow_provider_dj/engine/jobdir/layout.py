@@ -21,6 +21,11 @@ EFFECTIVE_CONFIG = "metadata/effective_config.json"
 FAILURE_GUARD = "metadata/failure_guard.json"
 #: One runner per job (jobdir/lock.py).
 RUNNER_LOCK = "metadata/runner.lock"
+#: The history-index version a job deduplicates against (engine/history/pin.py), written once by the
+#: validate task of a new job: retries, resumes and clears read the same version, never a newer one.
+DEDUP_HISTORY_PIN = "metadata/dedup_history_pin.json"
+#: Per history-checking op: every row it removed as a history duplicate and the history row matched.
+DEDUP_HISTORY_DIR = "dedup_history"
 #: Stop requests (jobdir/stop_control.py).
 STOP_REQUEST = "control/stop_request.json"
 #: Per-op, per-partition checkpoints (storage/checkpoints.py), and the exact partitions.

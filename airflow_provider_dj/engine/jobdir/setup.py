@@ -132,6 +132,9 @@ def prepare_job(
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
     info = plan_partitions(recipe.dataset_path, recipe.partition)
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
+    from airflow_provider_dj.engine.history.pin import current_pin, write_pin
+
+    history_pin = current_pin(recipe)  # a history built with other op arguments is refused here, before work
     storage.makedirs(paths.job_dir)
     cfg = recipe.to_dict()
     cfg["job_id"] = job_id
@@ -142,6 +145,9 @@ def prepare_job(
     lock_note = job_lock.acquire(paths.job_dir, owner)
     write_json(paths.path(EFFECTIVE_CONFIG), cfg)
     _record_guard(paths.job_dir, recipe, say)
+    if history_pin is not None:  # before partitioning_info: a planned job always has its pin
+        write_pin(paths.job_dir, history_pin)
+        say(f"dedup_history: deduplicating against version {history_pin['version']} of {history_pin['path']}")
     write_json(info_path, info)  # last: its presence marks a planned job
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
     events.emit(

@@ -368,7 +368,9 @@ def _duplicate_pairs_by_representative(rep: np.ndarray, mask: np.ndarray, n: int
     return [(int(rep[r]), int(r)) for r in take]
 
 
-def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mask: np.ndarray) -> int | None:
+def write_duplicate_trace(
+    ctx, op_index: int, op_impl, keys: list[pa.Table], mask: np.ndarray, *, history=None
+) -> int | None:
     """``trace/duplicate-<op>.jsonl`` from the global phase; returns the pair count (None = not traced).
 
     Exact deduplicators pair each removed row with the first row holding the
@@ -376,6 +378,11 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
     when its ``duplicate_representatives(keys)`` gives a row array
     (MinHash, SimHash and the Data-Juicer adapter's do); when it gives None,
     ``dup1`` is null.
+
+    ``mask`` is the op's in-night keep mask.  With ``history`` (the rows removed as duplicates of earlier
+    exports, engine/history/lookup.py), the first ``trace_num`` of them follow the in-night pairs:
+    ``dup1`` names the history row (``history_job_id``, ``history_export_row``, ``history_export_path``),
+    ``dup2`` is the removed row, and ``history_duplicate`` is true.
     """
     settings = TraceSettings.from_recipe(ctx.recipe)
     plan = ctx.plan
@@ -397,8 +404,23 @@ def write_duplicate_trace(ctx, op_index: int, op_impl, keys: list[pa.Table], mas
             else pa.array([], pa.binary(16))
         )
         pairs = _duplicate_pairs_exact(col, mask, n)
-    rows = _fetch_rows(ctx, op_index, keys, sorted({g for pair in pairs for g in pair if g >= 0}))
+    hist = [] if history is None else list(range(min(n, len(history))))
+    wanted = {g for pair in pairs for g in pair if g >= 0} | {int(history.positions[i]) for i in hist}
+    rows = _fetch_rows(ctx, op_index, keys, sorted(wanted))
     entries = [{"dup1": rows.get(a), "dup2": rows.get(b)} for a, b in pairs]
+    for i in hist:
+        entries.append(
+            {
+                "dup1": {
+                    "history_job_id": history.job_ids[i],
+                    "history_export_row": int(history.export_rows[i]),
+                    "history_export_path": history.export_paths[i],
+                    **({"band": int(history.bands[i])} if history.bands[i] >= 0 else {}),
+                },
+                "dup2": rows.get(int(history.positions[i])),
+                "history_duplicate": True,
+            }
+        )
     data = b"".join(_dumps(e) + b"\n" for e in entries)
     storage.atomic_write_bytes(storage.join(ctx.job_dir, TRACE_DIR, trace_file_name(plan, op_index)), data)
     return len(entries)

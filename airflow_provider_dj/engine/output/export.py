@@ -20,6 +20,7 @@ import xxhash
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
 from airflow_provider_dj.engine.observe.events import EventLog
@@ -115,7 +116,9 @@ def export_job(
         resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
     )
 
-    def tables():
+    exported_rows: dict[int, object] = {}  # partition -> input row of each exported row (dedup_history)
+
+    def final_tables():
         for p in parts:
             cp = store.load_valid(
                 final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
@@ -124,7 +127,13 @@ def export_job(
                 raise MissingFinalCheckpointError(
                     f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
                 )
-            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+            if recipe.dedup_history is not None:
+                exported_rows[p["partition_id"]] = cp.table.column(INPUT_ROW_COLUMN).to_numpy()
+            yield cp.table
+
+    def tables():
+        for table in final_tables():
+            yield clean_for_export(table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
 
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
         part_source = None
@@ -153,6 +162,19 @@ def export_job(
     expected = per_op[-1]["rows_out"] if per_op else 0
     if rows != expected:
         raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
+    history = None
+    if recipe.dedup_history is not None:  # the export is committed: its rows become history (engine/history/)
+        from airflow_provider_dj.engine.history.commit import commit_history
+
+        if len(exported_rows) != len(parts):  # serialized by parallel workers: read the input rows here
+            for _ in final_tables():
+                pass
+        fault_spec = load_faults(job_dir)
+        history = commit_history(
+            ctx,
+            exported_rows,
+            before_current_moves=lambda: maybe_fail(job_dir, fault_spec, None, None, point="history_commit"),
+        )
     duration = time.perf_counter() - t0
     events.emit(
         "export_complete",
@@ -184,6 +206,7 @@ def export_job(
             "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds,
         },
         "ops": per_op,
+        **({"dedup_history": _history_summary(job_dir, plan, history, per_op)} if history is not None else {}),
         "partitions": [
             {
                 "partition_id": pid,
@@ -211,6 +234,30 @@ def export_job(
     after_summary_written(job_dir, summary)
     log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
     return summary
+
+
+def _history_summary(job_dir: str, plan, commit: dict, per_op: list[dict]) -> dict:
+    """The summary's ``dedup_history``: per history op, duplicates split into in-night and history, and the
+    commit (version pinned, version written)."""
+    from airflow_provider_dj.engine.history.lookup import read_history_duplicates
+
+    dup_counts = {o["op_index"]: int(o["duplicates"]) for o in per_op}
+    ops = []
+    for op in plan.ops:
+        dups = read_history_duplicates(job_dir, op.index, op.name) if op.is_global else None
+        if dups is None:
+            continue
+        total = dup_counts.get(op.index, 0)
+        ops.append(
+            {
+                "op_index": op.index,
+                "op_name": op.name,
+                "duplicates": total,
+                "history_duplicates": dups.num_rows,
+                "in_night_duplicates": total - dups.num_rows,
+            }
+        )
+    return {"ops": ops, "commit": commit}
 
 
 def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:

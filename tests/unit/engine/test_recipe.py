@@ -619,3 +619,56 @@ def test_check_input_exists_url(tmp_path):
 def test_public_model_types():
     assert PartitionConfig().extra == {} and PartitionConfig().mode == "auto"
     assert Recipe.__dataclass_params__.frozen
+
+
+# -- dedup_history (docs/nightly.md#deduplication-against-history) -----------------------------------------
+def _history_recipe(history: dict, process=None) -> dict:
+    return {
+        "dataset_path": "/in/data.jsonl",
+        "export_path": "/out/result.jsonl",
+        "process": process or [{"document_deduplicator": {"lowercase": True}}],
+        "dedup_history": history,
+    }
+
+
+def test_dedup_history_is_parsed_and_round_trips():
+    from airflow_provider_dj.engine.config.recipe import parse_recipe
+    from airflow_provider_dj.engine.config.schema import recipe_from_dict
+
+    r = parse_recipe(
+        _history_recipe({"path": "hist", "ops": ["document_deduplicator"]}), source_file=None, base_dir="/b"
+    )
+    assert (r.dedup_history.path, r.dedup_history.ops, r.dedup_history.memory_mb) == (
+        "/b/hist",
+        ("document_deduplicator",),
+        256,
+    )
+    assert recipe_from_dict(r.to_dict()) == r
+    plain = parse_recipe({k: v for k, v in _history_recipe({}).items() if k != "dedup_history"}, source_file=None)
+    assert plain.dedup_history is None and "dedup_history" not in plain.to_dict()  # older job dirs compare equal
+
+
+@pytest.mark.parametrize(
+    "history, process, key, words",
+    [
+        ({"ops": ["document_deduplicator"]}, None, "dedup_history.path", "is required"),
+        ({"path": "s3://b/h", "ops": ["document_deduplicator"]}, None, "dedup_history.path", "local-only"),
+        ({"path": "h"}, None, "dedup_history.ops", "name the deduplicators"),
+        ({"path": "h", "ops": ["document_simhash_deduplicator"]}, None, "dedup_history.ops[0]", "cannot check"),
+        (
+            {"path": "h", "ops": ["document_deduplicator"]},
+            ["document_deduplicator", "document_deduplicator"],
+            "dedup_history.ops[0]",
+            "appears 2 times",
+        ),
+        ({"path": "h", "ops": ["document_deduplicator"], "memory_mb": 1}, None, "dedup_history.memory_mb", ""),
+        ({"path": "h", "ops": ["document_deduplicator"], "mem": 1}, None, "dedup_history.mem", "unknown key"),
+    ],
+)
+def test_dedup_history_bad_values_are_refused_naming_the_key(history, process, key, words):
+    from airflow_provider_dj.engine.config.recipe import parse_recipe
+    from airflow_provider_dj.engine.config.schema import RecipeError
+
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(_history_recipe(history, process), source_file=None, base_dir="/b")
+    assert err.value.key == key and words in str(err.value)

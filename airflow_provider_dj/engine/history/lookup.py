@@ -1,0 +1,132 @@
+"""The global step's history check: tonight's kept rows whose key is in the pinned history are removed.
+
+The in-night decision stays the op's own (Data-Juicer's first occurrence, or MinHash's cluster
+representative); only the rows it keeps are looked up, so a row removed in-night is never also counted
+as a history duplicate, and the duplicates of a history duplicate are removed in-night, as they would
+be in one run over both nights.  A history duplicate is removed as a duplicate of that op: the row
+accounting (in = out + filtered + duplicates + failed) is unchanged in form.
+
+Every history duplicate is recorded in ``dedup_history/op_<i>_<op>.parquet`` of the job directory with
+the earlier job and export row it matched (and, for MinHash, the band), written before the keep masks
+commit, so a crash in between recomputes it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
+from airflow_provider_dj.engine.history.index import HistoryIndex
+from airflow_provider_dj.engine.history.keys import row_keys
+from airflow_provider_dj.engine.history.pin import read_pin
+from airflow_provider_dj.engine.jobdir.layout import DEDUP_HISTORY_DIR
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HistoryDuplicates:
+    """Rows removed as history duplicates: global positions among the op's input rows, and what they matched."""
+
+    positions: np.ndarray
+    input_rows: np.ndarray
+    job_ids: list[str]
+    export_rows: np.ndarray
+    export_paths: list[str]
+    bands: np.ndarray  # -1 for exact keys
+    version: int
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def table(self) -> pa.Table:
+        return pa.table(
+            {
+                INPUT_ROW_COLUMN: pa.array(self.input_rows, pa.int64()),
+                "history_job_id": pa.array(self.job_ids, pa.string()),
+                "history_export_row": pa.array(self.export_rows, pa.int64()),
+                "history_export_path": pa.array(self.export_paths, pa.string()),
+                "band": pa.array(self.bands, pa.int64()),
+            }
+        )
+
+
+def matches_path(job_dir: str, op_index: int, op_name: str) -> str:
+    return storage.join(job_dir, DEDUP_HISTORY_DIR, f"op_{op_index:03d}_{op_name}.parquet")
+
+
+def checks_history(recipe, op_name: str) -> bool:
+    return recipe.dedup_history is not None and op_name in recipe.dedup_history.ops
+
+
+def remove_history_duplicates(
+    ctx, op_index: int, op_impl, keys: list[pa.Table], mask: np.ndarray
+) -> tuple[np.ndarray, HistoryDuplicates | None]:
+    """``mask`` (the op's in-night keep flags) with history duplicates cleared, and the duplicates.
+
+    Returns ``(mask, None)`` when the op does not check history."""
+    recipe = ctx.recipe
+    if not checks_history(recipe, op_impl.name):
+        return mask, None
+    pin = read_pin(ctx.job_dir)
+    index = HistoryIndex(pin["path"])
+    version = int(pin["version"])
+    table = pa.concat_tables([k for k in keys]) if keys else None
+    cand = np.flatnonzero(mask)
+    if table is None or not len(cand):
+        empty = np.zeros(0, np.int64)
+        return mask, HistoryDuplicates(empty, empty, [], empty, [], empty, version)
+    k0, k1, which = row_keys(op_impl, table, cand)
+    job, erow = index.lookup(version, op_impl.name, k0, k1, memory_bytes=recipe.dedup_history.memory_mb << 20)
+    found = np.flatnonzero(job >= 0)
+    # The first key (lowest band) that matched names each duplicate's history row.
+    first = found[np.unique(which[found], return_index=True)[1]] if len(found) else found
+    dup_idx = which[first]
+    positions = cand[dup_idx]
+    out = mask.copy()
+    out[positions] = False
+    jobs = index.manifest(version)["jobs"]
+    input_rows = table.column(INPUT_ROW_COLUMN).to_numpy()[positions] if len(positions) else np.zeros(0, np.int64)
+    bands = k1[first].astype(np.int64) if op_impl.name != "document_deduplicator" else np.full(len(first), -1)
+    dups = HistoryDuplicates(
+        positions=positions,
+        input_rows=np.asarray(input_rows, dtype=np.int64),
+        job_ids=[jobs[int(j)]["job_id"] for j in job[first]],
+        export_rows=erow[first],
+        export_paths=[jobs[int(j)]["export_path"] for j in job[first]],
+        bands=bands,
+        version=version,
+    )
+    buf = io.BytesIO()
+    pq.write_table(dups.table(), buf)
+    storage.atomic_write_bytes(
+        matches_path(ctx.job_dir, op_index, op_impl.name),
+        buf.getvalue(),
+        what=f"the history duplicates of op {op_index} ({op_impl.name})",
+    )
+    log.info(
+        "global op %d (%s): %d of %d kept rows duplicate history version %d of %s",
+        op_index,
+        op_impl.name,
+        len(dups),
+        len(cand),
+        version,
+        pin["path"],
+    )
+    return out, dups
+
+
+def read_history_duplicates(job_dir: str, op_index: int, op_name: str) -> pa.Table | None:
+    """The history duplicates the global step recorded for op ``op_index`` (None: the op checks no history)."""
+    path = matches_path(job_dir, op_index, op_name)
+    try:
+        return pq.read_table(io.BytesIO(storage.read_bytes(path)))
+    except FileNotFoundError:
+        return None
