@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN
-from airflow_provider_dj.ops.dedup.near import _K1, _mix64
+from airflow_provider_dj.ops.dedup.near import GOLDEN_K1, mix64
 from airflow_provider_dj.ops.kernels.keys import KEY_TYPE
 
 _EXACT = "document_deduplicator"
@@ -66,7 +66,7 @@ def row_keys(op_impl, keys: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, np.
         with np.errstate(over="ignore"):
             for b, name in enumerate(op_impl.band_columns):
                 digest = keys.column(name).combine_chunks().to_numpy(zero_copy_only=False).astype(np.uint64)[rows]
-                k0s.append(_mix64(digest + np.uint64(b) * _K1))
+                k0s.append(mix64(digest + np.uint64(b) * GOLDEN_K1))
                 k1s.append(np.full(len(rows), b, dtype=np.uint64))
                 which.append(np.arange(len(rows)))
         if not k0s:

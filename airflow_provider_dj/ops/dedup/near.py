@@ -207,12 +207,12 @@ def minhash_permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
-_K1 = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN_K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xBF58476D1CE4E5B9)
 _K3 = np.uint64(0x94D049BB133111EB)
 
 
-def _mix64(h: np.ndarray) -> np.ndarray:
+def mix64(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> np.uint64(30))
     h = h * _K2
     h = h ^ (h >> np.uint64(27))
@@ -228,9 +228,9 @@ def band_digest(band: np.ndarray) -> np.ndarray:
     if r == 2:
         return band[:, 0] | (band[:, 1] << np.uint64(32))
     with np.errstate(over="ignore"):
-        h = np.full(n, np.uint64(r) * _K1, dtype=np.uint64)
+        h = np.full(n, np.uint64(r) * GOLDEN_K1, dtype=np.uint64)
         for j in range(r):
-            h = _mix64(h + band[:, j] * _K1 + np.uint64(j))
+            h = mix64(h + band[:, j] * GOLDEN_K1 + np.uint64(j))
     return h
 
 
