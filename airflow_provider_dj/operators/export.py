@@ -30,6 +30,7 @@ class ExportOperator(BaseOperator):
         ray_conn_id: str | None = "ray_default",
         recipe_name: str | None = None,
         declared_export_path: str | None = None,
+        export_path_template: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -37,6 +38,7 @@ class ExportOperator(BaseOperator):
         self.ray_conn_id = ray_conn_id
         self.recipe_name = recipe_name
         self.declared_export_path = declared_export_path
+        self.export_path_template = export_path_template
 
     def _annotate_asset_events(self, context: Any, result: dict) -> None:
         """Put the export's identity into the outlet Asset's event (emitted by Airflow on success)."""
@@ -53,6 +55,8 @@ class ExportOperator(BaseOperator):
             recipe_name=self.recipe_name or self.dag_id,
             declared_export_path=self.declared_export_path or result["export_path"],
             context=context,
+            export_path_template=self.export_path_template,
+            job_templates=JobContext(self.job_dir).effective_config.get("templates"),
         )
         for asset in assets:
             events[asset].extra.update(extra)

@@ -370,6 +370,9 @@ class Recipe:
     #: Data-Juicer's export keys (engine/output/fields.py).
     keep_hashes_in_res_ds: bool = False
     export_in_parallel: bool = True
+    #: Templated values (engine/config/templates.py): {"logical_date", "run_id", "values": {key path:
+    #: {"template", "rendered"}}}; empty when the recipe has none.  "rendered" is absent at parse time.
+    templates: dict = field(default_factory=dict)
 
     @property
     def text_key(self) -> str:
@@ -414,6 +417,7 @@ class Recipe:
             # existed compares equal on resume (engine/jobdir/resume.py refuses any changed result key).
             **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
             **({"export_in_parallel": False} if not self.export_in_parallel else {}),
+            **({"templates": copy.deepcopy(self.templates)} if self.templates.get("values") else {}),
         }
 
 
@@ -453,6 +457,7 @@ def recipe_from_dict(d: dict) -> Recipe:
             max_failed_ratio=d.get("max_failed_ratio"),
             keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
             export_in_parallel=d.get("export_in_parallel", True),
+            templates=copy.deepcopy(d.get("templates") or {}),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(
