@@ -104,6 +104,11 @@ def test_cli_run_with_a_logical_date_renders_the_paths_and_records_them(
     err = capsys.readouterr().err
     assert "template_rendered_differently" in err and "2026-11-30" in err and "20261201.jsonl" in err
     assert sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
+    # Without --logical-date a resume renders with the date the job recorded: it finds the job done.
+    before = export.read_bytes()
+    assert main(["run", recipe, "--resume", "tmpl_job"]) == 0
+    assert "preview for logical date 2026-11-30T00:00:00+00:00" in capsys.readouterr().out
+    assert export.read_bytes() == before and sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
 
 
 def test_a_template_that_does_not_render_fails_the_validate_task_before_any_work(
