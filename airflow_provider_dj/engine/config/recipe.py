@@ -19,7 +19,7 @@ import glob as globmod
 import os
 import posixpath
 import re
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -150,25 +150,22 @@ def parse_recipe(
     if renderer is None:
         parser.templated = found
         return parser.parse(merged, templates=T.parse_time_record(found))
-    rendered, record = T.render_recipe_data(merged, found, renderer, file=source_file, wants_str=_wants_str(merged))
+    rendered, record = T.render_recipe_data(merged, found, renderer, file=source_file, wants_str=_wants_str)
     parser.rendered = found
     return parser.parse(rendered, templates=record)
 
 
-def _wants_str(data: dict) -> Callable[[str], bool]:
-    """Whether a templated key takes its rendered text as is: paths, nested items, string op arguments."""
-
-    def wants(path: str) -> bool:
-        op = T.op_arg_of(path)
-        if op is None or path != f"process[{op[0]}].{op[1]}.{op[2]}":
-            return True  # a path, or an item nested in an argument's list or mapping
-        try:
-            expected = get_op_class(op[1]).arg_types().get(op[2], Any)
-        except UnknownOpError:
-            return True  # the parser reports the op
-        return _type_ok("text", expected)
-
-    return wants
+def _wants_str(path: str) -> bool:
+    """Whether a templated key takes its rendered text as is: paths, nested items, string op arguments
+    (the op's own type check, ``ops.base._type_ok``, says whether a string is one of its values)."""
+    op = T.op_arg_of(path)
+    if op is None or path != f"process[{op[0]}].{op[1]}.{op[2]}":
+        return True  # a path, or an item nested in an argument's list or mapping
+    try:
+        expected = get_op_class(op[1]).arg_types().get(op[2], Any)
+    except UnknownOpError:
+        return True  # the parser reports the op
+    return _type_ok("text", expected)
 
 
 def _leaves(nested: dict, prefix: str = "") -> frozenset[str]:

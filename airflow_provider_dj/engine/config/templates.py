@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -93,7 +93,6 @@ class TemplateRenderer:
     logical_date: str | None = None
     run_id: str | None = None
     context_note: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def is_template(value: Any) -> bool:
