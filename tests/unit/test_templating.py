@@ -61,3 +61,25 @@ def test_preview_renders_as_dag_test_will_and_says_when_only_the_task_can():
             r.render(only_in_the_task)
     with pytest.raises(jinja2.UndefinedError):
         r.render("{{ dss }}")  # a typo stays an error
+
+
+def test_cli_validate_lists_templated_keys_and_renders_them_for_the_logical_date(tmp_path, capsys):
+    from airflow_provider_dj.cli import main
+
+    (tmp_path / "crawl" / "2026-11-30").mkdir(parents=True)
+    (tmp_path / "crawl" / "2026-11-30" / "a.jsonl").write_text('{"text": "one two three"}\n')
+    recipe = tmp_path / "nightly.yaml"
+    recipe.write_text(
+        "dataset_path: crawl/{{ ds }}/*.jsonl\nexport_path: clean/{{ ds_nodash }}.jsonl\n"
+        'process:\n  - words_num_filter:\n      min_num: \'{{ macros.ds_format(ds, "%Y-%m-%d", "%d") }}\'\n'
+    )
+    assert main(["validate", str(recipe), "--logical-date", "2026-11-30", "--check-input"]) == 0
+    out = capsys.readouterr().out
+    assert f"input:  {tmp_path}/crawl/2026-11-30/*.jsonl" in out
+    assert "export_path: 'clean/{{ ds_nodash }}.jsonl' -> 'clean/20261130.jsonl'" in out
+    assert "op 0: words_num_filter {'min_num': 30}" in out
+    # Another day has no input folder: --check-input says so; a bad date is refused.
+    assert main(["validate", str(recipe), "--logical-date", "2026-12-01", "--check-input"]) == 2
+    assert "crawl/2026-12-01/*.jsonl' matches no input files" in capsys.readouterr().err
+    assert main(["validate", str(recipe), "--logical-date", "tomorrow"]) == 2
+    assert "is not a date or an ISO datetime" in capsys.readouterr().err
