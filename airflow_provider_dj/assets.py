@@ -17,6 +17,15 @@ still emits on the declared Asset, with the path it really wrote in
 Airflow's outlets are fixed when the DAG is parsed, and an event that does
 not happen would hide the run from the consumer.
 
+Templated paths (``export_path: /data/clean/{{ ds }}.jsonl``, docs/nightly.md):
+an Asset URI is fixed at parse time, so it cannot be the path a run renders.
+The DAG declares the template's pattern instead, every Jinja expression
+replaced by ``*`` (``file:///data/clean/*.jsonl``, the set of files the
+recipe writes, as a glob input's Asset already names a set); each event
+carries the rendered path in ``extra["export_path"]`` and the template in
+``extra["export_path_template"]``.  A template with no static start
+(``{{ var.value.root }}/x.jsonl``) gets an ``x-dj-airflow:`` URI of its pattern.
+
 Partition keys: Airflow 3.2+ routes an event that carries a partition key
 only to partition-aware consumers (a plain ``schedule=[asset]`` DAG ignores
 it), so the export does not invent one: an event carries the DAG run's own
@@ -43,18 +52,35 @@ def path_to_asset_uri(path: str) -> str:
     return "file://" + os.path.abspath(path)
 
 
-def export_asset(export_path: str):
+def asset_uri(path: str, *, templated: bool = False) -> str:
+    """The URI of a recipe path; a templated one is named by its pattern (``{{ ds }}`` -> ``*``)."""
+    if not templated:
+        return path_to_asset_uri(path)
+    from airflow_provider_dj.engine.config.templates import template_pattern
+
+    pattern = template_pattern(path)
+    if "://" in pattern or pattern.startswith("/"):
+        return path_to_asset_uri(pattern)
+    return "x-dj-airflow:" + pattern
+
+
+def export_asset(export_path: str, *, templated: bool = False):
     """The Asset a recipe's export task declares as its outlet."""
     from airflow.sdk import Asset
 
-    return Asset(path_to_asset_uri(export_path), group=ASSET_GROUP)
+    return Asset(asset_uri(export_path, templated=templated), group=ASSET_GROUP)
 
 
-def input_asset(dataset_path: str):
+def input_asset(dataset_path: str, *, templated: bool = False):
     """The Asset for a recipe's input (a file, folder or glob), declared as the export task's inlet."""
     from airflow.sdk import Asset
 
-    return Asset(path_to_asset_uri(dataset_path), group=ASSET_GROUP)
+    return Asset(asset_uri(dataset_path, templated=templated), group=ASSET_GROUP)
+
+
+def templated_keys(recipe) -> dict[str, str]:
+    """Key path -> template of a recipe's templated values (empty without templates)."""
+    return {k: v["template"] for k, v in (recipe.templates.get("values") or {}).items()}
 
 
 def recipe_export_asset(recipe_path: str):
@@ -65,7 +91,8 @@ def recipe_export_asset(recipe_path: str):
     """
     from airflow_provider_dj.engine.config.recipe import load_recipe
 
-    return export_asset(load_recipe(recipe_path).export_path)
+    recipe = load_recipe(recipe_path)
+    return export_asset(recipe.export_path, templated="export_path" in templated_keys(recipe))
 
 
 def _iso(value: Any) -> str | None:
@@ -75,11 +102,28 @@ def _iso(value: Any) -> str | None:
     return iso() if iso else str(value)
 
 
-def export_event_extra(result: dict, *, recipe_name: str, declared_export_path: str, context: Any) -> dict:
-    """What an export's asset event carries (JSON values only)."""
+def export_event_extra(
+    result: dict,
+    *,
+    recipe_name: str,
+    declared_export_path: str,
+    context: Any,
+    export_path_template: str | None = None,
+    job_templates: dict | None = None,
+) -> dict:
+    """What an export's asset event carries (JSON values only).
+
+    ``export_path_template``: the recipe's template of the export path (None when it has none);
+    ``job_templates``: the job's record of its rendering (its effective config's ``templates``)."""
     dag_run = context.get("dag_run")
     logical_date = _iso(context.get("logical_date"))
     actual = result["export_path"]
+    record = job_templates or {}
+    if export_path_template is not None:
+        rendered_from = (record.get("values") or {}).get("export_path", {}).get("template")
+        overridden = rendered_from != export_path_template  # dag_run.conf replaced the template
+    else:
+        overridden = path_to_asset_uri(actual) != path_to_asset_uri(declared_export_path)
     return {
         "job_id": result["job_id"],
         "rows": result["rows"],
@@ -87,7 +131,9 @@ def export_event_extra(result: dict, *, recipe_name: str, declared_export_path: 
         "recipe": recipe_name,
         "export_path": actual,
         "export_uri": path_to_asset_uri(actual),
-        "export_path_overridden": path_to_asset_uri(actual) != path_to_asset_uri(declared_export_path),
+        "export_path_overridden": overridden,
+        "export_path_template": export_path_template,
+        "rendered_for_logical_date": record.get("logical_date") if record.get("values") else None,
         "logical_date": logical_date,
         "partition_key": getattr(dag_run, "partition_key", None) or logical_date,
         "run_id": getattr(dag_run, "run_id", None),

@@ -30,22 +30,84 @@ def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume
     return load_recipe(recipe, overrides, override_source="--set"), overrides
 
 
+def _render_preview(recipe_path: str, recipe, overrides: dict, logical_date):
+    """The recipe rendered as a run of ``logical_date`` will render it (airflow_provider_dj/templating.py).
+
+    Returns (recipe, note): the unrendered recipe and a note when a template uses a name that only
+    the task's context has; raises RecipeError for a template that does not render."""
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable
+    from airflow_provider_dj.template_preview import preview_renderer
+
+    renderer = preview_renderer(logical_date, recipe.schedule, overrides)
+    try:
+        return load_recipe(recipe_path, overrides, override_source="--set", renderer=renderer), ""
+    except TemplateNotPreviewable as exc:
+        return recipe, f"{exc.key} uses {exc.name!r}, which exists only when the task runs: rendered there"
+
+
+def _logical_date(text: str | None):
+    """``--logical-date`` parsed (LogicalDateError for a bad one), or now (UTC) when not given."""
+    import pendulum
+
+    from airflow_provider_dj.templating import parse_logical_date
+
+    return parse_logical_date(text) if text else pendulum.now("UTC")
+
+
+def _recorded_templates(work_dir: str, job_id: str) -> dict:
+    """How a job rendered its templates (its effective config's ``templates``); {} when unknown."""
+    from airflow_provider_dj.core import fs as storage
+    from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG
+
+    try:
+        cfg = json.loads(storage.read_bytes(storage.join(work_dir, job_id, *EFFECTIVE_CONFIG.split("/"))))
+    except (OSError, ValueError):
+        return {}
+    return cfg.get("templates") or {}
+
+
+def _recorded_logical_date(work_dir: str, job_id: str):
+    """The logical date a job rendered its templates for, or None."""
+    text = _recorded_templates(work_dir, job_id).get("logical_date")
+    return _logical_date(text) if text else None
+
+
+def _print_templates(recipe, logical_date, note: str) -> None:
+    values = recipe.templates.get("values") or {}
+    if not values:
+        return
+    print(f"  templated values (rendered by the validate task; preview for logical date {logical_date.isoformat()}):")
+    for key, value in values.items():
+        shown = f" -> {value['rendered']!r}" if "rendered" in value else ""
+        print(f"    {key}: {value['template']!r}{shown}")
+    if note:
+        print(f"  note: {note}")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.planning.plan import build_plan
+    from airflow_provider_dj.templating import LogicalDateError
 
+    note, logical_date = "", None
     try:
-        recipe, _ = _load(args.recipe, args.set)
-        if args.check_input:
+        recipe, overrides = _load(args.recipe, args.set)
+        if recipe.templates:
+            logical_date = _logical_date(args.logical_date)
+            recipe, note = _render_preview(args.recipe, recipe, overrides, logical_date)
+        if args.check_input and not note:
             check_input_exists(recipe)
             _check_input_fields(recipe)
-    except (RecipeError, InputError) as exc:
+    except (RecipeError, InputError, LogicalDateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     plan = build_plan(recipe)
     print(f"OK: {args.recipe} -> DAG {sanitize_dag_id(recipe.project_name)!r}")
     print(f"  input:  {recipe.dataset_path}\n  export: {recipe.export_path}\n  work:   {recipe.work_dir}")
+    if logical_date is not None:
+        _print_templates(recipe, logical_date, note)
     for op in plan.ops:
         print(f"  op {op.index}: {op.name} {op.args or ''}{'  [global]' if op.is_global else ''}")
     print(f"  segments: {len(plan.segments)}; checkpoints after ops {plan.checkpoint_points} ({plan.strategy})")
@@ -86,12 +148,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.jobdir.identity import new_job_id
+    from airflow_provider_dj.templating import LogicalDateError
 
     recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
+    note, logical_date = "", None
     try:
         recipe, overrides = _load(recipe_path, args.set, args.job_id, args.resume)
-        if not recipe.resume:
+        # The run's logical date: given, else (a resume) the one the job rendered its templates for,
+        # else now.  Always passed to dag.test, so the task renders what is checked here.
+        logical_date = _logical_date(args.logical_date)
+        if recipe.templates:
+            if args.resume and not args.logical_date:
+                recipe_now, _ = _render_preview(recipe_path, recipe, overrides, logical_date)
+                logical_date = _recorded_logical_date(recipe_now.work_dir, args.resume) or logical_date
+            recipe, note = _render_preview(recipe_path, recipe, overrides, logical_date)
+            _print_templates(recipe, logical_date, note)
+        if note:
+            pass  # a template only the task can render: the validate task checks the input
+        elif not recipe.resume:
             check_input_exists(recipe)
             _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
         else:
@@ -106,7 +181,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
-    except (RecipeError, InputError) as exc:
+            if recipe.templates:  # another logical date's paths: refused here, in a second, as validate would
+                from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, check_same_rendering
+
+                try:
+                    check_same_rendering(_recorded_templates(recipe.work_dir, recipe.resume), recipe.templates)
+                except ResumeRefusedError as exc:
+                    print(f"error: resume refused ({exc.reason}): {exc}", file=sys.stderr)
+                    return 2
+    except (RecipeError, InputError, LogicalDateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     job_id = recipe.job_id or recipe.resume or new_job_id()
@@ -158,7 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         dag = build_dag(recipe_path, dag_id=dag_id, **build_kwargs)
         build_for_own_client_only()  # 4.5 s less start-up (in_process_api.py)
-        dr = dag.test(run_conf=overrides)
+        dr = dag.test(run_conf=overrides, logical_date=logical_date)
         state = str(getattr(dr, "state", "unknown"))
         run_id = getattr(dr, "run_id", "?")
     finally:
@@ -167,6 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.core import fs as storage
 
     job_dir = storage.join(recipe.work_dir, job_id)
+    if note:  # the task rendered work_dir: it registered where the job is
+        from airflow_provider_dj.engine.jobdir.registry import lookup_job
+
+        job_dir = lookup_job(job_id) or job_dir
     summary_path = storage.join(job_dir, "job_summary.json")
     if state.endswith("success") and storage.exists(summary_path):
         summary = json.loads(storage.read_bytes(summary_path))
@@ -314,10 +401,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--job-id", help="job id for a new job (default: YYYYmmdd_HHMMSS_<6 hex>)")
     run.add_argument("--resume", metavar="TOKEN", help="resume the job with this id")
     run.add_argument("--num-cpus", type=int, help="CPUs for the in-process Ray (default: all)")
+    run.add_argument(
+        "--logical-date",
+        metavar="DATE",
+        help="the DAG run's logical date, which templated recipe values ({{ ds }}) render with: 2026-11-30 "
+        "or an ISO datetime (default: now; with --resume, the date the job was rendered for)",
+    )
     run.set_defaults(func=cmd_run)
     val = sub.add_parser("validate", help="validate a recipe without running anything")
     val.add_argument("recipe")
     val.add_argument("--set", action="append", metavar="KEY=VALUE")
+    val.add_argument(
+        "--logical-date",
+        metavar="DATE",
+        help="show how templated values ({{ ds }}) render for this logical date (default: now)",
+    )
     val.add_argument(
         "--check-input",
         action="store_true",

@@ -89,10 +89,18 @@ def _doc(recipe, plan) -> str:
     return (
         f"### Data-Juicer recipe `{recipe.project_name}`\n\nRecipe file: `{recipe.source_file}`\n\n"
         f"Input: `{recipe.dataset_path}`  \nExport: `{recipe.export_path}`  \nWork dir: `{recipe.work_dir}`\n\n"
-        f"Ops:\n{ops}\n\nCheckpoint strategy: {plan.strategy} (after ops {plan.checkpoint_points}).\n\n"
+        f"{_templates_doc(recipe)}Ops:\n{ops}\n\nCheckpoint strategy: {plan.strategy} (after ops {plan.checkpoint_points}).\n\n"
         f'Override recipe values with `dag_run.conf`, e.g. `{{"partition": {{"num_of_partitions": 4}}}}` '
         f'or `{{"partition.num_of_partitions": 4}}`; resume a job with `{{"resume": "<job id>"}}`.'
     )
+
+
+def _templates_doc(recipe) -> str:
+    values = recipe.templates.get("values") or {}
+    if not values:
+        return ""
+    lines = "\n".join(f"- `{k}`: `{v['template']}`" for k, v in values.items())
+    return f"Templated values, rendered by the validate task with the run's context:\n{lines}\n\n"
 
 
 def build_dag(
@@ -111,7 +119,7 @@ def build_dag(
     what its in-process run needs (``local_run``: operators/local_run.py)."""
     from airflow.sdk import DAG
 
-    from airflow_provider_dj.assets import export_asset, input_asset
+    from airflow_provider_dj.assets import export_asset, input_asset, templated_keys
     from airflow_provider_dj.operators._common import release_lock_on_failure
     from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
@@ -122,7 +130,8 @@ def build_dag(
     from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
 
     recipe_path = os.path.abspath(recipe_path)
-    recipe = load_recipe(recipe_path)
+    recipe = load_recipe(recipe_path)  # templated values kept as written: the validate task renders them
+    templated = templated_keys(recipe)
     plan = build_plan(recipe)
     dag_id = dag_id or sanitize_dag_id(recipe.project_name)
     if retries is None:
@@ -206,8 +215,9 @@ def build_dag(
             trigger_rule="none_failed",
             recipe_name=recipe.project_name,
             declared_export_path=recipe.export_path,
-            outlets=[export_asset(recipe.export_path)],
-            inlets=[input_asset(recipe.dataset_path)],
+            export_path_template=templated.get("export_path"),
+            outlets=[export_asset(recipe.export_path, templated="export_path" in templated)],
+            inlets=[input_asset(recipe.dataset_path, templated="dataset_path" in templated)],
             **run_args,
         )
         upstream >> export

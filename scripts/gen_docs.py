@@ -34,13 +34,16 @@ REGENERATE = "`.venv/bin/python scripts/gen_docs.py`"
 # --------------------------------------------------------------------------
 KEY_TEXT: dict[str, str] = {
     "project_name": "Names the DAG (after sanitizing: characters other than letters, digits, `_`, `-`, `.` "
-    "become `_`). Two recipes with the same name both become broken-recipe DAGs.",
+    "become `_`). Two recipes with the same name both become broken-recipe DAGs. Cannot be templated: the DAG's "
+    "name is fixed when Airflow parses the file.",
     "dataset_path": "Input: one file, a directory, or a glob of `.jsonl`/`.json` (optionally `.gz`/`.zst`) "
-    "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order.",
+    "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order. May be "
+    "templated (`/data/crawl/{{ ds }}/*.jsonl`, [nightly.md](nightly.md)).",
     "export_path": "The result: one `.jsonl`, `.json` (written as JSON Lines) or `.parquet` file, written "
-    "atomically in input order after the accounting check.",
+    "atomically in input order after the accounting check. May be templated (`/data/clean/{{ ds }}.jsonl`; "
+    "the suffix must be outside the template).",
     "work_dir": "Where job directories (`{work_dir}/{job_id}/`) go. Every Ray node and Airflow worker must see it "
-    "at the same path.",
+    "at the same path. May be templated.",
     "text_keys": "The text field the ops read; only the first is used, as in Data-Juicer.",
     "np": "Data-Juicer's process count. Accepted and recorded; parallelism here comes from partitions and Ray.",
     "process": "The op list: `- op_name: {args}` or `- op_name`. See [ops_reference.md](ops_reference.md).",
@@ -425,6 +428,7 @@ def _settings_section() -> list[str]:
 def render_recipe_keys() -> str:
     from airflow_provider_dj.engine.config import schema as S
     from airflow_provider_dj.engine.config.overrides import OVERRIDABLE_KEYS
+    from airflow_provider_dj.engine.config.templates import TEMPLATABLE_TOP_LEVEL_KEYS
     from airflow_provider_dj.engine.jobdir.resume import NON_RESULT_KEYS, RESULT_KEYS
 
     eff = _effective_defaults()
@@ -436,7 +440,11 @@ def render_recipe_keys() -> str:
             '`dj-airflow run --set` (nested or dotted, e.g. `{"partition.num_of_partitions": 8}`). '
             "**Resume**: changing a *refused* key between a job's first run and a resume refuses the resume, "
             "because the result would differ; *accepted* keys may change. Relative paths resolve against the "
-            "recipe file's directory. For a walk-through see [user_guide.md](user_guide.md)."
+            "recipe file's directory. **Templates**: "
+            + ", ".join(f"`{k}`" for k in TEMPLATABLE_TOP_LEVEL_KEYS)
+            + " and an op's own arguments may hold Airflow templates (`{{ ds }}`), rendered by the validate task "
+            "with the run's context; no other key may ([nightly.md](nightly.md)). "
+            "For a walk-through see [user_guide.md](user_guide.md)."
         ),
     )
 

@@ -32,6 +32,7 @@ class ExportOperator(BaseOperator):
         local_run: dict | None = None,
         recipe_name: str | None = None,
         declared_export_path: str | None = None,
+        export_path_template: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -40,6 +41,7 @@ class ExportOperator(BaseOperator):
         self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.recipe_name = recipe_name
         self.declared_export_path = declared_export_path
+        self.export_path_template = export_path_template
 
     def _annotate_asset_events(self, context: Any, result: dict) -> None:
         """Put the export's identity into the outlet Asset's event (emitted by Airflow on success)."""
@@ -56,6 +58,8 @@ class ExportOperator(BaseOperator):
             recipe_name=self.recipe_name or self.dag_id,
             declared_export_path=self.declared_export_path or result["export_path"],
             context=context,
+            export_path_template=self.export_path_template,
+            job_templates=JobContext(self.job_dir).effective_config.get("templates"),
         )
         for asset in assets:
             events[asset].extra.update(extra)

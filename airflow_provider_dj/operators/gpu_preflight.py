@@ -78,12 +78,20 @@ class GpuPreflightOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
-        recipe = load_recipe(self.recipe_path, normalize_overrides(conf))
-        ops = op_entries_from_recipe(recipe)
-        gpu = cuda_ops(ops)
+        overrides = normalize_overrides(conf)
+        # Op names are never templated, so the unrendered recipe tells whether there is a CUDA op;
+        # a template that does not render is then the validate task's error to report.
+        recipe = load_recipe(self.recipe_path, overrides)
+        gpu = cuda_ops(op_entries_from_recipe(recipe))
         if not gpu:
             self.log.info("No CUDA ops in %s: no GPU probe needed.", self.recipe_path)
             return {"gpu_ops": [], "probed": False}
+        if recipe.templates:
+            from airflow_provider_dj.templating import task_renderer
+
+            recipe = load_recipe(self.recipe_path, overrides, renderer=task_renderer(self, context))
+        ops = op_entries_from_recipe(recipe)
+        gpu = cuda_ops(ops)
         names = [o.name for o in gpu]
         if not recipe.partition.extra.get("gpu_preflight_enabled", True):
             missing = [o for o in gpu if declared_num_gpus(o) is None]

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
-from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
 from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
@@ -36,6 +36,11 @@ except ImportError:  # pragma: no cover - older task SDKs
 
 class InputRefused(AirflowFailException):
     """The input does not fit the recipe; the task fails at once, without retries."""
+
+
+class RecipeRefused(AirflowFailException):
+    """The effective recipe is invalid (a bad override, a template that does not render): a retry
+    would render and validate the same text again, so the task fails at once."""
 
 
 class ResumeValidatorOperator(BaseOperator):
@@ -93,8 +98,17 @@ class ResumeValidatorOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict]:
         started_at = time.time()
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
-        overrides = normalize_overrides(conf)
-        recipe = load_recipe(self.recipe_path, overrides)
+        from airflow_provider_dj.templating import task_renderer
+
+        try:
+            overrides = normalize_overrides(conf)
+            # Templated values are rendered here, with this task's context (docs/nightly.md).
+            recipe = load_recipe(self.recipe_path, overrides, renderer=task_renderer(self, context))
+        except RecipeError as exc:
+            self.log.error("Recipe refused before any work; nothing was planned or written:\n%s", exc)
+            raise RecipeRefused(str(exc)) from exc
+        for key, value in (recipe.templates.get("values") or {}).items():
+            self.log.info("Templated %s: %r -> %r", key, value["template"], value["rendered"])
         if recipe.ignored_keys:
             self.log.warning(
                 "Recipe keys accepted for Data-Juicer compatibility but not used: %s", ", ".join(recipe.ignored_keys)

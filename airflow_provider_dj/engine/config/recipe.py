@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_dj.engine.config import schema as S
+from airflow_provider_dj.engine.config import templates as T
 from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
 from airflow_provider_dj.engine.config.schema import (
     CheckpointConfig,
@@ -36,7 +37,7 @@ from airflow_provider_dj.engine.config.schema import (
     TracerConfig,
     recipe_from_dict,
 )
-from airflow_provider_dj.ops.base import OpArgumentError, suggest
+from airflow_provider_dj.ops.base import COMMON_OP_ARGS, OpArgumentError, _type_ok, suggest
 from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class, op_names
 
 __all__ = [
@@ -87,9 +88,16 @@ _RecipeYamlLoader.add_constructor("tag:dj-airflow:exp-number", _construct_exp_nu
 
 
 def load_recipe(
-    path: str | os.PathLike, overrides: dict | None = None, *, override_source: str = "dag_run.conf"
+    path: str | os.PathLike,
+    overrides: dict | None = None,
+    *,
+    override_source: str = "dag_run.conf",
+    renderer: T.TemplateRenderer | None = None,
 ) -> Recipe:
-    """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file."""
+    """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file.
+
+    Without ``renderer`` (DAG parsing) templated values are kept as written; with it (the tasks,
+    ``dj-airflow``) they are rendered first and the rendered recipe is validated in full."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         with open(path, encoding="utf-8") as fh:
@@ -99,7 +107,12 @@ def load_recipe(
     except yaml.YAMLError as exc:
         raise RecipeError(path, None, f"invalid YAML: {exc}") from None
     return parse_recipe(
-        data, source_file=path, base_dir=os.path.dirname(path), overrides=overrides, override_source=override_source
+        data,
+        source_file=path,
+        base_dir=os.path.dirname(path),
+        overrides=overrides,
+        override_source=override_source,
+        renderer=renderer,
     )
 
 
@@ -110,8 +123,12 @@ def parse_recipe(
     base_dir: str | None = None,
     overrides: dict | None = None,
     override_source: str = "dag_run.conf",
+    renderer: T.TemplateRenderer | None = None,
 ) -> Recipe:
     """Validate recipe data (overrides merged in first) and build a Recipe.
+
+    Templated values (engine/config/templates.py) are refused outside the templatable keys, kept
+    as written without ``renderer``, and rendered with it before validation.
 
     ``base_dir`` anchors relative paths; it defaults to the file's directory,
     else the current directory."""
@@ -125,7 +142,31 @@ def parse_recipe(
         raise exc.with_file(source_file) from None
     if base_dir is None:
         base_dir = os.path.dirname(source_file) if source_file else os.getcwd()
-    return _Parser(source_file, base_dir, _leaves(norm), override_source).parse(deep_merge(data, norm))
+    merged = deep_merge(data, norm)
+    found = T.find_templates(merged)
+    T.refuse_untemplatable(found, source_file, COMMON_OP_ARGS)
+    parser = _Parser(source_file, base_dir, _leaves(norm), override_source)
+    if not found:
+        return parser.parse(merged)
+    if renderer is None:
+        parser.templated = found
+        return parser.parse(merged, templates=T.parse_time_record(found))
+    rendered, record = T.render_recipe_data(merged, found, renderer, file=source_file, wants_str=_wants_str)
+    parser.rendered = found
+    return parser.parse(rendered, templates=record)
+
+
+def _wants_str(path: str) -> bool:
+    """Whether a templated key takes its rendered text as is: paths, nested items, string op arguments
+    (the op's own type check, ``ops.base._type_ok``, says whether a string is one of its values)."""
+    op = T.op_arg_of(path)
+    if op is None or path != f"process[{op[0]}].{op[1]}.{op[2]}":
+        return True  # a path, or an item nested in an argument's list or mapping
+    try:
+        expected = get_op_class(op[1]).arg_types().get(op[2], Any)
+    except UnknownOpError:
+        return True  # the parser reports the op
+    return _type_ok("text", expected)
 
 
 def _leaves(nested: dict, prefix: str = "") -> frozenset[str]:
@@ -155,13 +196,19 @@ class _Parser:
 
     def __init__(self, file: str | None, base_dir: str, overridden: frozenset[str], source: str) -> None:
         self.file, self.base_dir, self.overridden, self.source = file, base_dir, overridden, source
+        #: parse time: templated key paths kept as written (their value checks wait for the task)
+        self.templated: dict[str, str] = {}
+        #: run time: key paths whose value was rendered from a template (named in errors)
+        self.rendered: dict[str, str] = {}
 
     def err(self, key: str | None, message: str, *related: str) -> RecipeError:
         keys = [k for k in (key, *related) if k]
         hit = any(
             k == o or k.startswith((o + ".", o + "[")) or o.startswith(k + ".") for k in keys for o in self.overridden
         )
-        return RecipeError(self.file, key, message + (f" (from {self.source})" if hit else ""))
+        template = next((t for p, t in self.rendered.items() if key and (p == key or p.startswith(key + "["))), None)
+        note = f" (rendered from the template {template!r})" if template else ""
+        return RecipeError(self.file, key, message + (f" (from {self.source})" if hit else "") + note)
 
     # -- scalar checks ----------------------------------------------------
     def bool_(self, value: Any, key: str) -> bool:
@@ -227,7 +274,7 @@ class _Parser:
         return raw
 
     # -- whole recipe -----------------------------------------------------
-    def parse(self, data: dict) -> Recipe:
+    def parse(self, data: dict, templates: dict | None = None) -> Recipe:
         allowed = set(S.OWN_TOP_LEVEL_KEYS) | S.DJ_IGNORED_KEYS
         for k in data:
             if k not in allowed:
@@ -252,7 +299,7 @@ class _Parser:
         if work_dir is None:
             work_dir = posixpath.dirname(export_path) if "://" in export_path else os.path.dirname(export_path)
         else:
-            work_dir = self.path(self.str_(work_dir, "work_dir"))
+            work_dir = self.path(self.str_(work_dir, "work_dir"), "work_dir")
         for key, url in (("dataset_path", dataset_path), ("export_path", export_path), ("work_dir", work_dir)):
             self.url_driver(key, url)
         text_keys = self.str_list(_get(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
@@ -300,6 +347,7 @@ class _Parser:
             keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
             export_in_parallel=export_opts.export_in_parallel,
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
+            templates=templates or {},
         )
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
@@ -343,11 +391,23 @@ class _Parser:
                 listing = f" Available ops: {', '.join(known)}" if len(known) <= 40 else ""
                 raise self.err(key, f"{exc.message}{listing}") from None
             try:
-                cls.validate_args(args)
+                cls.validate_args(self.checkable_args(cls, key, name, args))
             except OpArgumentError as exc:
                 raise self.err(f"{key}.{name}.{exc.key}", str(exc)) from None
             specs.append(OpSpec(i, name, copy.deepcopy(args)))
         return tuple(specs)
+
+    def checkable_args(self, cls, key: str, name: str, args: dict) -> dict:
+        """The op's arguments that can be checked now: at parse time a templated one is checked for
+        its name only (its type and range once rendered, by the validate task)."""
+        kept = {a for a in args if f"{key}.{name}.{a}" in self.templated}
+        for a in kept:
+            if a not in cls.own_args():
+                raise self.err(
+                    f"{key}.{name}.{a}",
+                    f"{name} has no argument {a!r}; its arguments: {', '.join(sorted(cls.own_args())) or '(none)'}",
+                )
+        return {a: v for a, v in args.items() if a not in kept}
 
     def op_refs(self, raw: Any, key: str, names: list[str]) -> tuple[str, ...]:
         refs = self.str_list(raw, key)
@@ -398,6 +458,8 @@ class _Parser:
         if "://" not in value:
             return
         protocol = value.split("://", 1)[0]
+        if key in self.templated and T.is_template(protocol):
+            return  # checked once rendered
         try:
             from fsspec.registry import get_filesystem_class
 
@@ -414,9 +476,11 @@ class _Parser:
                 f"URL such as s3://bucket/prefix",
             ) from None
 
-    def path(self, value: str) -> str:
+    def path(self, value: str, key: str | None = None) -> str:
         if "://" in value:
             return value
+        if key in self.templated and value.startswith(("{{", "{%")):
+            return value  # "{{ var.value.root }}/x": where it points is known once rendered
         value = os.path.expanduser(value)
         return os.path.normpath(os.path.join(self.base_dir, value))
 
@@ -428,7 +492,7 @@ class _Parser:
                 "JSON Lines), a directory, or a glob such as /data/*.jsonl",
             )
         value = self.str_(raw, "dataset_path")
-        tokens = value.split()
+        tokens = [] if "dataset_path" in self.templated else value.split()
         if len(tokens) > 1 and (
             any(_is_number(t) for t in tokens) or sum(t.lower().endswith(S.DATASET_SUFFIXES) for t in tokens) > 1
         ):
@@ -446,19 +510,20 @@ class _Parser:
                 f"{value!r}: unsupported file type .{ext}; use "
                 f"{', '.join(S.DATASET_SUFFIXES)} files, a directory of them, or a glob",
             )
-        return self.path(value)
+        return self.path(value, "dataset_path")
 
     def export_path(self, raw: Any, dataset_path: str) -> str:
         if raw is None:
             raise self.err("export_path", "is required: the result file, ending in .jsonl, .json or .parquet")
         value = self.str_(raw, "export_path")
-        if not value.lower().endswith(S.EXPORT_SUFFIXES) or any(c in value for c in S.GLOB_CHARS):
+        static = T.static_text(value) if "export_path" in self.templated else value
+        if not value.lower().endswith(S.EXPORT_SUFFIXES) or any(c in static for c in S.GLOB_CHARS):
             raise self.err(
                 "export_path",
                 f"{value!r} must be one file path ending in .jsonl, .json (written as "
                 f"JSON Lines) or .parquet, e.g. /data/out/result.jsonl",
             )
-        resolved = self.path(value)
+        resolved = self.path(value, "export_path")
         if resolved == dataset_path:
             raise self.err(
                 "export_path", f"{value!r} is the input dataset_path; write the result elsewhere", "dataset_path"

@@ -389,6 +389,9 @@ class Recipe:
     export_in_parallel: bool = True
     #: Deduplication against history (None: off).
     dedup_history: DedupHistoryConfig | None = None
+    #: Templated values (engine/config/templates.py): {"logical_date", "run_id", "values": {key path:
+    #: {"template", "rendered"}}}; empty when the recipe has none.  "rendered" is absent at parse time.
+    templates: dict = field(default_factory=dict)
 
     @property
     def text_key(self) -> str:
@@ -444,6 +447,7 @@ class Recipe:
                 if self.dedup_history
                 else {}
             ),
+            **({"templates": copy.deepcopy(self.templates)} if self.templates.get("values") else {}),
         }
 
 
@@ -490,6 +494,7 @@ def recipe_from_dict(d: dict) -> Recipe:
                 if d.get("dedup_history")
                 else None
             ),
+            templates=copy.deepcopy(d.get("templates") or {}),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(

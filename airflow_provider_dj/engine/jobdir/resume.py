@@ -67,7 +67,11 @@ NON_RESULT_KEYS = (
     "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
     "export_in_parallel",  # how the export is serialized, not what it holds (same bytes)
     "settings",  # on-disk settings (delta checkpoints): each checkpoint records its own format
+    "templates",  # how templated values were rendered (the rendered values are compared themselves)
 )
+
+#: Templated keys a resume must render exactly as the job did (engine/config/templates.py).
+SAME_RENDERING_KEYS = ("dataset_path", "export_path", "work_dir")
 
 
 _CORRUPT_INFO_TODO = (
@@ -140,6 +144,27 @@ def _split_engine_op_args(cfg: dict) -> dict:
                 item = {name: {k: v for k, v in args.items() if k not in ENGINE_OP_ARGS}}
         process.append(item)
     return dict(cfg, process=process, max_failed_ratio={"job": cfg.get("max_failed_ratio"), **moved})
+
+
+def check_same_rendering(old: dict | None, new: dict | None) -> None:
+    """A templated path the job rendered one way and this run renders another (a resume from a run of
+    another logical date) refuses: the job would read another day's input or overwrite another day's
+    export.  A retry or a clear of the job's own run renders the same values and passes."""
+    from airflow_provider_dj.engine.config.templates import rendered_differences
+
+    lines = rendered_differences(old, new, SAME_RENDERING_KEYS)
+    if not lines:
+        return
+    was, now = (old or {}).get("logical_date"), (new or {}).get("logical_date")
+    raise ResumeRefusedError(
+        "template_rendered_differently",
+        f"the job rendered its templated paths for logical date {was}, this run (logical date {now}) renders "
+        "them differently:\n"
+        + "\n".join(lines)
+        + f"\nResume it with the job's own logical date: clear the failed tasks of its DAG run, or "
+        f"dj-airflow run --resume <job id> --logical-date {was}; or give the paths explicitly in the "
+        "trigger's conf (export_path, dataset_path). Nothing in the job directory was changed.",
+    )
 
 
 def _check_boundaries(info: dict) -> None:
@@ -264,6 +289,7 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     # 2. config
     old_cfg = read_json(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/")))
     new_cfg = recipe.to_dict()
+    check_same_rendering(old_cfg.get("templates"), new_cfg.get("templates"))
     if "settings" in old_cfg:  # a job dir from before the key was recorded has nothing to compare
         new_cfg["settings"] = settings.on_disk()
     refused, accepted = config_diff(old_cfg, new_cfg)

@@ -1,0 +1,134 @@
+"""Templated nightly recipes (docs/nightly.md): rendered by the validate task with the run's context."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from airflow_provider_dj.cli import main
+
+pytestmark = pytest.mark.integration
+
+RECIPE = """\
+project_name: {name}
+dataset_path: {root}/crawl/{{{{ ds }}}}/*.jsonl
+export_path: {root}/clean/{export}
+work_dir: {root}/work
+schedule: "@daily"
+partition:
+  mode: manual
+  num_of_partitions: 2
+process:
+  - whitespace_normalization_mapper:
+  - words_num_filter:
+      min_num: "{{{{ 1 + 2 }}}}"
+"""
+
+
+def _write_day(root, day: str, texts: list[str]) -> None:
+    folder = root / "crawl" / day
+    folder.mkdir(parents=True)
+    for part in (0, 1):  # two files, so the glob is exercised
+        rows = texts[part::2]
+        (folder / f"part{part}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "day": "d" + day}) + "\n" for t in rows)
+        )
+
+
+@pytest.fixture
+def nightly(tmp_path):
+    _write_day(tmp_path, "2026-11-30", ["one two three", "too short", "  a b c d ", "x", "four words are here"])
+    _write_day(tmp_path, "2026-12-01", ["another day entirely here", "its rows must not be read"])
+
+    def make(name: str, export: str = "{{ ds_nodash }}.jsonl") -> str:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(RECIPE.format(name=name, root=tmp_path, export=export))
+        return str(path)
+
+    return make
+
+
+def test_cli_run_with_a_logical_date_renders_the_paths_and_records_them(
+    nightly, tmp_path, airflow_home, ray_cluster, capsys
+):
+    recipe = nightly("tmpl_nightly")
+    assert main(["run", recipe, "--logical-date", "2026-11-30", "--job-id", "tmpl_job"]) == 0
+    out = capsys.readouterr().out
+    assert "dataset_path: '" in out and f"-> '{tmp_path}/crawl/2026-11-30/*.jsonl'" in out
+
+    export = tmp_path / "clean" / "20261130.jsonl"
+    rows = [json.loads(line) for line in export.read_text().splitlines()]
+    # Input order (part0 then part1), whitespace normalized, fewer than 3 words filtered: 11-30 rows only.
+    assert rows == [
+        {"text": "one two three", "day": "d2026-11-30"},
+        {"text": "a b c d", "day": "d2026-11-30"},
+        {"text": "four words are here", "day": "d2026-11-30"},
+    ]
+    assert sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
+
+    cfg = json.loads((tmp_path / "work" / "tmpl_job" / "metadata" / "effective_config.json").read_text())
+    assert cfg["dataset_path"] == f"{tmp_path}/crawl/2026-11-30/*.jsonl"
+    assert cfg["export_path"] == str(export)
+    assert cfg["process"][1] == {"words_num_filter": {"min_num": 3}}
+    assert cfg["templates"]["logical_date"] == "2026-11-30T00:00:00+00:00"
+    assert cfg["templates"]["values"] == {
+        "dataset_path": {
+            "template": f"{tmp_path}/crawl/{{{{ ds }}}}/*.jsonl",
+            "rendered": f"{tmp_path}/crawl/2026-11-30/*.jsonl",
+        },
+        "export_path": {"template": f"{tmp_path}/clean/{{{{ ds_nodash }}}}.jsonl", "rendered": str(export)},
+        "process[1].words_num_filter.min_num": {"template": "{{ 1 + 2 }}", "rendered": "3"},
+    }
+
+    # The Asset is the template's pattern (fixed at parse time); the event names the rendered file.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ((uri, extra),) = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == "tmpl_nightly")
+        ).all()
+    assert uri == f"file://{tmp_path}/clean/*.jsonl"
+    assert extra["export_path"] == str(export) and extra["rows"] == 3
+    assert extra["export_path_template"] == f"{tmp_path}/clean/{{{{ ds_nodash }}}}.jsonl"
+    assert extra["export_path_overridden"] is False
+    assert extra["logical_date"] == extra["rendered_for_logical_date"] == "2026-11-30T00:00:00+00:00"
+
+    # A resume from a run of another logical date would read and write another day: refused at once.
+    assert main(["run", recipe, "--resume", "tmpl_job", "--logical-date", "2026-12-01"]) == 2
+    err = capsys.readouterr().err
+    assert "template_rendered_differently" in err and "2026-11-30" in err and "20261201.jsonl" in err
+    assert sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
+    # Without --logical-date a resume renders with the date the job recorded: it finds the job done.
+    before = export.read_bytes()
+    assert main(["run", recipe, "--resume", "tmpl_job"]) == 0
+    assert "preview for logical date 2026-11-30T00:00:00+00:00" in capsys.readouterr().out
+    assert export.read_bytes() == before and sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
+
+
+def test_a_template_that_does_not_render_fails_the_validate_task_before_any_work(
+    nightly, tmp_path, airflow_home, capfd
+):
+    import pendulum
+
+    from airflow_provider_dj.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_factory import build_dag
+
+    recipe = nightly("tmpl_bad", export="{{ dss }}.jsonl")  # a typo: parses, but no run defines `dss`
+    write_cli_dag_stub(airflow_home, recipe, "tmpl_bad")
+    dag = build_dag(recipe, dag_id="tmpl_bad", retries=0)
+    assert dag.task_dict["export"].outlets[0].uri == f"file://{tmp_path}/clean/*.jsonl"
+    dr = dag.test(logical_date=pendulum.datetime(2026, 11, 30, tz="UTC"))
+    states = {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+    assert str(dr.state).endswith("failed") and states["validate"].endswith("failed")
+    assert states["gpu_preflight"].endswith("success")
+    log = capfd.readouterr().out  # the task log (dag.test writes it to stdout)
+    refused = log[log.index("Recipe refused before any work") :]
+    assert f"tmpl_bad.yaml: export_path: template '{tmp_path}/clean/{{{{ dss }}}}.jsonl' does not render" in refused
+    assert "'dss' is undefined" in refused and "RecipeRefused" in refused
+    assert not (tmp_path / "clean").exists() and not (tmp_path / "work").exists()
