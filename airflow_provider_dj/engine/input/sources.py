@@ -295,13 +295,36 @@ def read_jsonl_range(f: dict, byte_start: int, byte_end: int) -> tuple[pa.Table,
     data = b"".join(iter_stream(info, byte_start, byte_end))
     if not data.strip():
         return pa.table({}), data
+    read_options = pajson.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30)))
     try:
-        table = pajson.read_json(
-            io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30)))
-        )
+        table = pajson.read_json(io.BytesIO(data), read_options=read_options)
+        if _has_timestamps(table.schema):
+            # Arrow turns strings that look like dates into timestamps, which would export
+            # "2026-11-30" as "2026-11-30T00:00:00" (and type one partition's column
+            # differently from another's): read those fields again as the strings they are.
+            schema = pa.schema([pa.field(f.name, _timestamps_as_strings(f.type)) for f in table.schema])
+            table = pajson.read_json(
+                io.BytesIO(data), read_options=read_options, parse_options=pajson.ParseOptions(explicit_schema=schema)
+            )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise jsonl_error(info, data, byte_start, exc) from exc
     return table, data
+
+
+def _has_timestamps(schema: pa.Schema) -> bool:
+    return any(_timestamps_as_strings(f.type) != f.type for f in schema)
+
+
+def _timestamps_as_strings(t: pa.DataType) -> pa.DataType:
+    """``t`` with every timestamp (JSON has none: they were inferred from strings) made a string, at any depth."""
+    if pa.types.is_timestamp(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _timestamps_as_strings(f.type), f.nullable) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _timestamps_as_strings(t.value_type)
+        return pa.list_(inner) if pa.types.is_list(t) else pa.large_list(inner)
+    return t
 
 
 def jsonl_error(f: InputFile, data: bytes, offset: int, exc: Exception) -> InputError:

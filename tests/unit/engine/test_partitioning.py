@@ -84,6 +84,25 @@ def test_jsonl_partitions_read_back_exact_rows(tmp_path, blank_lines, final_newl
     assert got == list(range(103))
 
 
+def test_strings_that_look_like_dates_are_read_back_as_the_same_strings(tmp_path):
+    """Arrow's JSON reader infers timestamps from date-like strings; a partition must hold the text as written,
+    at any depth, or the export would change "2026-11-30" into "2026-11-30T00:00:00"."""
+    rows = [
+        {
+            "text": f"row {i}",
+            "day": f"2026-11-{i + 10}",
+            "meta": {"seen": f"2026-11-{i + 10} 03:00:00", "n": i},
+            "tags": [f"2026-01-0{i + 1}"],
+        }
+        for i in range(6)
+    ]
+    path = _write_jsonl(tmp_path / "dates.jsonl", rows)
+    info = plan_partitions(path, _cfg(num_of_partitions=2))
+    tables = [read_partition(info, p["partition_id"]) for p in info["partitions"]]
+    assert [t.schema.field("day").type for t in tables] == [pa.string(), pa.string()]
+    assert [r for t in tables for r in t.to_pylist()] == rows
+
+
 def test_multi_file_directory_and_compressed_inputs(tmp_path):
     d = tmp_path / "in"
     d.mkdir()
