@@ -207,6 +207,10 @@ def export_job(
 
     summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
     summary["retention"] = apply_retention(ctx, markers)
+    from airflow_provider_dj.engine.execution.reuse import publish_job
+
+    if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
+        summary["reuse"]["published_entries"] = publish_job(ctx)
     write_json(ctx.path(JOB_SUMMARY), summary)
     after_summary_written(job_dir, summary)
     log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)

@@ -139,6 +139,8 @@ class CheckpointStore:
         self.fmt = fmt or StorageFormat()
         self.prefix = prefix
         self._faults: list[dict] | None = None
+        #: Bytes of committed data files read by load_valid (the summary's reused bytes).
+        self.bytes_loaded = 0
 
     @property
     def kind(self) -> str:
@@ -266,6 +268,72 @@ class CheckpointStore:
             num_rows=out_rows,
         )
 
+    def save_reference(
+        self,
+        *,
+        op_index: int,
+        op_name: str,
+        partition_id: int,
+        source_job_id: str,
+        source_partition_id: int,
+        source_marker: dict,
+        partition_hash: str,
+        fingerprint: str,
+    ) -> str:
+        """Commit a checkpoint that is another job's committed checkpoint of the same rows (nightly reuse).
+
+        Only a marker is written; its data stays in the source job and is read in place.  Loading it
+        makes every check a resume makes on the source's checkpoint (:meth:`load_valid`), so a source
+        that was deleted or damaged since makes this checkpoint absent, never trusted."""
+        marker = {
+            "op_index": op_index,
+            "op_name": op_name,
+            "partition_id": partition_id,
+            "partition_hash": partition_hash,
+            "pipeline_fingerprint": fingerprint,
+            "format": source_marker.get("format"),
+            "compression": source_marker.get("compression"),
+            "num_rows": source_marker.get("num_rows"),
+            "accounting": source_marker.get("accounting", []),
+            "reference": {"job_id": source_job_id, "partition_id": source_partition_id},
+            "committed_at": time.time(),
+        }
+        path = self.marker_path(op_index, op_name, partition_id)
+        storage.atomic_write_bytes(
+            path,
+            json.dumps(marker).encode(),
+            what=f"the reuse marker of the {self.kind} of op {op_index} ({op_name}) partition {partition_id}",
+        )
+        return path
+
+    def reference_store(self, marker: dict) -> CheckpointStore:
+        """The store of the job a reuse marker points at (same kind, the source's format)."""
+        job_dir = storage.join(storage.dirname(self.job_dir), marker["reference"]["job_id"])
+        return CheckpointStore(job_dir, StorageFormat(marker["format"], marker["compression"]), prefix=self.prefix)
+
+    def _load_reference(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, marker: dict
+    ) -> LoadedCheckpoint | None:
+        ref = marker.get("reference") or {}
+        where = f"{self.kind} op {op_index} ({op_name}) partition {partition_id}"
+        if not ref.get("job_id") or storage.basename(self.job_dir) == ref.get("job_id"):
+            self._reject(op_index, op_name, partition_id, marker, "", f"its reuse marker is malformed ({ref})")
+            return None
+        source = self.reference_store(marker)
+        loaded = source.load_valid(op_index, op_name, int(ref.get("partition_id", -1)), partition_hash, fingerprint)
+        self.bytes_loaded += source.bytes_loaded
+        if loaded is None or loaded.table.num_rows != marker.get("num_rows"):
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                source.job_dir,
+                f"the reused {where} of job {ref['job_id']} is missing, changed or invalid",
+            )
+            return None
+        return LoadedCheckpoint(op_index=op_index, table=loaded.table, marker=marker)
+
     def _apply_delta(
         self, stored: pa.Table, delta: dict, partition_id: int, partition_hash: str, where: str, depth: int
     ) -> pa.Table | None:
@@ -342,6 +410,8 @@ class CheckpointStore:
         if marker.get("pipeline_fingerprint") != fingerprint:
             log.warning("ignoring %s: it was written by a different op pipeline", where)
             return None
+        if marker.get("reference") is not None:
+            return self._load_reference(op_index, op_name, partition_id, partition_hash, fingerprint, marker)
         path = storage.join(self.op_dir(op_index, op_name), marker.get("data_file", ""))
         try:
             data = storage.read_bytes(path)
@@ -358,6 +428,7 @@ class CheckpointStore:
                 f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)",
             )
             return None
+        self.bytes_loaded += len(data)
         got = hashing.file_digest(data)
         if got != marker.get("checksum"):
             self._reject(

@@ -1,0 +1,235 @@
+"""Reuse across jobs: a partition starts from an earlier job's checkpoint of the same rows and op chain.
+
+Opt-in with ``intermediate_storage.reuse_across_jobs: true`` (docs/nightly.md, "Reuse across
+nights").  A segment run that finds no checkpoint of its own looks its partition up in the work
+dir's index (engine/storage/reuse_index.py), latest checkpoint first, and takes the first that:
+
+1. has the same partition content hash, first row and row count, and the same op-chain
+   fingerprint, provider version, op implementation versions and storage format (the index key);
+2. comes after no global op whose keep mask differs: for every deduplicator up to that checkpoint,
+   this job's mask of the partition (computed over *this* job's whole input) must equal the source
+   job's mask bit for bit.  A first occurrence that moved (a new row before an old one, an old row
+   now a duplicate of an earlier new one) changes the mask, and the partition is recomputed from
+   the mask on; otherwise the rows after the deduplicator are provably the same;
+3. set no samples aside in ``failed/`` (those files live in the source job, not in this one);
+4. loads and verifies exactly as a resumed checkpoint does (commit marker, content hash,
+   fingerprint, size, xxh3 of every file, delta bases).
+
+It is then committed here as a reuse marker (``CheckpointStore.save_reference``: the data is read in
+place, never copied) after its source job is pinned, so gc keeps the source.  Anything else — no
+entry, a deleted or damaged source, a different mask — means the partition is computed, as without
+reuse.  The deduplicators' key phase is reused the same way (its keys are content-addressed too);
+their global step always runs again over all partitions, which is what keeps the masks exact.
+
+Entries are published only by a job that exported successfully (``publish_job``), one atomic file
+per key (invariant 8).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.execution.resume_point import checkpoint_candidates
+from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
+from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
+
+log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")
+
+REUSED_EVENT = "checkpoint_reused"
+
+
+def reuse_enabled(recipe) -> bool:
+    """Opted in, and no tracer (its per-partition samples would be missing for a reused partition)."""
+    return bool(recipe.intermediate_storage.reuse_across_jobs) and not recipe.tracer.open_tracer
+
+
+def _key(plan, part: dict, op_index: int, store: CheckpointStore) -> str:
+    return entry_key(
+        part["content_hash"],
+        part["start_row"],
+        part["num_rows"],
+        op_index,
+        chain_fingerprint(plan, op_index, store.fmt, store.prefix),
+    )
+
+
+def reuse_from_earlier_job(sc: SegmentContext, plog) -> PartitionState | None:
+    """The state of the latest reusable checkpoint of an earlier job inside this segment; None if none."""
+    if not reuse_enabled(sc.recipe):
+        return None
+    index = ReuseIndex(storage.dirname(sc.job_dir))
+    for k in checkpoint_candidates(sc.plan.checkpoint_points, sc.target, sc.seg.start - 1):
+        entry = index.lookup(_key(sc.plan, sc.part, k, sc.store))
+        if not entry or entry.get("job_id") == sc.ctx.job_id:
+            continue
+        state = _reuse_checkpoint(sc, k, entry)
+        if state is not None:
+            plog.resumed(k, sc.op_name(k), state.table.num_rows)
+            log.info(
+                "%s: reusing the checkpoint after op %d (%s) of job %s, %d rows",
+                sc.label,
+                k,
+                sc.op_name(k),
+                entry["job_id"],
+                state.table.num_rows,
+            )
+            return state
+    return None
+
+
+def _same_masks(sc: SegmentContext, source_dir: str, source_pid: int, upto: int) -> bool:
+    """Every global op at or before ``upto`` keeps exactly the same rows of this partition in both jobs."""
+    for op in sc.plan.ops[: upto + 1]:
+        if not op.is_global:
+            continue
+        new = mask_store(sc.job_dir).load_valid(op.index, op.name, sc.partition_id, sc.phash, op.fingerprint)
+        old = mask_store(source_dir).load_valid(op.index, op.name, source_pid, sc.phash, op.fingerprint)
+        if new is None or old is None:
+            return False
+        if not new.table.column(MASK_COLUMN).combine_chunks().equals(old.table.column(MASK_COLUMN).combine_chunks()):
+            log.info(
+                "%s: not reusing job %s past op %d (%s): its keep mask differs here (a first occurrence moved)",
+                sc.label,
+                storage.basename(source_dir),
+                op.index,
+                op.name,
+            )
+            return False
+    return True
+
+
+def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState | None:
+    source_job, source_pid = str(entry["job_id"]), int(entry.get("partition_id", -1))
+    source_dir = storage.join(storage.dirname(sc.job_dir), source_job)
+    pin_source(sc.job_dir, source_job)  # before anything of the source is read: gc keeps it from now on
+    if not _same_masks(sc, source_dir, source_pid, k):
+        return None
+    source = CheckpointStore(source_dir, sc.store.fmt)
+    marker = source.read_marker(k, sc.op_name(k), source_pid)
+    if not marker or any(FAILED_FILE_KEY in (a or {}) for a in marker.get("accounting") or []):
+        return None
+    loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
+    if loaded is None:  # missing, changed or torn: never trusted (load_valid said why)
+        return None
+    sc.store.save_reference(
+        op_index=k,
+        op_name=sc.op_name(k),
+        partition_id=sc.partition_id,
+        source_job_id=source_job,
+        source_partition_id=source_pid,
+        source_marker=loaded.marker,
+        partition_hash=sc.phash,
+        fingerprint=sc.fp(k),
+    )
+    ref = sc.store.read_marker(k, sc.op_name(k), sc.partition_id) or loaded.marker
+    sc.checkpoints.loaded(k, ref)
+    keys_reused, key_bytes = False, 0
+    if k == sc.target and sc.seg.keys_for_global is not None:
+        keys_reused, key_bytes = _reuse_keys(sc, sc.seg.keys_for_global, source_dir, source_job, source_pid)
+    sc.reused_keys = keys_reused
+    sc.result.reused_from_job = source_job
+    sc.events.emit(
+        REUSED_EVENT,
+        partition_id=sc.partition_id,
+        segment=sc.segment_index,
+        op_index=k,
+        op_name=sc.op_name(k),
+        output_rows=loaded.table.num_rows,
+        source_job=source_job,
+        source_partition_id=source_pid,
+        bytes=source.bytes_loaded + key_bytes,
+        whole_segment=k == sc.target,
+        keys_reused=keys_reused,
+        status="reused",
+    )
+    return PartitionState(loaded.table, list(loaded.marker.get("accounting", [])), k, k)
+
+
+def _reuse_keys(sc: SegmentContext, g: int, source_dir: str, source_job: str, source_pid: int) -> tuple[bool, int]:
+    """The source's committed dedup keys of this partition, committed here as a reuse marker; (done, bytes)."""
+    source = keys_store(source_dir)
+    loaded = source.load_valid(g, sc.op_name(g), source_pid, sc.phash, sc.fp(g))
+    if loaded is None or loaded.table.num_rows != loaded.marker.get("num_rows"):
+        return False, 0
+    sc.kstore.save_reference(
+        op_index=g,
+        op_name=sc.op_name(g),
+        partition_id=sc.partition_id,
+        source_job_id=source_job,
+        source_partition_id=source_pid,
+        source_marker=loaded.marker,
+        partition_hash=sc.phash,
+        fingerprint=sc.fp(g),
+    )
+    return True, source.bytes_loaded
+
+
+# -- publishing, after a successful export -------------------------------------------------------------
+def publish_job(ctx) -> int:
+    """Index every committed checkpoint and key set of this completed job; returns the entries written.
+
+    A reuse marker is published as its source (the job holding the data), so chains stay one hop.
+    Never raises: the index is an optimisation, and the export it follows is already committed."""
+    if not reuse_enabled(ctx.recipe):
+        return 0
+    written = 0
+    try:
+        index = ReuseIndex(storage.dirname(ctx.job_dir))
+        plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
+        stores = [(CheckpointStore(ctx.job_dir, ctx.storage_format), list(plan.checkpoint_points))]
+        stores.append((keys_store(ctx.job_dir), [op.index for op in plan.ops if op.is_global]))
+        for store, points in stores:
+            for k in points:
+                name = plan.ops[k].name
+                for p in parts:
+                    pid = p["partition_id"]
+                    if not store.is_committed(k, name, pid, p["content_hash"], plan.ops[k].fingerprint):
+                        continue
+                    marker = store.read_marker(k, name, pid) or {}
+                    ref = marker.get("reference") or {}
+                    index.publish(
+                        _key(plan, p, k, store),
+                        {
+                            "job_id": ref.get("job_id") or ctx.job_id,
+                            "partition_id": int(ref.get("partition_id", pid)),
+                            "op_index": k,
+                            "op_name": name,
+                            "store": store.prefix,
+                            "partition_hash": p["content_hash"],
+                            "start_row": p["start_row"],
+                            "num_rows": p["num_rows"],
+                            "published_by": ctx.job_id,
+                        },
+                    )
+                    written += 1
+    except Exception as exc:  # noqa: BLE001 - the export is committed; a missing entry only costs recomputation
+        log.warning("could not publish this job's checkpoints to the reuse index: %s", exc)
+    return written
+
+
+# -- the summary's reuse section --------------------------------------------------------------------------
+def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
+    """What this job reused and what it computed, from its ``checkpoint_reused`` events."""
+    latest: dict[tuple, dict] = {}  # one per partition, segment and op: a retried task reports again
+    for e in events:
+        if e.get("event_type") == REUSED_EVENT:
+            latest[(e.get("partition_id"), e.get("segment"), e.get("op_index"))] = e
+    reused = list(latest.values())
+    whole: dict[int, set[int]] = {}
+    for e in reused:
+        if e.get("whole_segment"):
+            whole.setdefault(int(e["partition_id"]), set()).add(int(e.get("segment", 0)))
+    n_segments = len(plan.segments)
+    fully = {pid for pid, segs in whole.items() if len(segs) == n_segments}
+    return {
+        "partitions_reused": len(fully),
+        "partitions_partly_reused": len({int(e["partition_id"]) for e in reused} - fully),
+        "checkpoints_reused": len(reused) + sum(1 for e in reused if e.get("keys_reused")),
+        "bytes_reused": int(sum(int(e.get("bytes") or 0) for e in reused)),
+        "source_jobs": sorted({str(e.get("source_job")) for e in reused}),
+        "computed_partitions": num_partitions - len(fully),
+    }
