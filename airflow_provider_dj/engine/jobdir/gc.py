@@ -12,7 +12,8 @@ jobs and the index entries that point at them, and never deletes what a job stil
   the jobs those reference in turn.
 
 With a size budget (``max_bytes``), older kept completed jobs that nothing kept references are
-dropped too, oldest first, until the kept checkpoints fit.  Only checkpoint data goes
+dropped too, oldest first, until the kept checkpoints fit; the newest completed job always stays
+(it is what the next night reuses).  Only checkpoint data goes
 (``checkpoints/checkpoint_op_*``, ``dedup_keys_op_*``, ``dedup_mask_op_*``); the summary, events,
 ``partitioning_info.json``, ``failed/`` samples and the export stay.  Decisions and deletions run
 under the exclusive gc lock, against which jobs write their pins (``reuse_index.gc_guard``).
@@ -146,13 +147,18 @@ def choose_kept(jobs: list[JobEntry], keep_last_n_jobs: int | None, max_bytes: i
     chosen = must | {j.job_id for j in newest}
     kept = _closure(chosen, by_id)
     if max_bytes is not None:
-        for j in reversed(newest):  # oldest kept completed job first
-            if sum(by_id[k].checkpoint_bytes for k in kept) <= max_bytes:
-                break
-            trial = _closure(chosen - {j.job_id}, by_id)
-            if j.job_id not in trial:  # nothing kept references it
-                chosen.discard(j.job_id)
-                kept = trial
+        # Oldest first, never the newest completed job (tomorrow's reuse source); a job that a kept job
+        # references waits until that one goes, so go round until nothing more can be dropped.
+        changed = True
+        while changed and sum(by_id[k].checkpoint_bytes for k in kept) > max_bytes:
+            changed = False
+            for j in reversed(newest[1:]):
+                if j.job_id not in chosen or sum(by_id[k].checkpoint_bytes for k in kept) <= max_bytes:
+                    continue
+                trial = _closure(chosen - {j.job_id}, by_id)
+                if j.job_id not in trial:  # nothing kept references it
+                    chosen.discard(j.job_id)
+                    kept, changed = trial, True
     return kept
 
 
