@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import logging
 
+import pyarrow as pa
+
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.execution.resume_point import checkpoint_candidates
@@ -40,6 +42,7 @@ from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fin
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")
 
 REUSED_EVENT = "checkpoint_reused"
+PLACEHOLDER_COLUMN = "__dj__reused_rows__"
 
 
 def reuse_enabled(recipe) -> bool:
@@ -112,48 +115,69 @@ def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState
     marker = source.read_marker(k, sc.op_name(k), source_pid)
     if not marker or any(FAILED_FILE_KEY in (a or {}) for a in marker.get("accounting") or []):
         return None
-    loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
-    if loaded is None:  # missing, changed or torn: never trusted (load_valid said why)
-        return None
+    whole = k == sc.target
+    table = None
+    if whole:
+        # The segment's whole output: no op runs on it here, so its rows are not needed now. Every
+        # integrity check runs (verify_valid); the next segment and the export decode it with load_valid.
+        verified = source.verify_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
+        if verified is None:
+            return None
+        marker = verified
+    else:
+        loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
+        if loaded is None:  # missing, changed or torn: never trusted (load_valid said why)
+            return None
+        marker, table = loaded.marker, loaded.table
+    keys_reused, key_bytes = False, 0
+    if whole and sc.seg.keys_for_global is not None:
+        keys_reused, key_bytes = _reuse_keys(sc, sc.seg.keys_for_global, source_dir, source_job, source_pid)
+    if table is None and sc.seg.keys_for_global is not None and not keys_reused:
+        loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))  # rows for the key phase
+        if loaded is None:
+            return None
+        marker, table = loaded.marker, loaded.table
     sc.store.save_reference(
         op_index=k,
         op_name=sc.op_name(k),
         partition_id=sc.partition_id,
         source_job_id=source_job,
         source_partition_id=source_pid,
-        source_marker=loaded.marker,
+        source_marker=marker,
         partition_hash=sc.phash,
         fingerprint=sc.fp(k),
     )
-    ref = sc.store.read_marker(k, sc.op_name(k), sc.partition_id) or loaded.marker
+    ref = sc.store.read_marker(k, sc.op_name(k), sc.partition_id) or marker
     sc.checkpoints.loaded(k, ref)
-    keys_reused, key_bytes = False, 0
-    if k == sc.target and sc.seg.keys_for_global is not None:
-        keys_reused, key_bytes = _reuse_keys(sc, sc.seg.keys_for_global, source_dir, source_job, source_pid)
     sc.reused_keys = keys_reused
     sc.result.reused_from_job = source_job
+    rows = int(marker.get("num_rows") or 0)
     sc.events.emit(
         REUSED_EVENT,
         partition_id=sc.partition_id,
         segment=sc.segment_index,
         op_index=k,
         op_name=sc.op_name(k),
-        output_rows=loaded.table.num_rows,
+        output_rows=rows,
         source_job=source_job,
         source_partition_id=source_pid,
         bytes=source.bytes_loaded + key_bytes,
-        whole_segment=k == sc.target,
+        whole_segment=whole,
         keys_reused=keys_reused,
         status="reused",
     )
-    return PartitionState(loaded.table, list(loaded.marker.get("accounting", [])), k, k)
+    if table is None:
+        # Nothing runs after it in this segment: a stand-in of the right row count (a null column has no
+        # buffers) carries the count to the segment's report; no reader sees it.
+        table = pa.table({PLACEHOLDER_COLUMN: pa.nulls(rows)})
+    return PartitionState(table, list(marker.get("accounting", [])), k, k)
 
 
 def _reuse_keys(sc: SegmentContext, g: int, source_dir: str, source_job: str, source_pid: int) -> tuple[bool, int]:
     """The source's committed dedup keys of this partition, committed here as a reuse marker; (done, bytes)."""
     source = keys_store(source_dir)
-    loaded = source.load_valid(g, sc.op_name(g), source_pid, sc.phash, sc.fp(g))
-    if loaded is None or loaded.table.num_rows != loaded.marker.get("num_rows"):
+    marker = source.verify_valid(g, sc.op_name(g), source_pid, sc.phash, sc.fp(g))  # the global step decodes it
+    if marker is None:
         return False, 0
     sc.kstore.save_reference(
         op_index=g,
@@ -161,7 +185,7 @@ def _reuse_keys(sc: SegmentContext, g: int, source_dir: str, source_job: str, so
         partition_id=sc.partition_id,
         source_job_id=source_job,
         source_partition_id=source_pid,
-        source_marker=loaded.marker,
+        source_marker=marker,
         partition_hash=sc.phash,
         fingerprint=sc.fp(g),
     )

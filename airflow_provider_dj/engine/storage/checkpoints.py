@@ -303,6 +303,7 @@ class CheckpointStore:
             path,
             json.dumps(marker).encode(),
             what=f"the reuse marker of the {self.kind} of op {op_index} ({op_name}) partition {partition_id}",
+            durable=False,  # lost after a power cut, the partition is reused or computed again
         )
         return path
 
@@ -392,6 +393,78 @@ class CheckpointStore:
         """The checkpoint if it is complete and derives from this input and pipeline, else None.
 
         A delta checkpoint is rebuilt from its base, which must itself be valid."""
+        checked = self._checked(op_index, op_name, partition_id, partition_hash, fingerprint, _depth)
+        if checked is None:
+            return None
+        marker, data, path = checked
+        if marker.get("reference") is not None:
+            return self._load_reference(op_index, op_name, partition_id, partition_hash, fingerprint, marker)
+        where = f"checkpoint op {op_index} ({op_name}) partition {partition_id}"
+        try:
+            table = StorageFormat(marker["format"], marker["compression"]).decode(data)
+        except Exception as exc:  # noqa: BLE001 - corrupt despite matching checksum: treat as absent
+            self._reject(op_index, op_name, partition_id, marker, path, f"it cannot be decoded ({exc})")
+            return None
+        if marker.get("delta") is not None:
+            table = self._apply_delta(table, marker["delta"], partition_id, partition_hash, where, _depth)
+            if table is None:
+                return None
+        if table.num_rows != marker.get("num_rows"):
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"it holds {table.num_rows} rows, the commit marker recorded {marker.get('num_rows')}",
+            )
+            return None
+        return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
+
+    def verify_valid(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, _depth: int = 0
+    ) -> dict | None:
+        """The commit marker if the checkpoint passes every integrity check short of decoding it, else None.
+
+        The same checks as :meth:`load_valid` — marker, content hash, fingerprint, size and xxh3 of the
+        data file and of the ``failed/`` files it counts, down every delta base and reuse reference —
+        for a caller that needs no rows (a reused segment output that the next reader decodes with
+        load_valid anyway).  A failure rejects the checkpoint exactly as load_valid does."""
+        checked = self._checked(op_index, op_name, partition_id, partition_hash, fingerprint, _depth)
+        if checked is None:
+            return None
+        marker = checked[0]
+        ref = marker.get("reference")
+        if ref is not None:
+            if not ref.get("job_id") or storage.basename(self.job_dir) == ref.get("job_id"):
+                self._reject(op_index, op_name, partition_id, marker, "", f"its reuse marker is malformed ({ref})")
+                return None
+            source = self.reference_store(marker)
+            ok = source.verify_valid(op_index, op_name, int(ref.get("partition_id", -1)), partition_hash, fingerprint)
+            self.bytes_loaded += source.bytes_loaded
+            if ok is None or ok.get("num_rows") != marker.get("num_rows"):
+                self._reject(op_index, op_name, partition_id, marker, source.job_dir, "its reused source is invalid")
+                return None
+            return marker
+        delta = marker.get("delta")
+        if delta is not None:
+            base = self.verify_valid(
+                delta["base_op_index"],
+                delta["base_op_name"],
+                partition_id,
+                partition_hash,
+                delta["base_fingerprint"],
+                _depth + 1,
+            )
+            if base is None or base.get("num_rows") != delta.get("base_rows"):
+                return None
+        return marker
+
+    def _checked(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, _depth: int
+    ) -> tuple[dict, bytes, str] | None:
+        """(marker, data file bytes, path) of a committed checkpoint of this input and pipeline whose bytes
+        are as committed; None (rejecting a damaged one) otherwise.  A reuse marker has no data here (b"")."""
         if _depth > MAX_DELTA_CHAIN:
             log.warning(
                 "ignoring checkpoint op %d partition %d: delta chain longer than %d",
@@ -411,7 +484,7 @@ class CheckpointStore:
             log.warning("ignoring %s: it was written by a different op pipeline", where)
             return None
         if marker.get("reference") is not None:
-            return self._load_reference(op_index, op_name, partition_id, partition_hash, fingerprint, marker)
+            return marker, b"", ""
         path = storage.join(self.op_dir(op_index, op_name), marker.get("data_file", ""))
         try:
             data = storage.read_bytes(path)
@@ -445,26 +518,7 @@ class CheckpointStore:
         if problem:
             self._reject(op_index, op_name, partition_id, marker, path, problem)
             return None
-        try:
-            table = StorageFormat(marker["format"], marker["compression"]).decode(data)
-        except Exception as exc:  # noqa: BLE001 - corrupt despite matching checksum: treat as absent
-            self._reject(op_index, op_name, partition_id, marker, path, f"it cannot be decoded ({exc})")
-            return None
-        if marker.get("delta") is not None:
-            table = self._apply_delta(table, marker["delta"], partition_id, partition_hash, where, _depth)
-            if table is None:
-                return None
-        if table.num_rows != marker.get("num_rows"):
-            self._reject(
-                op_index,
-                op_name,
-                partition_id,
-                marker,
-                path,
-                f"it holds {table.num_rows} rows, the commit marker recorded {marker.get('num_rows')}",
-            )
-            return None
-        return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
+        return marker, data, path
 
     # -- integrity ----------------------------------------------------------
     def _failed_files_problem(self, marker: dict) -> str | None:

@@ -80,7 +80,10 @@ class ReuseIndex:
 
     def publish(self, key: str, entry: dict) -> None:
         storage.atomic_write_bytes(
-            self.path(key), json.dumps(dict(entry, published_at=time.time())).encode(), what="a reuse-index entry"
+            self.path(key),
+            json.dumps(dict(entry, published_at=time.time())).encode(),
+            what="a reuse-index entry",
+            durable=False,  # a hint: lost or empty after a power cut, the partition is computed
         )
 
     def lookup(self, key: str) -> dict | None:
