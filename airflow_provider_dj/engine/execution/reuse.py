@@ -27,9 +27,11 @@ per key (invariant 8).
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pyarrow as pa
+import xxhash
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, keys_store, mask_store
@@ -257,3 +259,83 @@ def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
         "source_jobs": sorted({str(e.get("source_job")) for e in reused}),
         "computed_partitions": num_partitions - len(fully),
     }
+
+
+# -- export parts: the serialized rows of a reused final checkpoint -------------------------------------
+EXPORT_PART_STORE = "export_part_jsonl"
+
+
+def _export_part_key(ctx, source_job: str, source_pid: int) -> str:
+    """The JSONL bytes of one final checkpoint (its source job and partition) as this recipe exports them."""
+    plan, recipe = ctx.plan, ctx.recipe
+    final = plan.final_op_index
+    doc = [
+        EXPORT_PART_STORE,
+        source_job,
+        int(source_pid),
+        chain_fingerprint(plan, final, ctx.storage_format, "checkpoint_op"),
+        bool(recipe.keep_stats_in_res_ds),
+        bool(recipe.keep_hashes_in_res_ds),
+    ]
+    return entry_key("", 0, 0, final, json.dumps(doc))
+
+
+def checkpoint_source(job_id: str, pid: int, marker: dict) -> tuple[str, int]:
+    """The job and partition whose data file a final checkpoint is (itself, or what its reuse marker names)."""
+    ref = (marker or {}).get("reference") or {}
+    return (str(ref["job_id"]), int(ref.get("partition_id", pid))) if ref.get("job_id") else (job_id, pid)
+
+
+def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
+    """The exported JSONL bytes of partition ``pid`` when an earlier export wrote the same final checkpoint:
+    read from that export at the recorded range and trusted only if its length, row count and xxh3 match.
+
+    Only for a reused final checkpoint (a reuse marker): its rows are then exactly the rows the earlier
+    job exported, masks included. None means serialize as usual."""
+    if not (marker or {}).get("reference"):
+        return None
+    source = checkpoint_source(ctx.job_id, pid, marker)
+    entry = ReuseIndex(storage.dirname(ctx.job_dir)).lookup(_export_part_key(ctx, *source))
+    if not entry or int(entry.get("rows", -1)) != int(marker.get("num_rows", -2)):
+        return None
+    try:
+        with storage.open_read(entry["export_path"]) as fh:
+            fh.seek(int(entry["offset"]))
+            data = fh.read(int(entry["length"]))
+    except (OSError, KeyError, ValueError) as exc:
+        log.info("partition %d: the earlier export part is unreadable (%s); serializing", pid, exc)
+        return None
+    if len(data) != int(entry["length"]) or xxhash.xxh3_128_hexdigest(data) != entry.get("xxh3"):
+        log.info("partition %d: the earlier export changed since (%s); serializing", pid, entry["export_path"])
+        return None
+    return data
+
+
+def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
+    """Index where this export holds each partition's JSONL bytes, for the next job that reuses its
+    final checkpoint.  Published after the export committed; never raises."""
+    if not reuse_enabled(ctx.recipe):
+        return 0
+    n = 0
+    try:
+        index = ReuseIndex(storage.dirname(ctx.job_dir))
+        for w in written:
+            source_job, source_pid = w["source"]
+            index.publish(
+                _export_part_key(ctx, source_job, source_pid),
+                {
+                    "job_id": ctx.job_id,
+                    "export_path": export_path,
+                    "offset": w["offset"],
+                    "length": w["length"],
+                    "xxh3": w["xxh3"],
+                    "rows": w["rows"],
+                    "store": EXPORT_PART_STORE,
+                    "source_job": source_job,
+                    "source_partition_id": source_pid,
+                },
+            )
+            n += 1
+    except Exception as exc:  # noqa: BLE001 - the export is committed; a missing entry only costs serializing
+        log.warning("could not publish this export's parts to the reuse index: %s", exc)
+    return n

@@ -10,6 +10,7 @@ every op is checked (invariant 6); a mismatch fails the job.
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from typing import Callable, Iterator
@@ -115,19 +116,54 @@ def export_job(
         resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
     )
 
+    def table_of(p: dict) -> pa.Table:
+        cp = store.load_valid(
+            final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
+        )
+        if cp is None:
+            raise MissingFinalCheckpointError(
+                f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
+            )
+        return clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+
     def tables():
         for p in parts:
-            cp = store.load_valid(
-                final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
-            )
-            if cp is None:
-                raise MissingFinalCheckpointError(
-                    f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
-                )
-            yield clean_for_export(cp.table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+            yield table_of(p)
 
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
         part_source = None
+    from airflow_provider_dj.engine.execution import reuse
+
+    # Nightly reuse: each partition's bytes go through one buffer, so their range in the export is known
+    # (published for the next night) and a reused final checkpoint's bytes can come from the last export.
+    by_part = reuse.reuse_enabled(recipe) and part_source is None and not recipe.export_path.endswith(".parquet")
+    written_parts: list[dict] = []
+    parts_copied = 0
+
+    def reusing_parts(out) -> Iterator[int]:
+        nonlocal parts_copied
+        for p in parts:
+            pid = p["partition_id"]
+            data = reuse.reused_export_part(ctx, pid, markers[pid])
+            if data is None:
+                buf = io.BytesIO()
+                rows_p = _write_table(table_of(p), buf)
+                data = buf.getvalue()
+            else:
+                rows_p = int(markers[pid]["num_rows"])
+                parts_copied += 1
+            written_parts.append(
+                {
+                    "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
+                    "offset": out.n,
+                    "length": len(data),
+                    "xxh3": xxhash.xxh3_128_hexdigest(data),
+                    "rows": rows_p,
+                }
+            )
+            out.write(data)
+            yield rows_p
+
     rows = 0
     with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
         out = _HashingWriter(raw)
@@ -138,9 +174,13 @@ def export_job(
             rows = table.num_rows
         else:
             fault_spec = load_faults(job_dir)
-            for n, nrows in enumerate(
-                _jsonl_parts(part_source, out) if part_source else (_write_table(t, out) for t in tables())
-            ):
+            if part_source:
+                chunks = _jsonl_parts(part_source, out)
+            elif by_part:
+                chunks = reusing_parts(out)
+            else:
+                chunks = (_write_table(t, out) for t in tables())
+            for n, nrows in enumerate(chunks):
                 rows += nrows
                 if n == 0:
                     out.flush()
@@ -211,6 +251,8 @@ def export_job(
 
     if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
         summary["reuse"]["published_entries"] = publish_job(ctx)
+        summary["reuse"]["export_parts_reused"] = parts_copied
+        summary["reuse"]["published_entries"] += reuse.publish_export_parts(ctx, recipe.export_path, written_parts)
     write_json(ctx.path(JOB_SUMMARY), summary)
     after_summary_written(job_dir, summary)
     log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)

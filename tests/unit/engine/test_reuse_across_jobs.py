@@ -95,6 +95,8 @@ def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights
     assert reuse["partitions_reused"] == OLD_FILES * ROWS // SIZE  # every old partition, through both dedups
     assert reuse["computed_partitions"] == 1 and reuse["source_jobs"] == ["night1"]
     assert reuse["bytes_reused"] > 0 and reuse["checkpoints_reused"] >= 2 * reuse["partitions_reused"]
+    # the reused partitions' JSONL bytes were copied from night 1's export (checked by their xxh3)
+    assert reuse["export_parts_reused"] == reuse["partitions_reused"]
     assert nights["s1"]["reuse"]["partitions_reused"] == 0 and nights["s1"]["reuse"]["published_entries"] > 0
     assert pinned_sources(nights["night2"]) == {"night1"}
     # read in place: night 2 holds reuse markers, not copies of night 1's data files
@@ -117,9 +119,27 @@ def test_a_flipped_byte_in_a_reused_checkpoint_is_never_trusted(nights, tmp_path
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    _, s = run_job(tmp_path, nights["data"], "night2b", work)
+    # ... and one byte of the last export of these checkpoints (night 2's, which published the latest
+    # entries), inside the last old partition's rows: that part is serialized again
+    last_old = OLD_FILES * ROWS // SIZE - 1
+    entry_path = ReuseIndex(str(work)).entries()
+    export1 = nights["tmp"] / "night2.jsonl"
+    original = export1.read_bytes()
+    part = next(
+        e
+        for _, e in entry_path
+        if e.get("store") == "export_part_jsonl" and (e["source_job"], e["source_partition_id"]) == ("night1", last_old)
+    )
+    assert part["job_id"] == "night2"
+    at = part["offset"] + part["length"] // 2
+    export1.write_bytes(original[:at] + bytes([original[at] ^ 0x01]) + original[at + 1 :])
+    try:
+        _, s = run_job(tmp_path, nights["data"], "night2b", work)
+    finally:
+        export1.write_bytes(original)
     assert _bytes(tmp_path / "night2b.jsonl") == _bytes(nights["tmp"] / "scratch.jsonl")
     assert s["reuse"]["partitions_reused"] == OLD_FILES * ROWS // SIZE - 1
+    assert s["reuse"]["export_parts_reused"] == OLD_FILES * ROWS // SIZE - 2
     rejected = [e for e in read_events(str(night1)) if e["event_type"] == "checkpoint_rejected"]
     assert [e["partition_id"] for e in rejected] == [2]
 
