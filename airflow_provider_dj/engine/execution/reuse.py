@@ -311,6 +311,20 @@ def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
     return data
 
 
+def mostly_reused_export(ctx) -> bool:
+    """Whether most final checkpoints are reuse markers: then the export copies their bytes from the last
+    export in this process (``reused_export_part``) instead of serializing every partition in parallel."""
+    if not reuse_enabled(ctx.recipe):
+        return False
+    plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
+    store = CheckpointStore(ctx.job_dir, ctx.storage_format)
+    final = plan.final_op_index
+    refs = sum(
+        1 for p in parts if (store.read_marker(final, plan.ops[final].name, p["partition_id"]) or {}).get("reference")
+    )
+    return refs * 2 > len(parts)
+
+
 def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
     """Index where this export holds each partition's JSONL bytes, for the next job that reuses its
     final checkpoint.  Published after the export committed; never raises."""

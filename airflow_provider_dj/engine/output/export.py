@@ -64,12 +64,17 @@ def _write_table(table: pa.Table, out) -> int:
     return table.num_rows
 
 
-def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int]:
-    """Copy each part file into the export in order; yield its row count."""
+def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out, record: list | None = None) -> Iterator[int]:
+    """Copy each part file into the export in order; yield its row count.  ``record`` gets each part's
+    range in the export (partition, offset, length, xxh3, rows) for nightly reuse."""
     for part in part_source():
+        start, h = out.n, xxhash.xxh3_128()
         with storage.open_read(part["path"]) as fh:
             for chunk in storage.iter_chunks(fh):
+                h.update(chunk)
                 out.write(chunk)
+        if record is not None:
+            record.append((part["partition_id"], start, out.n - start, h.hexdigest(), part["rows"]))
         yield part["rows"]
 
 
@@ -138,6 +143,7 @@ def export_job(
     # (published for the next night) and a reused final checkpoint's bytes can come from the last export.
     by_part = reuse.reuse_enabled(recipe) and part_source is None and not recipe.export_path.endswith(".parquet")
     written_parts: list[dict] = []
+    copied_ranges: list[tuple] = []  # the parallel path's parts, as (partition, offset, length, xxh3, rows)
     parts_copied = 0
 
     def reusing_parts(out) -> Iterator[int]:
@@ -175,7 +181,7 @@ def export_job(
         else:
             fault_spec = load_faults(job_dir)
             if part_source:
-                chunks = _jsonl_parts(part_source, out)
+                chunks = _jsonl_parts(part_source, out, copied_ranges if reuse.reuse_enabled(recipe) else None)
             elif by_part:
                 chunks = reusing_parts(out)
             else:
@@ -252,6 +258,16 @@ def export_job(
     if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
         summary["reuse"]["published_entries"] = publish_job(ctx)
         summary["reuse"]["export_parts_reused"] = parts_copied
+        written_parts += [
+            {
+                "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
+                "offset": o,
+                "length": n,
+                "xxh3": h,
+                "rows": r,
+            }
+            for pid, o, n, h, r in copied_ranges
+        ]
         summary["reuse"]["published_entries"] += reuse.publish_export_parts(ctx, recipe.export_path, written_parts)
     write_json(ctx.path(JOB_SUMMARY), summary)
     after_summary_written(job_dir, summary)
