@@ -210,3 +210,22 @@ def test_gc_keeps_running_resumable_and_referenced_jobs_and_removes_the_rest(nig
     none_kept = collect(str(work), keep_last_n_jobs=0)
     assert {k["job_id"]: k["why"] for k in none_kept.kept}["night2"] == "running"
     assert "night1" in {k["job_id"] for k in none_kept.kept}  # still referenced by the running job
+
+
+def test_a_pin_waits_for_a_running_gc(tmp_path):
+    """gc decides and deletes under the exclusive lock; a job's pin (shared lock) lands before or after,
+    never in between, so gc never deletes a source that a pin written before it started protects."""
+    import threading
+
+    from airflow_provider_dj.engine.storage.reuse_index import gc_guard, pin_source
+
+    job = tmp_path / "night2"
+    job.mkdir()
+    done = threading.Event()
+    with gc_guard(str(tmp_path), exclusive=True):
+        t = threading.Thread(target=lambda: (pin_source(str(job), "night1"), done.set()))
+        t.start()
+        assert not done.wait(0.5)  # blocked while gc holds the lock
+        assert pinned_sources(str(job)) == set()
+    t.join(5)
+    assert done.is_set() and pinned_sources(str(job)) == {"night1"}
