@@ -266,6 +266,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
             )
         print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
+        reuse = summary.get("reuse")
+        if reuse:  # nightly reuse across jobs (docs/nightly.md)
+            print(
+                f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
+                f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "
+                f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
+            )
         return 0
     if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
         print(
@@ -313,6 +320,27 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     job_dir = storage.join(args.work_dir or settings.get("work_dir") or ".", args.job_id)
     lock = job_lock.force_unlock(job_dir)
     print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Delete old completed jobs' checkpoints in a work dir, never a running, resumable or referenced job's."""
+    from airflow_provider_dj.engine.jobdir.gc import collect
+
+    work_dir = args.work_dir or settings.get("work_dir") or "."
+    keep = args.keep_last_n_jobs if args.keep_last_n_jobs is not None else settings.get("gc_keep_last_n_jobs")
+    budget = args.max_bytes if args.max_bytes is not None else settings.get("gc_max_bytes")
+    res = collect(work_dir, keep_last_n_jobs=keep, max_bytes=budget, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for d in res.deleted:
+        print(f"{verb} the checkpoints of job {d['job_id']} ({d['status']}): {d['bytes']} bytes")
+    for k in res.kept:
+        print(f"kept job {k['job_id']} ({k['why']}): {k['bytes']} bytes")
+    print(
+        f"{verb} {len(res.deleted)} jobs' checkpoints, {'would free' if args.dry_run else 'freed'} "
+        f"{res.freed_bytes} bytes; {res.index_entries_removed} reuse-index entries "
+        f"{'would be ' if args.dry_run else ''}removed"
+    )
     return 0
 
 
@@ -452,6 +480,16 @@ def build_parser() -> argparse.ArgumentParser:
     mon.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes with --watch")
     mon.add_argument("--max-iterations", type=int, default=None, help=argparse.SUPPRESS)
     mon.set_defaults(func=cmd_monitor)
+    gc = sub.add_parser(
+        "gc", help="delete old completed jobs' checkpoints (never a running, resumable or reused job's)"
+    )
+    gc.add_argument("--work-dir", help="the work dir to clean (default: $DJ_WORK_DIR or .)")
+    gc.add_argument(
+        "--keep-last-n-jobs", type=int, help="newest completed jobs to keep (default: DJ_GC_KEEP_LAST_N_JOBS)"
+    )
+    gc.add_argument("--max-bytes", type=int, help="size budget of the kept checkpoints (default: DJ_GC_MAX_BYTES)")
+    gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")
+    gc.set_defaults(func=cmd_gc)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
     return p

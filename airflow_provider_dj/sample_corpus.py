@@ -68,3 +68,25 @@ def write_corpus(path: str, n: int, seed: int = 42) -> str:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def write_growth_file(path: str, earlier_texts: list[str], n: int, seed: int, dup_rate: float = 0.3) -> str:
+    """A new input file for the next night of a growing corpus: ``n`` fresh rows, of which about
+    ``dup_rate`` repeat a row of an earlier night, half exactly and half with one word changed
+    (a near duplicate).  Deterministic from the seed, like ``write_corpus``."""
+    rng = random.Random(seed)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for i, row in enumerate(generate_rows(n, seed)):
+            if earlier_texts and rng.random() < dup_rate:
+                text = rng.choice(earlier_texts)
+                if rng.random() < 0.5:
+                    words = text.split(" ")
+                    words[rng.randrange(len(words))] = rng.choice(_WORDS)
+                    text = " ".join(words)
+                row["text"] = text
+            row["id"] = f"{seed}-{i}"
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path

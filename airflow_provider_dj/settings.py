@@ -255,6 +255,22 @@ SETTINGS: tuple[Setting, ...] = (
         "1",
     ),
     _s(
+        "gc_keep_last_n_jobs",
+        "integer",
+        3,
+        "`dj-airflow gc` keeps the checkpoints of this many newest completed jobs per work dir (running, "
+        "resumable and referenced jobs are always kept); `--keep-last-n-jobs` overrides it.",
+        "7",
+    ),
+    _s(
+        "gc_max_bytes",
+        "integer",
+        None,
+        "`dj-airflow gc` also drops older completed jobs' checkpoints, oldest first, until the kept ones fit "
+        "in this many bytes (never a running, resumable or referenced job's); unset: no size budget.",
+        "500000000000",
+    ),
+    _s(
         "embed_model_dir",
         "string",
         None,

@@ -113,6 +113,10 @@ KEY_TEXT: dict[str, str] = {
     "GPU probe for GPU pipelines; an integer overrides).",
     "partition.max_initialization_overhead_ratio": "`auto` groups: largest share of a pool's life spent "
     "loading models.",
+    "partition.align": "`rows`: one even split of all rows. `file`: partitions never span two input files "
+    "(each file split by `size`, or `num_of_partitions` allotted in proportion to rows), so new files "
+    "leave the old partitions and their hashes unchanged, for `reuse_across_jobs` "
+    "([nightly.md](nightly.md#reuse-across-nights)).",
     "partition.pool": 'An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS ""`).',
     # checkpoint
     "checkpoint.enabled": "false is the same as `strategy: disabled`.",
@@ -128,6 +132,9 @@ KEY_TEXT: dict[str, str] = {
     "intermediate_storage.retention_policy": "Applied only after a successful export: `keep_all`, "
     "`keep_failed_only` (keep partitions with failed samples) or "
     "`cleanup_all`. A failed job never deletes anything.",
+    "intermediate_storage.reuse_across_jobs": "Start partitions from the committed checkpoints of earlier jobs in "
+    "the same work_dir with the same rows and op chain, validated as on resume "
+    "([nightly.md](nightly.md#reuse-across-nights)); `dj-airflow gc` cleans old jobs.",
     # dedup_history
     "dedup_history": "Section, ours: the listed deduplicators also remove rows duplicating a row that an earlier "
     "job of this corpus exported ([nightly.md](nightly.md#deduplication-against-history)).",
@@ -328,6 +335,7 @@ def _allowed(key: str) -> str:
         "checkpoint.strategy": S.CHECKPOINT_STRATEGIES,
         "intermediate_storage.format": S.STORAGE_FORMATS,
         "intermediate_storage.retention_policy": S.RETENTION_POLICIES,
+        "partition.align": S.PARTITION_ALIGNS,
     }
     if key in table:
         return " \\| ".join(_code(v) for v in table[key])

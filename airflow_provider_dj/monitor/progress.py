@@ -113,6 +113,7 @@ def job_progress(job_dir: str, *, now: float | None = None) -> dict:
         "accounting_errors": view.get("accounting_errors") or [],
         "last_events": events[-LAST_EVENTS_DETAILED:],
         "note": view.get("note"),
+        "reuse": view.get("reuse"),
     }
 
 

@@ -153,6 +153,13 @@ def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_
         lines.append(
             f"  export: {exp.get('rows', 0):,} rows -> {exp.get('path')} (xxh3 {exp.get('checksum_xxh3_128')})"
         )
+    reuse = prog.get("reuse")
+    if reuse:  # nightly reuse across jobs (docs/nightly.md)
+        lines.append(
+            f"  reuse: {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed, "
+            f"{reuse['checkpoints_reused']} checkpoints ({reuse['bytes_reused']:,} bytes) from "
+            f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
+        )
     if prog["status"] in ("failed", "stopped", "interrupted") and prog.get("resume_command"):
         lines.append(f"  resume: {prog['resume_command']}")
     if parts:

@@ -73,6 +73,7 @@ class ExportOperator(BaseOperator):
 
     def _part_source(self, ctx: JobContext):
         """Parallel JSONL serialization on Ray for big exports (engine/output/parts.py); None: in this task."""
+        from airflow_provider_dj.engine.execution.reuse import mostly_reused_export
         from airflow_provider_dj.engine.output import parts as export_parts
 
         info = ctx.partitioning_info
@@ -81,6 +82,7 @@ class ExportOperator(BaseOperator):
             ctx.recipe.export_path.endswith(".parquet")
             or len(parts) < 2
             or info["total_rows"] < export_parts.parallel_export_min_rows()
+            or mostly_reused_export(ctx)  # nightly reuse: copying the last export's bytes beats serializing
         ):
             return None
         from airflow_provider_dj.hooks.ray import RayHook

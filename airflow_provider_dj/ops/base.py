@@ -146,6 +146,9 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
     #: True for ops whose result depends on the whole dataset (deduplicators):
     #: the DAG factory puts a barrier and a global step at them.
     is_global: ClassVar[bool] = False
+    #: Raise when a change to the op alters what it outputs for the same arguments: checkpoints that
+    #: other jobs reuse (nightly reuse, engine/storage/reuse_index.py) are matched on it.
+    implementation_version: ClassVar[int] = 1
     #: True for ops that need a GPU (used by the GPU preflight).
     uses_cuda: ClassVar[bool] = False
     #: A CUDA op's GPU share per replica when the recipe gives no ``num_gpus`` (None: planned by

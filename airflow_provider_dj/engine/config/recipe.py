@@ -589,6 +589,8 @@ class _Parser:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if kind == "bool":
             return self.bool_(value, key)
+        if kind == "align":
+            return self.enum(value, key, S.PARTITION_ALIGNS)
         if kind == "auto_or_pos_int":
             return "auto" if value == "auto" else self.int_(value, key, auto=True)
         if kind in ("pos_int", "nonneg_int"):
@@ -680,6 +682,9 @@ class _Parser:
             ),
             retention_policy=self.enum(
                 _get(raw, "retention_policy", "keep_all"), "intermediate_storage.retention_policy", S.RETENTION_POLICIES
+            ),
+            reuse_across_jobs=self.bool_(
+                _get(raw, "reuse_across_jobs", False), "intermediate_storage.reuse_across_jobs"
             ),
         )
 

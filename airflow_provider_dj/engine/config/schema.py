@@ -266,11 +266,15 @@ PARTITION_EXTRA: dict[str, tuple[Any, str]] = {
     "max_initialization_overhead_ratio": (0.1, "ratio"),
     # Airflow pool for the partition tasks (must exist); docs/gpu_planning.md.
     "pool": (None, "opt_str"),
+    # rows: one even split of all rows; file: partitions never span two input files, so a growing
+    # input keeps its old partitions for reuse across jobs (docs/nightly.md, "Reuse across nights").
+    "align": ("rows", "align"),
 }
+PARTITION_ALIGNS = ("rows", "file")
 DEFAULT_MANUAL_PARTITIONS = 4  # Data-Juicer's count when manual mode gives neither count nor size
 
 CHECKPOINT_FIELDS = ("enabled", "strategy", "n_ops", "op_names")
-STORAGE_FIELDS = ("format", "compression", "preserve_intermediate_data", "retention_policy")
+STORAGE_FIELDS = ("format", "compression", "preserve_intermediate_data", "retention_policy", "reuse_across_jobs")
 #: Deduplication against earlier runs of a corpus (engine/history/, docs/nightly.md).
 DEDUP_HISTORY_FIELDS = ("path", "ops", "memory_mb")
 #: The deduplicators whose keys a history index can hold: exact keys and MinHash LSH bands are looked up by
@@ -333,6 +337,9 @@ class IntermediateStorageConfig:
     compression: str = "snappy"
     preserve_intermediate_data: bool = False
     retention_policy: str = "keep_all"
+    #: Reuse the committed checkpoints of earlier jobs in the same work_dir whose partition content
+    #: and op chain match (engine/storage/reuse_index.py, docs/nightly.md "Reuse across nights").
+    reuse_across_jobs: bool = False
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ class SegmentResult:
     rows_out: int = 0
     failed_rows: int = 0
     skipped: bool = False
+    reused_from_job: str | None = None  # the earlier job whose checkpoint this run started from (reuse.py)
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
@@ -83,6 +84,7 @@ class SegmentContext:
         self.fault_spec = faults.load_faults(job_dir)
         self.target = self.seg.end - 1  # state index this segment must leave behind
         self.result = SegmentResult(partition_id, segment_index, None)
+        self.reused_keys = False  # the key phase's keys were reused from an earlier job (engine/execution/reuse.py)
         self.label = f"partition {partition_id} (rows {self.part['start_row']}-{self.part['end_row'] - 1})"
         self.tracer = tracer_for_partition(self.ctx, partition_id, self.phash)  # None when open_tracer is off
         self.guard = load_settings(

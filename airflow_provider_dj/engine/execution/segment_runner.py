@@ -33,6 +33,7 @@ from airflow_provider_dj.engine.execution.global_op_state import (
 )
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
+from airflow_provider_dj.engine.execution.reuse import reuse_from_earlier_job
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext, SegmentResult
 from airflow_provider_dj.engine.execution.segment_start import (
     MissingUpstreamStateError,
@@ -91,13 +92,15 @@ def run_segment(
     plog = _report_start(sc)
     t_start = time.perf_counter()
     state = resume_from_checkpoint(sc, plog)
+    if state is None:
+        state = reuse_from_earlier_job(sc, plog)  # nightly reuse; None unless the recipe opts in
     if state is not None:
         sc.result.resumed_from_op = state.op_index
     else:
         state = start_without_checkpoint(sc, plog)
         sc.result.resumed_from_op = -1 if sc.seg.applies_global is None else sc.seg.applies_global - 1
     state = run_ops(sc, plog, state, progress)
-    if sc.seg.keys_for_global is not None:
+    if sc.seg.keys_for_global is not None and not sc.reused_keys:
         key_phase(sc, state.table)
     return _report_complete(sc, plog, state.table, t_start)
 

@@ -64,6 +64,91 @@ def row_boundaries(total_rows: int, num_partitions: int) -> list[tuple[int, int]
     return bounds
 
 
+def file_aligned_boundaries(
+    file_rows: list[int], num_partitions: int | None = None, rows_per_partition: int | None = None
+) -> list[tuple[int, int]]:
+    """Boundaries that never span two input files (``partition.align: file``), for reuse across jobs.
+
+    Why: a nightly job whose input grows by new files keeps the partitions of the old files, with
+    their boundaries and content hashes, so their checkpoints can be reused (docs/nightly.md).
+    Within a file, sizes differ by at most one row.  With ``rows_per_partition`` (auto mode, or
+    ``partition.size``) each file gets ``ceil(rows / size)`` partitions: a new file leaves the others'
+    counts alone.  With ``num_partitions`` the count is allotted in proportion to the files' rows
+    (largest remainder, every non-empty file at least one, never more than its rows): the total is
+    the requested count unless there are more non-empty files than that.
+    """
+    total = sum(file_rows)
+    if total == 0:
+        return []
+    if rows_per_partition is None:
+        if num_partitions is None or num_partitions < 1:
+            raise PartitioningError(f"num_of_partitions must be at least 1, got {num_partitions}")
+        if num_partitions > total:
+            raise PartitioningError(
+                f"num_of_partitions={num_partitions} but the input has only {total} rows; "
+                f"set partition.num_of_partitions to at most {total}"
+            )
+        counts = _allot(file_rows, num_partitions)
+    else:
+        counts = [math.ceil(n / max(1, int(rows_per_partition))) for n in file_rows]
+    bounds: list[tuple[int, int]] = []
+    offset = 0
+    for n, k in zip(file_rows, counts):
+        bounds.extend((offset + s, offset + e) for s, e in row_boundaries(n, k) if n)
+        offset += n
+    return bounds
+
+
+def _allot(file_rows: list[int], count: int) -> list[int]:
+    """``count`` partitions over files in proportion to rows: each non-empty file >= 1 and <= its rows."""
+    total = sum(file_rows)
+    nonempty = [i for i, n in enumerate(file_rows) if n]
+    counts = [0] * len(file_rows)
+    if count <= len(nonempty):
+        for i in nonempty:
+            counts[i] = 1
+        return counts
+    exact = {i: count * file_rows[i] / total for i in nonempty}
+    for i in nonempty:
+        counts[i] = min(file_rows[i], max(1, int(exact[i])))
+    # Largest remainder first (ties: the earlier file), never past a file's row count.
+    order = sorted(nonempty, key=lambda i: (-(exact[i] - int(exact[i])), i))
+    while sum(counts) < count:
+        grew = False
+        for i in order:
+            if sum(counts) >= count:
+                break
+            if counts[i] < file_rows[i]:
+                counts[i] += 1
+                grew = True
+        if not grew:
+            break
+    while sum(counts) > count:  # a file raised to one partition took more than its share
+        i = max((j for j in nonempty if counts[j] > 1), key=lambda j: (counts[j] - exact[j], j))
+        counts[i] -= 1
+    return counts
+
+
+def rows_per_partition_of(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int | None, str]:
+    """The partition size in rows when the recipe sets one (auto mode, ``partition.size``), else None.
+
+    File-aligned partitioning divides each file by this size, so old files keep their partitions."""
+    if partition_cfg.mode == "manual":
+        if partition_cfg.num_of_partitions:
+            return None, "manual: num_of_partitions"
+        if partition_cfg.size:
+            return int(partition_cfg.size), f"manual: size={partition_cfg.size} rows"
+        return None, "manual: default count"
+    if total_rows == 0:
+        return None, "empty input"
+    return _auto_rows(partition_cfg, total_rows, total_bytes)
+
+
+def alignment_of(partition_cfg: Any) -> str:
+    """``partition.align``: ``rows`` (one even split of all rows, the default) or ``file``."""
+    return (getattr(partition_cfg, "extra", None) or {}).get("align") or "rows"
+
+
 def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int, str]:
     """(count, how it was chosen).  ``partition_cfg`` is the recipe's PartitionConfig."""
     if total_rows == 0:
@@ -74,7 +159,12 @@ def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int
         if partition_cfg.size:
             return math.ceil(total_rows / int(partition_cfg.size)), f"manual: size={partition_cfg.size} rows"
         return min(DEFAULT_MANUAL_PARTITIONS, total_rows), "manual: default count"
-    # auto: rows per partition from the measured bytes per row and the target size.
+    rows, how = _auto_rows(partition_cfg, total_rows, total_bytes)
+    return max(1, math.ceil(total_rows / rows)), how
+
+
+def _auto_rows(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int, str]:
+    """Auto mode: rows per partition from the measured bytes per row and the target size."""
     bytes_per_row = total_bytes / total_rows if total_rows else 0
     if bytes_per_row > 0:
         target = (partition_cfg.target_size_mb or 256) * 1024 * 1024
@@ -86,7 +176,7 @@ def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int
     else:
         rows = int(partition_cfg.size or TEXT_DEFAULT_ROWS)
         how = f"auto: fallback size={rows} rows"
-    return max(1, math.ceil(total_rows / rows)), how
+    return rows, how
 
 
 @dataclass
@@ -169,7 +259,13 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
     total_rows = sum(f.num_rows for f in files)
     total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
     count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
-    bounds = row_boundaries(total_rows, count)
+    align = alignment_of(partition_cfg)
+    if align == "file":
+        rows_per, how = rows_per_partition_of(partition_cfg, total_rows, total_bytes)
+        bounds = file_aligned_boundaries([f.num_rows for f in files], count, rows_per)
+        how = f"{how}; aligned to input files"
+    else:
+        bounds = row_boundaries(total_rows, count)
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
     t_index = time.perf_counter() - t0
     file_descr = []
@@ -201,6 +297,7 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
             "total_bytes": total_bytes,
             "num_partitions": len(parts),
             "how_chosen": how,
+            **({"align": align} if align != "rows" else {}),
             "partitions": parts,
             "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
         }

@@ -60,6 +60,21 @@ FAULT_FIRED_DIR = "_fault_injection.fired"
 #: the engine); named here so the layout is complete, and a unit test keeps the two equal.
 LLM_CALLS_DIR = "llm_calls"
 
+#: Reuse across jobs (storage/reuse_index.py): the work-dir-level index of committed checkpoints,
+#: one small file per (partition content, op chain, format) key; and, in the job that reuses them,
+#: one pin file per source job (what `dj-airflow gc` must keep).
+REUSE_INDEX_DIR = "_reuse/index"
+REUSE_GC_LOCK = "_reuse/gc.lock"
+REUSE_PINS_DIR = "metadata/reused_from"
+
+
+def reuse_index_dir(work_dir: str) -> str:
+    return storage.join(work_dir, *REUSE_INDEX_DIR.split("/"))
+
+
+def reuse_gc_lock(work_dir: str) -> str:
+    return storage.join(work_dir, *REUSE_GC_LOCK.split("/"))
+
 
 @dataclass
 class JobPaths:

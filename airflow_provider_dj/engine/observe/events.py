@@ -54,6 +54,7 @@ EVENT_TYPES = frozenset(
         "op_failed",
         "checkpoint_save",
         "checkpoint_load",
+        "checkpoint_reused",  # a partition started from an earlier job's checkpoint (engine/execution/reuse.py)
         "checkpoint_rejected",  # a committed checkpoint failed its integrity checks on load (engine/storage/checkpoints.py)
         "plan_created",
         "execution_planning",  # group size, actor plan, concurrency (engine/planning/decisions.py)

@@ -10,6 +10,7 @@ every op is checked (invariant 6); a mismatch fails the job.
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from typing import Callable, Iterator
@@ -64,12 +65,17 @@ def _write_table(table: pa.Table, out) -> int:
     return table.num_rows
 
 
-def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out) -> Iterator[int]:
-    """Copy each part file into the export in order; yield its row count."""
+def _jsonl_parts(part_source: Callable[[], Iterator[dict]], out, record: list | None = None) -> Iterator[int]:
+    """Copy each part file into the export in order; yield its row count.  ``record`` gets each part's
+    range in the export (partition, offset, length, xxh3, rows) for nightly reuse."""
     for part in part_source():
+        start, h = out.n, xxhash.xxh3_128()
         with storage.open_read(part["path"]) as fh:
             for chunk in storage.iter_chunks(fh):
+                h.update(chunk)
                 out.write(chunk)
+        if record is not None:
+            record.append((part["partition_id"], start, out.n - start, h.hexdigest(), part["rows"]))
         yield part["rows"]
 
 
@@ -118,25 +124,60 @@ def export_job(
 
     exported_rows: dict[int, object] = {}  # partition -> input row of each exported row (dedup_history)
 
-    def final_tables():
-        for p in parts:
-            cp = store.load_valid(
-                final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
+    def final_table(p: dict) -> pa.Table:
+        cp = store.load_valid(
+            final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
+        )
+        if cp is None:
+            raise MissingFinalCheckpointError(
+                f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
             )
-            if cp is None:
-                raise MissingFinalCheckpointError(
-                    f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
-                )
-            if recipe.dedup_history is not None:
-                exported_rows[p["partition_id"]] = cp.table.column(INPUT_ROW_COLUMN).to_numpy()
-            yield cp.table
+        if recipe.dedup_history is not None:
+            exported_rows[p["partition_id"]] = cp.table.column(INPUT_ROW_COLUMN).to_numpy()
+        return cp.table
+
+    def table_of(p: dict) -> pa.Table:
+        return clean_for_export(final_table(p), recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
 
     def tables():
-        for table in final_tables():
-            yield clean_for_export(table, recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+        for p in parts:
+            yield table_of(p)
 
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
         part_source = None
+    from airflow_provider_dj.engine.execution import reuse
+
+    # Nightly reuse: each partition's bytes go through one buffer, so their range in the export is known
+    # (published for the next night) and a reused final checkpoint's bytes can come from the last export.
+    by_part = reuse.reuse_enabled(recipe) and part_source is None and not recipe.export_path.endswith(".parquet")
+    written_parts: list[dict] = []
+    copied_ranges: list[tuple] = []  # the parallel path's parts, as (partition, offset, length, xxh3, rows)
+    parts_copied = 0
+
+    def reusing_parts(out) -> Iterator[int]:
+        nonlocal parts_copied
+        for p in parts:
+            pid = p["partition_id"]
+            data = reuse.reused_export_part(ctx, pid, markers[pid])
+            if data is None:
+                buf = io.BytesIO()
+                rows_p = _write_table(table_of(p), buf)
+                data = buf.getvalue()
+            else:
+                rows_p = int(markers[pid]["num_rows"])
+                parts_copied += 1
+            written_parts.append(
+                {
+                    "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
+                    "offset": out.n,
+                    "length": len(data),
+                    "xxh3": xxhash.xxh3_128_hexdigest(data),
+                    "rows": rows_p,
+                }
+            )
+            out.write(data)
+            yield rows_p
+
     rows = 0
     with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
         out = _HashingWriter(raw)
@@ -147,9 +188,13 @@ def export_job(
             rows = table.num_rows
         else:
             fault_spec = load_faults(job_dir)
-            for n, nrows in enumerate(
-                _jsonl_parts(part_source, out) if part_source else (_write_table(t, out) for t in tables())
-            ):
+            if part_source:
+                chunks = _jsonl_parts(part_source, out, copied_ranges if reuse.reuse_enabled(recipe) else None)
+            elif by_part:
+                chunks = reusing_parts(out)
+            else:
+                chunks = (_write_table(t, out) for t in tables())
+            for n, nrows in enumerate(chunks):
                 rows += nrows
                 if n == 0:
                     out.flush()
@@ -166,9 +211,9 @@ def export_job(
     if recipe.dedup_history is not None:  # the export is committed: its rows become history (engine/history/)
         from airflow_provider_dj.engine.history.commit import commit_history
 
-        if len(exported_rows) != len(parts):  # serialized by parallel workers: read the input rows here
-            for _ in final_tables():
-                pass
+        for p in parts:  # partitions serialized by parallel workers or copied from a reused export
+            if p["partition_id"] not in exported_rows:
+                final_table(p)
         fault_spec = load_faults(job_dir)
         history = commit_history(
             ctx,
@@ -230,6 +275,22 @@ def export_job(
 
     summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
     summary["retention"] = apply_retention(ctx, markers)
+    from airflow_provider_dj.engine.execution.reuse import publish_job
+
+    if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
+        summary["reuse"]["published_entries"] = publish_job(ctx)
+        summary["reuse"]["export_parts_reused"] = parts_copied
+        written_parts += [
+            {
+                "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
+                "offset": o,
+                "length": n,
+                "xxh3": h,
+                "rows": r,
+            }
+            for pid, o, n, h, r in copied_ranges
+        ]
+        summary["reuse"]["published_entries"] += reuse.publish_export_parts(ctx, recipe.export_path, written_parts)
     write_json(ctx.path(JOB_SUMMARY), summary)
     after_summary_written(job_dir, summary)
     log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)

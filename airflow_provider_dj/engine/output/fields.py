@@ -81,6 +81,7 @@ ENGINE_COLUMNS = frozenset(
         "__dj__input_row__",  # segment_runner.INPUT_ROW_COLUMN: lineage, tracer, batch cursors
         ROW_ERROR_COLUMN,  # a mapper's per-row failure reason
         "__dj__batch_failure_reason__",  # batch_cursor.REASON_COLUMN
+        "__dj__reused_rows__",  # execution/reuse.PLACEHOLDER_COLUMN: a reused segment output's row count
         _DELTA_KEEP_COLUMN,  # delta checkpoints
         # the columns of failed/ rows (segment_runner)
         "__dj__error__",

@@ -139,6 +139,8 @@ class CheckpointStore:
         self.fmt = fmt or StorageFormat()
         self.prefix = prefix
         self._faults: list[dict] | None = None
+        #: Bytes of committed data files read by load_valid (the summary's reused bytes).
+        self.bytes_loaded = 0
 
     @property
     def kind(self) -> str:
@@ -266,6 +268,73 @@ class CheckpointStore:
             num_rows=out_rows,
         )
 
+    def save_reference(
+        self,
+        *,
+        op_index: int,
+        op_name: str,
+        partition_id: int,
+        source_job_id: str,
+        source_partition_id: int,
+        source_marker: dict,
+        partition_hash: str,
+        fingerprint: str,
+    ) -> str:
+        """Commit a checkpoint that is another job's committed checkpoint of the same rows (nightly reuse).
+
+        Only a marker is written; its data stays in the source job and is read in place.  Loading it
+        makes every check a resume makes on the source's checkpoint (:meth:`load_valid`), so a source
+        that was deleted or damaged since makes this checkpoint absent, never trusted."""
+        marker = {
+            "op_index": op_index,
+            "op_name": op_name,
+            "partition_id": partition_id,
+            "partition_hash": partition_hash,
+            "pipeline_fingerprint": fingerprint,
+            "format": source_marker.get("format"),
+            "compression": source_marker.get("compression"),
+            "num_rows": source_marker.get("num_rows"),
+            "accounting": source_marker.get("accounting", []),
+            "reference": {"job_id": source_job_id, "partition_id": source_partition_id},
+            "committed_at": time.time(),
+        }
+        path = self.marker_path(op_index, op_name, partition_id)
+        storage.atomic_write_bytes(
+            path,
+            json.dumps(marker).encode(),
+            what=f"the reuse marker of the {self.kind} of op {op_index} ({op_name}) partition {partition_id}",
+            durable=False,  # lost after a power cut, the partition is reused or computed again
+        )
+        return path
+
+    def reference_store(self, marker: dict) -> CheckpointStore:
+        """The store of the job a reuse marker points at (same kind, the source's format)."""
+        job_dir = storage.join(storage.dirname(self.job_dir), marker["reference"]["job_id"])
+        return CheckpointStore(job_dir, StorageFormat(marker["format"], marker["compression"]), prefix=self.prefix)
+
+    def _load_reference(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, marker: dict
+    ) -> LoadedCheckpoint | None:
+        ref = marker.get("reference") or {}
+        where = f"{self.kind} op {op_index} ({op_name}) partition {partition_id}"
+        if not ref.get("job_id") or storage.basename(self.job_dir) == ref.get("job_id"):
+            self._reject(op_index, op_name, partition_id, marker, "", f"its reuse marker is malformed ({ref})")
+            return None
+        source = self.reference_store(marker)
+        loaded = source.load_valid(op_index, op_name, int(ref.get("partition_id", -1)), partition_hash, fingerprint)
+        self.bytes_loaded += source.bytes_loaded
+        if loaded is None or loaded.table.num_rows != marker.get("num_rows"):
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                source.job_dir,
+                f"the reused {where} of job {ref['job_id']} is missing, changed or invalid",
+            )
+            return None
+        return LoadedCheckpoint(op_index=op_index, table=loaded.table, marker=marker)
+
     def _apply_delta(
         self, stored: pa.Table, delta: dict, partition_id: int, partition_hash: str, where: str, depth: int
     ) -> pa.Table | None:
@@ -324,56 +393,13 @@ class CheckpointStore:
         """The checkpoint if it is complete and derives from this input and pipeline, else None.
 
         A delta checkpoint is rebuilt from its base, which must itself be valid."""
-        if _depth > MAX_DELTA_CHAIN:
-            log.warning(
-                "ignoring checkpoint op %d partition %d: delta chain longer than %d",
-                op_index,
-                partition_id,
-                MAX_DELTA_CHAIN,
-            )
+        checked = self._checked(op_index, op_name, partition_id, partition_hash, fingerprint, _depth)
+        if checked is None:
             return None
-        marker = self.read_marker(op_index, op_name, partition_id)
-        if marker is None:
-            return None
+        marker, data, path = checked
+        if marker.get("reference") is not None:
+            return self._load_reference(op_index, op_name, partition_id, partition_hash, fingerprint, marker)
         where = f"checkpoint op {op_index} ({op_name}) partition {partition_id}"
-        if marker.get("partition_hash") != partition_hash:
-            log.warning("ignoring %s: it derives from a different partition content", where)
-            return None
-        if marker.get("pipeline_fingerprint") != fingerprint:
-            log.warning("ignoring %s: it was written by a different op pipeline", where)
-            return None
-        path = storage.join(self.op_dir(op_index, op_name), marker.get("data_file", ""))
-        try:
-            data = storage.read_bytes(path)
-        except FileNotFoundError:
-            self._reject(op_index, op_name, partition_id, marker, path, "its data file is missing")
-            return None
-        if len(data) != marker.get("size"):
-            self._reject(
-                op_index,
-                op_name,
-                partition_id,
-                marker,
-                path,
-                f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)",
-            )
-            return None
-        got = hashing.file_digest(data)
-        if got != marker.get("checksum"):
-            self._reject(
-                op_index,
-                op_name,
-                partition_id,
-                marker,
-                path,
-                f"its data file's xxh3 is {got}, the commit marker recorded {marker.get('checksum')} "
-                f"(changed after commit)",
-            )
-            return None
-        problem = self._failed_files_problem(marker)
-        if problem:
-            self._reject(op_index, op_name, partition_id, marker, path, problem)
-            return None
         try:
             table = StorageFormat(marker["format"], marker["compression"]).decode(data)
         except Exception as exc:  # noqa: BLE001 - corrupt despite matching checksum: treat as absent
@@ -394,6 +420,105 @@ class CheckpointStore:
             )
             return None
         return LoadedCheckpoint(op_index=op_index, table=table, marker=marker)
+
+    def verify_valid(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, _depth: int = 0
+    ) -> dict | None:
+        """The commit marker if the checkpoint passes every integrity check short of decoding it, else None.
+
+        The same checks as :meth:`load_valid` — marker, content hash, fingerprint, size and xxh3 of the
+        data file and of the ``failed/`` files it counts, down every delta base and reuse reference —
+        for a caller that needs no rows (a reused segment output that the next reader decodes with
+        load_valid anyway).  A failure rejects the checkpoint exactly as load_valid does."""
+        checked = self._checked(op_index, op_name, partition_id, partition_hash, fingerprint, _depth)
+        if checked is None:
+            return None
+        marker = checked[0]
+        ref = marker.get("reference")
+        if ref is not None:
+            if not ref.get("job_id") or storage.basename(self.job_dir) == ref.get("job_id"):
+                self._reject(op_index, op_name, partition_id, marker, "", f"its reuse marker is malformed ({ref})")
+                return None
+            source = self.reference_store(marker)
+            ok = source.verify_valid(op_index, op_name, int(ref.get("partition_id", -1)), partition_hash, fingerprint)
+            self.bytes_loaded += source.bytes_loaded
+            if ok is None or ok.get("num_rows") != marker.get("num_rows"):
+                self._reject(op_index, op_name, partition_id, marker, source.job_dir, "its reused source is invalid")
+                return None
+            return marker
+        delta = marker.get("delta")
+        if delta is not None:
+            base = self.verify_valid(
+                delta["base_op_index"],
+                delta["base_op_name"],
+                partition_id,
+                partition_hash,
+                delta["base_fingerprint"],
+                _depth + 1,
+            )
+            if base is None or base.get("num_rows") != delta.get("base_rows"):
+                return None
+        return marker
+
+    def _checked(
+        self, op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str, _depth: int
+    ) -> tuple[dict, bytes, str] | None:
+        """(marker, data file bytes, path) of a committed checkpoint of this input and pipeline whose bytes
+        are as committed; None (rejecting a damaged one) otherwise.  A reuse marker has no data here (b"")."""
+        if _depth > MAX_DELTA_CHAIN:
+            log.warning(
+                "ignoring checkpoint op %d partition %d: delta chain longer than %d",
+                op_index,
+                partition_id,
+                MAX_DELTA_CHAIN,
+            )
+            return None
+        marker = self.read_marker(op_index, op_name, partition_id)
+        if marker is None:
+            return None
+        where = f"checkpoint op {op_index} ({op_name}) partition {partition_id}"
+        if marker.get("partition_hash") != partition_hash:
+            log.warning("ignoring %s: it derives from a different partition content", where)
+            return None
+        if marker.get("pipeline_fingerprint") != fingerprint:
+            log.warning("ignoring %s: it was written by a different op pipeline", where)
+            return None
+        if marker.get("reference") is not None:
+            return marker, b"", ""
+        path = storage.join(self.op_dir(op_index, op_name), marker.get("data_file", ""))
+        try:
+            data = storage.read_bytes(path)
+        except FileNotFoundError:
+            self._reject(op_index, op_name, partition_id, marker, path, "its data file is missing")
+            return None
+        if len(data) != marker.get("size"):
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"its data file has {len(data)} bytes, the commit marker recorded {marker.get('size')} (torn)",
+            )
+            return None
+        self.bytes_loaded += len(data)
+        got = hashing.file_digest(data)
+        if got != marker.get("checksum"):
+            self._reject(
+                op_index,
+                op_name,
+                partition_id,
+                marker,
+                path,
+                f"its data file's xxh3 is {got}, the commit marker recorded {marker.get('checksum')} "
+                f"(changed after commit)",
+            )
+            return None
+        problem = self._failed_files_problem(marker)
+        if problem:
+            self._reject(op_index, op_name, partition_id, marker, path, problem)
+            return None
+        return marker, data, path
 
     # -- integrity ----------------------------------------------------------
     def _failed_files_problem(self, marker: dict) -> str | None:

@@ -1,0 +1,355 @@
+"""Reuse across jobs: a partition starts from an earlier job's checkpoint of the same rows and op chain.
+
+Opt-in with ``intermediate_storage.reuse_across_jobs: true`` (docs/nightly.md, "Reuse across
+nights").  A segment run that finds no checkpoint of its own looks its partition up in the work
+dir's index (engine/storage/reuse_index.py), latest checkpoint first, and takes the first that:
+
+1. has the same partition content hash, first row and row count, and the same op-chain
+   fingerprint, provider version, op implementation versions and storage format (the index key);
+2. comes after no global op whose keep mask differs: for every deduplicator up to that checkpoint,
+   this job's mask of the partition (computed over *this* job's whole input) must equal the source
+   job's mask bit for bit.  A first occurrence that moved (a new row before an old one, an old row
+   now a duplicate of an earlier new one) changes the mask, and the partition is recomputed from
+   the mask on; otherwise the rows after the deduplicator are provably the same;
+3. set no samples aside in ``failed/`` (those files live in the source job, not in this one);
+4. loads and verifies exactly as a resumed checkpoint does (commit marker, content hash,
+   fingerprint, size, xxh3 of every file, delta bases).
+
+It is then committed here as a reuse marker (``CheckpointStore.save_reference``: the data is read in
+place, never copied) after its source job is pinned, so gc keeps the source.  Anything else — no
+entry, a deleted or damaged source, a different mask — means the partition is computed, as without
+reuse.  The deduplicators' key phase is reused the same way (its keys are content-addressed too);
+their global step always runs again over all partitions, which is what keeps the masks exact.
+
+Entries are published only by a job that exported successfully (``publish_job``), one atomic file
+per key (invariant 8).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow as pa
+import xxhash
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.execution.resume_point import checkpoint_candidates
+from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
+from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
+
+log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")
+
+REUSED_EVENT = "checkpoint_reused"
+PLACEHOLDER_COLUMN = "__dj__reused_rows__"
+
+
+def reuse_enabled(recipe) -> bool:
+    """Opted in, and no tracer (its per-partition samples would be missing for a reused partition)."""
+    return bool(recipe.intermediate_storage.reuse_across_jobs) and not recipe.tracer.open_tracer
+
+
+def _key(plan, part: dict, op_index: int, store: CheckpointStore) -> str:
+    return entry_key(
+        part["content_hash"],
+        part["start_row"],
+        part["num_rows"],
+        op_index,
+        chain_fingerprint(plan, op_index, store.fmt, store.prefix),
+    )
+
+
+def reuse_from_earlier_job(sc: SegmentContext, plog) -> PartitionState | None:
+    """The state of the latest reusable checkpoint of an earlier job inside this segment; None if none."""
+    if not reuse_enabled(sc.recipe):
+        return None
+    index = ReuseIndex(storage.dirname(sc.job_dir))
+    for k in checkpoint_candidates(sc.plan.checkpoint_points, sc.target, sc.seg.start - 1):
+        entry = index.lookup(_key(sc.plan, sc.part, k, sc.store))
+        if not entry or entry.get("job_id") == sc.ctx.job_id:
+            continue
+        state = _reuse_checkpoint(sc, k, entry)
+        if state is not None:
+            plog.resumed(k, sc.op_name(k), state.table.num_rows)
+            log.info(
+                "%s: reusing the checkpoint after op %d (%s) of job %s, %d rows",
+                sc.label,
+                k,
+                sc.op_name(k),
+                entry["job_id"],
+                state.table.num_rows,
+            )
+            return state
+    return None
+
+
+def _same_masks(sc: SegmentContext, source_dir: str, source_pid: int, upto: int) -> bool:
+    """Every global op at or before ``upto`` keeps exactly the same rows of this partition in both jobs."""
+    for op in sc.plan.ops[: upto + 1]:
+        if not op.is_global:
+            continue
+        new = mask_store(sc.job_dir).load_valid(op.index, op.name, sc.partition_id, sc.phash, op.fingerprint)
+        old = mask_store(source_dir).load_valid(op.index, op.name, source_pid, sc.phash, op.fingerprint)
+        if new is None or old is None:
+            return False
+        if not new.table.column(MASK_COLUMN).combine_chunks().equals(old.table.column(MASK_COLUMN).combine_chunks()):
+            log.info(
+                "%s: not reusing job %s past op %d (%s): its keep mask differs here (a first occurrence moved)",
+                sc.label,
+                storage.basename(source_dir),
+                op.index,
+                op.name,
+            )
+            return False
+    return True
+
+
+def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState | None:
+    source_job, source_pid = str(entry["job_id"]), int(entry.get("partition_id", -1))
+    source_dir = storage.join(storage.dirname(sc.job_dir), source_job)
+    pin_source(sc.job_dir, source_job)  # before anything of the source is read: gc keeps it from now on
+    if not _same_masks(sc, source_dir, source_pid, k):
+        return None
+    source = CheckpointStore(source_dir, sc.store.fmt)
+    marker = source.read_marker(k, sc.op_name(k), source_pid)
+    if not marker or any(FAILED_FILE_KEY in (a or {}) for a in marker.get("accounting") or []):
+        return None
+    whole = k == sc.target
+    table = None
+    if whole:
+        # The segment's whole output: no op runs on it here, so its rows are not needed now. Every
+        # integrity check runs (verify_valid); the next segment and the export decode it with load_valid.
+        verified = source.verify_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
+        if verified is None:
+            return None
+        marker = verified
+    else:
+        loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))
+        if loaded is None:  # missing, changed or torn: never trusted (load_valid said why)
+            return None
+        marker, table = loaded.marker, loaded.table
+    keys_reused, key_bytes = False, 0
+    if whole and sc.seg.keys_for_global is not None:
+        keys_reused, key_bytes = _reuse_keys(sc, sc.seg.keys_for_global, source_dir, source_job, source_pid)
+    if table is None and sc.seg.keys_for_global is not None and not keys_reused:
+        loaded = source.load_valid(k, sc.op_name(k), source_pid, sc.phash, sc.fp(k))  # rows for the key phase
+        if loaded is None:
+            return None
+        marker, table = loaded.marker, loaded.table
+    sc.store.save_reference(
+        op_index=k,
+        op_name=sc.op_name(k),
+        partition_id=sc.partition_id,
+        source_job_id=source_job,
+        source_partition_id=source_pid,
+        source_marker=marker,
+        partition_hash=sc.phash,
+        fingerprint=sc.fp(k),
+    )
+    ref = sc.store.read_marker(k, sc.op_name(k), sc.partition_id) or marker
+    sc.checkpoints.loaded(k, ref)
+    sc.reused_keys = keys_reused
+    sc.result.reused_from_job = source_job
+    rows = int(marker.get("num_rows") or 0)
+    sc.events.emit(
+        REUSED_EVENT,
+        partition_id=sc.partition_id,
+        segment=sc.segment_index,
+        op_index=k,
+        op_name=sc.op_name(k),
+        output_rows=rows,
+        source_job=source_job,
+        source_partition_id=source_pid,
+        bytes=source.bytes_loaded + key_bytes,
+        whole_segment=whole,
+        keys_reused=keys_reused,
+        status="reused",
+    )
+    if table is None:
+        # Nothing runs after it in this segment: a stand-in of the right row count (a null column has no
+        # buffers) carries the count to the segment's report; no reader sees it.
+        table = pa.table({PLACEHOLDER_COLUMN: pa.nulls(rows)})
+    return PartitionState(table, list(marker.get("accounting", [])), k, k)
+
+
+def _reuse_keys(sc: SegmentContext, g: int, source_dir: str, source_job: str, source_pid: int) -> tuple[bool, int]:
+    """The source's committed dedup keys of this partition, committed here as a reuse marker; (done, bytes)."""
+    source = keys_store(source_dir)
+    marker = source.verify_valid(g, sc.op_name(g), source_pid, sc.phash, sc.fp(g))  # the global step decodes it
+    if marker is None:
+        return False, 0
+    sc.kstore.save_reference(
+        op_index=g,
+        op_name=sc.op_name(g),
+        partition_id=sc.partition_id,
+        source_job_id=source_job,
+        source_partition_id=source_pid,
+        source_marker=marker,
+        partition_hash=sc.phash,
+        fingerprint=sc.fp(g),
+    )
+    return True, source.bytes_loaded
+
+
+# -- publishing, after a successful export -------------------------------------------------------------
+def publish_job(ctx) -> int:
+    """Index every committed checkpoint and key set of this completed job; returns the entries written.
+
+    A reuse marker is published as its source (the job holding the data), so chains stay one hop.
+    Never raises: the index is an optimisation, and the export it follows is already committed."""
+    if not reuse_enabled(ctx.recipe):
+        return 0
+    written = 0
+    try:
+        index = ReuseIndex(storage.dirname(ctx.job_dir))
+        plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
+        stores = [(CheckpointStore(ctx.job_dir, ctx.storage_format), list(plan.checkpoint_points))]
+        stores.append((keys_store(ctx.job_dir), [op.index for op in plan.ops if op.is_global]))
+        for store, points in stores:
+            for k in points:
+                name = plan.ops[k].name
+                for p in parts:
+                    pid = p["partition_id"]
+                    if not store.is_committed(k, name, pid, p["content_hash"], plan.ops[k].fingerprint):
+                        continue
+                    marker = store.read_marker(k, name, pid) or {}
+                    ref = marker.get("reference") or {}
+                    index.publish(
+                        _key(plan, p, k, store),
+                        {
+                            "job_id": ref.get("job_id") or ctx.job_id,
+                            "partition_id": int(ref.get("partition_id", pid)),
+                            "op_index": k,
+                            "op_name": name,
+                            "store": store.prefix,
+                            "partition_hash": p["content_hash"],
+                            "start_row": p["start_row"],
+                            "num_rows": p["num_rows"],
+                            "published_by": ctx.job_id,
+                        },
+                    )
+                    written += 1
+    except Exception as exc:  # noqa: BLE001 - the export is committed; a missing entry only costs recomputation
+        log.warning("could not publish this job's checkpoints to the reuse index: %s", exc)
+    return written
+
+
+# -- the summary's reuse section --------------------------------------------------------------------------
+def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
+    """What this job reused and what it computed, from its ``checkpoint_reused`` events."""
+    latest: dict[tuple, dict] = {}  # one per partition, segment and op: a retried task reports again
+    for e in events:
+        if e.get("event_type") == REUSED_EVENT:
+            latest[(e.get("partition_id"), e.get("segment"), e.get("op_index"))] = e
+    reused = list(latest.values())
+    whole: dict[int, set[int]] = {}
+    for e in reused:
+        if e.get("whole_segment"):
+            whole.setdefault(int(e["partition_id"]), set()).add(int(e.get("segment", 0)))
+    n_segments = len(plan.segments)
+    fully = {pid for pid, segs in whole.items() if len(segs) == n_segments}
+    return {
+        "partitions_reused": len(fully),
+        "partitions_partly_reused": len({int(e["partition_id"]) for e in reused} - fully),
+        "checkpoints_reused": len(reused) + sum(1 for e in reused if e.get("keys_reused")),
+        "bytes_reused": int(sum(int(e.get("bytes") or 0) for e in reused)),
+        "source_jobs": sorted({str(e.get("source_job")) for e in reused}),
+        "computed_partitions": num_partitions - len(fully),
+    }
+
+
+# -- export parts: the serialized rows of a reused final checkpoint -------------------------------------
+EXPORT_PART_STORE = "export_part_jsonl"
+
+
+def _export_part_key(ctx, source_job: str, source_pid: int) -> str:
+    """The JSONL bytes of one final checkpoint (its source job and partition) as this recipe exports them."""
+    plan, recipe = ctx.plan, ctx.recipe
+    final = plan.final_op_index
+    doc = [
+        EXPORT_PART_STORE,
+        source_job,
+        int(source_pid),
+        chain_fingerprint(plan, final, ctx.storage_format, "checkpoint_op"),
+        bool(recipe.keep_stats_in_res_ds),
+        bool(recipe.keep_hashes_in_res_ds),
+    ]
+    return entry_key("", 0, 0, final, json.dumps(doc))
+
+
+def checkpoint_source(job_id: str, pid: int, marker: dict) -> tuple[str, int]:
+    """The job and partition whose data file a final checkpoint is (itself, or what its reuse marker names)."""
+    ref = (marker or {}).get("reference") or {}
+    return (str(ref["job_id"]), int(ref.get("partition_id", pid))) if ref.get("job_id") else (job_id, pid)
+
+
+def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
+    """The exported JSONL bytes of partition ``pid`` when an earlier export wrote the same final checkpoint:
+    read from that export at the recorded range and trusted only if its length, row count and xxh3 match.
+
+    Only for a reused final checkpoint (a reuse marker): its rows are then exactly the rows the earlier
+    job exported, masks included. None means serialize as usual."""
+    if not (marker or {}).get("reference"):
+        return None
+    source = checkpoint_source(ctx.job_id, pid, marker)
+    entry = ReuseIndex(storage.dirname(ctx.job_dir)).lookup(_export_part_key(ctx, *source))
+    if not entry or int(entry.get("rows", -1)) != int(marker.get("num_rows", -2)):
+        return None
+    try:
+        with storage.open_read(entry["export_path"]) as fh:
+            fh.seek(int(entry["offset"]))
+            data = fh.read(int(entry["length"]))
+    except (OSError, KeyError, ValueError) as exc:
+        log.info("partition %d: the earlier export part is unreadable (%s); serializing", pid, exc)
+        return None
+    if len(data) != int(entry["length"]) or xxhash.xxh3_128_hexdigest(data) != entry.get("xxh3"):
+        log.info("partition %d: the earlier export changed since (%s); serializing", pid, entry["export_path"])
+        return None
+    return data
+
+
+def mostly_reused_export(ctx) -> bool:
+    """Whether most final checkpoints are reuse markers: then the export copies their bytes from the last
+    export in this process (``reused_export_part``) instead of serializing every partition in parallel."""
+    if not reuse_enabled(ctx.recipe):
+        return False
+    plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
+    store = CheckpointStore(ctx.job_dir, ctx.storage_format)
+    final = plan.final_op_index
+    refs = sum(
+        1 for p in parts if (store.read_marker(final, plan.ops[final].name, p["partition_id"]) or {}).get("reference")
+    )
+    return refs * 2 > len(parts)
+
+
+def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
+    """Index where this export holds each partition's JSONL bytes, for the next job that reuses its
+    final checkpoint.  Published after the export committed; never raises."""
+    if not reuse_enabled(ctx.recipe):
+        return 0
+    n = 0
+    try:
+        index = ReuseIndex(storage.dirname(ctx.job_dir))
+        for w in written:
+            source_job, source_pid = w["source"]
+            index.publish(
+                _export_part_key(ctx, source_job, source_pid),
+                {
+                    "job_id": ctx.job_id,
+                    "export_path": export_path,
+                    "offset": w["offset"],
+                    "length": w["length"],
+                    "xxh3": w["xxh3"],
+                    "rows": w["rows"],
+                    "store": EXPORT_PART_STORE,
+                    "source_job": source_job,
+                    "source_partition_id": source_pid,
+                },
+            )
+            n += 1
+    except Exception as exc:  # noqa: BLE001 - the export is committed; a missing entry only costs serializing
+        log.warning("could not publish this export's parts to the reuse index: %s", exc)
+    return n

@@ -1,0 +1,231 @@
+"""Reuse across jobs (intermediate_storage.reuse_across_jobs): night 2 over night 1's files plus new files
+with exact and near duplicates of night-1 rows exports the same bytes as a from-scratch run, says what it
+reused, never trusts a damaged source checkpoint, and recomputes past a deduplicator whose mask moved.
+
+Real engine, real files: jobs run in-process (run_segment, resolve_global_op, export_job), no Airflow, no Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.gc import collect
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, pinned_sources
+from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+
+PROCESS = """process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {min_num: 5, max_num: 2000}
+  - document_deduplicator: {lowercase: true}
+  - text_length_filter: {min_len: 50}
+  - document_minhash_deduplicator: {}
+  - words_num_filter: {min_num: 6}
+"""
+OLD_FILES, ROWS, SIZE = 3, 200, 100  # 6 partitions on night 1
+
+
+def run_job(tmp, data, name, work, reuse=True):
+    recipe = tmp / f"{name}.yaml"
+    recipe.write_text(
+        f"dataset_path: {data}\nexport_path: {tmp / name}.jsonl\nwork_dir: {work}\n"
+        f"partition: {{mode: manual, size: {SIZE}, align: file}}\n"
+        f"intermediate_storage: {{reuse_across_jobs: {str(reuse).lower()}}}\n"
+        f"checkpoint: {{strategy: every_n_ops, n_ops: 2}}\n{PROCESS}"
+    )
+    job = prepare_job(load_recipe(str(recipe)), job_id=name)
+    ctx = JobContext(job.job_dir)
+    for seg in ctx.plan.segments:
+        for p in range(len(ctx.partitioning_info["partitions"])):
+            run_segment(job.job_dir, seg.index, p)
+        if seg.keys_for_global is not None:
+            resolve_global_op(job.job_dir, seg.keys_for_global)
+    return job.job_dir, export_job(job.job_dir)
+
+
+def _bytes(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _copy_inputs(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reuse")
+    data = tmp / "in"
+    for i in range(OLD_FILES):
+        write_corpus(str(data / f"part_{i}.jsonl"), ROWS, seed=i)
+    texts = [json.loads(line)["text"] for i in range(OLD_FILES) for line in open(data / f"part_{i}.jsonl")]
+    night1_dir, s1 = run_job(tmp, data, "night1", tmp / "work")
+    write_growth_file(str(data / f"part_{OLD_FILES}.jsonl"), texts, 30, seed=99)  # 5 % new rows, ~30 % of them dups
+    night2_dir, s2 = run_job(tmp, data, "night2", tmp / "work")
+    _, s3 = run_job(tmp, data, "scratch", tmp / "scratch_work", reuse=False)
+    return {
+        "tmp": tmp,
+        "data": data,
+        "texts": texts,
+        "night1": night1_dir,
+        "night2": night2_dir,
+        "s1": s1,
+        "s2": s2,
+        "s3": s3,
+    }
+
+
+def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights):
+    s2, tmp = nights["s2"], nights["tmp"]
+    assert _bytes(tmp / "night2.jsonl") == _bytes(tmp / "scratch.jsonl")
+    assert s2["export"]["rows"] == nights["s3"]["export"]["rows"] > nights["s1"]["export"]["rows"]
+    reuse = s2["reuse"]
+    assert reuse["partitions_reused"] == OLD_FILES * ROWS // SIZE  # every old partition, through both dedups
+    assert reuse["computed_partitions"] == 1 and reuse["source_jobs"] == ["night1"]
+    assert reuse["bytes_reused"] > 0 and reuse["checkpoints_reused"] >= 2 * reuse["partitions_reused"]
+    # the reused partitions' JSONL bytes were copied from night 1's export (checked by their xxh3)
+    assert reuse["export_parts_reused"] == reuse["partitions_reused"]
+    assert nights["s1"]["reuse"]["partitions_reused"] == 0 and nights["s1"]["reuse"]["published_entries"] > 0
+    assert pinned_sources(nights["night2"]) == {"night1"}
+    # read in place: night 2 holds reuse markers, not copies of night 1's data files
+    final = JobContext(nights["night2"]).plan.final_op_index
+    op_dir = os.path.join(nights["night2"], "checkpoints", f"checkpoint_op_{final:03d}_words_num_filter")
+    marker = json.load(open(os.path.join(op_dir, "partition_00000.commit.json")))
+    assert marker["reference"] == {"job_id": "night1", "partition_id": 0}
+    assert not os.path.exists(os.path.join(op_dir, "partition_00000.parquet"))
+    reused_events = [e for e in read_events(nights["night2"]) if e["event_type"] == "checkpoint_reused"]
+    assert {e["partition_id"] for e in reused_events} == set(range(reuse["partitions_reused"]))
+
+
+def test_a_flipped_byte_in_a_reused_checkpoint_is_never_trusted(nights, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(os.path.dirname(nights["night1"]), work, ignore=shutil.ignore_patterns("night2"))
+    night1 = work / "night1"
+    final = JobContext(str(night1)).plan.final_op_index
+    op_dir = night1 / "checkpoints" / f"checkpoint_op_{final:03d}_words_num_filter"
+    victim = op_dir / "partition_00002.parquet"
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    # ... and one byte of the last export of these checkpoints (night 2's, which published the latest
+    # entries), inside the last old partition's rows: that part is serialized again
+    last_old = OLD_FILES * ROWS // SIZE - 1
+    entry_path = ReuseIndex(str(work)).entries()
+    export1 = nights["tmp"] / "night2.jsonl"
+    original = export1.read_bytes()
+    part = next(
+        e
+        for _, e in entry_path
+        if e.get("store") == "export_part_jsonl" and (e["source_job"], e["source_partition_id"]) == ("night1", last_old)
+    )
+    assert part["job_id"] == "night2"
+    at = part["offset"] + part["length"] // 2
+    export1.write_bytes(original[:at] + bytes([original[at] ^ 0x01]) + original[at + 1 :])
+    try:
+        _, s = run_job(tmp_path, nights["data"], "night2b", work)
+    finally:
+        export1.write_bytes(original)
+    assert _bytes(tmp_path / "night2b.jsonl") == _bytes(nights["tmp"] / "scratch.jsonl")
+    assert s["reuse"]["partitions_reused"] == OLD_FILES * ROWS // SIZE - 1
+    assert s["reuse"]["export_parts_reused"] == OLD_FILES * ROWS // SIZE - 2
+    rejected = [e for e in read_events(str(night1)) if e["event_type"] == "checkpoint_rejected"]
+    assert [e["partition_id"] for e in rejected] == [2]
+
+
+def test_a_moved_first_occurrence_recomputes_past_the_deduplicator(nights, tmp_path):
+    data = _copy_inputs(nights["data"], tmp_path / "in")
+    # Night 2's first file now ends with a copy of a night-1 row of the second file: that row's first
+    # occurrence moves into partition 1, so partition 2's exact-dedup mask changes (its content does not).
+    rows1 = [json.loads(line) for line in open(data / "part_1.jsonl")]
+    first = data / "part_0.jsonl"
+    lines = first.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["text"] = rows1[3]["text"]
+    lines[-1] = json.dumps(last)
+    first.write_text("\n".join(lines) + "\n")
+    work = tmp_path / "work"
+    shutil.copytree(os.path.dirname(nights["night1"]), work, ignore=shutil.ignore_patterns("night2"))
+    _, s = run_job(tmp_path, data, "night2c", work)
+    _, scratch = run_job(tmp_path, data, "scratch_c", tmp_path / "scratch_work", reuse=False)
+    assert _bytes(tmp_path / "night2c.jsonl") == _bytes(tmp_path / "scratch_c.jsonl")
+    reused = {
+        e["partition_id"]: e for e in read_events(str(work / "night2c")) if e["event_type"] == "checkpoint_reused"
+    }
+    assert 1 not in reused  # its content changed: computed
+    segments_of_2 = {
+        e["segment"]
+        for e in read_events(str(work / "night2c"))
+        if e["event_type"] == "checkpoint_reused" and e["partition_id"] == 2
+    }
+    assert segments_of_2 == {0}  # keys and ops before the dedup reused; its mask differs, so not past it
+    assert s["reuse"]["partitions_partly_reused"] >= 1
+
+
+def test_gc_keeps_running_resumable_and_referenced_jobs_and_removes_the_rest(nights, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(os.path.dirname(nights["night1"]), work)
+    # an older completed job nothing references, and a failed (resumable) one
+    for name, status, end in (("night0", "completed", 1.0), ("broken", "failed", 2.0)):
+        shutil.copytree(work / "night1", work / name, ignore=shutil.ignore_patterns("reused_from"))
+        summary = json.load(open(work / name / "job_summary.json"))
+        summary.update(status=status, end_time=end, job_id=name)
+        json.dump(summary, open(work / name / "job_summary.json", "w"))
+    lock = (work / "night1" / "metadata" / "runner.lock").read_bytes()  # held by this (live) process
+    for name in (
+        "night1",
+        "night2",
+        "night0",
+        "broken",
+    ):  # the export task releases a finished job's lock; in-process runs keep it
+        os.remove(work / name / "metadata" / "runner.lock")
+    ReuseIndex(str(work)).publish("00deadbeef", {"job_id": "night0", "partition_id": 0})
+    dry = collect(str(work), keep_last_n_jobs=1, dry_run=True)
+    assert [d["job_id"] for d in dry.deleted] == ["night0"] and os.path.isdir(work / "night0" / "checkpoints")
+    res = collect(str(work), keep_last_n_jobs=1)
+    assert [d["job_id"] for d in res.deleted] == ["night0"] and res.freed_bytes == dry.freed_bytes > 0
+    kept = {k["job_id"]: k["why"] for k in res.kept}
+    assert kept == {"night2": "recent", "night1": "reused by night2", "broken": "resumable (failed)"}
+    assert sorted(os.listdir(work / "night0" / "checkpoints")) == ["partitioning_info.json"]
+    assert os.path.exists(work / "night0" / "job_summary.json")
+    assert res.index_entries_removed == 1 and ReuseIndex(str(work)).lookup("00deadbeef") is None
+    # a size budget drops old completed jobs nothing kept references, oldest first; never the referenced
+    # night 1, nor the newest completed job
+    tight = collect(str(work), keep_last_n_jobs=5, max_bytes=1)
+    assert [d["job_id"] for d in tight.deleted] == []
+    assert {k["job_id"] for k in tight.kept} == {"night2", "night1", "broken"}
+    # a running job (its lock held by a live process) is never touched, even with nothing else kept
+    (work / "night2" / "metadata" / "runner.lock").write_bytes(lock)
+    none_kept = collect(str(work), keep_last_n_jobs=0)
+    assert {k["job_id"]: k["why"] for k in none_kept.kept}["night2"] == "running"
+    assert "night1" in {k["job_id"] for k in none_kept.kept}  # still referenced by the running job
+
+
+def test_a_pin_waits_for_a_running_gc(tmp_path):
+    """gc decides and deletes under the exclusive lock; a job's pin (shared lock) lands before or after,
+    never in between, so gc never deletes a source that a pin written before it started protects."""
+    import threading
+
+    from airflow_provider_dj.engine.storage.reuse_index import gc_guard, pin_source
+
+    job = tmp_path / "night2"
+    job.mkdir()
+    done = threading.Event()
+    with gc_guard(str(tmp_path), exclusive=True):
+        t = threading.Thread(target=lambda: (pin_source(str(job), "night1"), done.set()))
+        t.start()
+        assert not done.wait(0.5)  # blocked while gc holds the lock
+        assert pinned_sources(str(job)) == set()
+    t.join(5)
+    assert done.is_set() and pinned_sources(str(job)) == {"night1"}
