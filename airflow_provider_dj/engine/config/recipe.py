@@ -28,7 +28,6 @@ from airflow_provider_dj.engine.config import templates as T
 from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
 from airflow_provider_dj.engine.config.schema import (
     CheckpointConfig,
-    DedupHistoryConfig,
     IntermediateStorageConfig,
     OpSpec,
     PartitionConfig,
@@ -37,6 +36,7 @@ from airflow_provider_dj.engine.config.schema import (
     TracerConfig,
     recipe_from_dict,
 )
+from airflow_provider_dj.engine.config.section_parsers import SectionParser, get_or_default
 from airflow_provider_dj.ops.base import COMMON_OP_ARGS, OpArgumentError, _type_ok, suggest
 from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class, op_names
 
@@ -177,101 +177,12 @@ def _leaves(nested: dict, prefix: str = "") -> frozenset[str]:
     return frozenset(out)
 
 
-def _get(d: dict, key: str, default: Any = None) -> Any:
-    """``d[key]``, with an explicit null meaning "use the default" (Data-Juicer writes ``size: null``)."""
-    value = d.get(key)
-    return default if value is None else value
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(text: str) -> bool:
     return re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None
 
 
-class _Parser:
-    """One parse: knows the file and which keys came from overrides, to word errors."""
-
-    def __init__(self, file: str | None, base_dir: str, overridden: frozenset[str], source: str) -> None:
-        self.file, self.base_dir, self.overridden, self.source = file, base_dir, overridden, source
-        #: parse time: templated key paths kept as written (their value checks wait for the task)
-        self.templated: dict[str, str] = {}
-        #: run time: key paths whose value was rendered from a template (named in errors)
-        self.rendered: dict[str, str] = {}
-
-    def err(self, key: str | None, message: str, *related: str) -> RecipeError:
-        keys = [k for k in (key, *related) if k]
-        hit = any(
-            k == o or k.startswith((o + ".", o + "[")) or o.startswith(k + ".") for k in keys for o in self.overridden
-        )
-        template = next((t for p, t in self.rendered.items() if key and (p == key or p.startswith(key + "["))), None)
-        note = f" (rendered from the template {template!r})" if template else ""
-        return RecipeError(self.file, key, message + (f" (from {self.source})" if hit else "") + note)
-
-    # -- scalar checks ----------------------------------------------------
-    def bool_(self, value: Any, key: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.err(key, f"must be true or false, got {value!r}")
-        return value
-
-    def int_(self, value: Any, key: str, minimum: int = 1, *, none: bool = False, auto: bool = False) -> int | None:
-        if (value is None and none) or (auto and value == "auto"):
-            return None
-        if not _is_int(value) or value < minimum:
-            alts = (' or "auto"' if auto else "") + (" or null" if none else "")
-            raise self.err(key, f"must be an integer >= {minimum}{alts}, got {value!r}")
-        return value
-
-    def ratio(self, value: Any, key: str) -> float | None:
-        """A fraction in [0, 1] or null (the failure-rate guard's limit)."""
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise self.err(
-                key,
-                f"must be a number from 0 to 1 (the fraction of an op's input rows that may fail "
-                f"before the job stops; 1 turns the guard off), got {value!r}",
-            )
-        return float(value)
-
-    def str_(self, value: Any, key: str, *, none: bool = False) -> str | None:
-        if value is None and none:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.err(key, f"must be a non-empty string (quote it in YAML), got {value!r}")
-        return value.strip()
-
-    def enum(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
-        if value not in allowed:
-            hint = suggest(value, allowed) if isinstance(value, str) else ""
-            raise self.err(key, f"must be one of {', '.join(allowed)}, got {value!r}.{hint}")
-        return value
-
-    def str_list(self, value: Any, key: str) -> tuple[str, ...]:
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-            raise self.err(key, f"must be a list of non-empty strings, got {value!r}")
-        return tuple(value)
-
-    def section(self, data: dict, name: str) -> dict:
-        raw = _get(data, name)
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            raise self.err(name, f"must be a mapping of {', '.join(S.SECTION_KEYS[name][:4])}, ...; got {raw!r}")
-        for k in raw:
-            if k not in S.SECTION_KEYS[name]:
-                raise self.err(
-                    f"{name}.{k}",
-                    f"unknown key {k!r} in {name}.{suggest(str(k), S.SECTION_KEYS[name])} "
-                    f"Allowed: {', '.join(S.SECTION_KEYS[name])}",
-                )
-        return raw
+class _Parser(SectionParser):
+    """The whole recipe: top-level keys, ops, paths (sections and value checks: section_parsers.py)."""
 
     # -- whole recipe -----------------------------------------------------
     def parse(self, data: dict, templates: dict | None = None) -> Recipe:
@@ -283,7 +194,7 @@ class _Parser:
                     f"unknown recipe key {k!r}.{suggest(str(k), allowed)} Keys this provider "
                     f"uses: {', '.join(sorted(set(S.OWN_TOP_LEVEL_KEYS) - {'partition_size'}))}",
                 )
-        executor = _get(data, "executor_type", S.EXECUTOR_TYPE)
+        executor = get_or_default(data, "executor_type", S.EXECUTOR_TYPE)
         if executor != S.EXECUTOR_TYPE:
             raise self.err(
                 "executor_type",
@@ -291,22 +202,22 @@ class _Parser:
                 f"partitioned, checkpointed executor; set executor_type: {S.EXECUTOR_TYPE} "
                 f"(or remove the key)",
             )
-        process = self.process(_get(data, "process"))
+        process = self.process(get_or_default(data, "process"))
         names = [op.name for op in process]
-        dataset_path = self.dataset_path(_get(data, "dataset_path"))
-        export_path = self.export_path(_get(data, "export_path"), dataset_path)
-        work_dir = _get(data, "work_dir")
+        dataset_path = self.dataset_path(get_or_default(data, "dataset_path"))
+        export_path = self.export_path(get_or_default(data, "export_path"), dataset_path)
+        work_dir = get_or_default(data, "work_dir")
         if work_dir is None:
             work_dir = posixpath.dirname(export_path) if "://" in export_path else os.path.dirname(export_path)
         else:
             work_dir = self.path(self.str_(work_dir, "work_dir"), "work_dir")
         for key, url in (("dataset_path", dataset_path), ("export_path", export_path), ("work_dir", work_dir)):
             self.url_driver(key, url)
-        text_keys = self.str_list(_get(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
+        text_keys = self.str_list(get_or_default(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
         if not text_keys:
             raise self.err("text_keys", "must name at least one field, e.g. text_keys: text")
-        job_id = self.safe_id(_get(data, "job_id"), "job_id")
-        resume = self.safe_id(_get(data, "resume"), "resume")
+        job_id = self.safe_id(get_or_default(data, "job_id"), "job_id")
+        resume = self.safe_id(get_or_default(data, "resume"), "resume")
         if job_id and resume and job_id != resume:
             raise self.err(
                 "resume",
@@ -315,7 +226,7 @@ class _Parser:
                 "job_id",
             )
         export_opts = self.export_options(data, export_path, process)
-        project = _get(data, "project_name")
+        project = get_or_default(data, "project_name")
         if project is None:
             project = os.path.splitext(os.path.basename(self.file))[0] if self.file else S.DEFAULT_PROJECT_NAME
         return Recipe(
@@ -325,25 +236,27 @@ class _Parser:
             export_path=export_path,
             work_dir=work_dir,
             text_keys=text_keys,
-            np=self.int_(_get(data, "np", S.DEFAULT_NP), "np"),
+            np=self.int_(get_or_default(data, "np", S.DEFAULT_NP), "np"),
             process=process,
             executor_type=S.EXECUTOR_TYPE,
             partition=self.partition(data),
             checkpoint=self.checkpoint(self.section(data, "checkpoint"), names),
             intermediate_storage=self.storage(self.section(data, "intermediate_storage")),
             tracer=TracerConfig(
-                open_tracer=self.bool_(_get(data, "open_tracer", False), "open_tracer"),
-                op_list_to_trace=self.op_refs(_get(data, "op_list_to_trace"), "op_list_to_trace", names),
-                trace_num=self.int_(_get(data, "trace_num", 10), "trace_num"),
-                trace_keys=self.str_list(_get(data, "trace_keys"), "trace_keys"),
+                open_tracer=self.bool_(get_or_default(data, "open_tracer", False), "open_tracer"),
+                op_list_to_trace=self.op_refs(get_or_default(data, "op_list_to_trace"), "op_list_to_trace", names),
+                trace_num=self.int_(get_or_default(data, "trace_num", 10), "trace_num"),
+                trace_keys=self.str_list(get_or_default(data, "trace_keys"), "trace_keys"),
             ),
-            skip_op_error=self.bool_(_get(data, "skip_op_error", S.DEFAULT_SKIP_OP_ERROR), "skip_op_error"),
-            keep_stats_in_res_ds=self.bool_(_get(data, "keep_stats_in_res_ds", False), "keep_stats_in_res_ds"),
+            skip_op_error=self.bool_(get_or_default(data, "skip_op_error", S.DEFAULT_SKIP_OP_ERROR), "skip_op_error"),
+            keep_stats_in_res_ds=self.bool_(
+                get_or_default(data, "keep_stats_in_res_ds", False), "keep_stats_in_res_ds"
+            ),
             job_id=job_id or resume,  # resuming a job means running under its id (as Data-Juicer does)
             resume=resume,
-            schedule=self.schedule(_get(data, "schedule")),
+            schedule=self.schedule(get_or_default(data, "schedule")),
             ignored_keys=tuple(sorted(k for k in data if k in S.DJ_IGNORED_KEYS)),
-            max_failed_ratio=self.ratio(_get(data, "max_failed_ratio"), "max_failed_ratio"),
+            max_failed_ratio=self.ratio(get_or_default(data, "max_failed_ratio"), "max_failed_ratio"),
             keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
             export_in_parallel=export_opts.export_in_parallel,
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
@@ -529,164 +442,6 @@ class _Parser:
                 "export_path", f"{value!r} is the input dataset_path; write the result elsewhere", "dataset_path"
             )
         return resolved
-
-    # -- sections ---------------------------------------------------------
-    def partition(self, data: dict) -> PartitionConfig:
-        raw = dict(self.section(data, "partition"))
-        legacy = _get(data, "partition_size")
-        if legacy is not None:
-            legacy = self.int_(legacy, "partition_size")
-            if _get(raw, "size") is not None and raw["size"] != legacy:
-                raise self.err(
-                    "partition_size",
-                    f"deprecated partition_size={legacy!r} conflicts with "
-                    f"partition.size={raw['size']!r}; keep only partition.size",
-                    "partition.size",
-                )
-            raw.setdefault("size", legacy)
-        mode = self.enum(_get(raw, "mode", "auto"), "partition.mode", S.PARTITION_MODES)
-        count = self.int_(_get(raw, "num_of_partitions"), "partition.num_of_partitions", none=True, auto=True)
-        size = self.int_(_get(raw, "size"), "partition.size", none=True)
-        if mode == "manual" and count is not None and size is not None:
-            given_count = "partition.num_of_partitions" in self.overridden
-            given_size = "partition.size" in self.overridden
-            if given_count != given_size:  # an override of one replaces the recipe's other
-                count, size = (count, None) if given_count else (None, size)
-            else:
-                raise self.err(
-                    "partition",
-                    f"manual mode takes either num_of_partitions ({count}) or size ({size}), not both; remove one",
-                )
-        if mode == "manual" and count is None and size is None:
-            count = S.DEFAULT_MANUAL_PARTITIONS
-        target = self.int_(_get(raw, "target_size_mb", 256), "partition.target_size_mb")
-        max_mb = self.int_(_get(raw, "max_size_mb"), "partition.max_size_mb", none=True)
-        if max_mb is not None and max_mb < target:
-            raise self.err(
-                "partition.max_size_mb",
-                f"{max_mb} is below target_size_mb ({target}); raise it or lower target_size_mb",
-                "partition.target_size_mb",
-            )
-        # For "opt_" keys null is a value of its own (gpu_probe_sample_seed: null = a fresh sample each run).
-        extra = {
-            k: self.extra(k, raw[k] if k in raw and kind.startswith("opt_") else _get(raw, k, default), kind)
-            for k, (default, kind) in S.PARTITION_EXTRA.items()
-        }
-        return PartitionConfig(
-            mode=mode,
-            num_of_partitions=count,
-            size=size,
-            target_size_mb=target,
-            max_size_mb=max_mb,
-            max_concurrent_partitions=self.int_(
-                _get(raw, "max_concurrent_partitions"), "partition.max_concurrent_partitions", none=True, auto=True
-            ),
-            extra=extra,
-        )
-
-    def extra(self, name: str, value: Any, kind: str) -> Any:
-        key = f"partition.{name}"
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if kind == "bool":
-            return self.bool_(value, key)
-        if kind == "align":
-            return self.enum(value, key, S.PARTITION_ALIGNS)
-        if kind == "auto_or_pos_int":
-            return "auto" if value == "auto" else self.int_(value, key, auto=True)
-        if kind in ("pos_int", "nonneg_int"):
-            return self.int_(value, key, 1 if kind == "pos_int" else 0)
-        if kind == "opt_int" and not (value is None or _is_int(value)):
-            raise self.err(key, f"must be an integer or null, got {value!r}")
-        if kind == "opt_pos_number" and not (value is None or (number and value > 0)):
-            raise self.err(key, f"must be a positive number of seconds or null, got {value!r}")
-        if kind == "opt_str" and not (value is None or (isinstance(value, str) and value.strip())):
-            raise self.err(key, f"must be a non-empty string (an Airflow pool name) or null, got {value!r}")
-        if kind == "ratio" and not (number and 0 < value <= 1):
-            raise self.err(key, f"must be a number in (0, 1], got {value!r}")
-        return value
-
-    def checkpoint(self, raw: dict, names: list[str]) -> CheckpointConfig:
-        enabled = self.bool_(_get(raw, "enabled", True), "checkpoint.enabled")
-        strategy = self.enum(_get(raw, "strategy", "every_n_ops"), "checkpoint.strategy", S.CHECKPOINT_STRATEGIES)
-        n_ops = self.int_(_get(raw, "n_ops", 5), "checkpoint.n_ops")
-        refs = self.op_refs(_get(raw, "op_names"), "checkpoint.op_names", names)
-        if not enabled or strategy == "disabled":
-            return CheckpointConfig(False, "disabled", n_ops, refs)
-        if strategy == "manual" and not refs:
-            raise self.err(
-                "checkpoint.op_names",
-                f"strategy manual needs op_names: the ops after which to "
-                f"checkpoint, from process: {', '.join(dict.fromkeys(names))}",
-                "checkpoint.strategy",
-            )
-        return CheckpointConfig(True, strategy, n_ops, refs)
-
-    def dedup_history(self, raw: dict, process: tuple[OpSpec, ...]) -> DedupHistoryConfig | None:
-        """``dedup_history:`` (docs/nightly.md#deduplication-against-history): checked here, before any work."""
-        if not raw or raw.get("path") is None:
-            if raw and raw.get("ops"):
-                raise self.err(
-                    "dedup_history.path", "is required with dedup_history.ops: the history index's directory"
-                )
-            return None
-        path = self.str_(raw["path"], "dedup_history.path")
-        if "://" in path:
-            raise self.err(
-                "dedup_history.path",
-                f"{path!r}: the history index is local-only for now (its commit takes a file lock); use a local "
-                f"path on a file system every export task sees",
-            )
-        ops = self.str_list(raw.get("ops"), "dedup_history.ops")
-        if not ops:
-            raise self.err(
-                "dedup_history.ops",
-                f"name the deduplicators that check history, from: {', '.join(S.DEDUP_HISTORY_OPS)}",
-            )
-        names = [op.name for op in process]
-        for j, name in enumerate(ops):
-            if name not in S.DEDUP_HISTORY_OPS:
-                raise self.err(
-                    f"dedup_history.ops[{j}]",
-                    f"{name!r} cannot check history: supported are {', '.join(S.DEDUP_HISTORY_OPS)} "
-                    f"(their keys are looked up by equality)",
-                )
-            if names.count(name) != 1:
-                raise self.err(
-                    f"dedup_history.ops[{j}]",
-                    f"{name!r} appears {names.count(name)} times in process; it must appear exactly once to "
-                    f"check history",
-                )
-        memory_mb = self.int_(
-            raw.get("memory_mb", S.DEFAULT_DEDUP_HISTORY_MEMORY_MB), "dedup_history.memory_mb", minimum=8
-        )
-        return DedupHistoryConfig(self.path(path), tuple(dict.fromkeys(ops)), memory_mb)
-
-    def storage(self, raw: dict) -> IntermediateStorageConfig:
-        fmt = self.enum(_get(raw, "format", "parquet"), "intermediate_storage.format", S.STORAGE_FORMATS)
-        comp = _get(raw, "compression", S.DEFAULT_COMPRESSION[fmt])
-        if comp is False:  # YAML 1.1 reads a bare `no`/`off` as false
-            comp = "none"
-        allowed = S.STORAGE_COMPRESSIONS[fmt]
-        if comp not in allowed:
-            raise self.err(
-                "intermediate_storage.compression",
-                f"{comp!r} is not available for format {fmt}; use "
-                f"one of {', '.join(allowed)}.{suggest(str(comp), allowed)}",
-                "intermediate_storage.format",
-            )
-        return IntermediateStorageConfig(
-            format=fmt,
-            compression=comp,
-            preserve_intermediate_data=self.bool_(
-                _get(raw, "preserve_intermediate_data", False), "intermediate_storage.preserve_intermediate_data"
-            ),
-            retention_policy=self.enum(
-                _get(raw, "retention_policy", "keep_all"), "intermediate_storage.retention_policy", S.RETENTION_POLICIES
-            ),
-            reuse_across_jobs=self.bool_(
-                _get(raw, "reuse_across_jobs", False), "intermediate_storage.reuse_across_jobs"
-            ),
-        )
 
 
 # --------------------------------------------------------------------------
