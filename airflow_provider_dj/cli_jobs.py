@@ -1,0 +1,120 @@
+"""``dj-airflow`` commands that manage jobs: unlock, gc, stop, jobs, monitor, ray-stop.
+
+They read and write job directories (and the embedded Ray head's state file) and never
+start Airflow, so each answers in about a second; ``cli.py`` keeps ``run`` and ``validate``
+and the argument parser that dispatches to these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from airflow_provider_dj import settings
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError, validate_job_id
+
+    try:
+        validate_job_id(args.job_id)
+    except JobIdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from airflow_provider_dj.core import fs as storage
+
+    job_dir = storage.join(args.work_dir or settings.get("work_dir") or ".", args.job_id)
+    lock = job_lock.force_unlock(job_dir)
+    print(f"removed the runner lock of {job_dir} ({job_lock.describe(lock)})" if lock else f"{job_dir} has no lock")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Delete old completed jobs' checkpoints in a work dir, never a running, resumable or referenced job's."""
+    from airflow_provider_dj.engine.jobdir.gc import collect
+
+    work_dir = args.work_dir or settings.get("work_dir") or "."
+    keep = args.keep_last_n_jobs if args.keep_last_n_jobs is not None else settings.get("gc_keep_last_n_jobs")
+    budget = args.max_bytes if args.max_bytes is not None else settings.get("gc_max_bytes")
+    res = collect(work_dir, keep_last_n_jobs=keep, max_bytes=budget, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for d in res.deleted:
+        print(f"{verb} the checkpoints of job {d['job_id']} ({d['status']}): {d['bytes']} bytes")
+    for k in res.kept:
+        print(f"kept job {k['job_id']} ({k['why']}): {k['bytes']} bytes")
+    print(
+        f"{verb} {len(res.deleted)} jobs' checkpoints, {'would free' if args.dry_run else 'freed'} "
+        f"{res.freed_bytes} bytes; {res.index_entries_removed} reuse-index entries "
+        f"{'would be ' if args.dry_run else ''}removed"
+    )
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.control import JobNotFoundError, stop_job
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
+
+    try:
+        res = stop_job(
+            args.job_id,
+            force=args.force,
+            timeout=args.timeout,
+            work_dir=args.work_dir,
+            requested_by=f"dj-airflow stop (pid {os.getpid()})",
+        )
+    except (JobIdError, JobNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{res.state}: {res.message}")
+    return 0 if res.state in ("stopped", "completed", "not_running") or args.timeout == 0 else 1
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.control import list_jobs
+
+    jobs = list_jobs(args.work_dir, running_only=not args.all)
+    if args.json:
+        print(json.dumps(jobs, indent=2, default=str))
+        return 0
+    if not jobs:
+        print("no running jobs" if not args.all else "no jobs")
+        return 0
+    print(f"{'JOB ID':<32} {'STATUS':<10} {'PROGRESS':<18} DIR")
+    for j in jobs:
+        p = j["progress"]
+        prog = f"{p['partitions_final']}/{p['partitions_total']} ({p['percent']:.0f}%)" if p else "-"
+        print(f"{j['job_id']:<32} {j['status']:<10} {prog:<18} {j['job_dir']}")
+    return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
+    from airflow_provider_dj.monitor import JobNotFoundError, show_job_progress, watch_job
+
+    try:
+        if args.watch:
+            frames = watch_job(
+                args.job_id,
+                interval=args.interval,
+                max_iterations=args.max_iterations,
+                detailed=args.detailed,
+                work_dir=args.work_dir,
+            )
+            return 0 if frames else 1
+        show_job_progress(args.job_id, detailed=args.detailed, work_dir=args.work_dir)
+    except (JobIdError, JobNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_ray_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.hooks.ray import stop_local_head
+
+    print("stopped the embedded Ray head" if stop_local_head() else "no embedded Ray head recorded")
+    return 0
