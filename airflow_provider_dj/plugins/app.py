@@ -49,7 +49,7 @@ def _job_dir_for(job_id: str, user) -> tuple[str, str | None]:
         raise HTTPException(400, str(exc)) from None
     except JobNotFoundError:
         raise HTTPException(404, f"job {job_id!r} not found") from None
-    dag_id, _runs = job_lookup.job_airflow_ids(job_dir)
+    dag_id = job_lookup.job_dag_id(job_dir)
     require_dag_read(user, dag_id)
     return job_dir, dag_id
 

@@ -47,9 +47,10 @@ def _plan_doc(job_dir: str) -> dict:
         return {}
 
 
-def failed_partition_ids(job_dir: str) -> dict[int, str]:
+def failed_partition_ids(job_dir: str, job_failures: dict[str, str] | None = None) -> dict[int, str]:
     """partition id -> error, by the rule the sensor uses (``engine.jobdir.watch.failures``)."""
-    return {int(k.split()[1]): v for k, v in failures(job_dir).items() if k != "job"}
+    job_failures = failures(job_dir) if job_failures is None else job_failures
+    return {int(k.split()[1]): v for k, v in job_failures.items() if k != "job"}
 
 
 def _cell_state(p: dict, seg: dict, failed: dict[int, str]) -> str:
@@ -148,11 +149,11 @@ def gpu_report(job_dir: str) -> dict | None:
 def job_overview(job_dir: str, *, dag_id: str | None = None, run_id: str | None = None) -> dict:
     """Everything the job page shows at once (the big lists — samples, logs — are fetched per partition)."""
     t0 = time.perf_counter()
-    prog = job_progress(job_dir)
-    failed = failed_partition_ids(job_dir)
+    events = read_events(job_dir)  # once: the big read on a big job (the monitor and the sensor rule share it)
+    prog = job_progress(job_dir, events=events)
+    job_failures = failures(job_dir, events)
+    failed = failed_partition_ids(job_dir, job_failures)
     plan_doc = _plan_doc(job_dir)
-    events = prog.pop("_events", None) or read_events(job_dir)
-    job_failures = failures(job_dir)
     return {
         "job_id": prog["job_id"],
         "job_dir": job_dir,

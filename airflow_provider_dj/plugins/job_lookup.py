@@ -53,6 +53,22 @@ def _candidate_dirs() -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
+_DAG_OF_JOB: dict[str, str] = {}
+
+
+def job_dag_id(job_dir: str) -> str | None:
+    """The DAG a job belongs to (for the auth check), remembered per job directory once known:
+    a job's DAG does not change, and reading a 1,000-partition job's events costs ~0.2 s."""
+    if job_dir not in _DAG_OF_JOB:
+        dag_id, _ = job_airflow_ids(job_dir)
+        if dag_id is None:
+            return None
+        if len(_DAG_OF_JOB) > 1000:
+            _DAG_OF_JOB.clear()
+        _DAG_OF_JOB[job_dir] = dag_id
+    return _DAG_OF_JOB[job_dir]
+
+
 def job_airflow_ids(job_dir: str) -> tuple[str | None, list[str]]:
     """(DAG id, run ids) the job's ``job_start`` events name (a resumed job may span several runs)."""
     dag_id, runs = None, []
@@ -100,4 +116,4 @@ def recent_job_list(limit: int = 50) -> list[dict]:
     return out
 
 
-__all__ = ["JobNotFoundError", "find_job", "find_job_for_run", "job_airflow_ids", "recent_job_list"]
+__all__ = ["JobNotFoundError", "find_job", "find_job_for_run", "job_airflow_ids", "job_dag_id", "recent_job_list"]

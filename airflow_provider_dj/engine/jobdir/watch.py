@@ -71,7 +71,7 @@ _RESTARTS = {"partition_start", "partition_complete", "partition_resume"}
 _JOB_RESTARTS = {"job_start", "job_complete", "stop_cleared"}
 
 
-def failures(job_dir: str) -> dict[str, str]:
+def failures(job_dir: str, events: list[dict] | None = None) -> dict[str, str]:
     """``{"partition <p>" | "job": error}`` for failures not followed by a restart or success.
 
     A ``partition_failed`` is cleared by a later start/complete of the same
@@ -79,13 +79,13 @@ def failures(job_dir: str) -> dict[str, str]:
     summary with status failed — is cleared by any later sign of life: a
     ``job_start`` (resume) or any partition starting again, because a
     clear-and-retry of one task in the UI re-runs that task without a new
-    ``job_start``.
+    ``job_start``.  ``events`` may be passed when the caller has read them already (the job view).
     """
     from airflow_provider_dj.engine.observe.events import read_events
 
     failed: dict[str, str] = {}
     last_restart = 0.0
-    for ev in read_events(job_dir):
+    for ev in read_events(job_dir) if events is None else events:
         t, pid = ev.get("event_type"), ev.get("partition_id")
         if t == "partition_failed" and pid is not None:
             failed[f"partition {pid}"] = ev.get("error_message") or "failed"
