@@ -212,11 +212,12 @@ def job_page(view: dict, *, api: str, static: str, focus: set[int] | None = None
         [
             *header,
             *action,
-            facts_html,
             "<h2>Partitions × segments</h2>",
             grid_html(view["grid"], focus),
             "<section id='partition' class='panel' hidden><h2 id='partition-title'></h2>"
             "<div id='partition-body'></div></section>",
+            "<h2>Job</h2>",
+            facts_html,
             "<h2>Per-op funnel</h2>",
             funnel_svg(view["funnel"]),
             "<h2>Throughput over time</h2>",

@@ -25,6 +25,7 @@ import json
 from typing import Callable
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
@@ -38,8 +39,8 @@ FATES = ("failed", "filtered", "duplicate", "changed", "not_found")
 RowLookup = Callable[[str, int], "dict | None"]
 
 
-class RowOutOfRangeError(LookupError):
-    """The job's input has no such row."""
+class RowOutOfRangeError(DJError, LookupError):
+    """The job's input has no such row (the job view answers 404 naming it)."""
 
 
 def _sample(row: dict) -> dict:

@@ -40,7 +40,9 @@
     if (page.items.length) {
       box.appendChild(table("samples failed-table", ["input row", "partition", "op", "error", "sample"],
         page.items.map(function (s) {
-          return [s.input_row, s.partition_id, s.op_index + " " + s.op_name, s.error_type + ": " + s.error, s.text];
+          var err = String(s.error);
+          if (s.error_type && err.indexOf(s.error_type) !== 0) err = s.error_type + ": " + err;
+          return [s.input_row, s.partition_id, s.op_index + " " + s.op_name, err, s.text];
         })));
     }
     var nav = el("div", { class: "pager" });
