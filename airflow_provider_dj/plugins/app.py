@@ -94,8 +94,8 @@ def create_app() -> FastAPI:
     def _run_page(request: Request, user, dag_id: str, run_id: str, task_id=None, map_index=None) -> HTMLResponse:
         require_dag_read(user, dag_id)
         static = _root(request) + "/static"
-        job_dir = job_lookup.find_job_for_run(dag_id, run_id)
-        if job_dir is None:
+        found = job_lookup.find_job_for_run(dag_id, run_id)
+        if found is None:
             return HTMLResponse(
                 views.message_page(
                     "No Data-Juicer job yet",
@@ -105,6 +105,7 @@ def create_app() -> FastAPI:
                 ),
                 status_code=404,
             )
+        job_dir, found_by = found
         view = job_data.job_overview(job_dir, dag_id=dag_id, run_id=run_id)
         note = None
         if task_id is not None and not str(task_id).startswith("partitions_seg"):
@@ -116,6 +117,7 @@ def create_app() -> FastAPI:
                 static=static,
                 focus=_focus(job_dir, task_id, map_index),
                 note=note,
+                found_by=found_by,
             )
         )
 

@@ -79,17 +79,18 @@ def job_airflow_ids(job_dir: str) -> tuple[str | None, list[str]]:
     return dag_id, runs
 
 
-def find_job_for_run(dag_id: str, run_id: str) -> str | None:
-    """The job directory of this DAG run, or None when its validate task has not run yet."""
+def find_job_for_run(dag_id: str, run_id: str) -> tuple[str, str] | None:
+    """(job directory, how it was found: "xcom" or "events") of this DAG run, or None when its
+    validate task has not run yet."""
     found = _xcom_job_dir(dag_id, run_id)
     if found and storage.exists(found):
-        return found
+        return found, "xcom"
     for d in _candidate_dirs():
         if not storage.exists(d):
             continue
         d_dag, d_runs = job_airflow_ids(d)
         if d_dag == dag_id and run_id in d_runs:
-            return d
+            return d, "events"
     return None
 
 

@@ -140,7 +140,15 @@ def grid_html(grid: dict, focus: set[int] | None = None) -> str:
 # -- pages ------------------------------------------------------------------------------
 
 
-def job_page(view: dict, *, api: str, static: str, focus: set[int] | None = None, note: str | None = None) -> str:
+def job_page(
+    view: dict,
+    *,
+    api: str,
+    static: str,
+    focus: set[int] | None = None,
+    note: str | None = None,
+    found_by: str | None = None,
+) -> str:
     status = view["status"]
     failed_rows = [r for r in view["grid"]["rows"] if r["status"] == "failed"]
     header = [
@@ -233,7 +241,8 @@ def job_page(view: dict, *, api: str, static: str, focus: set[int] | None = None
         ]
     )
     focus_attr = ",".join(str(p) for p in sorted(focus)) if focus else ""
-    return page(f"DJ job {view['job_id']}", body, static=static, data={"api": api, "focus": focus_attr})
+    data = {"api": api, "focus": focus_attr, "job-found-by": found_by or "job id"}
+    return page(f"DJ job {view['job_id']}", body, static=static, data=data)
 
 
 def message_page(title: str, text: str, *, static: str) -> str:

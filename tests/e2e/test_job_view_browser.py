@@ -10,7 +10,7 @@ REST call the UI's Clear button makes, sent from the logged-in page itself
 
 Chromium comes from ``scripts/chromium_for_tests.sh`` (installed from Debian's
 packages when missing and root); without it the test skips here and fails
-under CI (``CI`` set).  Screenshots go to ``$DJ_SCREENSHOT_DIR`` (default: the
+under CI (``CI`` set).  Last, the navigation's "Data-Juicer jobs" entry lists the job.  Screenshots go to ``$DJ_SCREENSHOT_DIR`` (default: the
 test's tmp dir); docs/img/job_view_*.png are ones this test took.
 """
 
@@ -159,6 +159,8 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     summary = d.find_element(By.ID, "failed-summary").text
     assert airflow_name in summary and f"partitions_seg0[{CRASHED}]" in summary
     assert d.find_element(By.ID, "resume-token").text == JOB_ID
+    # found through validate's XCom in Airflow's metadata DB, not the fallback search
+    assert d.find_element(By.TAG_NAME, "body").get_attribute("data-job-found-by") == "xcom"
     d.switch_to.default_content()
     d.save_screenshot(os.path.join(shots, "job_view_failed_run.png"))
 
@@ -222,6 +224,21 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     assert not d.find_elements(By.ID, "failed-summary")
     d.switch_to.default_content()
     d.save_screenshot(os.path.join(shots, "job_view_green.png"))
+
+    # -- the navigation entry lists the job -----------------------------------------------------
+    d.get(f"{view.base_url}/plugin/dj-jobs")
+    frame = wait(
+        d,
+        "the jobs list's iframe",
+        lambda d: next(
+            (f for f in d.find_elements(By.TAG_NAME, "iframe") if "dj-jobs" in (f.get_attribute("src") or "")), None
+        ),
+    )
+    d.switch_to.frame(frame)
+    link = wait(d, "the job in the list", lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs a[href$='/job/{JOB_ID}']"))
+    assert link[0].text == JOB_ID
+    assert link[0].find_element(By.XPATH, "../..").text.split()[1] == "completed"
+    d.switch_to.default_content()
     with open(os.path.join(shots, "screenshots.json"), "w") as fh:
         json.dump(sorted(os.listdir(shots)), fh)
     print(f"screenshots in {shots} ({time.strftime('%H:%M:%S')})")

@@ -90,6 +90,7 @@ def test_the_run_tab_finds_the_job_and_shows_the_failed_partition(client):
     assert r.status_code == 200
     assert "<code id='job-id'>crashed</code>" in r.text
     assert 'data-api="/dj-jobs/api/job/crashed"' in r.text
+    assert 'data-job-found-by="events"' in r.text  # no metadata DB here: found by its job_start event
     assert "class='cell failed' data-pid='1'" in r.text and r.text.count("class='cell failed'") == 1
     assert "p1 rows 50-99" in r.text
     task = client.get(f"{RUN_PATH}/task/partitions_seg0/{FAILED_PARTITION}", cookies={"_token": "alice"})
