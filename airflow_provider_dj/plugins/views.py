@@ -241,7 +241,7 @@ def job_page(
         ]
     )
     focus_attr = ",".join(str(p) for p in sorted(focus)) if focus else ""
-    data = {"api": api, "focus": focus_attr, "job-found-by": found_by or "job id"}
+    data = {"api": api, "focus": focus_attr, "job-found-by": found_by or "job id", "status": status}
     return page(f"DJ job {view['job_id']}", body, static=static, data=data)
 
 

@@ -1,5 +1,7 @@
 """The job view's app behind a real api-server: the plugin is loaded, and the real auth manager guards it.
 
+The server is the session's ``job_view_server`` (tests/e2e/conftest.py), shared with the browser test.
+
 No task runs here: the job directory is made in this process by the engine
 (a partition crashed), recorded as a run of the recipe DAG in its events, in
 the server's ``DJ_WORK_DIR``; the server parses the recipe's DAG so its id is
@@ -23,7 +25,7 @@ from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.events import EventLog
-from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, start_view_server
+from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS
 from tests.helpers_job_view import crash_fault
 
 pytestmark = pytest.mark.e2e
@@ -33,27 +35,27 @@ JOB_ID = "api_crash"
 
 
 @pytest.fixture(scope="module")
-def view(tmp_path_factory):
-    vs = start_view_server(str(tmp_path_factory.mktemp("job_view_api")))
-    try:
-        job_dir = vs.job_dir(JOB_ID)
-        os.makedirs(job_dir)
-        with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
-            json.dump(crash_fault(1), fh)
-        recipe = load_recipe(os.path.join(vs.root, "recipes", f"{VIEW_DAG}.yaml"))
+def view(job_view_server):
+    """A job of the recipe DAG whose partition 1 crashed, made here by the engine in the server's work dir."""
+    vs = job_view_server
+    job_dir = vs.job_dir(JOB_ID)
+    os.makedirs(job_dir)
+    with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
+        json.dump(crash_fault(1), fh)
+    recipe = load_recipe(os.path.join(vs.root, "recipes", f"{VIEW_DAG}.yaml"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DJ_STATE_DIR", os.path.join(vs.root, "state"))  # the server's recent-jobs registry, not ours
         prepared = prepare_job(recipe, job_id=JOB_ID, airflow_run_id=RUN_ID)
-        EventLog(
-            job_dir, JOB_ID, writer="validate", defaults={"airflow_dag_id": VIEW_DAG, "airflow_run_id": RUN_ID}
-        ).emit("job_start", status="new", partitions=VIEW_PARTS)
-        for pid in range(VIEW_PARTS):
-            try:
-                run_segment(prepared.job_dir, 0, pid, try_number=1)
-            except InjectedFault:
-                pass
-        job_lock.release(prepared.job_dir, RUN_ID)
-        yield vs
-    finally:
-        vs.stop()
+    EventLog(job_dir, JOB_ID, writer="validate", defaults={"airflow_dag_id": VIEW_DAG, "airflow_run_id": RUN_ID}).emit(
+        "job_start", status="new", partitions=VIEW_PARTS
+    )
+    for pid in range(VIEW_PARTS):
+        try:
+            run_segment(prepared.job_dir, 0, pid, try_number=1)
+        except InjectedFault:
+            pass
+    job_lock.release(prepared.job_dir, RUN_ID)
+    return vs
 
 
 def get(view, path: str, token: str | None = None, cookie: str | None = None) -> httpx.Response:

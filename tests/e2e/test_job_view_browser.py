@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.e2e.airflow_server import REPO_ROOT
-from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS, start_view_server
+from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows
 from tests.integration.crash_helpers import write_faults
 
@@ -60,19 +60,17 @@ def chrome_paths():
 
 
 @pytest.fixture(scope="module")
-def view(tmp_path_factory, chrome_paths):
-    """One server for the module, with a run whose partition 1 crashed (the run failed)."""
-    vs = start_view_server(str(tmp_path_factory.mktemp("job_view_browser")))
-    try:
-        write_faults(vs.job_dir(JOB_ID), crash_fault(CRASHED))
-        vs.client.set_paused(VIEW_DAG, False)
-        run_id = vs.client.trigger(VIEW_DAG, {"job_id": JOB_ID})["dag_run_id"]
-        run = vs.client.wait_run(VIEW_DAG, run_id, timeout=480)
-        assert run["state"] == "failed", vs.server.log_tail()
-        vs.run_id = run_id
-        yield vs
-    finally:
-        vs.stop()
+def view(chrome_paths, request):
+    """The session's job view server (shared with test_job_view_api.py), with a run whose partition 1
+    crashed (the run failed).  chrome_paths first: without a browser nothing is started."""
+    vs = request.getfixturevalue("job_view_server")
+    write_faults(vs.job_dir(JOB_ID), crash_fault(CRASHED))
+    vs.client.set_paused(VIEW_DAG, False)
+    run_id = vs.client.trigger(VIEW_DAG, {"job_id": JOB_ID})["dag_run_id"]
+    run = vs.client.wait_run(VIEW_DAG, run_id, timeout=480)
+    assert run["state"] == "failed", vs.server.log_tail()
+    vs.run_id = run_id
+    return vs
 
 
 @pytest.fixture(scope="module")

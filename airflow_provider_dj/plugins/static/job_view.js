@@ -93,6 +93,12 @@
       tr.classList.toggle("hidden", only.checked && !tr.classList.contains("problem"));
     });
   });
+  // A running job's page refreshes itself every 20 s (not while a panel or a look-up is open).
+  if (["running", "stopping"].indexOf(document.body.dataset.status) >= 0) {
+    setInterval(function () {
+      if (panel.hidden && !document.getElementById("why-result").textContent) location.reload();
+    }, 20000);
+  }
   var focus = document.body.dataset.focus;
   if (focus) openPartition(focus.split(",")[0]);
   // -- why ------------------------------------------------------------------------------

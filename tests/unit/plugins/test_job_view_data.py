@@ -136,3 +136,18 @@ def test_nothing_in_the_job_directory_changes_when_the_view_reads_it(crashed_job
     why.why_row(crashed_job["dir"], 0)
     assert snapshot() == before
     assert json.dumps(job_data.job_overview(crashed_job["dir"]))  # the page data is JSON as it is
+
+
+def test_the_gpu_probe_report_is_shown_when_there_is_one(crashed_job, tmp_path):
+    import shutil
+
+    job_dir = str(tmp_path / "with_gpu")
+    shutil.copytree(crashed_job["dir"], job_dir)
+    assert job_data.job_overview(job_dir)["gpu_report"] is None
+    report = {"device": {"name": "NVIDIA H200", "memory_gib": 139}, "ops": [{"op_name": "text_embedding_mapper"}]}
+    with open(os.path.join(job_dir, "gpu_probe_results.json"), "w") as fh:
+        json.dump(report, fh)
+    view = job_data.job_overview(job_dir)
+    assert view["gpu_report"] == report
+    html = views.job_page(view, api="/a", static="/s")
+    assert "<pre id='gpu-report'>" in html and "NVIDIA H200" in html
