@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
 
 
 class JobFailedError(DJError, RuntimeError):
@@ -109,11 +109,23 @@ def _raise_if_failed(job_dir: str, partitions: list[int] | None) -> None:
     if failed:
         ids = sorted(int(k.split()[1]) for k in failed if k != "job")
         detail = "; ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
+        labels = _grid_labels(job_dir, ids)
+        named = f" In Airflow's grid and the Data-Juicer job tab: {', '.join(labels)}." if labels else ""
         raise JobFailedError(
-            f"job {storage.basename(job_dir)} failed ({detail}). Clear or retry the failed "
+            f"job {storage.basename(job_dir)} failed ({detail}).{named} Clear or retry the failed "
             f"task(s) of the recipe DAG (or resume the job); this wait cannot succeed until then.",
             ids,
         )
+
+
+def _grid_labels(job_dir: str, ids: list[int]) -> list[str]:
+    """``p3 rows 750-999`` for each partition id: the name the mapped task instance and the job view give it."""
+    try:
+        info = json.loads(storage.read_bytes(storage.join(job_dir, *PARTITIONING_INFO.split("/"))))
+        parts = {p["partition_id"]: p for p in info["partitions"]}
+        return [f"p{i} rows {parts[i]['start_row']}-{parts[i]['end_row'] - 1}" for i in ids if i in parts]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return []
 
 
 def resolve_op(plan, after_op: int | str) -> int:

@@ -39,8 +39,9 @@ def test_the_sensor_and_the_view_name_the_same_failed_partition(crashed_job):
     shown = [r["partition_id"] for r in view["grid"]["rows"] if "failed" in r["cells"]]
     assert exc.value.partitions == shown == [FAILED_PARTITION]
     assert f"partition {FAILED_PARTITION}:" in str(exc.value)
-    html = views.job_page(view, api="/a", static="/s")
     label = next(r["label"] for r in view["grid"]["rows"] if r["partition_id"] == FAILED_PARTITION)
+    assert f"In Airflow's grid and the Data-Juicer job tab: {label}." in str(exc.value)
+    html = views.job_page(view, api="/a", static="/s")
     assert f"1 partition(s) failed:</b> {label}" in html and "partitions_seg0[1]" in html
 
 
