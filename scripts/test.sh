@@ -20,6 +20,12 @@ if [ -z "${DJ_E2E_POSTGRES_URL:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; }
     echo "[test] no PostgreSQL: the e2e PostgreSQL variant skips here (and fails under CI)" >&2
   fi
 fi
+# Headless Chromium for the job view's browser test (installed from Debian's packages when missing
+# and root, as in CI; the test skips without it, and fails under CI).  Only for runs that include tests/e2e.
+if [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; then
+  bash "$ROOT/scripts/chromium_for_tests.sh" >/dev/null \
+    || echo "[test] no chromium: the job view's browser test skips here (and fails under CI)" >&2
+fi
 # Lint and format first (ruff, configured in pyproject.toml): a style slip fails in seconds, not after the suite.
 "$ROOT/.venv/bin/ruff" check --quiet . || { echo "[test] ruff check failed: run .venv/bin/ruff check --fix ." >&2; exit 1; }
 "$ROOT/.venv/bin/ruff" format --check --quiet . || { echo "[test] not formatted: run .venv/bin/ruff format ." >&2; exit 1; }

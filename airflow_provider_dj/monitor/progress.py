@@ -38,10 +38,12 @@ def _current_ops(events: list[dict]) -> dict[int, dict]:
     return cur
 
 
-def job_progress(job_dir: str, *, now: float | None = None) -> dict:
-    """Everything the monitor shows, as data (render.py turns it into text)."""
+def job_progress(job_dir: str, *, now: float | None = None, events: list[dict] | None = None) -> dict:
+    """Everything the monitor shows, as data (render.py turns it into text).
+
+    ``events`` may be passed when the caller has read them already (the job view reads them once)."""
     now = now or time.time()
-    events = read_events(job_dir)
+    events = read_events(job_dir) if events is None else events
     written = read_job_summary(job_dir)
     status = job_status(job_dir, summary=written, events=events, with_progress=False)["status"]
     # Always rebuilt from markers and events: a failure summary is a snapshot

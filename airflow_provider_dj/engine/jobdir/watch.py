@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
 
 
 class JobFailedError(DJError, RuntimeError):
@@ -71,7 +71,7 @@ _RESTARTS = {"partition_start", "partition_complete", "partition_resume"}
 _JOB_RESTARTS = {"job_start", "job_complete", "stop_cleared"}
 
 
-def failures(job_dir: str) -> dict[str, str]:
+def failures(job_dir: str, events: list[dict] | None = None) -> dict[str, str]:
     """``{"partition <p>" | "job": error}`` for failures not followed by a restart or success.
 
     A ``partition_failed`` is cleared by a later start/complete of the same
@@ -79,13 +79,13 @@ def failures(job_dir: str) -> dict[str, str]:
     summary with status failed — is cleared by any later sign of life: a
     ``job_start`` (resume) or any partition starting again, because a
     clear-and-retry of one task in the UI re-runs that task without a new
-    ``job_start``.
+    ``job_start``.  ``events`` may be passed when the caller has read them already (the job view).
     """
     from airflow_provider_dj.engine.observe.events import read_events
 
     failed: dict[str, str] = {}
     last_restart = 0.0
-    for ev in read_events(job_dir):
+    for ev in read_events(job_dir) if events is None else events:
         t, pid = ev.get("event_type"), ev.get("partition_id")
         if t == "partition_failed" and pid is not None:
             failed[f"partition {pid}"] = ev.get("error_message") or "failed"
@@ -109,11 +109,23 @@ def _raise_if_failed(job_dir: str, partitions: list[int] | None) -> None:
     if failed:
         ids = sorted(int(k.split()[1]) for k in failed if k != "job")
         detail = "; ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
+        labels = _grid_labels(job_dir, ids)
+        named = f" In Airflow's grid and the Data-Juicer job tab: {', '.join(labels)}." if labels else ""
         raise JobFailedError(
-            f"job {storage.basename(job_dir)} failed ({detail}). Clear or retry the failed "
+            f"job {storage.basename(job_dir)} failed ({detail}).{named} Clear or retry the failed "
             f"task(s) of the recipe DAG (or resume the job); this wait cannot succeed until then.",
             ids,
         )
+
+
+def _grid_labels(job_dir: str, ids: list[int]) -> list[str]:
+    """``p3 rows 750-999`` for each partition id: the name the mapped task instance and the job view give it."""
+    try:
+        info = json.loads(storage.read_bytes(storage.join(job_dir, *PARTITIONING_INFO.split("/"))))
+        parts = {p["partition_id"]: p for p in info["partitions"]}
+        return [f"p{i} rows {parts[i]['start_row']}-{parts[i]['end_row'] - 1}" for i in ids if i in parts]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return []
 
 
 def resolve_op(plan, after_op: int | str) -> int:

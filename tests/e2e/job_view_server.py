@@ -1,0 +1,105 @@
+"""An ``airflow standalone`` with the job view plugin and one crash-prone recipe, for the job view's e2e tests.
+
+The plugin reaches the server the way a user's install does: through the
+package's ``airflow.plugins`` entry point when the test venv's installed
+metadata has it; otherwise (an editable install made before the entry point
+existed) through a one-line file in the server's ``$AIRFLOW_HOME/plugins``
+importing the same class, never both (Airflow reports a plugin loaded twice
+as an import error).
+
+Users (SimpleAuthManager): ``admin`` (admin), ``viewer`` (viewer: may read
+every DAG) and ``nobody`` (no role: may read nothing), so the API tests get a
+real 403 from the real auth manager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+import httpx
+
+from tests.e2e.airflow_server import REPO_ROOT, AirflowServer
+from tests.e2e.rest_client import AirflowRestClient
+from tests.helpers_job_view import view_recipe, write_view_input
+
+VIEW_DAG = "e2e_view"
+VIEW_PARTS = 4
+VIEW_ROWS = 400
+PLUGIN_SHIM = "from airflow_provider_dj.plugins.job_view_plugin import DataJuicerJobViewPlugin  # noqa: F401\n"
+
+
+def entry_point_installed() -> bool:
+    return any(ep.name == "data_juicer_job_view" for ep in entry_points(group="airflow.plugins"))
+
+
+@dataclass
+class ViewServer:
+    server: AirflowServer
+    client: AirflowRestClient
+    root: str
+    work: str
+    data: str
+    nulls: list[int]
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.work, job_id)
+
+    def token(self, user: str) -> str:
+        resp = httpx.post(
+            f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=30
+        )
+        resp.raise_for_status()
+        return resp.json()["access_token"]
+
+    def password(self, user: str) -> str:
+        with open(os.path.join(self.server.home, "simple_auth_manager_passwords.json.generated")) as fh:
+            return json.load(fh)[user]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_view_server(root: str) -> ViewServer:
+    recipes, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))
+    for d in (recipes, work, exports):
+        os.makedirs(d, exist_ok=True)
+    data, nulls = write_view_input(os.path.join(root, "data", "view.jsonl"), VIEW_ROWS)
+    with open(os.path.join(recipes, f"{VIEW_DAG}.yaml"), "w") as fh:
+        fh.write(view_recipe(VIEW_DAG, data, os.path.join(exports, f"{VIEW_DAG}.jsonl"), work, VIEW_PARTS))
+    home = os.path.join(root, "airflow")
+    plugins = os.path.join(home, "plugins")
+    os.makedirs(plugins, exist_ok=True)
+    if not entry_point_installed():
+        with open(os.path.join(plugins, "dj_job_view.py"), "w") as fh:
+            fh.write(PLUGIN_SHIM)
+    server = AirflowServer(
+        home=home,
+        sql_alchemy_conn=f"sqlite:///{os.path.join(home, 'airflow.db')}",
+        recipes_dir=recipes,
+        extra_env={
+            "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,nobody:",
+            # The job view's fallback look-up (no XCom yet) and the jobs list search here too.
+            "DJ_WORK_DIR": work,
+            "DJ_STATE_DIR": os.path.join(root, "state"),
+            # This checkout's code in every server process (their cwd is AIRFLOW_HOME, so a relative
+            # PYTHONPATH such as "." would point there), the plugin shim included.
+            "PYTHONPATH": os.pathsep.join(
+                [REPO_ROOT, *(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+            ),
+        },
+    )
+    client = server.start()
+    try:
+        client.wait_dag(VIEW_DAG)
+    except BaseException:
+        server.stop()
+        raise
+    return ViewServer(server=server, client=client, root=root, work=work, data=data, nulls=nulls)

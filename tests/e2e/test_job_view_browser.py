@@ -1,0 +1,242 @@
+"""The job view in a real browser: headless Chromium (Debian's) driven by Selenium against ``airflow standalone``.
+
+The on-call path, click by click: log in on Airflow's login page, open the
+DAG run whose partition crashed, open its "Data-Juicer job" tab (the plugin's
+iframe, fed by the UI's own cookie), see the failed partition in the grid
+under the name Airflow's grid gives it, open its failed samples, ask "why"
+about a row the filter removed; then clear the failed task instance with the
+REST call the UI's Clear button makes, sent from the logged-in page itself
+(the UI's session), and watch the tab turn green.
+
+Chromium comes from ``scripts/chromium_for_tests.sh`` (installed from Debian's
+packages when missing and root); without it the test skips here and fails
+under CI (``CI`` set).  Last, the navigation's "Data-Juicer jobs" entry lists the job.  Screenshots go to ``$DJ_SCREENSHOT_DIR`` (default: the
+test's tmp dir); docs/img/job_view_*.png are ones this test took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from urllib.parse import quote
+
+import pytest
+
+from tests.e2e.airflow_server import REPO_ROOT
+from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
+from tests.helpers_job_view import crash_fault, filtered_rows
+from tests.integration.crash_helpers import write_faults
+
+pytestmark = pytest.mark.e2e
+
+CRASHED = 1
+JOB_ID = "browser_crash"
+
+
+def _unavailable(why: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser test, but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def chrome_paths():
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        _unavailable("selenium is not installed (it is in the test extra: pip install -e '.[test]')")
+    proc = subprocess.run(
+        ["bash", os.path.join(REPO_ROOT, "scripts", "chromium_for_tests.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        _unavailable(f"no headless Chromium: {proc.stderr.strip()[-800:]}")
+    browser, driver = proc.stdout.split()
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def view(chrome_paths, request):
+    """The session's job view server (shared with test_job_view_api.py), with a run whose partition 1
+    crashed (the run failed).  chrome_paths first: without a browser nothing is started."""
+    vs = request.getfixturevalue("job_view_server")
+    write_faults(vs.job_dir(JOB_ID), crash_fault(CRASHED))
+    vs.client.set_paused(VIEW_DAG, False)
+    run_id = vs.client.trigger(VIEW_DAG, {"job_id": JOB_ID})["dag_run_id"]
+    run = vs.client.wait_run(VIEW_DAG, run_id, timeout=480)
+    assert run["state"] == "failed", vs.server.log_tail()
+    vs.run_id = run_id
+    return vs
+
+
+@pytest.fixture(scope="module")
+def browser(chrome_paths):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome_paths[0]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(chrome_paths[1]), options=opts)
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    d = os.environ.get("DJ_SCREENSHOT_DIR") or str(tmp_path_factory.mktemp("screenshots"))
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def wait(driver, what: str, predicate, timeout: float = 90):
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.5, ignored_exceptions=(WebDriverException,)).until(
+            lambda d: predicate(d)
+        )
+    except Exception as exc:
+        raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}") from exc
+
+
+def open_tab(driver, view) -> None:
+    """The DAG run's page, then its "Data-Juicer job" tab; leaves the driver inside the tab's iframe."""
+    from selenium.webdriver.common.by import By
+
+    driver.switch_to.default_content()
+    driver.get(f"{view.base_url}/dags/{VIEW_DAG}/runs/{quote(view.run_id, safe='')}")
+    tab = wait(
+        driver,
+        "the Data-Juicer job tab",
+        lambda d: next((e for e in d.find_elements(By.XPATH, "//*[normalize-space(text())='Data-Juicer job']")), None),
+    )
+    tab.click()
+    frame = wait(
+        driver,
+        "the tab's iframe",
+        lambda d: next(
+            (f for f in d.find_elements(By.TAG_NAME, "iframe") if "dj-jobs" in (f.get_attribute("src") or "")), None
+        ),
+    )
+    driver.switch_to.frame(frame)
+    wait(driver, "the partition grid", lambda d: d.find_elements(By.ID, "partition-grid"))
+
+
+def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, browser, shots):
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    # -- log in, as a person does ----------------------------------------------------------
+    d.get(f"{view.base_url}/auth/login?next=%2F")
+    wait(d, "the login form", lambda d: d.find_elements(By.NAME, "username"))
+    d.find_element(By.NAME, "username").send_keys("admin")
+    d.find_element(By.NAME, "password").send_keys(view.password("admin"))
+    next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Sign in").click()
+    wait(d, "the login to finish", lambda d: "/auth/login" not in d.current_url)
+
+    # -- the tab shows the crashed partition, named as in Airflow's grid ---------------------
+    open_tab(d, view)
+    tis = view.client.task_instances(VIEW_DAG, view.run_id)
+    failed_tis = [t for t in tis if t["task_id"] == "partitions_seg0" and t["state"] == "failed"]
+    assert [t["map_index"] for t in failed_tis] == [CRASHED]
+    airflow_name = failed_tis[0]["rendered_map_index"]
+    size = VIEW_ROWS // VIEW_PARTS
+    assert airflow_name == f"p{CRASHED} rows {CRASHED * size}-{(CRASHED + 1) * size - 1}"
+    cells = d.find_elements(By.CSS_SELECTOR, "td.cell.failed")
+    assert [c.get_attribute("data-pid") for c in cells] == [str(CRASHED)]
+    row = d.find_element(By.CSS_SELECTOR, f"#partition-grid tr[data-pid='{CRASHED}']")
+    assert row.find_element(By.CSS_SELECTOR, "a.open-partition").text == airflow_name
+    summary = d.find_element(By.ID, "failed-summary").text
+    assert airflow_name in summary and f"partitions_seg0[{CRASHED}]" in summary
+    assert d.find_element(By.ID, "resume-token").text == JOB_ID
+    # found through validate's XCom in Airflow's metadata DB, not the fallback search
+    assert d.find_element(By.TAG_NAME, "body").get_attribute("data-job-found-by") == "xcom"
+    d.switch_to.default_content()
+    d.save_screenshot(os.path.join(shots, "job_view_failed_run.png"))
+
+    # -- its failed samples: the rows with a null text in that partition, with the reason ---
+    d.switch_to.frame(d.find_element(By.CSS_SELECTOR, "iframe[src*='dj-jobs']"))
+    cells[0].click()
+    wait(d, "the partition's failed samples", lambda d: d.find_elements(By.CSS_SELECTOR, "#partition-failed table tr"))
+    body = d.find_element(By.ID, "partition-body").text
+    assert "InjectedFault" in d.find_element(By.ID, "partition-error").text
+    mine = [r for r in view.nulls if CRASHED * size <= r < (CRASHED + 1) * size]
+    rows = d.find_elements(By.CSS_SELECTOR, "#partition-failed table tr")[1:]
+    assert [int(r.find_elements(By.TAG_NAME, "td")[0].text) for r in rows] == mine[:20]
+    assert "'text' is missing or null" in body and "whitespace_normalization_mapper" in body
+    assert "words_num_filter" in d.find_element(By.ID, "partition-log").text
+    d.switch_to.default_content()
+    d.save_screenshot(os.path.join(shots, "job_view_failed_samples.png"))
+
+    # -- why is this row not exported? -------------------------------------------------------
+    removed = filtered_rows(view.job_dir(JOB_ID))
+    assert removed, "the filter removed no row in the partitions that ran"
+    d.switch_to.frame(d.find_element(By.CSS_SELECTOR, "iframe[src*='dj-jobs']"))
+    box = d.find_element(By.ID, "why-row")
+    box.clear()
+    box.send_keys(str(removed[0]))
+    d.find_element(By.ID, "why-go").click()
+    answer = wait(
+        d, "the why answer", lambda d: (d.find_element(By.ID, "why-result").text or "").count("filtered") and d
+    )
+    text = answer.find_element(By.ID, "why-result").text
+    assert f"row {removed[0]}: filtered" in text and "words_num_filter" in text and "num_words" in text
+    d.execute_script("document.getElementById('why-form').scrollIntoView()")
+    d.switch_to.default_content()
+    d.save_screenshot(os.path.join(shots, "job_view_why.png"))
+
+    # -- clear the failed task instance with the UI's own REST call, from the UI's session --
+    status = d.execute_async_script(
+        """
+        const [dag, run, done] = arguments;
+        fetch('/api/v2/dags/' + encodeURIComponent(dag) + '/clearTaskInstances', {
+          method: 'POST', credentials: 'same-origin', headers: {'Content-Type': 'application/json'},
+          body: JSON.stringify({dry_run: false, dag_run_id: run, task_ids: [['partitions_seg0', %d]],
+                                include_downstream: true, only_failed: false, reset_dag_runs: true})
+        }).then(r => done(r.status)).catch(e => done(String(e)));
+        """
+        % CRASHED,
+        VIEW_DAG,
+        view.run_id,
+    )
+    assert status == 200, status
+    run = view.client.wait_run(VIEW_DAG, view.run_id, timeout=480)
+    assert run["state"] == "success", view.server.log_tail()
+    retried = [t for t in view.client.task_instances(VIEW_DAG, view.run_id) if t["task_id"] == "partitions_seg0"]
+    assert {t["map_index"]: t["try_number"] for t in retried} == {0: 1, 1: 2, 2: 1, 3: 1}
+
+    # -- the tab turns green -----------------------------------------------------------------
+    open_tab(d, view)
+    wait(d, "a grid without failed cells", lambda d: not d.find_elements(By.CSS_SELECTOR, "td.cell.failed"))
+    states = {c.get_attribute("data-state") for c in d.find_elements(By.CSS_SELECTOR, "td.cell")}
+    assert states == {"completed"}
+    assert d.find_element(By.CSS_SELECTOR, "h1 .badge").text == "completed"
+    assert not d.find_elements(By.ID, "failed-summary")
+    d.switch_to.default_content()
+    d.save_screenshot(os.path.join(shots, "job_view_green.png"))
+
+    # -- the navigation entry lists the job -----------------------------------------------------
+    d.get(f"{view.base_url}/plugin/dj-jobs")
+    frame = wait(
+        d,
+        "the jobs list's iframe",
+        lambda d: next(
+            (f for f in d.find_elements(By.TAG_NAME, "iframe") if "dj-jobs" in (f.get_attribute("src") or "")), None
+        ),
+    )
+    d.switch_to.frame(frame)
+    link = wait(d, "the job in the list", lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs a[href$='/job/{JOB_ID}']"))
+    assert link[0].text == JOB_ID
+    assert link[0].find_element(By.XPATH, "../..").text.split()[1] == "completed"
+    d.switch_to.default_content()
+    with open(os.path.join(shots, "screenshots.json"), "w") as fh:
+        json.dump(sorted(os.listdir(shots)), fh)
+    print(f"screenshots in {shots} ({time.strftime('%H:%M:%S')})")
