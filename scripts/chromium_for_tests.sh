@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium and its WebDriver for the job view's browser test (tests/e2e/test_job_view_browser.py).
+# Headless Chromium and its WebDriver for the job view's browser test (tests/e2e/test_job_view.py).
 #
 #   scripts/chromium_for_tests.sh     print "<chromium> <chromedriver>" on stdout; exit 0 when both are there
 #

@@ -288,8 +288,8 @@ def e2e(request, e2e_inputs):
 
 @pytest.fixture(scope="session")
 def job_view_server(tmp_path_factory):
-    """One ``airflow standalone`` with the job view plugin for test_job_view_api.py and
-    test_job_view_browser.py (tests/e2e/job_view_server.py): its start-up is most of their time."""
+    """One ``airflow standalone`` with the job view plugin for tests/e2e/test_job_view.py
+    (tests/e2e/job_view_server.py): its start-up is most of their time."""
     from tests.e2e.job_view_server import start_view_server
 
     vs = start_view_server(str(tmp_path_factory.mktemp("job_view")))

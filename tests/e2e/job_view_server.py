@@ -76,9 +76,14 @@ def start_view_server(root: str) -> ViewServer:
     home = os.path.join(root, "airflow")
     plugins = os.path.join(home, "plugins")
     os.makedirs(plugins, exist_ok=True)
-    if not entry_point_installed():
+    shim = not entry_point_installed()
+    if shim:
         with open(os.path.join(plugins, "dj_job_view.py"), "w") as fh:
             fh.write(PLUGIN_SHIM)
+    # The shim needs this checkout on the server's path.  With the entry point installed it must not be
+    # there: Airflow walks every distribution, and the checkout's own airflow_provider_dj.egg-info (left by
+    # the editable install) would register the plugin a second time ("already registered").
+    extra_path = [REPO_ROOT] if shim else []
     server = AirflowServer(
         home=home,
         sql_alchemy_conn=f"sqlite:///{os.path.join(home, 'airflow.db')}",
@@ -92,7 +97,14 @@ def start_view_server(root: str) -> ViewServer:
             # This checkout's code in every server process (their cwd is AIRFLOW_HOME, so a relative
             # PYTHONPATH such as "." would point there), the plugin shim included.
             "PYTHONPATH": os.pathsep.join(
-                [REPO_ROOT, *(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+                [
+                    *extra_path,
+                    *(
+                        os.path.abspath(p)
+                        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                        if p and os.path.abspath(p) != REPO_ROOT
+                    ),
+                ]
             ),
         },
     )

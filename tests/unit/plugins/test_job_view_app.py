@@ -2,7 +2,7 @@
 
 The auth manager is a stand-in with the interface Airflow's has (token -> user,
 is_authorized_dag, get_authorized_dag_ids): the real SimpleAuthManager behind
-a real api-server is exercised in tests/e2e/test_job_view_api.py.
+a real api-server is exercised in tests/e2e/test_job_view.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,16 @@
-"""The job view in a real browser: headless Chromium (Debian's) driven by Selenium against ``airflow standalone``.
+"""The job view behind a real ``airflow standalone``: its app under the real auth manager, and a real browser.
+
+One module, so one server serves both halves (``job_view_server``, tests/e2e/job_view_server.py):
+its start-up is most of their time.
+
+**The app** (first half): the plugin is loaded, and the real auth manager guards it.
+
+No task runs here: the job directory is made in this process by the engine
+(a partition crashed), recorded as a run of the recipe DAG in its events, in
+the server's ``DJ_WORK_DIR``; the server parses the recipe's DAG so its id is
+real.  The browser half covers a run the scheduler executed.
+
+**In a browser** (second half): headless Chromium (Debian's) driven by Selenium.
 
 The on-call path, click by click: log in on Airflow's login page, open the
 DAG run whose partition crashed, open its "Data-Juicer job" tab (the plugin's
@@ -10,8 +22,8 @@ REST call the UI's Clear button makes, sent from the logged-in page itself
 
 Chromium comes from ``scripts/chromium_for_tests.sh`` (installed from Debian's
 packages when missing and root); without it the test skips here and fails
-under CI (``CI`` set).  Last, the navigation's "Data-Juicer jobs" entry lists the job.  Screenshots go to ``$DJ_SCREENSHOT_DIR`` (default: the
-test's tmp dir); docs/img/job_view_*.png are ones this test took.
+under CI (``CI`` set).  Last, the navigation's "Data-Juicer jobs" entry lists the job.
+Screenshots go to ``$DJ_SCREENSHOT_DIR`` (default: the test's tmp dir); docs/img/job_view_*.png are ones this test took.
 """
 
 from __future__ import annotations
@@ -22,8 +34,15 @@ import subprocess
 import time
 from urllib.parse import quote
 
+import httpx
 import pytest
 
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.faults import InjectedFault
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.observe.events import EventLog
 from tests.e2e.airflow_server import REPO_ROOT
 from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows
@@ -31,8 +50,107 @@ from tests.integration.crash_helpers import write_faults
 
 pytestmark = pytest.mark.e2e
 
+RUN_ID = "manual__2026-12-01T03:00:00+00:00"
+API_JOB_ID = "api_crash"
+
+
+@pytest.fixture(scope="module")
+def api_view(job_view_server):
+    """A job of the recipe DAG whose partition 1 crashed, made here by the engine in the server's work dir."""
+    vs = job_view_server
+    job_dir = vs.job_dir(API_JOB_ID)
+    os.makedirs(job_dir)
+    with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
+        json.dump(crash_fault(1), fh)
+    recipe = load_recipe(os.path.join(vs.root, "recipes", f"{VIEW_DAG}.yaml"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DJ_STATE_DIR", os.path.join(vs.root, "state"))  # the server's recent-jobs registry, not ours
+        prepared = prepare_job(recipe, job_id=API_JOB_ID, airflow_run_id=RUN_ID)
+    EventLog(
+        job_dir, API_JOB_ID, writer="validate", defaults={"airflow_dag_id": VIEW_DAG, "airflow_run_id": RUN_ID}
+    ).emit("job_start", status="new", partitions=VIEW_PARTS)
+    for pid in range(VIEW_PARTS):
+        try:
+            run_segment(prepared.job_dir, 0, pid, try_number=1)
+        except InjectedFault:
+            pass
+    job_lock.release(prepared.job_dir, RUN_ID)
+    return vs
+
+
+def get(api_view, path: str, token: str | None = None, cookie: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    cookies = {"_token": cookie} if cookie else None
+    return httpx.get(api_view.base_url + path, headers=headers, cookies=cookies, timeout=60)
+
+
+RUN_PATH = f"/dj-jobs/dag/{VIEW_DAG}/run/{quote(RUN_ID, safe='')}"
+PATHS = [
+    RUN_PATH,
+    f"{RUN_PATH}/task/partitions_seg0/1",
+    f"/dj-jobs/job/{API_JOB_ID}",
+    f"/dj-jobs/api/job/{API_JOB_ID}",
+    f"/dj-jobs/api/job/{API_JOB_ID}/partition/1",
+    f"/dj-jobs/api/job/{API_JOB_ID}/failed?partition=1",
+    f"/dj-jobs/api/job/{API_JOB_ID}/why?row=8",
+]
+
+
+def test_the_plugin_is_registered_with_its_tabs(api_view):
+    plugins = api_view.client.request("GET", "/api/v2/plugins")["plugins"]
+    ours = [p for p in plugins if p["name"] == "data_juicer_job_view"]
+    assert len(ours) == 1, plugins
+    dests = sorted(v["destination"] for v in ours[0]["external_views"])
+    assert dests == ["dag_run", "nav", "task_instance"]
+    assert [a["url_prefix"] for a in ours[0]["fastapi_apps"]] == ["/dj-jobs"]
+    assert api_view.client.request("GET", "/api/v2/plugins/importErrors")["import_errors"] == []
+
+
+def test_anonymous_forged_and_unauthorized_callers_are_refused(api_view):
+    admin, viewer, nobody = api_view.token("admin"), api_view.token("viewer"), api_view.token("nobody")
+    forged = admin[:-4] + ("AAAA" if not admin.endswith("AAAA") else "BBBB")
+    t0 = time.perf_counter()
+    for path in PATHS:
+        assert get(api_view, path).status_code == 401, path
+        assert get(api_view, path, token=forged).status_code == 401, path
+        assert get(api_view, path, cookie="not-a-jwt").status_code == 401, path
+        r = get(api_view, path, token=nobody)
+        assert r.status_code == 403, (path, r.text)
+        assert "failed" not in r.text and "partition" not in r.text  # nothing of the job leaks
+        assert get(api_view, path, token=viewer).status_code == 200, path
+        assert get(api_view, path, cookie=admin).status_code == 200, path  # the UI's cookie
+    assert get(api_view, "/dj-jobs/", token=nobody).text.count(f"/dj-jobs/job/{API_JOB_ID}") == 0
+    assert get(api_view, "/dj-jobs/", token=viewer).text.count(f"/dj-jobs/job/{API_JOB_ID}") == 1
+    print(f"{len(PATHS) * 6} auth checks in {time.perf_counter() - t0:.1f} s")
+
+
+def test_the_run_tab_shows_the_crashed_partition_and_nothing_can_change_it(api_view):
+    admin = api_view.token("admin")
+    page = get(api_view, RUN_PATH, token=admin)
+    assert page.status_code == 200
+    assert page.text.count("class='cell failed'") == 1 and "class='cell failed' data-pid='1'" in page.text
+    data = get(api_view, f"/dj-jobs/api/job/{API_JOB_ID}", token=admin).json()
+    assert [r["status"] == "failed" for r in data["grid"]["rows"]] == [False, True, False, False]
+    before = sorted(os.listdir(api_view.job_dir(API_JOB_ID)))
+    for verb in ("POST", "PUT", "PATCH", "DELETE"):
+        r = httpx.request(
+            verb, api_view.base_url + f"/dj-jobs/api/job/{API_JOB_ID}", headers={"Authorization": f"Bearer {admin}"}
+        )
+        assert r.status_code == 405, (verb, r.status_code)
+    assert sorted(os.listdir(api_view.job_dir(API_JOB_ID))) == before
+
+
+@pytest.mark.parametrize("bad", ["..", "%2E%2E", "..%2F..%2Fetc", ".hidden", "a..b", "x" * 200])
+def test_job_ids_that_could_escape_the_work_dir_are_refused(api_view, bad):
+    r = get(api_view, f"/dj-jobs/api/job/{bad}", token=api_view.token("admin"))
+    assert r.status_code in (400, 404), (bad, r.status_code, r.text[:200])
+    assert "root:" not in r.text
+
+
+# -- in a real browser ------------------------------------------------------------
+
 CRASHED = 1
-JOB_ID = "browser_crash"
+BROWSER_JOB_ID = "browser_crash"
 
 
 def _unavailable(why: str):
@@ -60,13 +178,13 @@ def chrome_paths():
 
 
 @pytest.fixture(scope="module")
-def view(chrome_paths, request):
-    """The session's job view server (shared with test_job_view_api.py), with a run whose partition 1
+def browser_view(chrome_paths, request):
+    """The session's job view server (shared with the app tests above), with a run whose partition 1
     crashed (the run failed).  chrome_paths first: without a browser nothing is started."""
     vs = request.getfixturevalue("job_view_server")
-    write_faults(vs.job_dir(JOB_ID), crash_fault(CRASHED))
+    write_faults(vs.job_dir(BROWSER_JOB_ID), crash_fault(CRASHED))
     vs.client.set_paused(VIEW_DAG, False)
-    run_id = vs.client.trigger(VIEW_DAG, {"job_id": JOB_ID})["dag_run_id"]
+    run_id = vs.client.trigger(VIEW_DAG, {"job_id": BROWSER_JOB_ID})["dag_run_id"]
     run = vs.client.wait_run(VIEW_DAG, run_id, timeout=480)
     assert run["state"] == "failed", vs.server.log_tail()
     vs.run_id = run_id
@@ -107,12 +225,12 @@ def wait(driver, what: str, predicate, timeout: float = 90):
         raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}") from exc
 
 
-def open_tab(driver, view) -> None:
+def open_tab(driver, browser_view) -> None:
     """The DAG run's page, then its "Data-Juicer job" tab; leaves the driver inside the tab's iframe."""
     from selenium.webdriver.common.by import By
 
     driver.switch_to.default_content()
-    driver.get(f"{view.base_url}/dags/{VIEW_DAG}/runs/{quote(view.run_id, safe='')}")
+    driver.get(f"{browser_view.base_url}/dags/{VIEW_DAG}/runs/{quote(browser_view.run_id, safe='')}")
     tab = wait(
         driver,
         "the Data-Juicer job tab",
@@ -130,21 +248,21 @@ def open_tab(driver, view) -> None:
     wait(driver, "the partition grid", lambda d: d.find_elements(By.ID, "partition-grid"))
 
 
-def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, browser, shots):
+def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(browser_view, browser, shots):
     from selenium.webdriver.common.by import By
 
     d = browser
     # -- log in, as a person does ----------------------------------------------------------
-    d.get(f"{view.base_url}/auth/login?next=%2F")
+    d.get(f"{browser_view.base_url}/auth/login?next=%2F")
     wait(d, "the login form", lambda d: d.find_elements(By.NAME, "username"))
     d.find_element(By.NAME, "username").send_keys("admin")
-    d.find_element(By.NAME, "password").send_keys(view.password("admin"))
+    d.find_element(By.NAME, "password").send_keys(browser_view.password("admin"))
     next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Sign in").click()
     wait(d, "the login to finish", lambda d: "/auth/login" not in d.current_url)
 
     # -- the tab shows the crashed partition, named as in Airflow's grid ---------------------
-    open_tab(d, view)
-    tis = view.client.task_instances(VIEW_DAG, view.run_id)
+    open_tab(d, browser_view)
+    tis = browser_view.client.task_instances(VIEW_DAG, browser_view.run_id)
     failed_tis = [t for t in tis if t["task_id"] == "partitions_seg0" and t["state"] == "failed"]
     assert [t["map_index"] for t in failed_tis] == [CRASHED]
     airflow_name = failed_tis[0]["rendered_map_index"]
@@ -156,7 +274,7 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     assert row.find_element(By.CSS_SELECTOR, "a.open-partition").text == airflow_name
     summary = d.find_element(By.ID, "failed-summary").text
     assert airflow_name in summary and f"partitions_seg0[{CRASHED}]" in summary
-    assert d.find_element(By.ID, "resume-token").text == JOB_ID
+    assert d.find_element(By.ID, "resume-token").text == BROWSER_JOB_ID
     # found through validate's XCom in Airflow's metadata DB, not the fallback search
     assert d.find_element(By.TAG_NAME, "body").get_attribute("data-job-found-by") == "xcom"
     d.switch_to.default_content()
@@ -168,7 +286,7 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     wait(d, "the partition's failed samples", lambda d: d.find_elements(By.CSS_SELECTOR, "#partition-failed table tr"))
     body = d.find_element(By.ID, "partition-body").text
     assert "InjectedFault" in d.find_element(By.ID, "partition-error").text
-    mine = [r for r in view.nulls if CRASHED * size <= r < (CRASHED + 1) * size]
+    mine = [r for r in browser_view.nulls if CRASHED * size <= r < (CRASHED + 1) * size]
     rows = d.find_elements(By.CSS_SELECTOR, "#partition-failed table tr")[1:]
     assert [int(r.find_elements(By.TAG_NAME, "td")[0].text) for r in rows] == mine[:20]
     assert "'text' is missing or null" in body and "whitespace_normalization_mapper" in body
@@ -177,7 +295,7 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     d.save_screenshot(os.path.join(shots, "job_view_failed_samples.png"))
 
     # -- why is this row not exported? -------------------------------------------------------
-    removed = filtered_rows(view.job_dir(JOB_ID))
+    removed = filtered_rows(browser_view.job_dir(BROWSER_JOB_ID))
     assert removed, "the filter removed no row in the partitions that ran"
     d.switch_to.frame(d.find_element(By.CSS_SELECTOR, "iframe[src*='dj-jobs']"))
     box = d.find_element(By.ID, "why-row")
@@ -205,16 +323,20 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
         """
         % CRASHED,
         VIEW_DAG,
-        view.run_id,
+        browser_view.run_id,
     )
     assert status == 200, status
-    run = view.client.wait_run(VIEW_DAG, view.run_id, timeout=480)
-    assert run["state"] == "success", view.server.log_tail()
-    retried = [t for t in view.client.task_instances(VIEW_DAG, view.run_id) if t["task_id"] == "partitions_seg0"]
+    run = browser_view.client.wait_run(VIEW_DAG, browser_view.run_id, timeout=480)
+    assert run["state"] == "success", browser_view.server.log_tail()
+    retried = [
+        t
+        for t in browser_view.client.task_instances(VIEW_DAG, browser_view.run_id)
+        if t["task_id"] == "partitions_seg0"
+    ]
     assert {t["map_index"]: t["try_number"] for t in retried} == {0: 1, 1: 2, 2: 1, 3: 1}
 
     # -- the tab turns green -----------------------------------------------------------------
-    open_tab(d, view)
+    open_tab(d, browser_view)
     wait(d, "a grid without failed cells", lambda d: not d.find_elements(By.CSS_SELECTOR, "td.cell.failed"))
     states = {c.get_attribute("data-state") for c in d.find_elements(By.CSS_SELECTOR, "td.cell")}
     assert states == {"completed"}
@@ -224,7 +346,7 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
     d.save_screenshot(os.path.join(shots, "job_view_green.png"))
 
     # -- the navigation entry lists the job -----------------------------------------------------
-    d.get(f"{view.base_url}/plugin/dj-jobs")
+    d.get(f"{browser_view.base_url}/plugin/dj-jobs")
     frame = wait(
         d,
         "the jobs list's iframe",
@@ -233,8 +355,10 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(view, b
         ),
     )
     d.switch_to.frame(frame)
-    link = wait(d, "the job in the list", lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs a[href$='/job/{JOB_ID}']"))
-    assert link[0].text == JOB_ID
+    link = wait(
+        d, "the job in the list", lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs a[href$='/job/{BROWSER_JOB_ID}']")
+    )
+    assert link[0].text == BROWSER_JOB_ID
     assert link[0].find_element(By.XPATH, "../..").text.split()[1] == "completed"
     d.switch_to.default_content()
     with open(os.path.join(shots, "screenshots.json"), "w") as fh:
