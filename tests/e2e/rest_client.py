@@ -70,9 +70,11 @@ class AirflowRestClient:
     def set_paused(self, dag_id: str, paused: bool) -> dict:
         return self.request("PATCH", f"/api/v2/dags/{quote(dag_id)}", json={"is_paused": paused})
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> dict:
+    def trigger(self, dag_id: str, conf: dict | None = None, *, logical_date: str | None = None) -> dict:
+        """A manual run; with ``logical_date`` (ISO 8601) it is that date's run, as a scheduled night or a
+        backfill would be (``ds`` and the data interval follow from it), else a run without a logical date."""
         return self.request(
-            "POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns", json={"logical_date": None, "conf": conf or {}}
+            "POST", f"/api/v2/dags/{quote(dag_id)}/dagRuns", json={"logical_date": logical_date, "conf": conf or {}}
         )
 
     def dag_run(self, dag_id: str, run_id: str) -> dict:
@@ -80,6 +82,11 @@ class AirflowRestClient:
 
     def dag_runs(self, dag_id: str) -> list[dict]:
         return self.request("GET", f"/api/v2/dags/{quote(dag_id)}/dagRuns", params={"limit": 100})["dag_runs"]
+
+    def asset_events(self, source_dag_id: str) -> list[dict]:
+        return self.request("GET", "/api/v2/assets/events", params={"source_dag_id": source_dag_id, "limit": 100})[
+            "asset_events"
+        ]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self.request(

@@ -20,6 +20,7 @@ import pyarrow as pa
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.sources import (
+    InputError,
     InputFile,
     index_inputs,
     iter_stream,
@@ -313,6 +314,7 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
     part = info["partitions"][partition_id]
     files = info["input_files"]
     tables: list[pa.Table] = []
+    sources: list[str] = []  # the input file of each table, for a type conflict's message
     if info["algorithm"] == hashing.JSONL_ALGORITHM:
         h = hashing.ByteStreamHasher()
         for seg in part["segments"]:
@@ -320,6 +322,7 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
             h.update(raw)
             if t.num_rows:
                 tables.append(t)
+                sources.append(files[seg["file"]]["path"])
         digest = h.hexdigest()
     else:
         ah = hashing.ArrowTableHasher()
@@ -328,6 +331,7 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
             t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
             ah.update(t)
             tables.append(t)
+            sources.append(f["path"])
         digest = ah.hexdigest()
     if verify_hash and digest != part["content_hash"]:
         raise InputChangedError(
@@ -335,7 +339,33 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
             f"the input the job was planned on (hash {digest} != recorded {part['content_hash']}); "
             f"the input changed since the job started: start a new job instead of resuming"
         )
-    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    table = _concat_files(partition_id, tables, sources) if len(tables) > 1 else tables[0]
     if table.num_rows != part["num_rows"]:
         raise InputChangedError(f"partition {partition_id}: read {table.num_rows} rows, expected {part['num_rows']}")
     return table
+
+
+class InputTypeConflictError(InputError):
+    """A partition spans input files whose rows give one field types that cannot be merged (int and string)."""
+
+
+def _concat_files(partition_id: int, tables: list[pa.Table], sources: list[str]) -> pa.Table:
+    """One partition's rows from several files; a field typed differently per file is named, with its files."""
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+        types: dict[str, dict[str, str]] = {}
+        for t, src in zip(tables, sources):
+            for fld in t.schema:
+                if not pa.types.is_null(fld.type):
+                    types.setdefault(fld.name, {}).setdefault(str(fld.type), src)
+        conflicts = "; ".join(
+            f"{name!r} is {', '.join(f'{typ} in {src}' for typ, src in seen.items())}"
+            for name, seen in types.items()
+            if len(seen) > 1
+        )
+        raise InputTypeConflictError(
+            f"partition {partition_id} spans input files whose rows give a field different types "
+            f"({conflicts or exc}): give the field one type in every file, or set partition.align: file "
+            f"so that no partition spans two files"
+        ) from exc

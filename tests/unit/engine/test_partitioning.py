@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_dj.engine.input.partitioning import (
     InputChangedError,
+    InputTypeConflictError,
     PartitioningError,
     choose_partition_count,
     plan_partitions,
@@ -145,3 +146,24 @@ def test_edited_input_is_detected_when_a_partition_is_read(tmp_path):
     read_partition(info, 0)  # untouched partition still reads
     with pytest.raises(InputChangedError, match="partition 1 .rows 35-69"):
         read_partition(info, 1)
+
+
+def test_a_partition_spanning_files_that_type_a_field_differently_names_the_field_and_files(tmp_path):
+    # The nightly drill's first failure: a growth file with string ids after files with int ids, read into one
+    # partition (align: rows), failed with pyarrow's bare "Unable to merge: Field id has incompatible types".
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl").write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(4)))
+    (d / "b.jsonl").write_text("".join(json.dumps({"id": f"n-{i}", "text": f"new {i}"}) + "\n" for i in range(4)))
+    info = plan_partitions(str(d), _cfg(num_of_partitions=1))
+    with pytest.raises(InputTypeConflictError) as err:
+        read_partition(info, 0)
+    msg = str(err.value)
+    assert f"'id' is int64 in {d / 'a.jsonl'}, string in {d / 'b.jsonl'}" in msg and "'text'" not in msg
+    assert "partition.align: file" in msg
+    # Aligned to files, no partition merges the two: each reads back its own rows and types.
+    aligned = plan_partitions(str(d), _cfg(num_of_partitions=2, align="file"))
+    assert [read_partition(aligned, p).column("id").to_pylist() for p in (0, 1)] == [
+        [0, 1, 2, 3],
+        ["n-0", "n-1", "n-2", "n-3"],
+    ]
