@@ -232,6 +232,10 @@ class JobLineage:
         if not removed:
             if self.complete(pid):
                 fate = "kept"
+            elif pl.starts_at > -1:
+                note = (
+                    f"partition {pid}'s state up to op {pl.starts_at} was reused from an earlier job, without lineage"
+                )
             else:
                 note = (
                     f"partition {pid} has committed up to op {pl.last_op}"
