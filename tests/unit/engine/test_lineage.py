@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
@@ -196,16 +195,17 @@ def test_crash_then_resume_gives_the_clean_runs_lineage(tmp_path, finished, stra
     assert [got.path(r, texts=False) for r in range(8)] == [want.path(r, texts=False) for r in range(8)]
 
 
-def test_off_switch_records_nothing(tmp_path, monkeypatch):
+def test_off_switch_records_nothing_and_the_export_is_the_same_bytes(tmp_path, monkeypatch, finished):
     from airflow_provider_dj import settings
 
     monkeypatch.setenv("DJ_LINEAGE", "0")
     settings.reset()
     try:
         job = make_job(tmp_path, "off")
-        run_all(job.job_dir, export=False)
+        run_all(job.job_dir)
     finally:
         monkeypatch.delenv("DJ_LINEAGE")
         settings.reset()
     assert not (tmp_path / "work" / "off" / "lineage").exists()
-    assert isinstance(_all_lineage(job.job_dir)[0], pa.Table)
+    assert [t.num_rows for t in _all_lineage(job.job_dir)] == [0, 0]
+    assert (tmp_path / "off.jsonl").read_bytes() == finished[1].read_bytes()
