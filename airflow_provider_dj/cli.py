@@ -316,7 +316,15 @@ def _summary_status(path: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_dj.cli_jobs import cmd_gc, cmd_jobs, cmd_monitor, cmd_ray_stop, cmd_stop, cmd_unlock
+    from airflow_provider_dj.cli_jobs import (
+        add_why_parser,
+        cmd_gc,
+        cmd_jobs,
+        cmd_monitor,
+        cmd_ray_stop,
+        cmd_stop,
+        cmd_unlock,
+    )
 
     p = argparse.ArgumentParser(prog="dj-airflow", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -387,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--max-bytes", type=int, help="size budget of the kept checkpoints (default: DJ_GC_MAX_BYTES)")
     gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")
     gc.set_defaults(func=cmd_gc)
+    add_why_parser(sub)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
     return p

@@ -1,4 +1,4 @@
-"""``dj-airflow`` commands that manage jobs: unlock, gc, stop, jobs, monitor, ray-stop.
+"""``dj-airflow`` commands that manage jobs: unlock, gc, stop, jobs, monitor, why, ray-stop.
 
 They read and write job directories (and the embedded Ray head's state file) and never
 start Airflow, so each answers in about a second; ``cli.py`` keeps ``run`` and ``validate``
@@ -118,3 +118,55 @@ def cmd_ray_stop(args: argparse.Namespace) -> int:
 
     print("stopped the embedded Ray head" if stop_local_head() else "no embedded Ray head recorded")
     return 0
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """One input row's path through the recipe, op by op, from the job's lineage (engine/observe/lineage_query.py)."""
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
+    from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, resolve_job_dir
+    from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError, why
+
+    try:
+        job_dir = resolve_job_dir(args.job_id, args.work_dir)
+        paths = why(job_dir, input_row=args.row, export_row=args.export_row, where=args.where)
+    except (JobIdError, JobNotFoundError, RowNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([p.to_dict() for p in paths], indent=2, default=str, ensure_ascii=False))
+        return 0
+    for p in paths:
+        print(_render_path(p))
+    return 0
+
+
+def _render_path(p) -> str:
+    head = f"input row {p.input_row} ({p.partition_label}): {p.fate}"
+    if p.export_row is not None:
+        head += f", export row {p.export_row}"
+    lines = [head + (f" ({p.note})" if p.note else "")]
+    for s in p.steps:
+        line = f"  op {s.op_index} {s.op_name} [{s.kind}]: {s.fate}"
+        if s.reason:
+            line += f": {s.reason}"
+        lines.append(line)
+        if s.fate == "changed":
+            if s.before is None and s.after is None:
+                lines.append("      (the text before/after is no longer in the checkpoints)")
+            else:
+                lines.append(f"      before: {s.before!r}")
+                lines.append(f"      after:  {s.after!r}")
+    return "\n".join(lines)
+
+
+def add_why_parser(sub) -> None:
+    """``dj-airflow why``'s arguments (called from cli.build_parser, which keeps the other commands)."""
+    why = sub.add_parser("why", help="show an input row's fate, op by op (kept, changed, filtered, duplicate, failed)")
+    why.add_argument("job_id")
+    which = why.add_mutually_exclusive_group(required=True)
+    which.add_argument("--row", type=int, metavar="N", help="input row N (0-based, in input order)")
+    which.add_argument("--export-row", type=int, metavar="N", help="the input row behind export row N (0-based)")
+    which.add_argument("--where", metavar="FIELD=VALUE", help="every input row whose FIELD equals VALUE (as text)")
+    why.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR, then the recent-jobs registry)")
+    why.add_argument("--json", action="store_true", help="machine-readable output")
+    why.set_defaults(func=cmd_why)

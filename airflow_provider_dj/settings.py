@@ -183,6 +183,14 @@ SETTINGS: tuple[Setting, ...] = (
         "0",
     ),
     _s(
+        "lineage",
+        "boolean",
+        True,
+        "Record every input row's fate (kept, changed, filtered, duplicate, failed) under `lineage/` for "
+        "`dj-airflow why`. A benchmark switch: `0` only to measure what recording costs.",
+        "0",
+    ),
+    _s(
         "parallel_export_min_rows",
         "integer",
         200_000,

@@ -13,10 +13,11 @@ answer comes from what every job writes today:
   ``trace_num`` entries per op, so a row it did not keep is "not traced",
   never "kept".
 
-The lineage work plugs in by calling :func:`set_row_lookup` with a function
-``(job_dir, input_row) -> dict | None`` that returns the row's fate in the
-shape :func:`trace_lookup` returns (``None`` when it has no record, in
-which case this module's trace look-up answers).
+Per-row lineage (``lineage/``, ``engine/observe/lineage_query.row_lookup``) answers first: every
+filtered, duplicate or changed row, and a kept row's export row.  A failed row is left to
+``failed/``, which holds the sample itself; a job without lineage (older, or ``DJ_LINEAGE=0``) gets
+the trace look-up.  :func:`set_row_lookup` installs another ``(job_dir, input_row) -> dict | None``
+in the shape :func:`trace_lookup` returns (``None``: no record, the trace look-up answers).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR
+from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError
+from airflow_provider_dj.engine.observe.lineage_query import row_lookup as lineage_lookup
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
 from airflow_provider_dj.plugins.job_data import _failed_files
 
@@ -155,13 +158,21 @@ def _duplicate_hit(job_dir: str, plan, op, input_row: int) -> dict | None:
     return None
 
 
-_lookup: RowLookup | None = None
+def _lineage_first(job_dir: str, input_row: int) -> dict | None:
+    try:
+        found = lineage_lookup(job_dir, input_row)
+    except RowNotFoundError:
+        return None  # out of range: the trace look-up raises the job view's RowOutOfRangeError
+    return None if found is None or found["fate"] == "failed" else found  # failed/ has the sample itself
+
+
+_lookup: RowLookup | None = _lineage_first
 
 
 def set_row_lookup(fn: RowLookup | None) -> None:
-    """Install the lineage look-up (None restores the trace-only one)."""
+    """Install another look-up before the trace look-up (None restores the lineage look-up)."""
     global _lookup
-    _lookup = fn
+    _lookup = fn if fn is not None else _lineage_first
 
 
 def why_row(job_dir: str, input_row: int) -> dict:

@@ -116,17 +116,34 @@ class SegmentCheckpoints:
         )
         discard_superseded(self.job_dir, self.partition_id, op_index)
 
-    def write_now(self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting) -> None:
-        """Op i's checkpoint, committed before this returns (after any write still in flight)."""
-        self.pipeline.flush()
-        self.writer(i, table_in, out, outcome, base_state, accounting)()
+    def write_now(
+        self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting, before=None
+    ) -> None:
+        """Op i's checkpoint, committed before this returns (after any write still in flight).
 
-    def write_in_background(self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting) -> None:
-        """Op i's checkpoint, written while the next op runs."""
-        self.pipeline.submit(self.writer(i, table_in, out, outcome, base_state, accounting))
+        ``before``: a write that must commit first (the lineage chunk up to op i, observe/lineage.py)."""
+        self.pipeline.flush()
+        _chain(before, self.writer(i, table_in, out, outcome, base_state, accounting))()
+
+    def write_in_background(
+        self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting, before=None
+    ) -> None:
+        """Op i's checkpoint, written while the next op runs (``before`` first, in the same slot)."""
+        self.pipeline.submit(_chain(before, self.writer(i, table_in, out, outcome, base_state, accounting)))
 
     def flush(self) -> None:
         self.pipeline.flush()
 
     def flush_quietly(self) -> None:
         self.pipeline.flush_quietly()
+
+
+def _chain(before: Callable[[], None] | None, write: Callable[[], None]) -> Callable[[], None]:
+    if before is None:
+        return write
+
+    def both() -> None:
+        before()
+        write()
+
+    return both

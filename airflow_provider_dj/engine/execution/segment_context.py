@@ -20,6 +20,7 @@ from airflow_provider_dj.engine.execution.segment_checkpoints import SegmentChec
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.observe.lineage import LineageRecorder
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.ops.registry import create_op
@@ -93,6 +94,7 @@ class SegmentContext:
         self.checkpoints = SegmentCheckpoints(
             self.store, self.events, self.plan, job_dir, partition_id, self.phash, self.target
         )
+        self.lineage = LineageRecorder(job_dir, partition_id, self.plan)  # each row's fate, per checkpoint point
 
     # -- ops -----------------------------------------------------------------
     def fp(self, i: int) -> str:

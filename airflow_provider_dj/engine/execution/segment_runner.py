@@ -160,6 +160,7 @@ def run_ops(sc: SegmentContext, plog, state: PartitionState, progress=None) -> P
     """The ops after ``state`` up to the segment's target, each checkpointed where the plan says;
     returns the target's state with every checkpoint committed."""
     total_ops = sc.target - state.op_index
+    sc.lineage.begin(state.op_index)
     for n, i in enumerate(range(state.op_index + 1, sc.target + 1), start=1):
         state = run_one_op(sc, plog, state, i, n, total_ops, progress)
     sc.checkpoints.flush()
@@ -178,6 +179,7 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
             sc.ctx, i, op.name, sc.partition_id, outcome.failed_rows, outcome.failed_reasons
         )
     _check_failure_rate(sc, plog, op, i, table, outcome)
+    sc.lineage.observe(i, op, table, outcome)
     if sc.tracer is not None:  # candidates are durable before any checkpoint after op i (engine.observe.tracer)
         sc.tracer.observe(i, op, table, outcome)
     acct = outcome.accounting
@@ -227,10 +229,11 @@ def checkpoint_after_op(sc: SegmentContext, state: PartitionState, table_in: pa.
     i, base = state.op_index, state.committed
     if i not in sc.points:
         return None
+    lineage = sc.lineage.writer(i)  # the rows' fates up to op i commit just before its checkpoint
     if i != sc.target:
-        sc.checkpoints.write_in_background(i, table_in, state.table, outcome, base, state.accounting)
+        sc.checkpoints.write_in_background(i, table_in, state.table, outcome, base, state.accounting, before=lineage)
     else:
-        sc.checkpoints.write_now(i, table_in, state.table, outcome, base, state.accounting)
+        sc.checkpoints.write_now(i, table_in, state.table, outcome, base, state.accounting, before=lineage)
     return i
 
 

@@ -116,6 +116,8 @@ def apply_global_mask(sc: SegmentContext, plog, base: PartitionState, g: int, ke
     sc.emit_op_start(g, op.name, base.table.num_rows)
     sc.fault(g, point="op_start")
     outcome = apply_keep_mask(op, g, base.table, keep)
+    sc.lineage.begin(base.op_index)
+    sc.lineage.observe(g, op, base.table, outcome)
     table, acct = outcome.table, outcome.accounting
     accounting = base.accounting + [acct]
     sc.emit_op_complete(g, op.name, acct, table.num_rows, duplicates=acct["duplicates"])
@@ -132,7 +134,7 @@ def apply_global_mask(sc: SegmentContext, plog, base: PartitionState, g: int, ke
     sc.result.ops_run.append(g)
     committed = None
     if g in sc.points:
-        sc.checkpoints.write_now(g, base.table, table, outcome, base.committed, accounting)
+        sc.checkpoints.write_now(g, base.table, table, outcome, base.committed, accounting, before=sc.lineage.writer(g))
         committed = g
     sc.fault(g)
     return PartitionState(table, accounting, g, committed)

@@ -37,6 +37,16 @@ EXECUTION_PLAN = "dag_execution_plan.json"
 JOB_SUMMARY = "job_summary.json"
 #: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"
+#: Per-row lineage (observe/lineage.py): lineage/partition_<p>/op_<i>.parquet, one file per partition and
+#: checkpoint point, holding what the ops since the previous one did to which input rows.
+LINEAGE_DIR = "lineage"
+
+
+def lineage_file(partition_id: int, op_index: int) -> str:
+    """The lineage chunk of ``partition_id`` that ends at op ``op_index``'s commit (relative path)."""
+    return f"{LINEAGE_DIR}/partition_{partition_id:05d}/op_{op_index:03d}.parquet"
+
+
 #: Human-readable progress logs (observe/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

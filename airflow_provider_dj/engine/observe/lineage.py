@@ -1,0 +1,209 @@
+"""Per-row lineage, recorded: what each op did to which input row, committed with the checkpoints.
+
+Why: "why is input row N not in my export?" must have an exact answer for every row, on a running,
+failed, stopped or finished job, and it must follow resumes and retries exactly as the data does.
+So a segment run notes, per op, the input rows the op changed, filtered (with the statistic that
+decided), removed as duplicates or failed (with the reason), and at each checkpoint point writes
+those notes as one small Parquet file, ``lineage/partition_<p>/op_<i>.parquet`` (``layout.lineage_file``),
+before that checkpoint's own write.  Each file names the op its notes start after (``start_op`` in
+the file's metadata), so the files of a partition form a chain from its latest commit down to its
+input: a resume from checkpoint k starts a new chunk after k, and a retried chunk rewrites its own
+file.  A kept row needs no entry: rows keep input order, so its export row is its rank among the
+kept rows (``engine/observe/lineage_query.py``).
+
+The notes are columnar and small: ``input_row`` (int64, delta-encoded), ``fate`` (uint8),
+``op_index`` (uint16), ``stat`` (float32, filters only) and ``reason`` (failed rows only).  Nothing is
+added to the data: the rows' input numbers (``INPUT_ROW_COLUMN``) are already in every table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_dj import settings
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
+from airflow_provider_dj.engine.jobdir.layout import lineage_file
+from airflow_provider_dj.ops.base import Deduplicator, Filter
+from airflow_provider_dj.ops.stats import get_stat
+
+#: Fate codes in the ``fate`` column.  A kept, unchanged row has no entry.
+CHANGED, FILTERED, DUPLICATE, FAILED = 1, 2, 3, 4
+FATE_NAMES = {CHANGED: "changed", FILTERED: "filtered", DUPLICATE: "duplicate", FAILED: "failed"}
+
+SCHEMA = pa.schema(
+    [
+        ("input_row", pa.int64()),
+        ("fate", pa.uint8()),
+        ("op_index", pa.uint16()),
+        ("stat", pa.float32()),
+        ("reason", pa.string()),
+    ]
+)
+
+
+def lineage_enabled() -> bool:
+    return bool(settings.get("lineage"))
+
+
+def _rows(table: pa.Table) -> np.ndarray:
+    return table.column(INPUT_ROW_COLUMN).to_numpy() if table.num_rows else np.zeros(0, dtype=np.int64)
+
+
+def _same_buffers(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """The same Arrow buffers: an op passed the column through, so nothing in it changed (no compare)."""
+    if a.type != b.type or a.num_chunks != b.num_chunks or len(a) != len(b):
+        return False
+    for ca, cb in zip(a.chunks, b.chunks):
+        if ca.offset != cb.offset or [x.address if x else 0 for x in ca.buffers()] != [
+            x.address if x else 0 for x in cb.buffers()
+        ]:
+            return False
+    return True
+
+
+def changed_rows(table_in: pa.Table, out: pa.Table) -> np.ndarray:
+    """Input rows of ``out`` whose values differ from ``table_in``'s (a mapper's output, failed rows gone).
+
+    Only columns present on both sides and not passed through are compared, so a cleaning mapper
+    costs one compare of the column it rewrote."""
+    if out.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    if out.num_rows != table_in.num_rows:  # failed rows left: line the input up with the output
+        table_in = table_in.filter(pa.array(np.isin(_rows(table_in), _rows(out))))
+    changed = None
+    for name in out.column_names:
+        if name == INPUT_ROW_COLUMN or name not in table_in.column_names:
+            continue
+        old, new = table_in.column(name), out.column(name)
+        if _same_buffers(old, new):
+            continue
+        try:
+            diff = pc.fill_null(pc.not_equal(old, new), False)
+            diff = pc.or_(diff, pc.xor(pc.is_null(old), pc.is_null(new)))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # structs, lists: no element-wise compare
+            diff = pa.chunked_array([pa.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())])])
+        changed = diff if changed is None else pc.or_(changed, diff)
+    if changed is None:
+        return np.zeros(0, dtype=np.int64)
+    flags = changed.to_numpy(zero_copy_only=False) if isinstance(changed, pa.ChunkedArray) else changed.to_numpy()
+    return _rows(out)[flags.astype(bool)]
+
+
+class LineageRecorder:
+    """The lineage notes of one partition in one segment run, committed chunk by chunk."""
+
+    def __init__(self, job_dir: str, partition_id: int, plan, enabled: bool | None = None) -> None:
+        self.job_dir = job_dir
+        self.partition_id = partition_id
+        self.plan = plan
+        self.enabled = lineage_enabled() if enabled is None else enabled
+        self.start_op: int | None = None  # the state this chunk's notes start after
+        self._pieces: list[dict[str, np.ndarray | list]] = []
+        self._stat_keys: dict[str, str] = {}  # op index -> the stat its ``stat`` values are
+
+    def begin(self, op_index: int) -> None:
+        """The run starts from the state after op ``op_index`` (-1: the input rows)."""
+        if self.start_op is None:
+            self.start_op = op_index
+
+    def observe(self, op_index: int, op, table_in: pa.Table, outcome) -> None:
+        """Note what op ``op_index`` did to ``table_in`` (its ``OpOutcome``)."""
+        if not self.enabled:
+            return
+        out = outcome.table
+        failed = _rows(outcome.failed_rows) if outcome.failed_rows is not None else np.zeros(0, dtype=np.int64)
+        if failed.size:
+            self._add(failed, FAILED, op_index, reasons=list(outcome.failed_reasons))
+        if isinstance(op, Deduplicator):
+            keep = outcome.delta.keep.to_numpy(zero_copy_only=False) if outcome.delta is not None else None
+            removed = _rows(table_in)[~keep] if keep is not None else self._removed(table_in, out, failed)
+            self._add(removed, DUPLICATE, op_index)
+        elif isinstance(op, Filter):
+            self._note_filter(op_index, op, table_in, outcome, failed)
+        else:
+            self._add(changed_rows(table_in, out), CHANGED, op_index)
+
+    def _note_filter(self, op_index: int, op, table_in: pa.Table, outcome, failed: np.ndarray) -> None:
+        delta, stat = outcome.delta, None
+        if delta is not None:  # keep flags over the input rows, stats beside them
+            drop = ~delta.keep.to_numpy(zero_copy_only=False)
+            removed = _rows(table_in)[drop]
+            key = getattr(op, "stat_key", None)
+            if key:
+                self._stat_keys[str(op_index)] = key
+            if key and removed.size and "__dj__stats__" in delta.columns.column_names:
+                values = get_stat(delta.columns, key)
+                if values is not None:
+                    try:
+                        stat = pc.cast(values, pa.float32()).to_numpy(zero_copy_only=False)[drop]
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                        stat = None  # a non-numeric statistic: the reason names the op only
+        else:
+            removed = self._removed(table_in, outcome.table, failed)
+        self._add(removed, FILTERED, op_index, stat=stat)
+
+    @staticmethod
+    def _removed(table_in: pa.Table, out: pa.Table, failed: np.ndarray) -> np.ndarray:
+        rows = _rows(table_in)
+        gone = ~np.isin(rows, _rows(out))
+        if failed.size:
+            gone &= ~np.isin(rows, failed)
+        return rows[gone]
+
+    def _add(self, rows: np.ndarray, fate: int, op_index: int, *, stat=None, reasons=None) -> None:
+        if rows.size:
+            self._pieces.append({"rows": rows, "fate": fate, "op": op_index, "stat": stat, "reasons": reasons})
+
+    def writer(self, op_index: int):
+        """The commit of the notes since ``start_op`` as lineage chunk ``op_index``, as a call (run it
+        before that op's checkpoint write, in the same background slot); None when recording is off."""
+        if not self.enabled:
+            return None
+        table = self._table()
+        start, self.start_op, self._pieces = self.start_op, op_index, []
+        stat_keys, self._stat_keys = self._stat_keys, {}
+        meta = {
+            b"stat_keys": json.dumps(stat_keys).encode(),
+            b"start_op": str(-1 if start is None else start).encode(),
+            b"end_op": str(op_index).encode(),
+            b"fingerprint": str(self.plan.ops[op_index].fingerprint).encode(),
+        }
+        path = storage.join(self.job_dir, *lineage_file(self.partition_id, op_index).split("/"))
+
+        def write() -> None:
+            buf = io.BytesIO()
+            pq.write_table(
+                table.replace_schema_metadata(meta),
+                buf,
+                compression="zstd",
+                use_dictionary=False,
+                write_statistics=False,
+                column_encoding={"input_row": "DELTA_BINARY_PACKED"},
+            )
+            storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {self.partition_id}")
+
+        return write
+
+    def _table(self) -> pa.Table:
+        if not self._pieces:
+            return SCHEMA.empty_table()
+        cols: dict[str, list] = {n: [] for n in SCHEMA.names}
+        for p in self._pieces:
+            n = p["rows"].size
+            cols["input_row"].append(pa.array(p["rows"], type=pa.int64()))
+            cols["fate"].append(pa.array(np.full(n, p["fate"], dtype=np.uint8)))
+            cols["op_index"].append(pa.array(np.full(n, p["op"], dtype=np.uint16)))
+            cols["stat"].append(
+                pa.array(p["stat"], type=pa.float32()) if p["stat"] is not None else pa.nulls(n, pa.float32())
+            )
+            cols["reason"].append(
+                pa.array(p["reasons"], type=pa.string()) if p["reasons"] else pa.nulls(n, pa.string())
+            )
+        return pa.table({n: pa.chunked_array(v, type=SCHEMA.field(n).type) for n, v in cols.items()}, schema=SCHEMA)

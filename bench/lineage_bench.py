@@ -1,0 +1,143 @@
+"""Per-row lineage's cost: the same job with lineage off (DJ_LINEAGE=0) and on, engine in-process.
+
+No Airflow, no Ray: prepare_job, run_segment per partition, the global dedup step and export_job,
+timed end to end, runs interleaved (off, on, off, on, ...) so drifting machine load hits both alike.
+Prints the times, the ratio, the lineage's bytes per input row and how long ``why`` takes to answer
+for one row (its export row needs every partition's lineage).  Usage::
+
+    .venv/bin/python bench/lineage_bench.py --rows 1000000 --partitions 4 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from airflow_provider_dj import settings
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.layout import LINEAGE_DIR
+from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
+from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.sample_corpus import write_corpus
+
+PROCESS = """process:
+  - clean_email_mapper:
+  - whitespace_normalization_mapper:
+  - words_num_filter: {min_num: 5, max_num: 5000}
+  - text_length_filter: {min_len: 20}
+  - document_deduplicator: {lowercase: true}
+"""
+
+
+RECORDING_S = [0.0]  # seconds spent inside the recorder (observe + chunk writes), summed over threads
+
+
+def _timed(fn):
+    def run(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            RECORDING_S[0] += time.perf_counter() - t0
+
+    return run
+
+
+def instrument() -> None:
+    """Time the recorder's own work, which the wall times' noise on a shared machine can hide."""
+    from airflow_provider_dj.engine.observe import lineage
+
+    rec = lineage.LineageRecorder
+    rec.observe = _timed(rec.observe)
+    writer = rec.writer
+
+    def timed_writer(self, op_index):
+        w = writer(self, op_index)
+        return None if w is None else _timed(w)
+
+    rec.writer = timed_writer
+
+
+def dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str) -> tuple[float, dict]:
+    os.environ["DJ_LINEAGE"] = "1" if lineage else "0"
+    settings.reset()
+    recipe = os.path.join(tmp, f"{tag}.yaml")
+    with open(recipe, "w") as fh:
+        fh.write(
+            f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
+            f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: {strategy}}}\n" + PROCESS
+        )
+    RECORDING_S[0] = 0.0
+    t0 = time.perf_counter()
+    job = prepare_job(load_recipe(recipe), job_id=tag)
+    for p in range(parts):
+        run_segment(job.job_dir, 0, p)
+    resolve_global_op(job.job_dir, 4)
+    for p in range(parts):
+        run_segment(job.job_dir, 1, p)
+    export_job(job.job_dir)
+    dt = time.perf_counter() - t0
+    extra: dict = {"recording_s": RECORDING_S[0]}
+    if lineage:
+        jl = JobLineage(job.job_dir)
+        extra["entries"] = sum(jl.of(p["partition_id"]).table.num_rows for p in jl.parts)
+        extra["bytes"] = dir_bytes(os.path.join(job.job_dir, LINEAGE_DIR))
+        last = jl.parts[-1]["end_row"] - 1
+        t1 = time.perf_counter()
+        [path] = why(job.job_dir, input_row=last)
+        extra["why_s"] = time.perf_counter() - t1
+        extra["why_fate"] = f"{path.fate} export row {path.export_row}"
+    shutil.rmtree(job.job_dir)
+    return dt, extra
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--strategy", default="every_n_ops", help="checkpoint strategy (lineage commits with it)")
+    args = ap.parse_args()
+    instrument()
+    tmp = tempfile.mkdtemp(prefix="dj-lineage-bench-")
+    data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
+    warm = write_corpus(os.path.join(tmp, "warm.jsonl"), 10_000, seed=1)
+    for mode in ("off", "on"):  # imports, caches and the writer thread warmed up before anything is timed
+        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    extra: dict = {}
+    for r in range(args.repeat):
+        for mode in ("off", "on"):
+            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy)
+            times[mode].append(dt)
+            extra = e or extra
+            rec = f", {e['recording_s']:.3f} s of it recording lineage" if mode == "on" else ""
+            print(f"run {r} lineage {mode}: {dt:.3f} s{rec}", flush=True)
+    off, on = min(times["off"]), min(times["on"])
+    print(f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} repeat={args.repeat} (best of)")
+    print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
+    print(f"lineage on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
+    print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+    print(
+        f"lineage files: {extra['bytes']} bytes = {extra['bytes'] / args.rows:.3f} bytes per input row; "
+        f"{extra['entries']} entries ({extra['bytes'] / max(extra['entries'], 1):.2f} bytes per entry)"
+    )
+    print(f"why --row {args.rows - 1}: {extra['why_s'] * 1000:.0f} ms ({extra['why_fate']})")
+    shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
