@@ -120,13 +120,23 @@ class AirflowRestClient:
 
     # -- waiting -------------------------------------------------------------
     def wait_for(self, what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-        """Poll ``probe`` until it returns something truthy; raise with the last value on timeout."""
+        """Poll ``probe`` until it returns something truthy; raise with the last value on timeout.
+
+        One poll the API server does not answer in time (its SQLite DB busy with the tasks' writes on
+        a loaded machine) is a slow answer, not a broken one: the next poll asks again, and only the
+        overall ``timeout`` ends the wait."""
         deadline = time.monotonic() + timeout
         last: Any = None
         while True:
-            last = probe()
-            if last:
-                return last
+            try:
+                last = probe()
+            except httpx.TimeoutException as exc:
+                if time.monotonic() > deadline:
+                    raise
+                last = f"no answer within the client's timeout ({exc!r})"
+            else:
+                if last:
+                    return last
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
             time.sleep(interval)
