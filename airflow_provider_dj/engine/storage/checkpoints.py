@@ -128,6 +128,19 @@ class LoadedCheckpoint:
     marker: dict
 
 
+def _marker_identity(op_index: int, op_name: str, partition_id: int, partition_hash: str, fingerprint: str) -> dict:
+    """What a commit marker says the checkpoint is: the state after op ``op_index`` of these rows, made by
+    this op chain.  The same keys open a marker of the checkpoint's own data and one that refers to
+    another job's (nightly reuse), so a resume checks both alike."""
+    return {
+        "op_index": op_index,
+        "op_name": op_name,
+        "partition_id": partition_id,
+        "partition_hash": partition_hash,
+        "pipeline_fingerprint": fingerprint,
+    }
+
+
 class CheckpointStore:
     def __init__(self, job_dir: str, fmt: StorageFormat | None = None, prefix: str = "checkpoint_op") -> None:
         """``prefix`` separates kinds of per-partition state: op outputs
@@ -188,11 +201,7 @@ class CheckpointStore:
                 self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write", store=self.prefix
             )
         marker = {
-            "op_index": op_index,
-            "op_name": op_name,
-            "partition_id": partition_id,
-            "partition_hash": partition_hash,
-            "pipeline_fingerprint": fingerprint,
+            **_marker_identity(op_index, op_name, partition_id, partition_hash, fingerprint),
             "format": self.fmt.format,
             "compression": self.fmt.compression,
             "data_file": storage.basename(path),
@@ -286,11 +295,7 @@ class CheckpointStore:
         makes every check a resume makes on the source's checkpoint (:meth:`load_valid`), so a source
         that was deleted or damaged since makes this checkpoint absent, never trusted."""
         marker = {
-            "op_index": op_index,
-            "op_name": op_name,
-            "partition_id": partition_id,
-            "partition_hash": partition_hash,
-            "pipeline_fingerprint": fingerprint,
+            **_marker_identity(op_index, op_name, partition_id, partition_hash, fingerprint),
             "format": source_marker.get("format"),
             "compression": source_marker.get("compression"),
             "num_rows": source_marker.get("num_rows"),
