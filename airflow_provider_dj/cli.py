@@ -113,6 +113,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"  segments: {len(plan.segments)}; checkpoints after ops {plan.checkpoint_points} ({plan.strategy})")
     if recipe.ignored_keys:
         print(f"  note: Data-Juicer keys accepted but not used here: {', '.join(recipe.ignored_keys)}")
+    from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
+
+    if reuse_off_reason(recipe):
+        print(f"  note: intermediate_storage.reuse_across_jobs is ignored: {reuse_off_reason(recipe)}")
     return 0
 
 
@@ -267,7 +271,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
         reuse = summary.get("reuse")
-        if reuse:  # nightly reuse across jobs (docs/nightly.md)
+        if reuse and reuse.get("off"):
+            print(f"  reuse:  off: {reuse['off']}")
+        elif reuse:  # nightly reuse across jobs (docs/nightly.md)
             print(
                 f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
                 f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "

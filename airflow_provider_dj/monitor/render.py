@@ -154,7 +154,9 @@ def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_
             f"  export: {exp.get('rows', 0):,} rows -> {exp.get('path')} (xxh3 {exp.get('checksum_xxh3_128')})"
         )
     reuse = prog.get("reuse")
-    if reuse:  # nightly reuse across jobs (docs/nightly.md)
+    if reuse and reuse.get("off"):
+        lines.append(f"  reuse: off: {reuse['off']}")
+    elif reuse:  # nightly reuse across jobs (docs/nightly.md)
         lines.append(
             f"  reuse: {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed, "
             f"{reuse['checkpoints_reused']} checkpoints ({reuse['bytes_reused']:,} bytes) from "

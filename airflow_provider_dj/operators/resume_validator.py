@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
+from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
 from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
@@ -113,6 +114,10 @@ class ResumeValidatorOperator(BaseOperator):
             self.log.warning(
                 "Recipe keys accepted for Data-Juicer compatibility but not used: %s", ", ".join(recipe.ignored_keys)
             )
+        from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
+
+        if reuse_off_reason(recipe):
+            self.log.warning("intermediate_storage.reuse_across_jobs is ignored: %s", reuse_off_reason(recipe))
         job_id = self._job_id(recipe, context)
         self.log.info(
             "Resume token: %s. Re-trigger with resume=%s (or dj-airflow run %s --resume %s) to resume this job.",
@@ -136,6 +141,11 @@ class ResumeValidatorOperator(BaseOperator):
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
             raise
+        except HistoryIndexError as exc:
+            # The history refuses this job (another op arguments' keys, an export file it already holds):
+            # a retry would be refused the same way (engine/history/pin.py).
+            self.log.error("dedup_history refused the job before any work; nothing was planned or written:\n%s", exc)
+            raise RecipeRefused(str(exc)) from exc
         except InputError as exc:
             # The input does not fit the recipe (a field it reads in no row, bytes that are not UTF-8, a line
             # that is not a JSON object): retrying cannot help, so fail without retries (engine/input/schema.py).

@@ -47,9 +47,23 @@ REUSED_EVENT = "checkpoint_reused"
 PLACEHOLDER_COLUMN = "__dj__reused_rows__"
 
 
+def reuse_off_reason(recipe) -> str | None:
+    """Why a recipe that asks for reuse gets none, or None.
+
+    Said out loud (``dj-airflow validate``, the validate task's log, the summary's ``reuse.off``)
+    because most of Data-Juicer's shipped recipes set ``open_tracer: true``: adding
+    ``reuse_across_jobs`` to one would otherwise reuse nothing, night after night, without a word."""
+    if recipe.intermediate_storage.reuse_across_jobs and recipe.tracer.open_tracer:
+        return (
+            "open_tracer is true, and reuse is off while the tracer is on (a reused partition would have no "
+            "trace samples); set open_tracer: false (or --set open_tracer=false) to reuse earlier jobs' checkpoints"
+        )
+    return None
+
+
 def reuse_enabled(recipe) -> bool:
     """Opted in, and no tracer (its per-partition samples would be missing for a reused partition)."""
-    return bool(recipe.intermediate_storage.reuse_across_jobs) and not recipe.tracer.open_tracer
+    return bool(recipe.intermediate_storage.reuse_across_jobs) and reuse_off_reason(recipe) is None
 
 
 def _key(plan, part: dict, op_index: int, store: CheckpointStore) -> str:

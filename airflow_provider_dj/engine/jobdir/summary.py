@@ -336,9 +336,11 @@ def build_job_summary(
     summary["checkpoint_strategy"] = plan.strategy
     summary["checkpoint_points"] = plan.checkpoint_points
     if recipe.intermediate_storage.reuse_across_jobs:  # nightly reuse: what came from earlier jobs
-        from airflow_provider_dj.engine.execution.reuse import reuse_summary
+        from airflow_provider_dj.engine.execution.reuse import reuse_off_reason, reuse_summary
 
         summary["reuse"] = reuse_summary(events, plan, len(parts))
+        if reuse_off_reason(recipe):
+            summary["reuse"]["off"] = reuse_off_reason(recipe)
     summary["export"] = {"path": recipe.export_path, "written": False}
     summary["resume_command"] = f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}"
     summary["resume_airflow_conf"] = {"resume": ctx.job_id}

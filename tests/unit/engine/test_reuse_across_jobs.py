@@ -229,3 +229,19 @@ def test_a_pin_waits_for_a_running_gc(tmp_path):
         assert pinned_sources(str(job)) == set()
     t.join(5)
     assert done.is_set() and pinned_sources(str(job)) == {"night1"}
+
+
+def test_reuse_with_open_tracer_is_said_to_be_off(tmp_path):
+    """Most of Data-Juicer's shipped recipes set open_tracer: true; reuse is off then, and says why."""
+    from airflow_provider_dj.engine.execution.reuse import reuse_enabled, reuse_off_reason
+
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"dataset_path: {tmp_path / 'in.jsonl'}\nexport_path: {tmp_path / 'o.jsonl'}\nopen_tracer: true\n"
+        "intermediate_storage: {reuse_across_jobs: true}\nprocess:\n  - clean_email_mapper:\n"
+    )
+    traced = load_recipe(str(recipe))
+    assert not reuse_enabled(traced) and "open_tracer: false" in reuse_off_reason(traced)
+    plain = load_recipe(str(recipe), {"open_tracer": False})
+    assert reuse_enabled(plain) and reuse_off_reason(plain) is None
