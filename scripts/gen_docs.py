@@ -1,7 +1,7 @@
 """Generate docs/recipe_keys.md and docs/ops_reference.md from the code.
 
 Why generated: the recipe keys, their defaults and the op arguments live in
-code (engine/config/schema.py, the parser's defaults, each op's ``__init__``
+code (engine/config/recipe_keys.py and schema.py, the parser's defaults, each op's ``__init__``
 signature).  A hand-written table drifts the day someone changes a default.
 Here the facts come from the code and only the prose is written by hand, in
 the two tables below; ``tests/unit/test_generated_docs.py`` fails when the
