@@ -19,24 +19,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from _inprocess_job import run_job, write_recipe
+
 from airflow_provider_dj import settings
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir.layout import LINEAGE_DIR
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
-from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.sample_corpus import write_corpus
-
-PROCESS = """process:
-  - clean_email_mapper:
-  - whitespace_normalization_mapper:
-  - words_num_filter: {min_num: 5, max_num: 5000}
-  - text_length_filter: {min_len: 20}
-  - document_deduplicator: {lowercase: true}
-"""
-
 
 RECORDING_S = [0.0]  # seconds spent inside the recorder (observe + chunk writes), summed over threads
 
@@ -74,33 +62,22 @@ def dir_bytes(path: str) -> int:
 def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str) -> tuple[float, dict]:
     os.environ["DJ_LINEAGE"] = "1" if lineage else "0"
     settings.reset()
-    recipe = os.path.join(tmp, f"{tag}.yaml")
-    with open(recipe, "w") as fh:
-        fh.write(
-            f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
-            f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: {strategy}}}\n" + PROCESS
-        )
+    recipe = write_recipe(tmp, data, tag, parts, strategy)
     RECORDING_S[0] = 0.0
     t0 = time.perf_counter()
-    job = prepare_job(load_recipe(recipe), job_id=tag)
-    for p in range(parts):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, 4)
-    for p in range(parts):
-        run_segment(job.job_dir, 1, p)
-    export_job(job.job_dir)
+    job_dir = run_job(recipe, tag, parts)
     dt = time.perf_counter() - t0
     extra: dict = {"recording_s": RECORDING_S[0]}
     if lineage:
-        jl = JobLineage(job.job_dir)
+        jl = JobLineage(job_dir)
         extra["entries"] = sum(jl.of(p["partition_id"]).table.num_rows for p in jl.parts)
-        extra["bytes"] = dir_bytes(os.path.join(job.job_dir, LINEAGE_DIR))
+        extra["bytes"] = dir_bytes(os.path.join(job_dir, LINEAGE_DIR))
         last = jl.parts[-1]["end_row"] - 1
         t1 = time.perf_counter()
-        [path] = why(job.job_dir, input_row=last)
+        [path] = why(job_dir, input_row=last)
         extra["why_s"] = time.perf_counter() - t1
         extra["why_fate"] = f"{path.fate} export row {path.export_row}"
-    shutil.rmtree(job.job_dir)
+    shutil.rmtree(job_dir)
     return dt, extra
 
 

@@ -18,41 +18,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
-from airflow_provider_dj.sample_corpus import write_corpus
+from _inprocess_job import run_job, write_recipe
 
-PROCESS = """process:
-  - clean_email_mapper:
-  - whitespace_normalization_mapper:
-  - words_num_filter: {min_num: 5, max_num: 5000}
-  - text_length_filter: {min_len: 20}
-  - document_deduplicator: {lowercase: true}
-"""
+from airflow_provider_dj.sample_corpus import write_corpus
 
 
 def one_run(tmp: str, data: str, parts: int, tracer: bool, tag: str) -> float:
-    recipe = os.path.join(tmp, f"{tag}.yaml")
-    with open(recipe, "w") as fh:
-        fh.write(
-            f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
-            + ("open_tracer: true\ntrace_num: 10\n" if tracer else "")
-            + f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: every_n_ops}}\n"
-            + PROCESS
-        )
+    recipe = write_recipe(tmp, data, tag, parts, extra="open_tracer: true\ntrace_num: 10\n" if tracer else "")
     t0 = time.perf_counter()
-    job = prepare_job(load_recipe(recipe), job_id=tag)
-    for p in range(parts):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, 4)
-    for p in range(parts):
-        run_segment(job.job_dir, 1, p)
-    export_job(job.job_dir)
+    job_dir = run_job(recipe, tag, parts)
     dt = time.perf_counter() - t0
-    shutil.rmtree(job.job_dir)
+    shutil.rmtree(job_dir)
     return dt
 
 
