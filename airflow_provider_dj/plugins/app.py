@@ -16,6 +16,8 @@ Pages: ``/`` (recent jobs), ``/dag/{dag_id}/run/{run_id}`` (the DAG run's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from typing import Annotated, Any
 
@@ -40,15 +42,25 @@ def _root(request: Request) -> str:
     return (request.scope.get("root_path") or "").rstrip("/")
 
 
+@contextmanager
+def _missing_is_404(detail: str | None = None, missing: type[Exception] | tuple = KeyError) -> Iterator[None]:
+    """What the block looks up and does not find (``missing``) answers 404 with ``detail``, or the
+    error's own message when it names the thing (a row out of range).  One place for what every route
+    that reads one part of a job does with a part that is not there."""
+    try:
+        yield
+    except missing as exc:
+        raise HTTPException(404, detail if detail is not None else str(exc)) from None
+
+
 def _job_dir_for(job_id: str, user) -> tuple[str, str | None]:
     """Validate the id, find the job, check the caller may read its DAG; (job_dir, dag_id)."""
     try:
         validate_job_id(job_id)
-        job_dir = job_lookup.find_job(job_id)
     except JobIdError as exc:
         raise HTTPException(400, str(exc)) from None
-    except JobNotFoundError:
-        raise HTTPException(404, f"job {job_id!r} not found") from None
+    with _missing_is_404(f"job {job_id!r} not found", JobNotFoundError):
+        job_dir = job_lookup.find_job(job_id)
     dag_id = job_lookup.job_dag_id(job_dir)
     require_dag_read(user, dag_id)
     return job_dir, dag_id
@@ -143,10 +155,8 @@ def create_app() -> FastAPI:
     @app.get("/api/job/{job_id}/partition/{partition_id}")
     def partition_json(job_id: str, partition_id: int, user: UserDep):
         job_dir, _ = _job_dir_for(job_id, user)
-        try:
+        with _missing_is_404(f"job {job_id} has no partition {partition_id}"):
             return JSONResponse(job_data.partition_detail(job_dir, partition_id))
-        except KeyError:
-            raise HTTPException(404, f"job {job_id} has no partition {partition_id}") from None
 
     @app.get("/api/job/{job_id}/failed")
     def failed_json(
@@ -162,17 +172,13 @@ def create_app() -> FastAPI:
     @app.get("/api/job/{job_id}/trace/{op_index}")
     def trace_json(job_id: str, op_index: int, user: UserDep):
         job_dir, _ = _job_dir_for(job_id, user)
-        try:
+        with _missing_is_404(f"job {job_id} has no op {op_index}"):
             return JSONResponse(job_data.trace_samples(job_dir, op_index))
-        except KeyError:
-            raise HTTPException(404, f"job {job_id} has no op {op_index}") from None
 
     @app.get("/api/job/{job_id}/why")
     def why_json(job_id: str, row: Annotated[int, Query(ge=0)], user: UserDep):
         job_dir, _ = _job_dir_for(job_id, user)
-        try:
+        with _missing_is_404(missing=why.RowOutOfRangeError):
             return JSONResponse(why.why_row(job_dir, row))
-        except why.RowOutOfRangeError as exc:
-            raise HTTPException(404, str(exc)) from None
 
     return app
