@@ -330,3 +330,111 @@ def test_scheduler_tasks_racing_to_start_the_shared_ray_head_start_one(tmp_path)
             assert fh.read().count("Local node IP") == 1  # one `ray start`, not three
     finally:
         stop_ray_head(state)
+
+
+HISTORY_RECIPE = """\
+project_name: {name}
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+partition: {{mode: manual, num_of_partitions: 2}}
+dedup_history: {{path: {history}, ops: [document_deduplicator]}}
+process:
+{ops}  - document_deduplicator: {{lowercase: true}}
+"""
+
+
+def _expected_night(rows: list[dict], history_keys: set[str]) -> tuple[list[str], int]:
+    """What one night exports (ids) and how many history duplicates it has: the first occurrence of each
+    key in the night, less those an earlier export holds (docs/nightly.md#what-counts-as-a-history-duplicate)."""
+    seen: set[str] = set()
+    kept, history = [], 0
+    for r in rows:
+        key = r["text"].lower().strip()
+        if key in seen:
+            continue
+        seen.add(key)
+        if key in history_keys:
+            history += 1
+        else:
+            kept.append(r["id"])
+    return kept, history
+
+
+def test_two_corpora_sharing_one_history_started_at_once_both_commit(cc):
+    """Two nightly jobs of different recipes and corpora, one dedup_history.path and one work_dir, started
+    at the same instant: both finish, the index ends with both commits (no lost update), every shard is
+    intact, and each job's history duplicates are the ones its pinned version holds."""
+    import xxhash
+
+    from airflow_provider_dj.sample_corpus import write_corpus
+
+    history = os.path.join(cc.root, "history")
+    paths = {n: os.path.join(cc.root, f"hist_{n}.jsonl") for n in ("seed", "a", "b")}
+    write_corpus(paths["seed"], 150, seed=21)
+    seed_rows = [json.loads(line) for line in open(paths["seed"])]
+    nights = {}
+    for n, seed, copies in (("a", 31, seed_rows[:10]), ("b", 41, seed_rows[10:16])):
+        write_corpus(paths[n], 120, seed=seed)
+        rows = [dict(json.loads(line), id=f"{n}-{i}") for i, line in enumerate(open(paths[n]))]  # ids: one type
+        shared = [
+            {"id": f"shared-{i}", "text": f"a row that arrives on both corpora the same night, number {i}"}
+            for i in range(3)
+        ]
+        rows += [dict(r, id=f"{n}-copy-{r['id']}") for r in copies] + shared
+        with open(paths[n], "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+        nights[n] = rows
+
+    def recipe(name: str, data: str, ops: str) -> str:
+        path = os.path.join(cc.root, f"{name}.yaml")
+        with open(path, "w") as fh:
+            fh.write(
+                HISTORY_RECIPE.format(
+                    name=name, data=data, export=cc.export(name), work=cc.work, history=history, ops=ops
+                )
+            )
+        return path
+
+    seed_recipe = recipe("hist_seed", paths["seed"], "")
+    rc, out = _finish(cc.start("run", seed_recipe, "--job-id", "hist_seed", "--num-cpus", "1", log="hist_seed"))
+    assert rc == 0, out[-3000:]
+    seed_export = [json.loads(line) for line in open(cc.export("hist_seed"))]
+    history_keys = {r["text"].lower().strip() for r in seed_export}
+
+    recipes = {
+        "a": recipe("hist_a", paths["a"], "  - text_length_filter: {min_len: 0}\n"),
+        "b": recipe("hist_b", paths["b"], "  - words_num_filter: {min_num: 0, max_num: 100000}\n"),
+    }
+    procs = {
+        n: cc.start("run", r, "--job-id", f"hist_{n}", "--num-cpus", "1", log=f"hist_{n}") for n, r in recipes.items()
+    }
+    for n, proc in procs.items():
+        rc, out = _finish(proc)
+        assert rc == 0, f"hist_{n} failed:\n{out[-5000:]}"
+
+    with open(os.path.join(history, "CURRENT")) as fh:
+        current = json.load(fh)["version"]
+    assert current == 3  # seed, then both nights: neither commit replaced the other
+    manifest = json.load(open(os.path.join(history, "versions", "v000003", "manifest.json")))
+    assert sorted(j["job_id"] for j in manifest["jobs"]) == ["hist_a", "hist_b", "hist_seed"]
+    exports = {n: [json.loads(line) for line in open(cc.export(f"hist_{n}"))] for n in ("a", "b")}
+    held = manifest["ops"]["document_deduplicator"]
+    assert held["entries"] == len(seed_export) + len(exports["a"]) + len(exports["b"])
+    for files in held["shards"].values():  # every shard of the last version is complete and unchanged
+        for f in files:
+            data = open(os.path.join(history, *f["file"].split("/")), "rb").read()
+            assert len(data) == f["bytes"] and xxhash.xxh3_128_hexdigest(data) == f["xxh3_128"], f["file"]
+    commits = []
+    for n in ("a", "b"):
+        summary = json.load(open(os.path.join(cc.work, f"hist_{n}", "job_summary.json")))
+        commits.append(summary["dedup_history"]["commit"])
+        kept, n_history = _expected_night(nights[n], history_keys)
+        assert [r["id"] for r in exports[n]] == kept, n  # the filters before it keep every row
+        assert summary["dedup_history"]["ops"][0]["history_duplicates"] == n_history > 0
+        assert summary["dedup_history"]["commit"]["pinned_version"] == 1  # both pinned the seed's version
+    # Both pinned version 1, so neither checked the other's rows: the rows both corpora got are in both exports.
+    shared = {"shared-0", "shared-1", "shared-2"}
+    assert shared <= {r["id"] for r in exports["a"]} and shared <= {r["id"] for r in exports["b"]}
+    assert sorted(c["version"] for c in commits) == [2, 3]
+    assert sorted(c["base_version"] for c in commits) == [1, 2]  # the later commit built on the earlier one
