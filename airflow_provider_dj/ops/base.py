@@ -349,6 +349,11 @@ class SignatureDeduplicator(Deduplicator):
         the op cannot tell, and the trace then names no kept partner (``dup1`` null)."""
         return None
 
+    def matching_band(self, tables: list[pa.Table], rows: np.ndarray, partners: np.ndarray) -> np.ndarray | None:
+        """For lineage: per pair ``(rows[i], partners[i])`` (global positions), the first LSH band the two
+        share (-1: none; they are in one cluster through other rows); None for an op without bands."""
+        return None
+
 
 def suggest(name: str, choices: list[str] | set[str]) -> str:
     """' Did you mean X?' or '' — shared by the registry and the recipe loader."""
