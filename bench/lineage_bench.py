@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+import pyarrow.compute as pc
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_provider_dj import settings
@@ -36,6 +38,12 @@ PROCESS = """process:
   - text_length_filter: {min_len: 20}
   - document_deduplicator: {lowercase: true}
 """
+#: ``--dedup``: the last op (the global one) of PROCESS.
+DEDUP_OPS = {
+    "exact": "document_deduplicator: {lowercase: true}",
+    "minhash": "document_minhash_deduplicator: {window_size: 3}",
+    "simhash": "document_simhash_deduplicator: {}",
+}
 
 
 RECORDING_S = [0.0]  # seconds spent inside the recorder (observe + chunk writes), summed over threads
@@ -71,14 +79,17 @@ def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str) -> tuple[float, dict]:
+def one_run(
+    tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str, dedup: str = "exact"
+) -> tuple[float, dict]:
     os.environ["DJ_LINEAGE"] = "1" if lineage else "0"
     settings.reset()
     recipe = os.path.join(tmp, f"{tag}.yaml")
     with open(recipe, "w") as fh:
         fh.write(
             f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
-            f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: {strategy}}}\n" + PROCESS
+            f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: {strategy}}}\n"
+            + PROCESS.replace(DEDUP_OPS["exact"], DEDUP_OPS[dedup])
         )
     RECORDING_S[0] = 0.0
     t0 = time.perf_counter()
@@ -95,6 +106,12 @@ def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: 
         jl = JobLineage(job.job_dir)
         extra["entries"] = sum(jl.of(p["partition_id"]).table.num_rows for p in jl.parts)
         extra["bytes"] = dir_bytes(os.path.join(job.job_dir, LINEAGE_DIR))
+        tables = [jl.of(p["partition_id"]).table for p in jl.parts]
+        dups = [t.filter(pc.equal(t.column("fate"), 3)) for t in tables]
+        extra["duplicates"] = sum(d.num_rows for d in dups)
+        extra["named"] = sum(
+            d.num_rows - d.column("dup_of_row").null_count for d in dups if "dup_of_row" in d.column_names
+        )
         last = jl.parts[-1]["end_row"] - 1
         t1 = time.perf_counter()
         [path] = why(job.job_dir, input_row=last)
@@ -110,27 +127,37 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--strategy", default="every_n_ops", help="checkpoint strategy (lineage commits with it)")
+    ap.add_argument("--dedup", choices=sorted(DEDUP_OPS), default="exact", help="the deduplicator that ends the recipe")
+    ap.add_argument("--only-on", action="store_true", help="lineage on only: its size, not its cost")
     args = ap.parse_args()
+    modes = ("on",) if args.only_on else ("off", "on")
     instrument()
     tmp = tempfile.mkdtemp(prefix="dj-lineage-bench-")
     data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
     warm = write_corpus(os.path.join(tmp, "warm.jsonl"), 10_000, seed=1)
-    for mode in ("off", "on"):  # imports, caches and the writer thread warmed up before anything is timed
-        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy)
+    for mode in modes:  # imports, caches and the writer thread warmed up before anything is timed
+        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy, args.dedup)
     times: dict[str, list[float]] = {"off": [], "on": []}
     extra: dict = {}
     for r in range(args.repeat):
-        for mode in ("off", "on"):
-            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy)
+        for mode in modes:
+            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy, args.dedup)
             times[mode].append(dt)
             extra = e or extra
             rec = f", {e['recording_s']:.3f} s of it recording lineage" if mode == "on" else ""
             print(f"run {r} lineage {mode}: {dt:.3f} s{rec}", flush=True)
-    off, on = min(times["off"]), min(times["on"])
-    print(f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} repeat={args.repeat} (best of)")
-    print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
+    on = min(times["on"])
+    print(
+        f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} dedup={args.dedup} "
+        f"repeat={args.repeat} (best of)"
+    )
+    if not args.only_on:
+        off = min(times["off"])
+        print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
     print(f"lineage on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
-    print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+    if not args.only_on:
+        print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+    print(f"duplicate entries: {extra['duplicates']} ({extra['named']} name the row they were kept against)")
     print(
         f"lineage files: {extra['bytes']} bytes = {extra['bytes'] / args.rows:.3f} bytes per input row; "
         f"{extra['entries']} entries ({extra['bytes'] / max(extra['entries'], 1):.2f} bytes per entry)"
