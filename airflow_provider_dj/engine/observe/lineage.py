@@ -151,7 +151,7 @@ class LineageRecorder:
         if isinstance(op, Deduplicator):
             keep = outcome.delta.keep.to_numpy(zero_copy_only=False) if outcome.delta is not None else None
             removed = _rows(table_in)[~keep] if keep is not None else self._removed(table_in, out, failed)
-            self._add(removed, DUPLICATE, op_index, match=_match_values(matches, keep, removed.size))
+            self._add(removed, DUPLICATE, op_index, match=match_values(matches, keep, removed.size))
         elif isinstance(op, Filter):
             self._note_filter(op_index, op, table_in, outcome, failed)
         else:
@@ -203,23 +203,8 @@ class LineageRecorder:
             b"end_op": str(op_index).encode(),
             b"fingerprint": str(self.plan.ops[op_index].fingerprint).encode(),
         }
-        path = storage.join(self.job_dir, *lineage_file(self.partition_id, op_index).split("/"))
-
-        def write() -> None:
-            buf = io.BytesIO()
-            pq.write_table(
-                table.replace_schema_metadata(meta),
-                buf,
-                compression="zstd",
-                use_dictionary=False,
-                write_statistics=False,
-                column_encoding={
-                    n: "DELTA_BINARY_PACKED" for n in ("input_row", "dup_of_row") if n in table.column_names
-                },
-            )
-            storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {self.partition_id}")
-
-        return write
+        job_dir, pid = self.job_dir, self.partition_id
+        return lambda: write_chunk(job_dir, pid, op_index, table, meta)
 
     def _table(self) -> pa.Table:
         if not self._pieces:
@@ -247,7 +232,25 @@ class LineageRecorder:
         return table
 
 
-def _match_values(matches: pa.Table | None, keep: np.ndarray | None, n: int) -> dict[str, pa.Array] | None:
+def write_chunk(job_dir: str, partition_id: int, op_index: int, table: pa.Table, meta: dict) -> None:
+    """Commit one chunk atomically as ``lineage_file(partition_id, op_index)``; a match column that no
+    entry uses is left out (compact), and a reader pads it back (``full_schema``)."""
+    unused = [n for n, _ in MATCH_FIELDS if n in table.column_names and table.column(n).null_count == table.num_rows]
+    table = table.drop_columns(unused) if unused else table
+    buf = io.BytesIO()
+    pq.write_table(
+        table.replace_schema_metadata(meta),
+        buf,
+        compression="zstd",
+        use_dictionary=False,
+        write_statistics=False,
+        column_encoding={n: "DELTA_BINARY_PACKED" for n in ("input_row", "dup_of_row") if n in table.column_names},
+    )
+    path = storage.join(job_dir, *lineage_file(partition_id, op_index).split("/"))
+    storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {partition_id}")
+
+
+def match_values(matches: pa.Table | None, keep: np.ndarray | None, n: int) -> dict[str, pa.Array] | None:
     """The removed rows' match columns (nulls for "none": -1 in the mask table), or None without any."""
     if matches is None or keep is None or not n or matches.num_rows != len(keep):
         return None

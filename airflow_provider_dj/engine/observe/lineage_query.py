@@ -99,7 +99,7 @@ def partition_lineage(job_dir: str, partition: dict, plan) -> PartitionLineage:
     pieces, last, start, stat_keys = [], None, None, {}
     k = plan.final_op_index
     while k >= 0:
-        chunk = _read_chunk(job_dir, pid, k, plan)
+        chunk = read_chunk(job_dir, pid, k, plan)
         if chunk is None:
             if last is not None:
                 break  # the chain is broken below a committed chunk: only the ops above are known
@@ -119,7 +119,7 @@ def partition_lineage(job_dir: str, partition: dict, plan) -> PartitionLineage:
     return PartitionLineage(partition, table, last, -1 if start is None else start, stat_keys)
 
 
-def _read_chunk(job_dir: str, pid: int, op_index: int, plan) -> pa.Table | None:
+def read_chunk(job_dir: str, pid: int, op_index: int, plan) -> pa.Table | None:
     path = storage.join(job_dir, *lineage_file(pid, op_index).split("/"))
     try:
         table = pq.read_table(io.BytesIO(storage.read_bytes(path)))
