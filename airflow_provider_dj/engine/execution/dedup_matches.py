@@ -34,13 +34,14 @@ HISTORY_JOB_COLUMN = "history_job"
 HISTORY_ROW_COLUMN = "history_row"
 
 
-def representatives(op_impl, keys: list[pa.Table]) -> np.ndarray | None:
-    """Per global position, the position of the row it is kept against (itself when kept); None when
-    the op cannot tell (a signature op without ``duplicate_representatives``)."""
+def keep_and_representatives(op_impl, keys: list[pa.Table]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The op's keep flags over all global positions and, per position, the position of the row it is
+    kept against (itself when kept; None when the op cannot tell), computed together where the op can."""
     if isinstance(op_impl, SignatureDeduplicator):
-        rep = op_impl.duplicate_representatives(keys)
-        return None if rep is None else np.asarray(rep, dtype=np.int64)
-    return first_occurrence_index([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+        mask, rep = op_impl.keep_and_representatives(keys)
+        return np.asarray(mask, dtype=bool), None if rep is None else np.asarray(rep, dtype=np.int64)
+    rep = first_occurrence_index([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+    return rep == np.arange(len(rep)), rep
 
 
 def _input_rows(keys: list[pa.Table]) -> np.ndarray | None:
@@ -57,6 +58,8 @@ def match_columns(op_impl, keys: list[pa.Table], rep: np.ndarray | None, in_nigh
     dup_of = np.full(n, -1, dtype=np.int64)
     rows = _input_rows(keys)
     removed = np.flatnonzero(~in_night)
+    if rep is not None:
+        removed = removed[rep[removed] != removed]  # a removed row must name another row (else: not named)
     if rep is not None and rows is not None and len(removed):
         dup_of[removed] = rows[rep[removed]]
     cols: dict = {DUP_OF_COLUMN: dup_of}

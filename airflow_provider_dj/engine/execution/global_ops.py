@@ -17,7 +17,11 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.dedup_matches import match_columns, partition_columns, representatives
+from airflow_provider_dj.engine.execution.dedup_matches import (
+    keep_and_representatives,
+    match_columns,
+    partition_columns,
+)
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.jobdir.context import JobContext
@@ -65,13 +69,13 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         keys.append(cp.table)
     total = int(sum(k.num_rows for k in keys))
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py):
-    # the representatives are computed once and the keep mask derived from them (the same decision).
-    rep = representatives(op_impl, keys) if total and lineage_enabled() else None
+    # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py),
+    # computed with the keep flags (the op's own decision) in one pass where the op can.
+    rep = None
     if not total:
         mask = np.zeros(0, dtype=bool)
-    elif rep is not None:
-        mask = rep == np.arange(total)
+    elif lineage_enabled():
+        mask, rep = keep_and_representatives(op_impl, keys)
     elif isinstance(op_impl, SignatureDeduplicator):
         # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
         # partitions' signatures, in input order, themselves.

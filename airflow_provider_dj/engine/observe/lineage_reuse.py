@@ -72,7 +72,8 @@ def copy_reused_lineage(sc, upto: int, source_dir: str, source_pid: int) -> int:
         return 0
     for k, chunk in chain:
         table = _with_this_jobs_matches(sc, full_schema(chunk.replace_schema_metadata(None)), entries, start, end)
-        write_chunk(sc.job_dir, sc.partition_id, k, table, dict(chunk.schema.metadata))
+        meta = {key: v for key, v in chunk.schema.metadata.items() if not key.startswith(b"ARROW:")}
+        write_chunk(sc.job_dir, sc.partition_id, k, table, meta)
     return len(chain)
 
 

@@ -356,6 +356,10 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
         rep = self.duplicate_representatives(tables)
         return rep == np.arange(len(rep))
 
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep)), rep
+
     def matching_band(self, tables: list[pa.Table], rows: np.ndarray, partners: np.ndarray) -> np.ndarray:
         """The first band whose digest ``rows[i]`` and ``partners[i]`` share (-1: none, a transitive match)."""
         band = np.full(len(rows), -1, dtype=np.int64)
@@ -508,3 +512,7 @@ class DocumentSimhashDeduplicator(SignatureDeduplicator):
     def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
         rep = self.duplicate_representatives(tables)
         return rep == np.arange(len(rep))
+
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep)), rep
