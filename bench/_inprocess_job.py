@@ -27,17 +27,26 @@ PROCESS = """process:
   - document_deduplicator: {lowercase: true}
 """
 DEDUP_OP_INDEX = 4  # the global step between the two segments
+#: ``dedup=``: the deduplicator that ends PROCESS (the global step).
+DEDUP_OPS = {
+    "exact": "document_deduplicator: {lowercase: true}",
+    "minhash": "document_minhash_deduplicator: {window_size: 3}",
+    "simhash": "document_simhash_deduplicator: {}",
+}
 
 
-def write_recipe(tmp: str, data: str, tag: str, parts: int, strategy: str = "every_n_ops", extra: str = "") -> str:
-    """The bench recipe over ``data``, exporting to ``{tmp}/{tag}.jsonl``; ``extra`` adds top-level keys."""
+def write_recipe(
+    tmp: str, data: str, tag: str, parts: int, strategy: str = "every_n_ops", extra: str = "", dedup: str = "exact"
+) -> str:
+    """The bench recipe over ``data``, exporting to ``{tmp}/{tag}.jsonl``; ``extra`` adds top-level keys,
+    ``dedup`` names the deduplicator that ends it (a key of DEDUP_OPS)."""
     recipe = os.path.join(tmp, f"{tag}.yaml")
     with open(recipe, "w") as fh:
         fh.write(
             f"dataset_path: {data}\nexport_path: {tmp}/{tag}.jsonl\nwork_dir: {tmp}/work\n"
             + extra
             + f"partition: {{mode: manual, num_of_partitions: {parts}}}\ncheckpoint: {{strategy: {strategy}}}\n"
-            + PROCESS
+            + PROCESS.replace(DEDUP_OPS["exact"], DEDUP_OPS[dedup])
         )
     return recipe
 

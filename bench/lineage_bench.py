@@ -17,9 +17,11 @@ import sys
 import tempfile
 import time
 
+import pyarrow.compute as pc
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _inprocess_job import run_job, write_recipe
+from _inprocess_job import DEDUP_OPS, run_job, write_recipe
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir.layout import LINEAGE_DIR
@@ -59,10 +61,12 @@ def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str) -> tuple[float, dict]:
+def one_run(
+    tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: str, dedup: str = "exact"
+) -> tuple[float, dict]:
     os.environ["DJ_LINEAGE"] = "1" if lineage else "0"
     settings.reset()
-    recipe = write_recipe(tmp, data, tag, parts, strategy)
+    recipe = write_recipe(tmp, data, tag, parts, strategy, dedup=dedup)
     RECORDING_S[0] = 0.0
     t0 = time.perf_counter()
     job_dir = run_job(recipe, tag, parts)
@@ -72,6 +76,12 @@ def one_run(tmp: str, data: str, parts: int, lineage: bool, tag: str, strategy: 
         jl = JobLineage(job_dir)
         extra["entries"] = sum(jl.of(p["partition_id"]).table.num_rows for p in jl.parts)
         extra["bytes"] = dir_bytes(os.path.join(job_dir, LINEAGE_DIR))
+        tables = [jl.of(p["partition_id"]).table for p in jl.parts]
+        dups = [t.filter(pc.equal(t.column("fate"), 3)) for t in tables]
+        extra["duplicates"] = sum(d.num_rows for d in dups)
+        extra["named"] = sum(
+            d.num_rows - d.column("dup_of_row").null_count for d in dups if "dup_of_row" in d.column_names
+        )
         last = jl.parts[-1]["end_row"] - 1
         t1 = time.perf_counter()
         [path] = why(job_dir, input_row=last)
@@ -87,27 +97,37 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--strategy", default="every_n_ops", help="checkpoint strategy (lineage commits with it)")
+    ap.add_argument("--dedup", choices=sorted(DEDUP_OPS), default="exact", help="the deduplicator that ends the recipe")
+    ap.add_argument("--only-on", action="store_true", help="lineage on only: its size, not its cost")
     args = ap.parse_args()
+    modes = ("on",) if args.only_on else ("off", "on")
     instrument()
     tmp = tempfile.mkdtemp(prefix="dj-lineage-bench-")
     data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
     warm = write_corpus(os.path.join(tmp, "warm.jsonl"), 10_000, seed=1)
-    for mode in ("off", "on"):  # imports, caches and the writer thread warmed up before anything is timed
-        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy)
+    for mode in modes:  # imports, caches and the writer thread warmed up before anything is timed
+        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy, args.dedup)
     times: dict[str, list[float]] = {"off": [], "on": []}
     extra: dict = {}
     for r in range(args.repeat):
-        for mode in ("off", "on"):
-            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy)
+        for mode in modes:
+            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy, args.dedup)
             times[mode].append(dt)
             extra = e or extra
             rec = f", {e['recording_s']:.3f} s of it recording lineage" if mode == "on" else ""
             print(f"run {r} lineage {mode}: {dt:.3f} s{rec}", flush=True)
-    off, on = min(times["off"]), min(times["on"])
-    print(f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} repeat={args.repeat} (best of)")
-    print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
+    on = min(times["on"])
+    print(
+        f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} dedup={args.dedup} "
+        f"repeat={args.repeat} (best of)"
+    )
+    if not args.only_on:
+        off = min(times["off"])
+        print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
     print(f"lineage on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
-    print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+    if not args.only_on:
+        print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+    print(f"duplicate entries: {extra['duplicates']} ({extra['named']} name the row they were kept against)")
     print(
         f"lineage files: {extra['bytes']} bytes = {extra['bytes'] / args.rows:.3f} bytes per input row; "
         f"{extra['entries']} entries ({extra['bytes'] / max(extra['entries'], 1):.2f} bytes per entry)"

@@ -349,6 +349,17 @@ class SignatureDeduplicator(Deduplicator):
         the op cannot tell, and the trace then names no kept partner (``dup1`` null)."""
         return None
 
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The keep flags and, per row, the row it was kept against (``duplicate_representatives``), for
+        lineage.  The default asks both methods; an op whose keep flags derive from its representatives
+        (MinHash, SimHash, the Data-Juicer adapter) overrides it to compute them once."""
+        return np.asarray(self.resolve_global(tables), dtype=bool), self.duplicate_representatives(tables)
+
+    def matching_band(self, tables: list[pa.Table], rows: np.ndarray, partners: np.ndarray) -> np.ndarray | None:
+        """For lineage: per pair ``(rows[i], partners[i])`` (global positions), the first LSH band the two
+        share (-1: none; they are in one cluster through other rows); None for an op without bands."""
+        return None
+
 
 def suggest(name: str, choices: list[str] | set[str]) -> str:
     """' Did you mean X?' or '' — shared by the registry and the recipe loader."""

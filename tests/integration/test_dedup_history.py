@@ -125,6 +125,17 @@ def test_exact_delta_drill_equals_one_run_over_both_nights_and_a_failed_night_co
     for d in dups:  # each names the night-1 export row with the same (lowercased) text
         assert d["history_job_id"] == "night1"
         assert e1[d["history_export_row"]]["text"].lower() == inputs[d["__dj__input_row__"]]["text"].lower()
+    # `why` on each history duplicate: its lineage names the earlier job and export row (recorded with the
+    # mask), and that row of night 1's export really holds the same text.
+    from airflow_provider_dj.engine.observe.lineage_query import why
+
+    for d in dups:
+        [path] = why(str(job2), input_row=d["__dj__input_row__"])
+        [step] = [s for s in path.steps if s.fate == "duplicate"]
+        assert (path.fate, step.op_name) == ("duplicate", "document_deduplicator")
+        assert (step.history["job_id"], step.history["export_row"]) == ("night1", d["history_export_row"])
+        assert f"duplicate of export row {d['history_export_row']} of earlier job night1" in step.reason
+        assert e1[step.history["export_row"]]["text"].lower() == inputs[path.input_row]["text"].lower()
     # Night 2 is in CURRENT now; its global step run again (a UI clear) still reads its pinned version 1,
     # so its own exported rows never become its own history duplicates.
     import shutil
@@ -159,6 +170,7 @@ def test_minhash_delta_drill_leaves_no_cross_night_band_and_names_each_history_r
     for w in near:
         w[-1] = "omega"  # one word changed: near duplicates of night-1 rows
     night2 = [_doc(rng, 20, VOCAB) for _ in range(30)] + [" ".join(w) for w in near]
+    night2.append(night2[0].replace(night2[0].split(" ")[0], "omega", 1))  # an in-night near duplicate
     rng.shuffle(night2)
     d1, d2 = _write(tmp_path / "m1.jsonl", night1), _write(tmp_path / "m2.jsonl", night2)
     history = str(tmp_path / "mh_history")
@@ -176,10 +188,33 @@ def test_minhash_delta_drill_leaves_no_cross_night_band_and_names_each_history_r
         tmp_path / "work" / "mh2" / "dedup_history" / "op_001_document_minhash_deduplicator.parquet"
     ).to_pylist()
     split = json.load(open(tmp_path / "work" / "mh2" / "job_summary.json"))["dedup_history"]["ops"][0]
-    assert split["history_duplicates"] == len(dups) >= 6 and len(e2) == 36 - split["duplicates"]
+    assert split["history_duplicates"] == len(dups) >= 6 and len(e2) == 37 - split["duplicates"]
     inputs = read_jsonl(d2)
     for d in dups:
         assert d["history_job_id"] == "mh1"
         mine = _bands(op, [inputs[d["__dj__input_row__"]]["text"]])[0]
         theirs = b1[d["history_export_row"]]
         assert mine[d["band"]] == theirs[d["band"]]  # the named row shares the named band
+    # `why` on every duplicate of night 2: a history duplicate names mh1, its export row and the band the
+    # op's own hashing says the two texts share; an in-night one names the kept row of night 2 it
+    # shares a named band with.
+    from airflow_provider_dj.engine.observe.lineage_query import why
+
+    in_night = 0
+    for row in range(len(inputs)):
+        [path] = why(str(tmp_path / "work" / "mh2"), input_row=row)
+        steps = [s for s in path.steps if s.fate == "duplicate"]
+        if not steps:
+            continue
+        [step] = steps
+        mine = _bands(op, [inputs[row]["text"]])[0]
+        if step.history is not None:
+            assert step.history["job_id"] == "mh1" and step.band is not None
+            assert mine[step.band] == b1[step.history["export_row"]][step.band]
+            assert f"of earlier job mh1 (LSH band {step.band})" in step.reason
+        else:
+            in_night += 1
+            [kept] = why(str(tmp_path / "work" / "mh2"), input_row=step.duplicate_of)
+            assert kept.fate == "kept" and step.band is not None
+            assert mine[step.band] == _bands(op, [inputs[step.duplicate_of]["text"]])[0][step.band]
+    assert in_night == split["in_night_duplicates"] >= 1

@@ -54,6 +54,7 @@ def test_two_nights_through_the_cli(tmp_path, airflow_home, ray_cluster, capsys,
     summary = json.load(open(tmp_path / "work" / "night2" / "job_summary.json"))
     assert summary["reuse"]["partitions_reused"] == 4 and summary["reuse"]["source_jobs"] == ["night1"]
     assert summary["reuse"]["export_parts_reused"] == 4
+    _why_is_the_same_in_both_nights(tmp_path / "work", capsys)
     scratch = ["--set", f"work_dir={tmp_path / 'scratch'}", "--set", f"export_path={tmp_path / 'scratch.jsonl'}"]
     assert main(["run", str(recipe), "--job-id", "scratch", *scratch]) == 0
     assert _read(tmp_path / "out2.jsonl") == _read(tmp_path / "scratch.jsonl")
@@ -62,3 +63,29 @@ def test_two_nights_through_the_cli(tmp_path, airflow_home, ray_cluster, capsys,
     out = capsys.readouterr().out
     assert "kept job night1 (reused by night2)" in out and "deleted 0 jobs' checkpoints" in out
     assert os.path.isdir(tmp_path / "work" / "night1" / "checkpoints" / "checkpoint_op_004_text_length_filter")
+
+
+def _why_is_the_same_in_both_nights(work, capsys):
+    """`dj-airflow why` on rows of the reused partitions: night 2 answers what night 1 answers (fate, op,
+    statistic, the row a duplicate repeats, export row), from the lineage it copied with the reuse."""
+    from airflow_provider_dj.engine.observe.lineage_query import JobLineage
+
+    jl = JobLineage(str(work / "night1"))
+    picked: dict[tuple, int] = {}
+    for row in range(jl.parts[-1]["end_row"]):
+        path = jl.path(row, texts=False)
+        last = next((s for s in path.steps if s.fate not in ("kept", "changed")), None)
+        picked.setdefault((path.fate, last.op_name if last else None), row)
+    assert {("kept", None), ("duplicate", "document_deduplicator"), ("filtered", "words_num_filter")} <= set(picked)
+
+    def why(job: str, row: int) -> list[dict]:
+        capsys.readouterr()
+        assert main(["why", job, "--row", str(row), "--work-dir", str(work), "--json"]) == 0
+        [path] = json.loads(capsys.readouterr().out)
+        assert "not recorded" not in {s["fate"] for s in path["steps"]}
+        return [path["fate"], path["export_row"]] + [
+            (s["op_name"], s["fate"], s["stat"], s["reason"], s["duplicate_of"], s["band"]) for s in path["steps"]
+        ]
+
+    for row in picked.values():
+        assert why("night2", row) == why("night1", row)

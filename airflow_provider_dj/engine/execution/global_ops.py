@@ -17,10 +17,16 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.execution.dedup_matches import (
+    keep_and_representatives,
+    match_columns,
+    partition_columns,
+)
 from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.observe.lineage import lineage_enabled
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
@@ -63,8 +69,13 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         keys.append(cp.table)
     total = int(sum(k.num_rows for k in keys))
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py),
+    # computed with the keep flags (the op's own decision) in one pass where the op can.
+    rep = None
     if not total:
         mask = np.zeros(0, dtype=bool)
+    elif lineage_enabled():
+        mask, rep = keep_and_representatives(op_impl, keys)
     elif isinstance(op_impl, SignatureDeduplicator):
         # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
         # partitions' signatures, in input order, themselves.
@@ -82,16 +93,18 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     # Tracer (open_tracer): duplicate pairs, written before the masks commit so a
     # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
     write_duplicate_trace(ctx, op_index, op_impl, keys, in_night, history=history_dups)
+    matches = match_columns(op_impl, keys, rep, in_night, history_dups) if lineage_enabled() else {}
     offset = 0
     fault_spec = load_faults(job_dir)
     for n, (p, k) in enumerate(zip(parts, keys)):
         part_mask = mask[offset : offset + k.num_rows]
+        part_matches = partition_columns(matches, offset, offset + k.num_rows)
         offset += k.num_rows
         ms.save(
             op_index=op_index,
             op_name=op.name,
             partition_id=p["partition_id"],
-            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_())}),
+            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_()), **part_matches}),
             partition_hash=p["content_hash"],
             fingerprint=op.fingerprint,
             accounting=[],

@@ -38,6 +38,7 @@ from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, ke
 from airflow_provider_dj.engine.execution.resume_point import checkpoint_candidates
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
+from airflow_provider_dj.engine.observe.lineage_reuse import copy_reused_lineage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
 
@@ -153,6 +154,9 @@ def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState
         if loaded is None:
             return None
         marker, table = loaded.marker, loaded.table
+    # Its rows' lineage up to k comes from the source too; written before the marker commits (a crash
+    # in between leaves no reused state without it), with this job's duplicate matches.
+    copy_reused_lineage(sc, k, source_dir, source_pid)
     sc.store.save_reference(
         op_index=k,
         op_name=sc.op_name(k),

@@ -337,8 +337,9 @@ def key_phase(sc: SegmentContext, table: pa.Table) -> pa.Table:
     if keys_table.num_rows != table.num_rows:
         raise RuntimeError(f"{op.name}.compute_hash returned {keys_table.num_rows} rows for {table.num_rows}")
     recipe = sc.ctx.recipe
-    if recipe.dedup_history is not None and op.name in recipe.dedup_history.ops:
-        # The history check and commit (engine/history/) name rows by input row: keys carry it along.
+    if sc.lineage.enabled or (recipe.dedup_history is not None and op.name in recipe.dedup_history.ops):
+        # The history check and commit (engine/history/) and the lineage of the rows the global step
+        # removes (dedup_matches.py) name rows by input row: keys carry it along.
         keys_table = keys_table.append_column(INPUT_ROW_COLUMN, table.column(INPUT_ROW_COLUMN))
     sc.kstore.save(
         op_index=g,

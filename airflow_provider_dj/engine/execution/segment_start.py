@@ -78,7 +78,8 @@ def start_without_checkpoint(sc: SegmentContext, plog) -> PartitionState:
     if g is None:
         return PartitionState(read_input_rows(sc.ctx, sc.partition_id), [], -1, None)
     base = load_mask_base(sc, g)
-    return apply_global_mask(sc, plog, base, g, load_keep_mask(sc, g))
+    mask_table = load_mask_table(sc, g)
+    return apply_global_mask(sc, plog, base, g, mask_table.column(MASK_COLUMN).combine_chunks(), matches=mask_table)
 
 
 def load_mask_base(sc: SegmentContext, g: int) -> PartitionState:
@@ -99,16 +100,24 @@ def load_mask_base(sc: SegmentContext, g: int) -> PartitionState:
 
 def load_keep_mask(sc: SegmentContext, g: int) -> pa.Array:
     """This partition's keep mask of global op ``g``, which its global phase committed."""
+    return load_mask_table(sc, g).column(MASK_COLUMN).combine_chunks()
+
+
+def load_mask_table(sc: SegmentContext, g: int) -> pa.Table:
+    """The committed mask table of global op ``g``: ``keep``, and with lineage what each removed row
+    matched (``dedup_matches.py``)."""
     mask_cp = mask_store(sc.job_dir).load_valid(g, sc.op_name(g), sc.partition_id, sc.phash, sc.fp(g))
     if mask_cp is None:
         raise MissingUpstreamStateError(
             f"{sc.label}: the keep mask of global op {g} ({sc.op_name(g)}) is missing; "
             f"clear the task {sc.plan.global_task_id(g)} to recompute it"
         )
-    return mask_cp.table.column(MASK_COLUMN).combine_chunks()
+    return mask_cp.table
 
 
-def apply_global_mask(sc: SegmentContext, plog, base: PartitionState, g: int, keep: pa.Array) -> PartitionState:
+def apply_global_mask(
+    sc: SegmentContext, plog, base: PartitionState, g: int, keep: pa.Array, *, matches: pa.Table | None = None
+) -> PartitionState:
     """Global op ``g`` on this partition: keep the rows its mask keeps, checkpoint when ``g`` is a point.
 
     Its checkpoint is written at once (nothing else runs yet to overlap with)."""
@@ -117,7 +126,7 @@ def apply_global_mask(sc: SegmentContext, plog, base: PartitionState, g: int, ke
     sc.fault(g, point="op_start")
     outcome = apply_keep_mask(op, g, base.table, keep)
     sc.lineage.begin(base.op_index)
-    sc.lineage.observe(g, op, base.table, outcome)
+    sc.lineage.observe(g, op, base.table, outcome, matches=matches)
     table, acct = outcome.table, outcome.accounting
     accounting = base.accounting + [acct]
     sc.emit_op_complete(g, op.name, acct, table.num_rows, duplicates=acct["duplicates"])

@@ -12,8 +12,11 @@ file.  A kept row needs no entry: rows keep input order, so its export row is it
 kept rows (``engine/observe/lineage_query.py``).
 
 The notes are columnar and small: ``input_row`` (int64, delta-encoded), ``fate`` (uint8),
-``op_index`` (uint16), ``stat`` (float32, filters only) and ``reason`` (failed rows only).  Nothing is
-added to the data: the rows' input numbers (``INPUT_ROW_COLUMN``) are already in every table.
+``op_index`` (uint16), ``stat`` (float32, filters only) and ``reason`` (failed rows only); a chunk with
+duplicates adds what each matched (``MATCH_FIELDS``: the input row it was kept against, the MinHash
+band, or the earlier job and export row of a history duplicate), which the global step decided
+(``engine/execution/dedup_matches.py``).  Nothing is added to the data: the rows' input numbers
+(``INPUT_ROW_COLUMN``) are already in every table.
 """
 
 from __future__ import annotations
@@ -46,6 +49,29 @@ SCHEMA = pa.schema(
         ("reason", pa.string()),
     ]
 )
+#: Written only in a chunk where some entry has a value (a duplicate's match, ``dedup_matches.py``);
+#: a reader pads a chunk without them with nulls (``full_schema``).
+MATCH_FIELDS = [
+    ("dup_of_row", pa.int64()),  # the input row a duplicate was kept against
+    ("dup_band", pa.int16()),  # MinHash: the LSH band it matched through
+    ("history_job", pa.string()),  # a history duplicate: the earlier job ...
+    ("history_row", pa.int64()),  # ... and its export row
+]
+FULL_SCHEMA = pa.schema(list(SCHEMA) + [pa.field(n, t) for n, t in MATCH_FIELDS])
+_MATCH_SOURCES = {  # lineage column -> the mask table's column (engine/execution/dedup_matches.py)
+    "dup_of_row": "dup_of",
+    "dup_band": "dup_band",
+    "history_job": "history_job",
+    "history_row": "history_row",
+}
+
+
+def full_schema(table: pa.Table) -> pa.Table:
+    """A chunk as read, with the match columns it did not write as nulls (older chunks too)."""
+    for name, typ in MATCH_FIELDS:
+        if name not in table.column_names:
+            table = table.append_column(pa.field(name, typ), pa.nulls(table.num_rows, typ))
+    return table.select(FULL_SCHEMA.names)
 
 
 def lineage_enabled() -> bool:
@@ -113,8 +139,9 @@ class LineageRecorder:
         if self.start_op is None:
             self.start_op = op_index
 
-    def observe(self, op_index: int, op, table_in: pa.Table, outcome) -> None:
-        """Note what op ``op_index`` did to ``table_in`` (its ``OpOutcome``)."""
+    def observe(self, op_index: int, op, table_in: pa.Table, outcome, matches: pa.Table | None = None) -> None:
+        """Note what op ``op_index`` did to ``table_in`` (its ``OpOutcome``); ``matches``: a global
+        deduplicator's mask table, row for row with ``table_in``, naming what each removed row matched."""
         if not self.enabled:
             return
         out = outcome.table
@@ -124,7 +151,7 @@ class LineageRecorder:
         if isinstance(op, Deduplicator):
             keep = outcome.delta.keep.to_numpy(zero_copy_only=False) if outcome.delta is not None else None
             removed = _rows(table_in)[~keep] if keep is not None else self._removed(table_in, out, failed)
-            self._add(removed, DUPLICATE, op_index)
+            self._add(removed, DUPLICATE, op_index, match=match_values(matches, keep, removed.size))
         elif isinstance(op, Filter):
             self._note_filter(op_index, op, table_in, outcome, failed)
         else:
@@ -157,9 +184,10 @@ class LineageRecorder:
             gone &= ~np.isin(rows, failed)
         return rows[gone]
 
-    def _add(self, rows: np.ndarray, fate: int, op_index: int, *, stat=None, reasons=None) -> None:
+    def _add(self, rows: np.ndarray, fate: int, op_index: int, *, stat=None, reasons=None, match=None) -> None:
         if rows.size:
-            self._pieces.append({"rows": rows, "fate": fate, "op": op_index, "stat": stat, "reasons": reasons})
+            piece = {"rows": rows, "fate": fate, "op": op_index, "stat": stat, "reasons": reasons, "match": match}
+            self._pieces.append(piece)
 
     def writer(self, op_index: int):
         """The commit of the notes since ``start_op`` as lineage chunk ``op_index``, as a call (run it
@@ -175,21 +203,8 @@ class LineageRecorder:
             b"end_op": str(op_index).encode(),
             b"fingerprint": str(self.plan.ops[op_index].fingerprint).encode(),
         }
-        path = storage.join(self.job_dir, *lineage_file(self.partition_id, op_index).split("/"))
-
-        def write() -> None:
-            buf = io.BytesIO()
-            pq.write_table(
-                table.replace_schema_metadata(meta),
-                buf,
-                compression="zstd",
-                use_dictionary=False,
-                write_statistics=False,
-                column_encoding={"input_row": "DELTA_BINARY_PACKED"},
-            )
-            storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {self.partition_id}")
-
-        return write
+        job_dir, pid = self.job_dir, self.partition_id
+        return lambda: write_chunk(job_dir, pid, op_index, table, meta)
 
     def _table(self) -> pa.Table:
         if not self._pieces:
@@ -206,4 +221,47 @@ class LineageRecorder:
             cols["reason"].append(
                 pa.array(p["reasons"], type=pa.string()) if p["reasons"] else pa.nulls(n, pa.string())
             )
-        return pa.table({n: pa.chunked_array(v, type=SCHEMA.field(n).type) for n, v in cols.items()}, schema=SCHEMA)
+        table = pa.table({n: pa.chunked_array(v, type=SCHEMA.field(n).type) for n, v in cols.items()}, schema=SCHEMA)
+        for name, typ in MATCH_FIELDS:  # only where some entry names a match: compact when unused
+            if any(p["match"] and name in p["match"] for p in self._pieces):
+                chunks = [
+                    p["match"][name] if p["match"] and name in p["match"] else pa.nulls(p["rows"].size, typ)
+                    for p in self._pieces
+                ]
+                table = table.append_column(pa.field(name, typ), pa.chunked_array(chunks, type=typ))
+        return table
+
+
+def write_chunk(job_dir: str, partition_id: int, op_index: int, table: pa.Table, meta: dict) -> None:
+    """Commit one chunk atomically as ``lineage_file(partition_id, op_index)``; a match column that no
+    entry uses is left out (compact), and a reader pads it back (``full_schema``)."""
+    unused = [n for n, _ in MATCH_FIELDS if n in table.column_names and table.column(n).null_count == table.num_rows]
+    table = table.drop_columns(unused) if unused else table
+    buf = io.BytesIO()
+    pq.write_table(
+        table.replace_schema_metadata(meta),
+        buf,
+        compression="zstd",
+        use_dictionary=False,
+        write_statistics=False,
+        column_encoding={n: "DELTA_BINARY_PACKED" for n in ("input_row", "dup_of_row") if n in table.column_names},
+    )
+    path = storage.join(job_dir, *lineage_file(partition_id, op_index).split("/"))
+    storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {partition_id}")
+
+
+def match_values(matches: pa.Table | None, keep: np.ndarray | None, n: int) -> dict[str, pa.Array] | None:
+    """The removed rows' match columns (nulls for "none": -1 in the mask table), or None without any."""
+    if matches is None or keep is None or not n or matches.num_rows != len(keep):
+        return None
+    drop = pa.array(~keep)
+    out: dict[str, pa.Array] = {}
+    for name, source in _MATCH_SOURCES.items():
+        if source not in matches.column_names:
+            continue
+        col = matches.column(source).filter(drop).combine_chunks()
+        if pa.types.is_integer(col.type):
+            col = pc.if_else(pc.less(col, 0), pa.scalar(None, col.type), col)
+        if col.null_count < len(col):
+            out[name] = col.cast(FULL_SCHEMA.field(name).type)
+    return out or None

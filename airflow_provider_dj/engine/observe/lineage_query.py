@@ -30,7 +30,15 @@ from airflow_provider_dj.engine.history.lookup import read_history_duplicates
 from airflow_provider_dj.engine.input.partitioning import read_partition
 from airflow_provider_dj.engine.jobdir.context import JobContext, read_checkpoint
 from airflow_provider_dj.engine.jobdir.layout import lineage_file
-from airflow_provider_dj.engine.observe.lineage import CHANGED, DUPLICATE, FAILED, FATE_NAMES, FILTERED, SCHEMA
+from airflow_provider_dj.engine.observe.lineage import (
+    CHANGED,
+    DUPLICATE,
+    FAILED,
+    FATE_NAMES,
+    FILTERED,
+    FULL_SCHEMA,
+    full_schema,
+)
 
 REMOVED = (FILTERED, DUPLICATE, FAILED)
 
@@ -44,7 +52,7 @@ class PartitionLineage:
     """One partition's committed lineage: its notes, and the op up to which they are complete."""
 
     partition: dict
-    table: pa.Table  # input_row, fate, op_index, stat, reason
+    table: pa.Table  # input_row, fate, op_index, stat, reason, and the match columns (lineage.FULL_SCHEMA)
     last_op: int | None  # the latest op its chain covers (None: nothing committed yet)
     starts_at: int  # the op the chain starts after (-1: the input; higher: reused from an earlier job)
     stat_keys: dict = field(default_factory=dict)  # op index (str) -> the statistic a filter's stat is
@@ -64,6 +72,8 @@ class Step:
     stat_key: str | None = None
     reason: str | None = None
     duplicate_of: int | None = None
+    duplicate_of_partition: int | None = None
+    band: int | None = None  # MinHash: the LSH band the duplicate matched through
     history: dict | None = None
     before: str | None = None
     after: str | None = None
@@ -89,7 +99,7 @@ def partition_lineage(job_dir: str, partition: dict, plan) -> PartitionLineage:
     pieces, last, start, stat_keys = [], None, None, {}
     k = plan.final_op_index
     while k >= 0:
-        chunk = _read_chunk(job_dir, pid, k, plan)
+        chunk = read_chunk(job_dir, pid, k, plan)
         if chunk is None:
             if last is not None:
                 break  # the chain is broken below a committed chunk: only the ops above are known
@@ -101,11 +111,15 @@ def partition_lineage(job_dir: str, partition: dict, plan) -> PartitionLineage:
         stat_keys.update(json.loads(chunk.schema.metadata.get(b"stat_keys", b"{}")))
         start = int(chunk.schema.metadata[b"start_op"])
         k = start
-    table = pa.concat_tables([p.replace_schema_metadata(None) for p in pieces]) if pieces else SCHEMA.empty_table()
+    table = (
+        pa.concat_tables([full_schema(p.replace_schema_metadata(None)) for p in pieces])
+        if pieces
+        else FULL_SCHEMA.empty_table()
+    )
     return PartitionLineage(partition, table, last, -1 if start is None else start, stat_keys)
 
 
-def _read_chunk(job_dir: str, pid: int, op_index: int, plan) -> pa.Table | None:
+def read_chunk(job_dir: str, pid: int, op_index: int, plan) -> pa.Table | None:
     path = storage.join(job_dir, *lineage_file(pid, op_index).split("/"))
     try:
         table = pq.read_table(io.BytesIO(storage.read_bytes(path)))
@@ -224,7 +238,7 @@ class JobLineage:
                     step.stat_key = pl.stat_keys.get(str(op.index))
                     step.reason = self._filter_reason(op, step.stat_key, step.stat)
                 elif e["fate"] == DUPLICATE:
-                    self._explain_duplicate(step, op, input_row)
+                    self._explain_duplicate(step, op, input_row, e)
                 elif e["fate"] == CHANGED and texts:
                     step.before, step.after = self._texts(op.index, pid, input_row)
             steps.append(step)
@@ -253,7 +267,38 @@ class JobLineage:
             return f"{op.name} removed it" + (f" (bounds {bounds})" if bounds else "")
         return f"{op.name} removed it: {stat_key or 'its statistic'} {stat:g} outside {bounds or 'its bounds'}"
 
-    def _explain_duplicate(self, step: Step, op, input_row: int) -> None:
+    def _explain_duplicate(self, step: Step, op, input_row: int, entry: dict) -> None:
+        """What the duplicate matched: as recorded (the match columns), else derived (older jobs)."""
+        step.band = entry.get("dup_band")
+        band = f" (LSH band {step.band})" if step.band is not None else ""
+        if entry.get("history_job") is not None:
+            export_path = None
+            hist = read_history_duplicates(self.job_dir, op.index, op.name)
+            if hist is not None and hist.num_rows:
+                hit = hist.filter(pc.equal(hist.column(INPUT_ROW_COLUMN), input_row))
+                export_path = hit.column("history_export_path")[0].as_py() if hit.num_rows else None
+            step.history = {
+                "job_id": entry["history_job"],
+                "export_row": int(entry["history_row"]),
+                "export_path": export_path,
+                "band": step.band,
+            }
+            step.reason = (
+                f"{op.name} removed it as a duplicate of export row {entry['history_row']} "
+                f"of earlier job {entry['history_job']}{band} (dedup history)"
+            )
+            return
+        if entry.get("dup_of_row") is not None:
+            step.duplicate_of = int(entry["dup_of_row"])
+            step.duplicate_of_partition = self.partition_of(step.duplicate_of)["partition_id"]
+            kind = "near-duplicate" if ("minhash" in op.name or "simhash" in op.name) else "duplicate"
+            step.reason = (
+                f"{op.name} removed it as a {kind} of input row {step.duplicate_of} "
+                f"(partition {step.duplicate_of_partition}){band}"
+            )
+            if step.band is None and "minhash" in op.name:
+                step.reason += " (no shared band: matched through other rows of its cluster)"
+            return
         hist = read_history_duplicates(self.job_dir, op.index, op.name)
         if hist is not None and hist.num_rows:
             hit = hist.filter(pc.equal(hist.column(INPUT_ROW_COLUMN), input_row))

@@ -356,6 +356,23 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
         rep = self.duplicate_representatives(tables)
         return rep == np.arange(len(rep))
 
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep)), rep
+
+    def matching_band(self, tables: list[pa.Table], rows: np.ndarray, partners: np.ndarray) -> np.ndarray:
+        """The first band whose digest ``rows[i]`` and ``partners[i]`` share (-1: none, a transitive match)."""
+        band = np.full(len(rows), -1, dtype=np.int64)
+        if not len(rows):
+            return band
+        for i, name in enumerate(self.band_columns):
+            col = _concat_column(tables, name)
+            hit = (band < 0) & (col[rows] == col[partners])
+            band[hit] = i
+            if (band >= 0).all():
+                break
+        return band
+
 
 # --- SimHash ----------------------------------------------------------------
 _BITS = np.arange(64, dtype=np.uint64)
@@ -495,3 +512,7 @@ class DocumentSimhashDeduplicator(SignatureDeduplicator):
     def resolve_global(self, tables: list[pa.Table]) -> np.ndarray:
         rep = self.duplicate_representatives(tables)
         return rep == np.arange(len(rep))
+
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep)), rep

@@ -347,6 +347,10 @@ class DJDeduplicator(_DJAdapted, SignatureDeduplicator):
             mask[keyed] = first_occurrence_mask(keys.take(pa.array(keyed)))
         return mask
 
+    def keep_and_representatives(self, tables: list[pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+        rep = self.duplicate_representatives(tables)
+        return rep == np.arange(len(rep)), rep  # resolve_global's flags: the first row of each key, keep-always rows
+
     def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
         """For the tracer: the row each row duplicates (itself when kept)."""
         keys, keep_always = self._concat(tables)

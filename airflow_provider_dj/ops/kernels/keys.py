@@ -59,3 +59,25 @@ def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
     mask = np.zeros(n, dtype=bool)
     mask[order[starts]] = True
     return mask
+
+
+def first_occurrence_index(keys: KeysLike) -> np.ndarray:
+    """Per row, the position of the first row holding its key (itself for a first occurrence).
+
+    The same stable sort as ``first_occurrence_mask`` (so ``index == arange`` is that mask): the global
+    phase uses it when lineage names, for every removed duplicate, the kept row it repeats."""
+    arr = _as_key_array(keys)
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.null_count:
+        raise ValueError("dedup keys must not be null")
+    words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
+    order = np.lexsort((words[:, 1], words[:, 0]))
+    ordered = words[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    first = order[starts][np.cumsum(starts) - 1]  # each sorted row's run head: the earliest row of its key
+    index = np.empty(n, dtype=np.int64)
+    index[order] = first
+    return index

@@ -245,3 +245,57 @@ def test_reuse_with_open_tracer_is_said_to_be_off(tmp_path):
     assert not reuse_enabled(traced) and "open_tracer: false" in reuse_off_reason(traced)
     plain = load_recipe(str(recipe), {"open_tracer": False})
     assert reuse_enabled(plain) and reuse_off_reason(plain) is None
+
+
+def test_reused_partitions_keep_their_lineage(nights):
+    from airflow_provider_dj.engine.observe.lineage_query import JobLineage
+
+    jl1, jl2 = JobLineage(nights["night1"]), JobLineage(nights["night2"])
+    reused = nights["s2"]["reuse"]["partitions_reused"]
+    assert reused == len(jl1.parts)
+    fates = set()
+    for row in range(jl1.parts[-1]["end_row"]):  # every row of the reused partitions: the same path in night 2
+        p1, p2 = jl1.path(row, texts=False), jl2.path(row, texts=False)
+        assert p2 == p1
+        assert "not recorded" not in {s.fate for s in p2.steps}
+        fates.add(p2.fate)
+    assert {"kept", "filtered", "duplicate"} <= fates
+    # copied into night 2's own lineage (gc of night 1 cannot take it), under night 2's partition ids
+    assert os.path.isdir(os.path.join(nights["night2"], "lineage", "partition_00000"))
+
+
+def test_a_reused_duplicate_names_the_row_of_the_new_job(nights, tmp_path):
+    """A partition reused past the exact deduplicator keeps its mask, but the row its duplicate repeats
+    moved (an earlier row of partition 0 now holds that text): lineage names night 2's row, not night 1's."""
+    from airflow_provider_dj.engine.observe.lineage_query import JobLineage
+
+    jl1 = JobLineage(nights["night1"])
+    p0_end = jl1.parts[0]["end_row"]
+    dups = [
+        (int(r), int(d))
+        for p in jl1.parts[1:]
+        for r, d, o in zip(
+            *(jl1.of(p["partition_id"]).table.column(c).to_pylist() for c in ("dup_of_row", "input_row", "op_index"))
+        )
+        if o == 3 and r is not None and r < p0_end
+    ]
+    assert dups, "night 1 has an exact duplicate of a partition-0 row in a later partition"
+    r, d = dups[0]
+    targets = {x for p in jl1.parts for x in jl1.of(p["partition_id"]).table.column("dup_of_row").to_pylist()}
+    q = next(x for x in range(r) if jl1.path(x, texts=False).fate == "kept" and x not in targets)
+    data = _copy_inputs(nights["data"], tmp_path / "in")
+    first = data / "part_0.jsonl"
+    lines = first.read_text().splitlines()
+    row_q = json.loads(lines[q])
+    row_q["text"] = json.loads(lines[r])["text"]  # row r's text now first appears at row q
+    lines[q] = json.dumps(row_q)
+    first.write_text("\n".join(lines) + "\n")
+    work = tmp_path / "work"
+    shutil.copytree(os.path.dirname(nights["night1"]), work, ignore=shutil.ignore_patterns("night2"))
+    job_dir, _ = run_job(tmp_path, data, "night2q", work)
+    pid = jl1.partition_of(d)["partition_id"]
+    reused = [e for e in read_events(job_dir) if e["event_type"] == "checkpoint_reused" and e["partition_id"] == pid]
+    assert reused and max(e["op_index"] for e in reused) >= 3  # its state past the dedup came from night 1
+    step1, step2 = jl1.path(d, texts=False).steps[3], JobLineage(job_dir).path(d, texts=False).steps[3]
+    assert (step1.fate, step1.duplicate_of) == ("duplicate", r)
+    assert (step2.fate, step2.duplicate_of, step2.duplicate_of_partition) == ("duplicate", q, 0)

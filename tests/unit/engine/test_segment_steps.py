@@ -209,4 +209,6 @@ def test_key_phase_commits_one_key_per_row_of_the_segment_output(every_op):
     assert keys.num_rows == out.num_rows
     saved = keys_store(every_op).load_valid(3, "document_deduplicator", 0, sc.phash, sc.fp(3))
     assert saved.table.equals(keys)
-    assert keys.column_names == [KEYS_COLUMN]  # exact dedup: one fixed-size key per row
+    # exact dedup: one fixed-size key per row, and its input row (lineage names the row a duplicate repeats)
+    assert keys.column_names == [KEYS_COLUMN, INPUT_ROW_COLUMN]
+    assert keys.column(INPUT_ROW_COLUMN).equals(out.column(INPUT_ROW_COLUMN))
