@@ -64,3 +64,28 @@ def _fresh_settings():
     dj_settings.reset()
     yield
     dj_settings.reset()
+
+
+# --- Order of test files under pytest-xdist -------------------------------------------------------------
+# scripts/test.sh runs whole files per worker (--dist loadfile) with --no-loadscope-reorder, so files are
+# handed out in collection order.  xdist's own default orders files by their number of tests, which puts
+# the few-test, minutes-long end-to-end modules last, where one of them alone becomes the run's tail.
+# Longest first instead (a longest-processing-time schedule): tests/module_durations.json holds each
+# slow file's measured seconds (refresh it with scripts/refresh_test_durations.py from a --durations=0
+# log); a file not listed counts as quick and keeps its place after the listed ones.
+_DURATIONS_FILE = os.path.join(os.path.dirname(__file__), "module_durations.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    import json
+
+    try:
+        with open(_DURATIONS_FILE) as fh:
+            seconds = json.load(fh)["seconds"]
+    except FileNotFoundError:
+        return
+    order = {}
+    for index, item in enumerate(items):
+        module = item.nodeid.split("::", 1)[0]
+        order.setdefault(module, (-float(seconds.get(module, 0.0)), index))
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
