@@ -409,6 +409,9 @@ def row_lookup(job_dir: str, input_row: int) -> dict | None:
             out["source"] = lineage_src
             if s.fate == "duplicate":
                 out["duplicate_of"] = s.duplicate_of
+                out["duplicate_of_partition"] = s.duplicate_of_partition
+                out["band"] = s.band
+                out["history"] = s.history
             return out
     changed = [s for s in path.steps if s.fate == "changed"]
     kept = f"kept: export row {path.export_row}" if path.export_row is not None else (path.note or "not removed")
