@@ -81,10 +81,12 @@ def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, p
     if prof:
         prof.disable()
         prof.dump_stats(profile)
-    cache = ctx.partitioning_info["timing"].get("index_cache")
+    timing = ctx.partitioning_info["timing"]
     print(
-        f"{name}: {t2 - t0:.2f} s (export step {t2 - t1:.2f} s); {summary['input']['total_rows']:,} rows in, "
-        f"{summary['export']['rows']:,} out; input index cache {cache}",
+        f"{name}: {t2 - t0:.2f} s (planning: index {timing['index_s']:.2f} s + hashing {timing['hash_s']:.2f} s "
+        f"of {timing['hashed_bytes'] / 1e6:.1f} MB; export step {t2 - t1:.2f} s); "
+        f"{summary['input']['total_rows']:,} rows in, {summary['export']['rows']:,} out; "
+        f"input index cache {timing.get('index_cache')}",
         flush=True,
     )
     return {"wall": t2 - t0, "export_s": t2 - t1, "summary": summary, "path": export}
