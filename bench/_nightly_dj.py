@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -85,18 +86,21 @@ def run_dj(root: str, tag: str, dataset: str, ops: list[dict], np_: int, timeout
     log_path = os.path.join(root, f"dj_{tag}.log")
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [DJ_PROCESS, "--config", cfg],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=offline_env(root),
+            cwd=root,
+            start_new_session=True,  # its worker processes go with it on a timeout
+        )
         try:
-            rc = subprocess.run(
-                [DJ_PROCESS, "--config", cfg],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=offline_env(root),
-                cwd=root,
-                timeout=timeout_s,
-            ).returncode
+            rc: int | str = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = "timeout"
-    return {"wall_s": time.perf_counter() - t0, "rc": rc, "export": export, "log": log_path}
+    return {"wall_s": time.perf_counter() - t0, "rc": rc, "export": export, "log": log_path, "timeout_s": timeout_s}
 
 
 def _rows(path: str) -> list[dict]:

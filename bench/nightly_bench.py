@@ -216,8 +216,9 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
             f"{fmt_s(r['export_s'])} ({exp_rate:.0f} MB/s) | {fmt_s(marginal_no_export(r))} |"
         )
     if dj is not None:
+        dj_wall = f"> {dj['timeout_s']:.0f} s (stopped)" if dj["rc"] == "timeout" else fmt_s(dj["wall_s"])
         print(
-            f"| from scratch, Data-Juicer 1.6.1 (np={args.dj_np}) | {fmt_s(dj['wall_s'])} | "
+            f"| from scratch, Data-Juicer 1.6.1 (np={args.dj_np}) | {dj_wall} | "
             f"{fmt_s(dj_start['wall_s'])} (1-row input) | {fmt_s(dj_m)} | (inside) | - |"
         )
     print()
