@@ -175,6 +175,16 @@ SETTINGS: tuple[Setting, ...] = (
         on_disk=True,
     ),
     _s(
+        "input_index_cache",
+        "boolean",
+        True,
+        "With `reuse_across_jobs`, planning takes an input file's row count, boundary offsets and "
+        "partition hashes from an earlier job when the file's path, device, inode, size, mtime and ctime "
+        "are unchanged, instead of reading it again; `0` reads and hashes every byte (for file systems "
+        "whose ctime cannot be trusted).",
+        "0",
+    ),
+    _s(
         "checkpoint_pipeline",
         "boolean",
         True,

@@ -19,10 +19,12 @@ import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.input.index_cache import segment_key
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
-    index_inputs,
+    index_jsonl,
+    index_parquet,
     iter_stream,
     list_input_files,
     read_jsonl_range,
@@ -252,11 +254,52 @@ def algorithm_for(files: list[InputFile]) -> str:
     return hashing.JSONL_ALGORITHM if files[0].format == "jsonl" else hashing.ARROW_ALGORITHM
 
 
-def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
-    """Scan the input, choose boundaries, hash each partition; return partitioning_info."""
+def _index_file(f: InputFile) -> None:
+    if f.format == "jsonl":
+        index_jsonl(f)
+    else:
+        index_parquet(f)
+
+
+def _from_cache(f: InputFile, entry: dict) -> None:
+    """What an unchanged file's earlier index says: only the boundary rows' offsets (``row_starts`` is
+    then a dict, and a boundary it lacks means indexing the file after all)."""
+    f.num_rows = int(entry["num_rows"])
+    f.stream_len = int(entry["stream_len"])
+    f.row_group_rows = entry.get("row_group_rows")
+    if f.format == "jsonl":
+        f.row_starts = {int(k): int(v) for k, v in entry["offsets"].items()}
+
+
+def _boundary_rows(files: list[InputFile], offsets: np.ndarray, bounds: list[tuple[int, int]]) -> dict[int, set]:
+    """Per file, the local rows whose byte offset the partitions' segments need (_segments_for)."""
+    need: dict[int, set] = {}
+    for s, e in bounds:
+        for idx, f in enumerate(files):
+            lo, hi = max(s, int(offsets[idx])), min(e, int(offsets[idx + 1]))
+            if lo < hi:
+                rows = need.setdefault(idx, set())
+                rows.add(lo - int(offsets[idx]))
+                if hi - int(offsets[idx]) < f.num_rows:
+                    rows.add(hi - int(offsets[idx]))
+    return need
+
+
+def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = None) -> dict:
+    """Scan the input, choose boundaries, hash each partition; return partitioning_info.
+
+    ``index_cache`` (engine/input/index_cache.py, reuse across jobs): an unchanged file's row count,
+    boundary offsets and partition hashes come from an earlier job instead of reading the file again."""
     t0 = time.perf_counter()
     files = list_input_files(dataset_path)
-    index_inputs(files)
+    cached: dict[int, dict] = {}
+    for idx, f in enumerate(files):
+        entry = index_cache.observe(f) if index_cache is not None else None
+        if entry is not None:
+            _from_cache(f, entry)
+            cached[idx] = entry
+        else:
+            _index_file(f)
     total_rows = sum(f.num_rows for f in files)
     total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
     count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
@@ -268,6 +311,11 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
     else:
         bounds = row_boundaries(total_rows, count)
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
+    for idx, rows in _boundary_rows(files, offsets, bounds).items():
+        f = files[idx]
+        if idx in cached and f.format == "jsonl" and not rows <= f.row_starts.keys():
+            _index_file(f)  # other boundaries than the cached ones (another partition size)
+            del cached[idx]
     t_index = time.perf_counter() - t0
     file_descr = []
     for f in files:
@@ -281,12 +329,39 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
     parts = []
     hashed_bytes = 0
     t1 = time.perf_counter()
+    learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
+    hashes_from_cache = 0
     for pid, (s, e) in enumerate(bounds):
         segs = _segments_for(files, offsets, s, e)
-        digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
-        hashed_bytes += nbytes
+        one_file = segs[0]["file"] if len(segs) == 1 else None
+        key = segment_key(segs[0]) if one_file is not None else None
+        known = cached[one_file]["hashes"].get(key) if one_file in cached else None
+        if known is not None:
+            digest, nbytes = str(known[0]), int(known[1])
+            hashes_from_cache += 1
+        else:
+            digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
+            hashed_bytes += nbytes
+        for seg in segs:
+            offs, hs = learnt.setdefault(seg["file"], ({}, {}))
+            if "byte_start" in seg:
+                offs[seg["row_start"]] = seg["byte_start"]
+                if seg["row_end"] < files[seg["file"]].num_rows:
+                    offs[seg["row_end"]] = seg["byte_end"]
+        if one_file is not None:
+            learnt[one_file][1][key] = [digest, nbytes]
         parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
     t_hash = time.perf_counter() - t1
+    cache_timing = {}
+    if index_cache is not None:
+        stored = sum(index_cache.record(files[idx], offs, hs) for idx, (offs, hs) in learnt.items())
+        cache_timing = {
+            "index_cache": {
+                "files_from_cache": len(cached),
+                "hashes_from_cache": hashes_from_cache,
+                "files_cached": stored,
+            }
+        }
     # Sealed last (engine/jobdir/integrity.py): a key added to this document after the seal makes every resume refuse it.
     return seal_json(
         {
@@ -300,7 +375,12 @@ def plan_partitions(dataset_path: str, partition_cfg: Any) -> dict:
             "how_chosen": how,
             **({"align": align} if align != "rows" else {}),
             "partitions": parts,
-            "timing": {"index_s": round(t_index, 4), "hash_s": round(t_hash, 4), "hashed_bytes": hashed_bytes},
+            "timing": {
+                "index_s": round(t_index, 4),
+                "hash_s": round(t_hash, 4),
+                "hashed_bytes": hashed_bytes,
+                **cache_timing,
+            },
         }
     )
 

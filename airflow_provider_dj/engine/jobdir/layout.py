@@ -76,10 +76,16 @@ LLM_CALLS_DIR = "llm_calls"
 REUSE_INDEX_DIR = "_reuse/index"
 REUSE_GC_LOCK = "_reuse/gc.lock"
 REUSE_PINS_DIR = "metadata/reused_from"
+#: Planning's row index and partition hashes of unchanged input files (input/index_cache.py).
+INPUT_INDEX_CACHE_DIR = "_reuse/input_index"
 
 
 def reuse_index_dir(work_dir: str) -> str:
     return storage.join(work_dir, *REUSE_INDEX_DIR.split("/"))
+
+
+def input_index_cache_dir(work_dir: str) -> str:
+    return storage.join(work_dir, *INPUT_INDEX_CACHE_DIR.split("/"))
 
 
 def reuse_gc_lock(work_dir: str) -> str:

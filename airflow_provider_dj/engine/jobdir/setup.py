@@ -130,7 +130,7 @@ def prepare_job(
     check_input_exists(recipe)
     t0 = time.perf_counter()
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
-    info = plan_partitions(recipe.dataset_path, recipe.partition)
+    info = plan_partitions(recipe.dataset_path, recipe.partition, _input_index_cache(recipe))
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
     from airflow_provider_dj.engine.history.pin import current_pin, write_pin
 
@@ -207,3 +207,16 @@ def _register(job_id: str, job_dir: str) -> None:
         register_job(job_id, job_dir, status="running")
     except Exception as exc:  # noqa: BLE001
         log.warning("could not update the recent-jobs registry: %s", exc)
+
+
+def _input_index_cache(recipe):
+    """Reuse across jobs on a local work dir: planning skips re-reading unchanged input files
+    (engine/input/index_cache.py says why their stat can stand in for their bytes)."""
+    if not recipe.intermediate_storage.reuse_across_jobs or storage.is_url(recipe.work_dir):
+        return None
+    if not settings.get("input_index_cache"):
+        return None
+    from airflow_provider_dj.engine.input.index_cache import InputIndexCache
+    from airflow_provider_dj.engine.jobdir.layout import input_index_cache_dir
+
+    return InputIndexCache(input_index_cache_dir(recipe.work_dir))

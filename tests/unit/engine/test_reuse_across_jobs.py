@@ -16,6 +16,7 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.input import index_cache
 from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.gc import collect
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
@@ -71,9 +72,11 @@ def nights(tmp_path_factory):
     for i in range(OLD_FILES):
         write_corpus(str(data / f"part_{i}.jsonl"), ROWS, seed=i)
     texts = [json.loads(line)["text"] for i in range(OLD_FILES) for line in open(data / f"part_{i}.jsonl")]
-    night1_dir, s1 = run_job(tmp, data, "night1", tmp / "work")
-    write_growth_file(str(data / f"part_{OLD_FILES}.jsonl"), texts, 30, seed=99)  # 5 % new rows, ~30 % of them dups
-    night2_dir, s2 = run_job(tmp, data, "night2", tmp / "work")
+    with pytest.MonkeyPatch.context() as mp:  # the files are settled: night 2 plans them from night 1's index
+        mp.setattr(index_cache, "RACY_MARGIN_NS", 0)
+        night1_dir, s1 = run_job(tmp, data, "night1", tmp / "work")
+        write_growth_file(str(data / f"part_{OLD_FILES}.jsonl"), texts, 30, seed=99)  # 5 % new rows, ~30 % dups
+        night2_dir, s2 = run_job(tmp, data, "night2", tmp / "work")
     _, s3 = run_job(tmp, data, "scratch", tmp / "scratch_work", reuse=False)
     return {
         "tmp": tmp,
@@ -107,6 +110,10 @@ def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights
     assert not os.path.exists(os.path.join(op_dir, "partition_00000.parquet"))
     reused_events = [e for e in read_events(nights["night2"]) if e["event_type"] == "checkpoint_reused"]
     assert {e["partition_id"] for e in reused_events} == set(range(reuse["partitions_reused"]))
+    # planning read only the new file: the old files' offsets and hashes came from night 1's plan
+    timing = JobContext(nights["night2"]).partitioning_info["timing"]
+    assert timing["index_cache"]["files_from_cache"] == OLD_FILES
+    assert timing["hashed_bytes"] == os.path.getsize(nights["data"] / f"part_{OLD_FILES}.jsonl")
 
 
 def test_a_flipped_byte_in_a_reused_checkpoint_is_never_trusted(nights, tmp_path):
