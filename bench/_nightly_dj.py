@@ -17,6 +17,7 @@ import time
 from collections import Counter
 
 import yaml
+from _offline import OFFLINE_ENV
 
 DJ_PROCESS = "/work/djvenv/bin/dj-process"
 
@@ -32,12 +33,7 @@ def offline_env(root: str) -> dict:
             "HUGGINGFACE_HUB_CACHE": os.path.join(root, "hf", "hub"),
             "DATA_JUICER_CACHE_HOME": os.path.join(root, "hf", "data_juicer"),
             "XDG_CACHE_HOME": os.path.join(root, "xdg"),
-            "HF_DATASETS_OFFLINE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "DO_NOT_TRACK": "1",
-            "TOKENIZERS_PARALLELISM": "false",
+            **OFFLINE_ENV,
         }
     )
     return env

@@ -47,6 +47,7 @@ import _logparse  # noqa: E402
 import _measure  # noqa: E402
 import _recipes  # noqa: E402
 import _report  # noqa: E402
+from _offline import OFFLINE_ENV  # noqa: E402
 
 DJ_VERSION = "1.6.1"
 
@@ -263,12 +264,7 @@ def base_env() -> dict:
             "RAY_TMPDIR": RAY_TMPDIR,
             "PYTHONUNBUFFERED": "1",
             "RAY_USAGE_STATS_ENABLED": "0",
-            "HF_DATASETS_OFFLINE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "DO_NOT_TRACK": "1",
-            "TOKENIZERS_PARALLELISM": "false",
+            **OFFLINE_ENV,
         }
     )
     return env

@@ -45,10 +45,19 @@ def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
     memory about 40 bytes per key (keys, sort order, sorted copy) -- faster
     than a hash-based ``pc.index_in`` of the keys against themselves.
     """
+    order, starts = _sorted_key_runs(keys)
+    mask = np.zeros(len(order), dtype=bool)
+    mask[order[starts]] = True
+    return mask
+
+
+def _sorted_key_runs(keys: KeysLike) -> tuple[np.ndarray, np.ndarray]:
+    """The stable sort both look-ups share: the rows in key order, and where each run of equal keys starts
+    in that order (so ``order[starts]`` are the first occurrences, earliest row first within a run)."""
     arr = _as_key_array(keys)
     n = len(arr)
     if n == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     if arr.null_count:
         raise ValueError("dedup keys must not be null")
     words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
@@ -56,9 +65,7 @@ def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
     ordered = words[order]
     starts = np.ones(n, dtype=bool)
     starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-    mask = np.zeros(n, dtype=bool)
-    mask[order[starts]] = True
-    return mask
+    return order, starts
 
 
 def first_occurrence_index(keys: KeysLike) -> np.ndarray:
@@ -66,17 +73,10 @@ def first_occurrence_index(keys: KeysLike) -> np.ndarray:
 
     The same stable sort as ``first_occurrence_mask`` (so ``index == arange`` is that mask): the global
     phase uses it when lineage names, for every removed duplicate, the kept row it repeats."""
-    arr = _as_key_array(keys)
-    n = len(arr)
+    order, starts = _sorted_key_runs(keys)
+    n = len(order)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if arr.null_count:
-        raise ValueError("dedup keys must not be null")
-    words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
-    order = np.lexsort((words[:, 1], words[:, 0]))
-    ordered = words[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
     first = order[starts][np.cumsum(starts) - 1]  # each sorted row's run head: the earliest row of its key
     index = np.empty(n, dtype=np.int64)
     index[order] = first
