@@ -92,12 +92,33 @@ def _ray_initialized() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+# Packages ``ray.init()`` imports lazily that Airflow's start-up imports too
+# (the Execution API imports ``svcs``, which imports ``aiohttp.web``).
+# Imported by two threads at once, a package with internal import cycles can
+# be handed half-initialised to one of them; the other's import then fails and
+# takes it out of ``sys.modules``.  Seen once in CI: ``KeyError: 'aiohttp'``
+# in the CLI's main thread.  Both threads import these anyway, so importing
+# them first in the caller costs nothing in total (about 0.25 s, measured).
+_IMPORTED_BY_BOTH = ("aiohttp", "aiohttp.web", "click", "yarl", "email.policy", "gettext", "netrc", "optparse")
+
+
+def _import_shared_modules() -> None:
+    import importlib
+
+    for name in _IMPORTED_BY_BOTH:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not installed here: then neither thread imports it
+            pass
+
+
 def start_in_background(num_cpus: int, init_kwargs: dict[str, Any] | None = None) -> bool:
     """Start the in-process cluster in a parked daemon thread; False if Ray already runs here."""
     os.environ.setdefault("RAY_AUTH_MODE", "token")  # read when ray is first imported (RayHook.get_client)
     with _lock:
         if _state["thread"] is not None or _ray_initialized():
             return False
+        _import_shared_modules()  # before a second thread exists (see _IMPORTED_BY_BOTH)
 
         def body() -> None:
             t0 = time.perf_counter()

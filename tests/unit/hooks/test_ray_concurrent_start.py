@@ -108,3 +108,37 @@ def test_a_busy_default_head_port_is_not_reused(monkeypatch):
             probe.bind(("127.0.0.1", port))  # and the port chosen is free
     monkeypatch.setenv("DJ_RAY_HEAD_PORT", "31234")
     assert ray_hook._head_port() == 31234  # an explicit port is always used as given
+
+
+SHARED_IMPORTS_SCRIPT = """
+import json, sys, threading
+from airflow_provider_dj.hooks import ray_in_process
+before = {m: m in sys.modules for m in ray_in_process._IMPORTED_BY_BOTH}
+seen = {}
+
+class NoThread:  # records what is imported when the thread would start; starts nothing (no Ray)
+    def __init__(self, target, name, daemon):
+        seen.update({m: m in sys.modules for m in ray_in_process._IMPORTED_BY_BOTH})
+    def start(self):
+        pass
+
+threading.Thread = NoThread
+started = ray_in_process.start_in_background(1)
+print(json.dumps({"before": before, "at_thread_start": seen, "started": started}))
+"""
+
+
+def test_packages_both_threads_import_are_imported_before_the_ray_thread_starts():
+    """CI once lost ``aiohttp`` from sys.modules: Ray's init and Airflow's Execution API imported it at once.
+
+    In a fresh interpreter, so the packages are not imported yet when the
+    module is; the thread is replaced (nothing starts Ray here).
+    """
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", SHARED_IMPORTS_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["started"] is True
+    assert not res["before"]["aiohttp.web"]  # else this test could not fail
+    assert all(res["at_thread_start"].values()), res["at_thread_start"]
