@@ -2,8 +2,14 @@
 
 No Airflow, no Ray: prepare_job, run_segment per partition, the global dedup step and export_job,
 timed end to end, runs interleaved (off, on, off, on, ...) so drifting machine load hits both alike.
-Prints the times, the ratio, the lineage's bytes per input row and how long ``why`` takes to answer
-for one row (its export row needs every partition's lineage).  Usage::
+Prints the times, the ratios, the lineage's bytes per input row and how long ``why`` takes to answer
+for one row (its export row needs every partition's lineage).
+
+Three ratios, because on a shared 2-core machine identical runs differ by more than lineage costs:
+the best-of wall ratio; the median of the pairs' wall ratios (each "on" against the "off" run just
+before it, so a slow minute hits one pair, not the headline); and the ratio of the process's CPU
+seconds (every thread; the engine runs in this one process), which other tenants' load barely moves.
+Usage::
 
     .venv/bin/python bench/lineage_bench.py --rows 1000000 --partitions 4 --repeat 2
 """
@@ -11,8 +17,11 @@ for one row (its export row needs every partition's lineage).  Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,10 +77,10 @@ def one_run(
     settings.reset()
     recipe = write_recipe(tmp, data, tag, parts, strategy, dedup=dedup)
     RECORDING_S[0] = 0.0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     job_dir = run_job(recipe, tag, parts)
-    dt = time.perf_counter() - t0
-    extra: dict = {"recording_s": RECORDING_S[0]}
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    extra: dict = {"recording_s": RECORDING_S[0], "cpu_s": cpu}
     if lineage:
         jl = JobLineage(job_dir)
         extra["entries"] = sum(jl.of(p["partition_id"]).table.num_rows for p in jl.parts)
@@ -91,6 +100,14 @@ def one_run(
     return dt, extra
 
 
+def _child_run(args, tmp: str, data: str, mode: str) -> tuple[float, dict]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", tmp, data, mode]
+    cmd += ["--partitions", str(args.partitions), "--strategy", args.strategy, "--dedup", args.dedup]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    return res.pop("wall_s"), res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -99,34 +116,69 @@ def main() -> None:
     ap.add_argument("--strategy", default="every_n_ops", help="checkpoint strategy (lineage commits with it)")
     ap.add_argument("--dedup", choices=sorted(DEDUP_OPS), default="exact", help="the deduplicator that ends the recipe")
     ap.add_argument("--only-on", action="store_true", help="lineage on only: its size, not its cost")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="each timed run in its own interpreter, pairs in alternating order (off-on, on-off, ...): "
+        "nothing one run leaves in the heap or caches slows the next, and a drift hits both modes alike",
+    )
+    ap.add_argument("--child", nargs=3, metavar=("TMP", "DATA", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:  # one timed run for --fresh, after a warm-up run in this interpreter; prints JSON
+        tmp, data, mode = args.child
+        instrument()
+        warm = os.path.join(tmp, "warm.jsonl")
+        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}_{os.getpid()}", args.strategy, args.dedup)
+        dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}_{os.getpid()}", args.strategy, args.dedup)
+        print(json.dumps({"wall_s": dt, **e}))
+        return
     modes = ("on",) if args.only_on else ("off", "on")
     instrument()
     tmp = tempfile.mkdtemp(prefix="dj-lineage-bench-")
     data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
     warm = write_corpus(os.path.join(tmp, "warm.jsonl"), 10_000, seed=1)
-    for mode in modes:  # imports, caches and the writer thread warmed up before anything is timed
-        one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy, args.dedup)
+    if not args.fresh:
+        for mode in modes:  # imports, caches and the writer thread warmed up before anything is timed
+            one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy, args.dedup)
     times: dict[str, list[float]] = {"off": [], "on": []}
+    cpus: dict[str, list[float]] = {"off": [], "on": []}
     extra: dict = {}
+    recs: list[dict] = []
     for r in range(args.repeat):
-        for mode in modes:
-            dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy, args.dedup)
+        order = modes if not args.fresh or r % 2 == 0 else tuple(reversed(modes))
+        for mode in order:
+            if args.fresh:
+                dt, e = _child_run(args, tmp, data, mode)
+            else:
+                dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy, args.dedup)
             times[mode].append(dt)
-            extra = e or extra
+            cpus[mode].append(e["cpu_s"])
+            extra = e if mode == "on" else extra
+            if mode == "on":
+                recs.append(e)
             rec = f", {e['recording_s']:.3f} s of it recording lineage" if mode == "on" else ""
-            print(f"run {r} lineage {mode}: {dt:.3f} s{rec}", flush=True)
+            print(f"run {r} lineage {mode}: {dt:.3f} s wall, {e['cpu_s']:.3f} s CPU{rec}", flush=True)
     on = min(times["on"])
     print(
         f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} dedup={args.dedup} "
-        f"repeat={args.repeat} (best of)"
+        f"repeat={args.repeat} (best of){' fresh interpreter per run, pairs in alternating order' if args.fresh else ''}"
     )
     if not args.only_on:
         off = min(times["off"])
         print(f"lineage off: {off:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['off'])}")
     print(f"lineage on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
     if not args.only_on:
-        print(f"ratio on/off: {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+        pairs = sorted(b / a for a, b in zip(times["off"], times["on"]))
+        cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+        print(f"ratio on/off, best-of wall:        {on / off:.3f}  ({(on - off) * 1000:+.0f} ms)")
+        print(
+            f"ratio on/off, median of pairs:     {statistics.median(pairs):.3f}  "
+            f"(pairs: {', '.join(f'{x:.3f}' for x in pairs)})"
+        )
+        print(
+            f"ratio on/off, median CPU seconds:  {cpu_on / cpu_off:.3f}  ({cpu_off:.3f} s off, {cpu_on:.3f} s on; "
+            f"recorder {statistics.median(r['recording_s'] for r in recs):.3f} s)"
+        )
     print(f"duplicate entries: {extra['duplicates']} ({extra['named']} name the row they were kept against)")
     print(
         f"lineage files: {extra['bytes']} bytes = {extra['bytes'] / args.rows:.3f} bytes per input row; "
