@@ -2,6 +2,10 @@
 
 No GPU exists here, so the probe runs as a Ray task holding one CPU and
 reports CPU-path memory; text_embedding_mapper is the real op (CPU torch).
+Its job reads a short corpus of its own (96 rows of a dozen words): CPU
+torch spends about 0.2 s on one of the shared corpus's long rows, and what is
+checked here (the probe, the DAG around it, one vector per row) does not
+grow with the text.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import os
 from types import SimpleNamespace
 
 import pytest
+
+from airflow_provider_dj.sample_corpus import generate_rows
 
 from airflow_provider_dj.engine.gpu.report import load_probe_report
 
@@ -40,9 +46,20 @@ process:
     return str(path)
 
 
-def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, corpus, run_dag):
+@pytest.fixture
+def short_corpus(tmp_path) -> str:
+    """96 rows (more than the probe's 64-row sample) cut to their first twelve words."""
+    path = tmp_path / "short_corpus.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for row in generate_rows(96, 11):
+            row["text"] = " ".join(row["text"].split()[:12])
+            fh.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, short_corpus, run_dag):
     pytest.importorskip("sentence_transformers")
-    recipe = _recipe(tmp_path, corpus, "gpu_preflight_dag", EMBED)
+    recipe = _recipe(tmp_path, short_corpus, "gpu_preflight_dag", EMBED)
     run = run_dag(recipe)
     assert run.state == "success"
     (job_dir,) = glob.glob(str(tmp_path / "work" / "*"))
@@ -55,7 +72,7 @@ def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, corpus, run
     assert op["worker"]["pid"] != os.getpid()  # a Ray worker, not the task process
     with open(tmp_path / "gpu_preflight_dag_out.jsonl") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows and all(len(r["text_embedding"]) == 384 for r in rows)
+    assert len(rows) == 96 and all(len(r["text_embedding"]) == 384 for r in rows)
 
 
 def test_preflight_disabled_requires_explicit_num_gpus(tmp_path, corpus, fake_gpu_op):
