@@ -6,8 +6,8 @@ Prints the times, the ratios, the lineage's bytes per input row and how long ``w
 for one row (its export row needs every partition's lineage).
 
 Three ratios, because on a shared 2-core machine identical runs differ by more than lineage costs:
-the best-of wall ratio; the median of the pairs' wall ratios (each "on" against the "off" run just
-before it, so a slow minute hits one pair, not the headline); and the ratio of the process's CPU
+the best-of wall ratio; the median of the pairs' wall ratios (each round's "on" against the same
+round's "off", so a slow minute hits one pair, not the headline); and the ratio of the process's CPU
 seconds (every thread; the engine runs in this one process), which other tenants' load barely moves.
 Usage::
 
@@ -142,8 +142,7 @@ def main() -> None:
             one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}", args.strategy, args.dedup)
     times: dict[str, list[float]] = {"off": [], "on": []}
     cpus: dict[str, list[float]] = {"off": [], "on": []}
-    extra: dict = {}
-    recs: list[dict] = []
+    recs: list[dict] = []  # the "on" runs' figures (lineage size, why's time, the recorder's share)
     for r in range(args.repeat):
         order = modes if not args.fresh or r % 2 == 0 else tuple(reversed(modes))
         for mode in order:
@@ -153,12 +152,11 @@ def main() -> None:
                 dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}{r}", args.strategy, args.dedup)
             times[mode].append(dt)
             cpus[mode].append(e["cpu_s"])
-            extra = e if mode == "on" else extra
             if mode == "on":
                 recs.append(e)
             rec = f", {e['recording_s']:.3f} s of it recording lineage" if mode == "on" else ""
             print(f"run {r} lineage {mode}: {dt:.3f} s wall, {e['cpu_s']:.3f} s CPU{rec}", flush=True)
-    on = min(times["on"])
+    on, extra = min(times["on"]), recs[-1]
     print(
         f"rows={args.rows} partitions={args.partitions} strategy={args.strategy} dedup={args.dedup} "
         f"repeat={args.repeat} (best of){' fresh interpreter per run, pairs in alternating order' if args.fresh else ''}"
