@@ -32,7 +32,7 @@ from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispa
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.engine.runner.steps import finish_job, run_global_step, run_group
-from airflow_provider_dj.engine.runner.stop import record_job_failure, stoppable
+from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,9 @@ def run_job(
     effective = load_effective_recipe(recipe, conf, renderer=renderer)
     _refuse_unrendered(effective)
     chosen = choose_job_id(effective)
-    run_id = f"local__{chosen}"
+    # This invocation's identity in the job's lock: another run of the same job (a resume after a crash,
+    # a second process started by mistake) is another owner, refused while this one lives.
+    run_id = f"local__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started_at))}_{os.getpid()}"
     dispatcher = _dispatcher(executor, workers)
     try:
         gpu_preflight_step(
@@ -107,6 +109,7 @@ def run_job(
         started = start_job(
             effective,
             job_id=chosen,
+            event_defaults=_step("validate"),
             started_at=started_at,
             # As `dj-airflow run --num-cpus N` plans: groups of N partitions, one group at a time.
             default_group_size=settings.get("default_group_size") or workers,
@@ -129,29 +132,23 @@ def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult
         if not started.job_complete:
             plan = JobContext(job_dir).plan
             for seg in plan.segments:
-                where = f"segment {seg.index}"
-                for group in started.groups:
-                    stoppable(
-                        job_dir,
-                        lambda g=group, s=seg.index: run_group(job_dir, s, g, dispatcher, run_id=run_id, say=say),
-                        step_key=f"{run_id}.segment{seg.index}.group{group['group_id']}",
-                        run_id=run_id,
-                        say=say,
-                    )
+                where = seg.task_id()
+                _run_segment(job_dir, seg.index, where, started.groups, dispatcher, run_id, say)
                 if seg.keys_for_global is not None:
-                    where = f"global op {seg.keys_for_global}"
+                    where = plan.global_task_id(seg.keys_for_global)
                     _require_barrier(job_dir, seg.index)
-                    op = seg.keys_for_global
-                    result = stoppable(
-                        job_dir, lambda op=op: run_global_step(job_dir, op), step_key=f"{run_id}.global{op}", say=say
-                    )
-                    say(f"global op {op}: {result}")
+                    _run_global(job_dir, seg.keys_for_global, where, run_id, say)
         where = "export"
         result = stoppable(
-            job_dir, lambda: finish_job(job_dir, run_id=run_id, say=say), step_key=f"{run_id}.export", say=say
+            job_dir,
+            lambda: finish_job(job_dir, event_defaults=_step(where), run_id=run_id, say=say),
+            step_key=f"{run_id}.export",
+            run_id=run_id,
+            event_defaults=_step(where),
+            say=say,
         )
     except BaseException as exc:
-        record_job_failure(job_dir, where, exc)
+        record_job_failure(job_dir, where, exc, event_defaults=_step(where))
         _release_quietly(job_dir, run_id)
         raise
     summary = read_job_summary(job_dir) or {}
@@ -164,6 +161,52 @@ def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult
         already_complete=bool(result.get("already_complete")),
         summary=summary,
     )
+
+
+def _step(step: str) -> dict:
+    """Event fields naming the step that wrote an event, by the DAG task that runs the same step."""
+    return {"step": step}
+
+
+def _run_segment(job_dir: str, segment_index: int, step: str, groups: list[dict], dispatcher, run_id: str, say):
+    """Every group of one segment, as the DAG's mapped instances run: a failing group does not keep its
+    siblings from committing their partitions (so a resume has the most to start from); then the first
+    failure is raised.  A stop ends the segment at once."""
+    failures: list[BaseException] = []
+    for group in groups:
+        try:
+            _run_group_step(job_dir, segment_index, step, group, dispatcher, run_id, say)
+        except JobStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - raised below, once the other groups have run
+            failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
+def _run_group_step(job_dir: str, segment_index: int, step: str, group: dict, dispatcher, run_id: str, say) -> None:
+    stoppable(
+        job_dir,
+        lambda: run_group(
+            job_dir, segment_index, group, dispatcher, event_defaults=_step(step), run_id=run_id, say=say
+        ),
+        step_key=f"{run_id}.{step}.{group['group_id']}",
+        run_id=run_id,
+        event_defaults=_step(step),
+        say=say,
+    )
+
+
+def _run_global(job_dir: str, op_index: int, step: str, run_id: str, say) -> None:
+    result = stoppable(
+        job_dir,
+        lambda: run_global_step(job_dir, op_index, event_defaults=_step(step)),
+        step_key=f"{run_id}.{step}",
+        run_id=run_id,
+        event_defaults=_step(step),
+        say=say,
+    )
+    say(f"global op {op_index}: {result}")
 
 
 def _require_barrier(job_dir: str, segment_index: int) -> None:
