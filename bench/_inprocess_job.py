@@ -9,9 +9,6 @@ changes both.
 from __future__ import annotations
 
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op

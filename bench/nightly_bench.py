@@ -11,8 +11,8 @@ same recipe, measured in the same bench run (ours: an empty input through the sa
 written, time, MB/s): the issue allows the export copy to be linear in bytes, so the ratio night 2 /
 scratch is printed with and without it.
 
-    PYTHONPATH=. .venv/bin/python bench/nightly_bench.py --rows 1000000 --files 10
-    PYTHONPATH=. .venv/bin/python bench/nightly_bench.py --rows 20000 --files 4 --size 2500   # quick
+    .venv/bin/python -m bench nightly --rows 1000000 --files 10
+    .venv/bin/python -m bench nightly --rows 20000 --files 4 --size 2500   # quick
     ... --no-dj                      # ours only
     ... --profile-night2 night2.prof # cProfile of night 2
 """
@@ -29,9 +29,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import _nightly_dj
 import yaml
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
@@ -42,6 +39,8 @@ from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+from bench import _nightly_dj
+from bench.report import md_table
 
 PROCESS = """process:
   - clean_email_mapper:
@@ -112,8 +111,8 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b <= 0 else f"{a / b:.3f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="night 1's rows")
     ap.add_argument("--files", type=int, default=10, help="night 1's input files")
     ap.add_argument("--size", type=int, default=50_000, help="partition.size (rows)")
@@ -123,7 +122,7 @@ def main() -> None:
     ap.add_argument("--dj-timeout", type=float, default=3600, help="seconds before a Data-Juicer run is stopped")
     ap.add_argument("--profile-night2", metavar="PATH", help="write a cProfile of night 2 to PATH")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (printed)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.dj and not os.path.exists(_nightly_dj.DJ_PROCESS):
         sys.exit(f"{_nightly_dj.DJ_PROCESS} not found: pass --no-dj")
     tmp = tempfile.mkdtemp(prefix="dj_nightly_bench_")
@@ -180,6 +179,7 @@ def main() -> None:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
@@ -207,20 +207,33 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
     )
     print(f"night 2 reuse: {s2['reuse']}")
     print()
-    print("| run | wall | fixed start-up | marginal | export step | marginal without export |")
-    print("|---|---|---|---|---|---|")
+    table = []
     for label, r in (("night 2, ours (reuse)", n2), ("from scratch, ours", sc)):
         exp_rate = r["summary"]["export"]["bytes"] / 1e6 / max(r["export_s"], 1e-9)
-        print(
-            f"| {label} | {fmt_s(r['wall'])} | {fmt_s(start)} (empty input) | {fmt_s(marginal(r))} | "
-            f"{fmt_s(r['export_s'])} ({exp_rate:.0f} MB/s) | {fmt_s(marginal_no_export(r))} |"
+        table.append(
+            [
+                label,
+                fmt_s(r["wall"]),
+                f"{fmt_s(start)} (empty input)",
+                fmt_s(marginal(r)),
+                f"{fmt_s(r['export_s'])} ({exp_rate:.0f} MB/s)",
+                fmt_s(marginal_no_export(r)),
+            ]
         )
     if dj is not None:
         dj_wall = f"> {dj['timeout_s']:.0f} s (stopped)" if dj["rc"] == "timeout" else fmt_s(dj["wall_s"])
-        print(
-            f"| from scratch, Data-Juicer 1.6.1 (np={args.dj_np}) | {dj_wall} | "
-            f"{fmt_s(dj_start['wall_s'])} (1-row input) | {fmt_s(dj_m)} | (inside) | - |"
+        table.append(
+            [
+                f"from scratch, Data-Juicer 1.6.1 (np={args.dj_np})",
+                dj_wall,
+                f"{fmt_s(dj_start['wall_s'])} (1-row input)",
+                fmt_s(dj_m),
+                "(inside)",
+                "-",
+            ]
         )
+    header = ["run", "wall", "fixed start-up", "marginal", "export step", "marginal without export"]
+    print(md_table(header, table))
     print()
     print(f"night 2 / scratch (ours), wall: {ratio(n2['wall'], sc['wall'])}")
     print(f"night 2 / scratch (ours), marginal: {ratio(marginal(n2), marginal(sc))}  (aim: <= 0.15)")
@@ -249,4 +262,4 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
