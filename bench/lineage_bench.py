@@ -1,6 +1,6 @@
 """Per-row lineage's cost: the same job with lineage off (DJ_LINEAGE=0) and on, engine in-process.
 
-No Airflow, no Ray: prepare_job, run_segment per partition, the global dedup step and export_job,
+No Airflow, no Ray: the engine's local executor (engine.run_job, partitions in this process),
 timed end to end, runs interleaved (off, on, off, on, ...) so drifting machine load hits both alike.
 Prints the times, the ratios, the lineage's bytes per input row and how long ``why`` takes to answer
 for one row (its export row needs every partition's lineage).

@@ -2,8 +2,8 @@
 near duplicates of night-1 rows) against a from-scratch run of night 2's input and against Data-Juicer
 1.6.1's default executor on the same input, all in the same bench run.
 
-Our jobs run in-process through the engine (run_segment per partition, the global steps, the export): no
-Airflow, no Ray.  A ``dj-airflow run`` adds its own fixed start-up on top (docs/benchmarks.md).
+Our jobs run in-process through the engine's local executor (``engine.run_job``, partitions in this
+process): no Airflow, no Ray.  A ``dj-airflow run`` adds its own fixed start-up on top (docs/benchmarks.md).
 
 **Marginal time** (issue 14 item 6) is a run's wall time minus the fixed start-up of an empty run of the
 same recipe, measured in the same bench run (ours: an empty input through the same engine calls; DJ: a
@@ -31,13 +31,10 @@ import time
 
 import yaml
 
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine import run_job as run_engine_job
 from airflow_provider_dj.engine.input import index_cache
 from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
 from bench import _nightly_dj
 from bench.report import md_table
@@ -67,16 +64,12 @@ def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, p
     if prof:
         prof.enable()
     t0 = time.perf_counter()
-    job = prepare_job(load_recipe(recipe), job_id=name)
-    ctx = JobContext(job.job_dir)
-    for seg in ctx.plan.segments:
-        for p in range(len(ctx.partitioning_info["partitions"])):
-            run_segment(job.job_dir, seg.index, p)
-        if seg.keys_for_global is not None:
-            resolve_global_op(job.job_dir, seg.keys_for_global)
-    t1 = time.perf_counter()
-    summary = export_job(job.job_dir)
+    result = run_engine_job(recipe, job_id=name, workers=1, say=lambda _msg: None)
     t2 = time.perf_counter()
+    ctx = JobContext(result.job_dir)
+    summary = result.summary
+    export_start = read_events(result.job_dir, "export_start")[-1]["timestamp"]
+    t1 = t2 - (read_events(result.job_dir, "job_complete")[-1]["timestamp"] - export_start)
     if prof:
         prof.disable()
         prof.dump_stats(profile)

@@ -1,7 +1,7 @@
 """Tracer overhead: the same job with open_tracer off and on (trace_num 10), engine in-process.
 
-No Airflow, no Ray: prepare_job, run_segment per partition, the global
-dedup step and export_job, timed end to end, best of ``--repeat`` runs each.
+No Airflow, no Ray: the engine's local executor (engine.run_job, partitions
+in this process), timed end to end, best of ``--repeat`` runs each.
 Prints both times and the ratio.  Usage::
 
     .venv/bin/python -m bench tracer --rows 200000 --partitions 4 --repeat 3
