@@ -2,8 +2,17 @@
 # The test suite: unit, conformance and integration tests (real Airflow via dag.test(),
 # real local Ray) and e2e tests (airflow standalone over REST, with SQLite and PostgreSQL).
 # Installs what it needs into .venv first.
+#
+#   bash scripts/test.sh            the whole suite (what CI runs)
+#   bash scripts/test.sh --quick    the inner loop: lint, unit and conformance tests (no Airflow
+#                                   server, no Ray cluster, no subprocess runs)
+#   bash scripts/test.sh PATH ...   what pytest is given
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  set -- tests/unit tests/conformance "$@"
+fi
 bash "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 # PostgreSQL for the e2e tests' second metadata DB: a private cluster on

