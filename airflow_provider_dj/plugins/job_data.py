@@ -25,6 +25,12 @@ from airflow_provider_dj.engine.observe.events import read_events
 from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
 from airflow_provider_dj.monitor.progress import job_progress
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    FAILED_PARTITION_COLUMN,
+    INPUT_ROW_COLUMN,
+)
 
 #: Points of the throughput chart (events are bucketed into this many time slices at most).
 THROUGHPUT_BUCKETS = 60
@@ -231,10 +237,10 @@ def failed_samples(
                     {
                         "op_index": op_index,
                         "op_name": op_name,
-                        "partition_id": row.get("__dj__partition__"),
-                        "input_row": row.get("__dj__input_row__"),
-                        "error_type": row.get("__dj__error_type__"),
-                        "error": row.get("__dj__error__"),
+                        "partition_id": row.get(FAILED_PARTITION_COLUMN),
+                        "input_row": row.get(INPUT_ROW_COLUMN),
+                        "error_type": row.get(FAILED_ERROR_TYPE_COLUMN),
+                        "error": row.get(FAILED_ERROR_COLUMN),
                         "text": _preview(row, text_key),
                     }
                 )

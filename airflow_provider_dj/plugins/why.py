@@ -32,9 +32,10 @@ from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR
 from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError
 from airflow_provider_dj.engine.observe.lineage_query import row_lookup as lineage_lookup
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
+from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN, FAILED_ERROR_TYPE_COLUMN, INPUT_ROW_COLUMN
 from airflow_provider_dj.plugins.job_data import _failed_files
 
-INPUT_ROW = "__dj__input_row__"
+INPUT_ROW = INPUT_ROW_COLUMN
 #: Fates a look-up may name.  ``not_found``: no record says the row was removed (it was kept, or the
 #: tracer did not keep it: only the first ``trace_num`` removals per op are traced).
 FATES = ("failed", "filtered", "duplicate", "changed", "not_found")
@@ -51,7 +52,7 @@ def _sample(row: dict) -> dict:
 
 
 def _reason(row: dict) -> str:
-    kind, err = row.get("__dj__error_type__"), str(row.get("__dj__error__"))
+    kind, err = row.get(FAILED_ERROR_TYPE_COLUMN), str(row.get(FAILED_ERROR_COLUMN))
     return err if not kind or err.startswith(str(kind)) else f"{kind}: {err}"
 
 

@@ -20,13 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine.input.partitioning import read_partition
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN as INPUT_ROW_COLUMN
 
 if TYPE_CHECKING:
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, LoadedCheckpoint
-
-#: The input row number of every row; it travels through every op (and is dropped at export) so a
-#: failed sample, a trace entry or a batch cursor names the row of the input it came from.
-INPUT_ROW_COLUMN = "__dj__input_row__"
 
 
 def read_input_rows(ctx, partition_id: int) -> pa.Table:

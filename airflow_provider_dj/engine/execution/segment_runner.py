@@ -46,6 +46,13 @@ from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR
 from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    FAILED_OP_COLUMN,
+    FAILED_OP_INDEX_COLUMN,
+    FAILED_PARTITION_COLUMN,
+)
 
 __all__ = [  # the runner's public names; the job-directory constants live in global_op_state / resume_point
     "INPUT_ROW_COLUMN",
@@ -306,11 +313,13 @@ def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: 
     from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
 
     n = rows.num_rows
-    rows = rows.append_column("__dj__error_type__", pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string()))
-    rows = rows.append_column("__dj__error__", pa.array(reasons, type=pa.string()))
-    rows = rows.append_column("__dj__failed_op__", pa.array([op_name] * n, type=pa.string()))
-    rows = rows.append_column("__dj__failed_op_index__", pa.array([op_index] * n, type=pa.int64()))
-    rows = rows.append_column("__dj__partition__", pa.array([pid] * n, type=pa.int64()))
+    rows = rows.append_column(
+        FAILED_ERROR_TYPE_COLUMN, pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string())
+    )
+    rows = rows.append_column(FAILED_ERROR_COLUMN, pa.array(reasons, type=pa.string()))
+    rows = rows.append_column(FAILED_OP_COLUMN, pa.array([op_name] * n, type=pa.string()))
+    rows = rows.append_column(FAILED_OP_INDEX_COLUMN, pa.array([op_index] * n, type=pa.int64()))
+    rows = rows.append_column(FAILED_PARTITION_COLUMN, pa.array([pid] * n, type=pa.int64()))
     buf = io.BytesIO()
     write_jsonl(rows, buf)
     rel = f"{FAILED_DIR}/op_{op_index:03d}_{op_name}/partition_{pid:05d}.jsonl"

@@ -29,11 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpFatalError
+from airflow_provider_dj.ops.base import OpFatalError
+from airflow_provider_dj.ops.columns import ENGINE_COLUMNS, STATS_COLUMN
 from airflow_provider_dj.ops.stats import get_stat, set_stat
 
 META_COLUMN = "__dj__meta__"
-ENGINE_COLUMNS = ("__dj__input_row__",)
 _DICT_COLUMNS = (STATS_COLUMN, META_COLUMN)
 
 
