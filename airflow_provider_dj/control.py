@@ -77,7 +77,7 @@ def stop_job(
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
-    from airflow_provider_dj.engine.observe.events import EventLog
+    from airflow_provider_dj.engine.jobdir.events import EventLog
 
     EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
     if not running:

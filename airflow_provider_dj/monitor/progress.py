@@ -15,9 +15,9 @@ import time
 from typing import Callable, TextIO
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.status import job_status, list_jobs, resolve_job_dir
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
-from airflow_provider_dj.engine.observe.events import read_events
 
 LAST_EVENTS = 8
 LAST_EVENTS_DETAILED = 20

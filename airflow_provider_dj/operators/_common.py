@@ -183,7 +183,7 @@ def run_stoppable(operator: Any, context: Any, job_dir: str, body: Callable[[], 
                 job_dir, job_lock.owner_identity(run_id, run_pid=owner_pid(getattr(operator, "local_run", None)))
             ),
         )
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
 
         EventLog(job_dir, storage_basename(job_dir), defaults=event_defaults(context)).emit(
             "stop_cleared", status="resumed", note=f"cleared by a re-run of {task_key(context)}"

@@ -19,10 +19,10 @@ import time
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.failure_guard import failed_dir
 from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, GPU_PROBE_REPORT, TRACE_DIR, TRACE_REPORT
+from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.jobdir.watch import failures
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
 from airflow_provider_dj.monitor.progress import job_progress
 from airflow_provider_dj.ops.columns import (

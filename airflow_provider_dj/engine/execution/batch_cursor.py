@@ -49,9 +49,9 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir import faults
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
 from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE
 from airflow_provider_dj.engine.jobdir.stop_control import check_stop

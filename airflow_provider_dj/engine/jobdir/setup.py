@@ -20,9 +20,10 @@ from typing import Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.events import EventLog, write_buffered
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
@@ -32,7 +33,6 @@ from airflow_provider_dj.engine.jobdir.layout import (
     write_json,
 )
 from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
-from airflow_provider_dj.engine.observe.events import EventLog, write_buffered
 from airflow_provider_dj.engine.planning.execution_plan import plan_document
 from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
 

@@ -15,11 +15,11 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO
 from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
 from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, read_job_summary
-from airflow_provider_dj.engine.observe.events import read_events
 
 #: Every state :func:`job_status` names.  ``interrupted``: work started, nothing runs and no final
 #: summary is newer than the last start (a killed run: resume it); ``planned``: no work started yet.

@@ -249,7 +249,7 @@ def build_job_summary(
 ) -> dict:
     """The summary of a job in whatever state its directory is in.  Reads only."""
     from airflow_provider_dj.engine.jobdir.context import JobContext
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     if status not in STATUSES:
         raise SummaryStatusError(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -387,7 +387,7 @@ def write_job_summary(
     summary = build_job_summary(job_dir, status, error=error)
     write_json(storage.join(job_dir, JOB_SUMMARY), summary)
     if emit_event and status in ("failed", "stopped"):
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
 
         EventLog(job_dir, summary["job_id"], defaults=event_defaults).emit(
             "job_failed" if status == "failed" else "job_stopped",
@@ -403,7 +403,7 @@ def write_job_summary(
 def after_summary_written(job_dir: str, summary: dict) -> None:
     """Side effects every final summary gets: a job.log line and the registry entry. Never raises."""
     try:
-        from airflow_provider_dj.engine.observe.progress_log import append_job_log
+        from airflow_provider_dj.engine.jobdir.progress_log import append_job_log
 
         prog = summary.get("progress") or {}
         line = f"job {summary.get('status')}"

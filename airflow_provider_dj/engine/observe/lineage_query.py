@@ -24,8 +24,6 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, keys_store
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.history.lookup import read_history_duplicates
 from airflow_provider_dj.engine.input.partitioning import read_partition
 from airflow_provider_dj.engine.jobdir.context import JobContext, read_checkpoint
@@ -39,6 +37,8 @@ from airflow_provider_dj.engine.observe.lineage import (
     FULL_SCHEMA,
     full_schema,
 )
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, keys_store
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 REMOVED = (FILTERED, DUPLICATE, FAILED)
 

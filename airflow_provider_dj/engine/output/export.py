@@ -20,11 +20,10 @@ import pyarrow.parquet as pq
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
-from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.output.accounting import check_accounting
 from airflow_provider_dj.engine.output.errors import (
     AccountingError,
@@ -32,8 +31,9 @@ from airflow_provider_dj.engine.output.errors import (
     MissingFinalCheckpointError,
 )
 from airflow_provider_dj.engine.output.fields import clean_for_export
-from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
 

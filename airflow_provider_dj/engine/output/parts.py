@@ -47,8 +47,8 @@ def write_part(job_dir: str, partition_id: int) -> dict:
     from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
-    from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 
     ctx = JobContext(job_dir)
     plan = ctx.plan

@@ -84,7 +84,7 @@ class StorageFormat:
             comp = "uncompressed" if self.compression == "none" else self.compression
             feather.write_feather(table, buf, compression=comp)
         elif self.format == "jsonl":
-            from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+            from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 
             write_jsonl(table, buf)
             if self.compression == "gzip":
@@ -191,11 +191,11 @@ class CheckpointStore:
         what = f"the {self.kind} of op {op_index} ({op_name}) partition {partition_id}"
         storage.atomic_write_bytes(path, data, what=what)
         if self._faults is None:
-            from airflow_provider_dj.engine.execution import faults as _f
+            from airflow_provider_dj.engine.jobdir import faults as _f
 
             self._faults = _f.load_faults(self.job_dir)
         if self._faults:
-            from airflow_provider_dj.engine.execution import faults as _f
+            from airflow_provider_dj.engine.jobdir import faults as _f
 
             _f.maybe_fail(
                 self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write", store=self.prefix
@@ -554,7 +554,7 @@ class CheckpointStore:
         except OSError as exc:  # the rejection itself stands; only the demotion failed
             log.warning("could not set the rejected commit marker %s aside: %s", mpath, exc)
         try:
-            from airflow_provider_dj.engine.observe.events import EventLog
+            from airflow_provider_dj.engine.jobdir.events import EventLog
 
             EventLog(self.job_dir, storage.basename(self.job_dir)).emit(
                 "checkpoint_rejected",

@@ -52,7 +52,7 @@ def new_job(tmp_path):
             job_dir.mkdir(parents=True)
             (job_dir / "_fault_injection.json").write_text(json.dumps(faults))
         prepared = prepare_job(load_recipe(rpath), job_id=job_id, airflow_run_id="run_1")
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
 
         EventLog(prepared.job_dir, job_id, writer="validate").emit(
             "job_start", status="new", partitions=prepared.num_partitions

@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.execution.faults import InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
+from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
 from airflow_provider_dj.engine.jobdir.summary import build_job_summary, read_job_summary, write_job_summary
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from tests.unit.monitor.conftest import ROWS, read_lines
 
 

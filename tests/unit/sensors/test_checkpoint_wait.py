@@ -15,9 +15,9 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
-from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.sample_corpus import write_corpus
 
 PROCESS = """process:
