@@ -21,19 +21,19 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
-from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the public API, re-exported
+from airflow_provider_dj.engine.job.status import (  # noqa: F401 - the public API, re-exported
     RUNNING_STATES,
     JobNotFoundError,
     job_status,
     list_jobs,
     resolve_job_dir,
 )
-from airflow_provider_dj.engine.jobdir.status import (
+from airflow_provider_dj.engine.job.status import (
     live_lock as _live_lock,
 )
-from airflow_provider_dj.engine.jobdir.summary import read_job_summary
+from airflow_provider_dj.engine.job.summary import read_job_summary
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
 
 
 @dataclass

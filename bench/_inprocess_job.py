@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 
 PROCESS = """process:
   - clean_email_mapper:

@@ -57,8 +57,8 @@ def record_final_failure(context: Any, job_dir: str) -> None:
 
     log = logging.getLogger(__name__)
     try:
+        from airflow_provider_dj.engine.job.summary import read_job_summary, write_job_summary
         from airflow_provider_dj.engine.jobdir import stop_control
-        from airflow_provider_dj.engine.jobdir.summary import read_job_summary, write_job_summary
 
         exc = context.get("exception")
         ti = context.get("ti") or context.get("task_instance")
@@ -133,7 +133,7 @@ def _stopped(operator: Any, context: Any, job_dir: str, exc: Exception) -> JobSt
     stop_control.acknowledge_stop(job_dir, task_key(context), try_number(context), request)
     resume = ""
     try:
-        from airflow_provider_dj.engine.jobdir.summary import write_job_summary
+        from airflow_provider_dj.engine.job.summary import write_job_summary
 
         summary = write_job_summary(job_dir, "stopped", event_defaults=event_defaults(context))
         resume = summary.get("resume_command") or ""

@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dj.engine.job.export import export_job, is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
-from airflow_provider_dj.engine.output.export import export_job, is_job_complete, verify_completed_export
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
 from airflow_provider_dj.operators.local_run import ray_cpus
 

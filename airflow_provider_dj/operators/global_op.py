@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.output.export import is_job_complete
+from airflow_provider_dj.engine.job.export import is_job_complete
 from airflow_provider_dj.operators._common import event_defaults, run_stoppable
 
 

@@ -24,7 +24,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, run_partitions
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable, try_number
 from airflow_provider_dj.operators.local_run import ray_cpus

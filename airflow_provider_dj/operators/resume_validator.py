@@ -22,9 +22,9 @@ from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.sources import InputError
+from airflow_provider_dj.engine.job.setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
-from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError, prepare_job
 from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators._common import event_defaults

@@ -27,11 +27,11 @@ from typing import Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR
 from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError
 from airflow_provider_dj.engine.observe.lineage_query import row_lookup as lineage_lookup
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN, FAILED_ERROR_TYPE_COLUMN, INPUT_ROW_COLUMN
 from airflow_provider_dj.plugins.job_data import _failed_files
 

@@ -24,8 +24,8 @@ from airflow_provider_dj.engine.execution.ray_dispatch import (
     PartitionFailedError,
     run_partitions,
 )
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from tests.integration.stateful_op_helpers import init_count
 
 pytestmark = pytest.mark.integration

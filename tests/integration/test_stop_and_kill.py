@@ -19,9 +19,9 @@ import pytest
 
 from airflow_provider_dj.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
 
 pytestmark = pytest.mark.integration
 

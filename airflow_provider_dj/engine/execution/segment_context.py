@@ -16,11 +16,11 @@ import pyarrow as pa
 from airflow_provider_dj.engine.execution.failure_guard import load_settings
 from airflow_provider_dj.engine.execution.segment_checkpoints import SegmentCheckpoints
 from airflow_provider_dj.engine.jobdir import faults, stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.observe.lineage import LineageRecorder
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import keys_store
 from airflow_provider_dj.ops.registry import create_op
 

@@ -34,10 +34,10 @@ from airflow_provider_dj.engine.execution.segment_start import (
     start_without_checkpoint,
 )
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
     KEYS_FORMAT,

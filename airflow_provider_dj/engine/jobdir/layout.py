@@ -33,7 +33,7 @@ CHECKPOINTS_DIR = "checkpoints"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
 #: The plan as people and tools read it (planning/execution_plan.py).
 EXECUTION_PLAN = "dag_execution_plan.json"
-#: How the job ended (jobdir/summary.py).
+#: How the job ended (job/summary.py).
 JOB_SUMMARY = "job_summary.json"
 #: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"

@@ -26,7 +26,6 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.history.lookup import read_history_duplicates
 from airflow_provider_dj.engine.input.partitioning import read_partition
-from airflow_provider_dj.engine.jobdir.context import JobContext, read_checkpoint
 from airflow_provider_dj.engine.jobdir.layout import lineage_file
 from airflow_provider_dj.engine.observe.lineage import (
     CHANGED,
@@ -37,6 +36,7 @@ from airflow_provider_dj.engine.observe.lineage import (
     FULL_SCHEMA,
     full_schema,
 )
+from airflow_provider_dj.engine.storage.context import JobContext, read_checkpoint
 from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, keys_store
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 

@@ -254,7 +254,7 @@ def merge_traces(job_dir: str) -> dict:
     first ``trace_num`` entries had candidates; partitions after that point
     do not matter.  Safe to call at any time and repeatedly (atomic writes).
     """
-    from airflow_provider_dj.engine.jobdir.context import JobContext
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     ctx = JobContext(job_dir)
     settings = TraceSettings.from_recipe(ctx.recipe)

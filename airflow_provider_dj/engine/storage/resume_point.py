@@ -2,7 +2,7 @@
 
 Three readers need the same answer and must never drift apart: the segment runner (which checkpoint
 inside a segment to resume from), resume validation and the control API (which partitions are done,
-``engine.jobdir.resume.completed_checkpoints``) and the tracer (the rows a deduplicator at op 0 saw).
+``engine.job.resume.completed_checkpoints``) and the tracer (the rows a deduplicator at op 0 saw).
 So the search order and the reading of a partition's input rows (numbered in
 ``ops/columns.INPUT_ROW_COLUMN``) live here, in the storage layer below all three.
 

@@ -21,8 +21,8 @@ import yaml
 
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.output.fields import (
     DJ_FIELD_NAMES,
     ENGINE_COLUMN_PREFIXES,

@@ -14,11 +14,11 @@ import xxhash
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.job.resume import ResumeRefusedError
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, job_id_for_run, new_job_id, validate_job_id
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -260,7 +260,7 @@ def test_job_id_and_resume_must_agree(job):
 
 def test_changing_only_how_the_export_is_serialized_is_accepted_on_resume():
     """export_in_parallel changes how the export is written, not its bytes: no reason to refuse a resume."""
-    from airflow_provider_dj.engine.jobdir.resume import config_diff
+    from airflow_provider_dj.engine.job.resume import config_diff
 
     refused, accepted = config_diff(
         {"export_in_parallel": True, "process": [{"a": {}}]}, {"export_in_parallel": False, "process": [{"a": {}}]}

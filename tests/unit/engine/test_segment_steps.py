@@ -25,9 +25,9 @@ from airflow_provider_dj.engine.execution.segment_start import (
     resume_from_checkpoint,
     start_without_checkpoint,
 )
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.storage.resume_point import (

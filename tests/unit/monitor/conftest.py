@@ -12,8 +12,8 @@ import os
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -72,7 +72,7 @@ def run_all(job_dir: str) -> dict:
     """Run every task of the job in order, in-process, and export."""
     from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.job.export import export_job
 
     for pid in range(3):
         run_segment(job_dir, 0, pid, try_number=1)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.jobdir.watch import JobFailedError, check
+from airflow_provider_dj.engine.job.watch import JobFailedError, check
 from airflow_provider_dj.plugins import job_data, views, why
 from tests.helpers_job_view import NULL_EVERY, filtered_rows
 from tests.unit.plugins.conftest import FAILED_PARTITION, PARTS, ROWS

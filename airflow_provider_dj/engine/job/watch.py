@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
+from airflow_provider_dj.engine.storage.context import JobContext
 
 
 class JobFailedError(DJError, RuntimeError):

@@ -248,8 +248,8 @@ def build_job_summary(
     job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None, now: float | None = None
 ) -> dict:
     """The summary of a job in whatever state its directory is in.  Reads only."""
-    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.jobdir.events import read_events
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     if status not in STATUSES:
         raise SummaryStatusError(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -430,7 +430,7 @@ def mark_resumed(job_dir: str) -> dict | None:
     """A new run resumes a failed or stopped job: its summary becomes ``running``.
 
     Why: a ``failed`` summary left in place would tell every reader — the
-    monitor, ``CheckpointSensor`` (engine.jobdir.watch), people — that the job
+    monitor, ``CheckpointSensor`` (engine.job.watch), people — that the job
     is failed while the resume is working on it.  The previous outcome is
     kept under ``previous``.  Jobs without a summary (a first run, a killed
     run) are left without one; a completed summary is never touched.
