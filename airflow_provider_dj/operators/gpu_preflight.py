@@ -28,14 +28,14 @@ from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
-from airflow_provider_dj.engine.gpu.preflight import (
+from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
+from airflow_provider_dj.engine.preflight.preflight import (
     PreflightSettings,
     cuda_ops,
     declared_num_gpus,
     op_entries_from_recipe,
     run_preflight,
 )
-from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, validate_job_id
 from airflow_provider_dj.operators.local_run import ray_cpus
 
 

@@ -68,7 +68,7 @@ COMMON_OP_ARGS: dict[str, Any] = {
     "num_cpus": (int, float, type(None)),
     "num_gpus": (int, float, type(None)),
     "memory": (int, float, str, type(None)),
-    # Field contracts for the GPU preflight (engine/gpu/contracts.py): which fields an op reads and
+    # Field contracts for the GPU preflight (engine/preflight/contracts.py): which fields an op reads and
     # writes; dotted paths, wildcards allowed.  Absent = unknown.
     "input_columns": (list, str, type(None)),
     "output_columns": (list, str, type(None)),

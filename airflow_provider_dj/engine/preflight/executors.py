@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from airflow_provider_dj.engine.gpu.probe import ProbeFailure, run_probe_unit
+from airflow_provider_dj.engine.preflight.probe import ProbeFailure, run_probe_unit
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,9 @@ class _LocalBackend(_Backend):
         if spec.get("hide_gpus"):
             env["CUDA_VISIBLE_DEVICES"] = ""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_dj.engine.gpu.worker", out_path], stdin=subprocess.PIPE, env=env
+            [sys.executable, "-m", "airflow_provider_dj.engine.preflight.worker", out_path],
+            stdin=subprocess.PIPE,
+            env=env,
         )
         try:
             proc.stdin.write(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
