@@ -32,7 +32,12 @@ from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError
 from airflow_provider_dj.engine.observe.lineage_query import row_lookup as lineage_lookup
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN, FAILED_ERROR_TYPE_COLUMN, INPUT_ROW_COLUMN
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    INPUT_ROW_COLUMN,
+    STATS_COLUMN,
+)
 from airflow_provider_dj.plugins.job_data import _failed_files
 
 INPUT_ROW = INPUT_ROW_COLUMN
@@ -48,7 +53,7 @@ class RowOutOfRangeError(DJError, LookupError):
 
 
 def _sample(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not str(k).startswith("__dj__") or k == "__dj__stats__"}
+    return {k: v for k, v in row.items() if not str(k).startswith("__dj__") or k == STATS_COLUMN}
 
 
 def _reason(row: dict) -> str:
@@ -107,7 +112,7 @@ def trace_lookup(job_dir: str, input_row: int) -> dict:
                     fate="filtered",
                     op_index=op.index,
                     op_name=op.name,
-                    reason=f"{op.name} removed it; its stats: {json.dumps(entry.get('__dj__stats__'), default=str)}",
+                    reason=f"{op.name} removed it; its stats: {json.dumps(entry.get(STATS_COLUMN), default=str)}",
                     sample=_sample(entry),
                     source=f"{TRACE_DIR}/parts (op {op.index})",
                 )
