@@ -81,7 +81,7 @@ class _InlineBackend(_Backend):
 
 
 class _LocalBackend(_Backend):
-    """One fresh interpreter per unit (``python -m ...gpu.worker``): the spec goes in on stdin as a
+    """One fresh interpreter per unit (``python -m ...preflight.worker``): the spec goes in on stdin as a
     pickle, the result comes back in a file.  A subprocess rather than ``multiprocessing`` so the
     parent's ``__main__`` (a script, Airflow's task runner) is never re-executed, and nothing forks a
     process that may hold a CUDA context."""
