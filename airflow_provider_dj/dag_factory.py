@@ -120,7 +120,7 @@ def build_dag(
     from airflow.sdk import DAG
 
     from airflow_provider_dj.assets import export_asset, input_asset, templated_keys
-    from airflow_provider_dj.operators._common import release_lock_on_failure
+    from airflow_provider_dj.operators.base import release_lock_on_failure
     from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator

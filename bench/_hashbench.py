@@ -1,8 +1,10 @@
 """Partition-hash throughput: our xxh3 kernels vs. a per-row JSON + sha256 scheme.
 
-Everything runs single-threaded in this one process on data already in
-memory, so the figures are per-core hashing speed, not disk speed.  MB here
-is 10**6 bytes.
+Everything runs single-threaded in one process on data already in memory,
+so the figures are per-core hashing speed, not disk speed.  MB here is
+10**6 bytes.  ``python -m bench._hashbench OUT_JSON CORPUS RECIPE`` is how
+the e2e section runs it: a fresh interpreter whose ``PYTHONPATH`` puts the
+measured code first (``--snapshot``), with nothing else in its heap.
 
 * ``ByteStreamHasher`` (``xxh3_128/jsonl-bytes-v1``): the JSONL file's bytes,
   fed in fixed-size chunks, as the planner does for JSONL input.
@@ -22,6 +24,7 @@ reading through the OS page cache).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import hashlib
 import json
@@ -177,3 +180,25 @@ def run_hash_bench(jsonl_path: str, partition_cfg, repeats: int = 3, rowwise_max
     del table, sub
     gc.collect()
     return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_json")
+    ap.add_argument("corpus", help="a JSONL corpus")
+    ap.add_argument("recipe", help="a recipe whose partition section the planner measurement uses")
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args(argv)
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+
+    try:
+        res = run_hash_bench(a.corpus, load_recipe(a.recipe).partition, repeats=a.repeats)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it and keeps its other figures
+        res = {"error": f"{type(exc).__name__}: {exc}"}
+    with open(a.out_json, "w") as fh:
+        json.dump(res, fh, indent=2)
+    return 0 if "error" not in res else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,23 +1,16 @@
 """One small cleaning job run in-process by the engine, the shared body of the overhead benches.
 
 ``lineage_bench.py`` and ``tracer_bench.py`` each time the same job with one feature off and on: no
-Airflow, no Ray; ``prepare_job``, ``run_segment`` per partition, the global dedup step and
-``export_job``.  The job lives here so that both measure exactly the same work, and a change to it
-changes both.
+Airflow, no Ray; the engine's local executor (``engine.run_job``: the DAG's steps, partitions in this
+process).  The job lives here so that both measure exactly the same work, and a change to it changes
+both.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.job.export import export_job
-from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine import run_job as run_engine_job
 
 PROCESS = """process:
   - clean_email_mapper:
@@ -26,7 +19,6 @@ PROCESS = """process:
   - text_length_filter: {min_len: 20}
   - document_deduplicator: {lowercase: true}
 """
-DEDUP_OP_INDEX = 4  # the global step between the two segments
 #: ``dedup=``: the deduplicator that ends PROCESS (the global step).
 DEDUP_OPS = {
     "exact": "document_deduplicator: {lowercase: true}",
@@ -52,12 +44,7 @@ def write_recipe(
 
 
 def run_job(recipe: str, tag: str, parts: int) -> str:
-    """Plan, run both segments of every partition, deduplicate and export; returns the job directory."""
-    job = prepare_job(load_recipe(recipe), job_id=tag)
-    for p in range(parts):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, DEDUP_OP_INDEX)
-    for p in range(parts):
-        run_segment(job.job_dir, 1, p)
-    export_job(job.job_dir)
-    return job.job_dir
+    """Plan, run both segments of every partition, deduplicate and export; returns the job directory.
+
+    ``parts`` is the recipe's partition count (write_recipe's); the steps read it from the plan."""
+    return run_engine_job(recipe, job_id=tag, workers=1, say=lambda _msg: None).job_dir

@@ -17,7 +17,8 @@ import time
 from collections import Counter
 
 import yaml
-from _offline import OFFLINE_ENV
+
+from bench._offline import OFFLINE_ENV
 
 DJ_PROCESS = "/work/djvenv/bin/dj-process"
 

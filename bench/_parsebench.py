@@ -1,6 +1,6 @@
 """DAG parse time of N recipes, in a fresh interpreter (run by run_bench.py).
 
-Usage: python bench/_parsebench.py OUT_JSON DATASET_PATH [N]
+Usage: python -m bench._parsebench OUT_JSON DATASET_PATH [N]
 
 Prints nothing useful; writes a JSON object to OUT_JSON.  Set AIRFLOW_HOME
 (or DJ_AIRFLOW_HOME) before running so Airflow's import finds a config.
@@ -23,12 +23,11 @@ import tempfile
 import time
 
 
-def main() -> int:
-    out_json, dataset_path = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 50
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    from _recipes import ours_recipe, write_yaml
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out_json, dataset_path = args[0], args[1]
+    n = int(args[2]) if len(args) > 2 else 50
+    from bench._recipes import ours_recipe, write_yaml
 
     home = os.environ.get("AIRFLOW_HOME") or os.environ.get("DJ_AIRFLOW_HOME")
     if home:

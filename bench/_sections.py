@@ -5,7 +5,7 @@ Every measured command is a real ``dj-airflow run`` (Airflow 3 ``dag.test()``
 CPU seconds and the peak RSS/PSS of the whole process tree (CLI, Ray's GCS and
 raylet, workers) are taken the same way as in bench/run_bench.py
 (``_measure.run_measured``).  A section returns a plain dict (it goes to
-JSON as is); ``_gathered_report`` turns it into tables.
+JSON as is); ``bench.report.gathered`` turns it into tables.
 
 Why baselines in the same run: on a shared machine, load changes from minute
 to minute, so a ratio against a figure from another day measures the other
@@ -19,13 +19,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import xxhash
-from run_bench import ensure_corpus, log
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from bench import _proc
+from bench.run_bench import ensure_corpus, log
 
 # Checkpoint strategies of the sweep, on the spine recipe (bench/_recipes.OPS:
 # two mappers, two filters, then the global document_deduplicator).
@@ -373,17 +372,13 @@ def benchmarkable_ops() -> list[str]:
     Data-Juicer counterpart to race and cannot run offline with defaults.
     """
     from airflow_provider_dj.ops.registry import op_names
+    from bench.ops.run_ops_bench import OP_ARGS
 
-    sys.path.insert(0, os.path.join(HERE, "ops"))
-    try:
-        from run_ops_bench import OP_ARGS
-    finally:
-        sys.path.remove(os.path.join(HERE, "ops"))
     return [n for n in op_names() if n in OP_ARGS]
 
 
 def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> dict:
-    """bench/ops/run_ops_bench.py in a subprocess (it runs Data-Juicer in its own venv); its JSON is returned."""
+    """``python -m bench.ops.run_ops_bench`` in a subprocess (it runs Data-Juicer in its own venv); its JSON is returned."""
     out = os.path.join(b.out, "ops")
     os.makedirs(out, exist_ok=True)
     link = os.path.join(out, "data")  # share the corpus cache instead of a second copy
@@ -392,18 +387,7 @@ def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> 
     from airflow_provider_dj.ops.registry import op_names
 
     ops = benchmarkable_ops()
-    cmd = [
-        sys.executable,
-        os.path.join(HERE, "ops", "run_ops_bench.py"),
-        "--rows",
-        str(rows),
-        "--out",
-        out,
-        "--repeats",
-        str(repeats),
-        "--ops",
-        *ops,
-    ]
+    cmd = _proc.module_cmd("bench.ops.run_ops_bench", "--rows", rows, "--out", out, "--repeats", repeats, "--ops", *ops)
     if skip_dj:
         cmd.append("--skip-dj")
     if dj_python:
@@ -412,7 +396,9 @@ def per_op(b, rows: int, skip_dj: bool, repeats: int, dj_python: str | None) -> 
     log(f"per-op: {' '.join(cmd[1:])} (log {log_path}) ...")
     before = set(glob.glob(os.path.join(out, "ops_*.json")))
     with open(log_path, "w") as fh:
-        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=b.scratch, timeout=3 * 3600).returncode
+        rc = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=b.scratch, env=_proc.child_env(), timeout=3 * 3600
+        ).returncode
     new = sorted(set(glob.glob(os.path.join(out, "ops_*.json"))) - before)
     if not new:
         return {"error": f"run_ops_bench.py wrote no JSON (exit {rc}); see {log_path}", "log": log_path}

@@ -13,7 +13,7 @@ generator, first ``--chars`` (default 120) characters of each text):
   * a resume of a finished cursor (all batches loaded from disk, none computed).
 
 Figures depend on the machine and its load; nothing here asserts on time.
-Usage: .venv/bin/python bench/expensive_ops_bench.py [--rows 2000] [--batch-size 256]
+Usage: .venv/bin/python -m bench expensive-ops [--rows 2000] [--batch-size 256]
 """
 
 from __future__ import annotations
@@ -25,15 +25,12 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from airflow_provider_dj.engine.execution import batch_cursor  # noqa: E402
-from airflow_provider_dj.engine.execution.op_runner import apply_op  # noqa: E402
-from airflow_provider_dj.ops.registry import create_op  # noqa: E402
-from airflow_provider_dj.sample_corpus import generate_rows  # noqa: E402
+from airflow_provider_dj.engine.execution import batch_cursor
+from airflow_provider_dj.engine.execution.op_runner import apply_op
+from airflow_provider_dj.ops.registry import create_op
+from airflow_provider_dj.sample_corpus import generate_rows
 
 
 def _table(n: int, chars: int) -> pa.Table:
@@ -55,7 +52,7 @@ def _plain(op, table):
     return out, time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--chars", type=int, default=120, help="characters kept of each generated text")
@@ -63,7 +60,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--cheap-rows", type=int, default=200_000)
     ap.add_argument("--cheap-batch-size", type=int, default=1000)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="dj-expensive-bench-")
     try:
         import torch
@@ -116,7 +113,8 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

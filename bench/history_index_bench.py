@@ -11,8 +11,8 @@ process so its peak RSS is its own.  Baselines, in the same run, on the same key
 Prints wall time, lookups/s and peak RSS for each, and checks every lookup found exactly the keys it
 should.  About 2-3 minutes on 2 cores with the defaults.
 
-    .venv/bin/python bench/history_index_bench.py
-    .venv/bin/python bench/history_index_bench.py --nights 2 --rows-per-night 100000 --queries 20000  # smoke
+    .venv/bin/python -m bench history-index
+    .venv/bin/python -m bench history-index --nights 2 --rows-per-night 100000 --queries 20000  # smoke
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from bench import _proc
+from bench.report import md_table
 
 OP = "document_deduplicator"
 ARGS = {"lowercase": True, "ignore_non_character": False}
@@ -139,7 +138,11 @@ def phase_numpy(nights: int, rows: int, n: int) -> dict:
 
 def _child(args: list[str]) -> dict:
     out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *args], check=True, capture_output=True, text=True
+        _proc.module_cmd("bench.history_index_bench", *args),
+        check=True,
+        capture_output=True,
+        text=True,
+        env=_proc.child_env(),
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -182,13 +185,22 @@ def main(argv: list[str] | None = None) -> int:
         ("baseline: numpy sorted in memory", npy, npy["build_s"]),
     ]
     print()
-    print("| lookup | load s | lookup s | lookups/s | peak RSS MB | RSS over the queries MB |")
-    print("|---|---|---|---|---|---|")
-    for name, r, load in rows:
-        print(
-            f"| {name} | {'-' if load is None else f'{load:.1f}'} | {r['wall_s']:.2f} | "
-            f"{a.queries / r['wall_s']:,.0f} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['rss_before_mb']:.0f} |"
+    print(
+        md_table(
+            ["lookup", "load s", "lookup s", "lookups/s", "peak RSS MB", "RSS over the queries MB"],
+            [
+                [
+                    name,
+                    "-" if load is None else f"{load:.1f}",
+                    f"{r['wall_s']:.2f}",
+                    f"{a.queries / r['wall_s']:,.0f}",
+                    f"{r['peak_rss_mb']:.0f}",
+                    f"{r['peak_rss_mb'] - r['rss_before_mb']:.0f}",
+                ]
+                for name, r, load in rows
+            ],
         )
+    )
     print()
     print(
         f"found {look['found']:,} of {a.queries:,} (all correct); the index's lookup needed "

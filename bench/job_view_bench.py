@@ -12,7 +12,7 @@ then times, median of ``--repeat``:
 
 Usage::
 
-    .venv/bin/python bench/job_view_bench.py --partitions 1000 --rows 20000 --repeat 5
+    .venv/bin/python -m bench job-view --partitions 1000 --rows 20000 --repeat 5
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def build_job(tmp: str, parts: int, rows: int) -> str:
@@ -68,13 +66,13 @@ def median_s(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", help="build the job here and keep it; reuse it when it exists")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     tmp = args.keep or tempfile.mkdtemp(prefix="dj_view_bench_")
     os.environ["DJ_STATE_DIR"] = os.path.join(tmp, "state")
     os.environ["DJ_WORK_DIR"] = os.path.join(tmp, "work")
@@ -120,7 +118,8 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Per-row lineage's cost: the same job with lineage off (DJ_LINEAGE=0) and on, engine in-process.
 
-No Airflow, no Ray: prepare_job, run_segment per partition, the global dedup step and export_job,
+No Airflow, no Ray: the engine's local executor (engine.run_job, partitions in this process),
 timed end to end, runs interleaved (off, on, off, on, ...) so drifting machine load hits both alike.
 Prints the times, the ratios, the lineage's bytes per input row and how long ``why`` takes to answer
 for one row (its export row needs every partition's lineage).
@@ -11,7 +11,7 @@ round's "off", so a slow minute hits one pair, not the headline); and the ratio 
 seconds (every thread; the engine runs in this one process), which other tenants' load barely moves.
 Usage::
 
-    .venv/bin/python bench/lineage_bench.py --rows 1000000 --partitions 4 --repeat 2
+    .venv/bin/python -m bench lineage --rows 1000000 --partitions 4 --repeat 2
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ import time
 
 import pyarrow.compute as pc
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _inprocess_job import DEDUP_OPS, run_job, write_recipe
-
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir.layout import LINEAGE_DIR
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
 from airflow_provider_dj.sample_corpus import write_corpus
+from bench import _proc
+from bench._inprocess_job import DEDUP_OPS, run_job, write_recipe
 
 RECORDING_S = [0.0]  # seconds spent inside the recorder (observe + chunk writes), summed over threads
 
@@ -101,14 +99,14 @@ def one_run(
 
 
 def _child_run(args, tmp: str, data: str, mode: str) -> tuple[float, dict]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", tmp, data, mode]
+    cmd = _proc.module_cmd("bench.lineage_bench", "--child", tmp, data, mode)
     cmd += ["--partitions", str(args.partitions), "--strategy", args.strategy, "--dedup", args.dedup]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_proc.child_env()).stdout
     res = json.loads(out.strip().splitlines()[-1])
     return res.pop("wall_s"), res
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
@@ -123,7 +121,7 @@ def main() -> None:
         "nothing one run leaves in the heap or caches slows the next, and a drift hits both modes alike",
     )
     ap.add_argument("--child", nargs=3, metavar=("TMP", "DATA", "MODE"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:  # one timed run for --fresh, after a warm-up run in this interpreter; prints JSON
         tmp, data, mode = args.child
         instrument()
@@ -131,7 +129,7 @@ def main() -> None:
         one_run(tmp, warm, args.partitions, mode == "on", f"warm_{mode}_{os.getpid()}", args.strategy, args.dedup)
         dt, e = one_run(tmp, data, args.partitions, mode == "on", f"{mode}_{os.getpid()}", args.strategy, args.dedup)
         print(json.dumps({"wall_s": dt, **e}))
-        return
+        return 0
     modes = ("on",) if args.only_on else ("off", "on")
     instrument()
     tmp = tempfile.mkdtemp(prefix="dj-lineage-bench-")
@@ -184,7 +182,8 @@ def main() -> None:
     )
     print(f"why --row {args.rows - 1}: {extra['why_s'] * 1000:.0f} ms ({extra['why_fate']})")
     shutil.rmtree(tmp)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

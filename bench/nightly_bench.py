@@ -2,8 +2,8 @@
 near duplicates of night-1 rows) against a from-scratch run of night 2's input and against Data-Juicer
 1.6.1's default executor on the same input, all in the same bench run.
 
-Our jobs run in-process through the engine (run_segment per partition, the global steps, the export): no
-Airflow, no Ray.  A ``dj-airflow run`` adds its own fixed start-up on top (docs/benchmarks.md).
+Our jobs run in-process through the engine's local executor (``engine.run_job``, partitions in this
+process): no Airflow, no Ray.  A ``dj-airflow run`` adds its own fixed start-up on top (docs/benchmarks.md).
 
 **Marginal time** (issue 14 item 6) is a run's wall time minus the fixed start-up of an empty run of the
 same recipe, measured in the same bench run (ours: an empty input through the same engine calls; DJ: a
@@ -11,8 +11,8 @@ same recipe, measured in the same bench run (ours: an empty input through the sa
 written, time, MB/s): the issue allows the export copy to be linear in bytes, so the ratio night 2 /
 scratch is printed with and without it.
 
-    PYTHONPATH=. .venv/bin/python bench/nightly_bench.py --rows 1000000 --files 10
-    PYTHONPATH=. .venv/bin/python bench/nightly_bench.py --rows 20000 --files 4 --size 2500   # quick
+    .venv/bin/python -m bench nightly --rows 1000000 --files 10
+    .venv/bin/python -m bench nightly --rows 20000 --files 4 --size 2500   # quick
     ... --no-dj                      # ours only
     ... --profile-night2 night2.prof # cProfile of night 2
 """
@@ -29,19 +29,15 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import _nightly_dj
 import yaml
 
-from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine import run_job as run_engine_job
 from airflow_provider_dj.engine.input import index_cache
-from airflow_provider_dj.engine.job.export import export_job
-from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+from bench import _nightly_dj
+from bench.report import md_table
 
 PROCESS = """process:
   - clean_email_mapper:
@@ -68,16 +64,12 @@ def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, p
     if prof:
         prof.enable()
     t0 = time.perf_counter()
-    job = prepare_job(load_recipe(recipe), job_id=name)
-    ctx = JobContext(job.job_dir)
-    for seg in ctx.plan.segments:
-        for p in range(len(ctx.partitioning_info["partitions"])):
-            run_segment(job.job_dir, seg.index, p)
-        if seg.keys_for_global is not None:
-            resolve_global_op(job.job_dir, seg.keys_for_global)
-    t1 = time.perf_counter()
-    summary = export_job(job.job_dir)
+    result = run_engine_job(recipe, job_id=name, workers=1, say=lambda _msg: None)
     t2 = time.perf_counter()
+    ctx = JobContext(result.job_dir)
+    summary = result.summary
+    export_start = read_events(result.job_dir, "export_start")[-1]["timestamp"]
+    t1 = t2 - (read_events(result.job_dir, "job_complete")[-1]["timestamp"] - export_start)
     if prof:
         prof.disable()
         prof.dump_stats(profile)
@@ -112,8 +104,8 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b <= 0 else f"{a / b:.3f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="night 1's rows")
     ap.add_argument("--files", type=int, default=10, help="night 1's input files")
     ap.add_argument("--size", type=int, default=50_000, help="partition.size (rows)")
@@ -123,7 +115,7 @@ def main() -> None:
     ap.add_argument("--dj-timeout", type=float, default=3600, help="seconds before a Data-Juicer run is stopped")
     ap.add_argument("--profile-night2", metavar="PATH", help="write a cProfile of night 2 to PATH")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (printed)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.dj and not os.path.exists(_nightly_dj.DJ_PROCESS):
         sys.exit(f"{_nightly_dj.DJ_PROCESS} not found: pass --no-dj")
     tmp = tempfile.mkdtemp(prefix="dj_nightly_bench_")
@@ -180,6 +172,7 @@ def main() -> None:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
@@ -207,20 +200,33 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
     )
     print(f"night 2 reuse: {s2['reuse']}")
     print()
-    print("| run | wall | fixed start-up | marginal | export step | marginal without export |")
-    print("|---|---|---|---|---|---|")
+    table = []
     for label, r in (("night 2, ours (reuse)", n2), ("from scratch, ours", sc)):
         exp_rate = r["summary"]["export"]["bytes"] / 1e6 / max(r["export_s"], 1e-9)
-        print(
-            f"| {label} | {fmt_s(r['wall'])} | {fmt_s(start)} (empty input) | {fmt_s(marginal(r))} | "
-            f"{fmt_s(r['export_s'])} ({exp_rate:.0f} MB/s) | {fmt_s(marginal_no_export(r))} |"
+        table.append(
+            [
+                label,
+                fmt_s(r["wall"]),
+                f"{fmt_s(start)} (empty input)",
+                fmt_s(marginal(r)),
+                f"{fmt_s(r['export_s'])} ({exp_rate:.0f} MB/s)",
+                fmt_s(marginal_no_export(r)),
+            ]
         )
     if dj is not None:
         dj_wall = f"> {dj['timeout_s']:.0f} s (stopped)" if dj["rc"] == "timeout" else fmt_s(dj["wall_s"])
-        print(
-            f"| from scratch, Data-Juicer 1.6.1 (np={args.dj_np}) | {dj_wall} | "
-            f"{fmt_s(dj_start['wall_s'])} (1-row input) | {fmt_s(dj_m)} | (inside) | - |"
+        table.append(
+            [
+                f"from scratch, Data-Juicer 1.6.1 (np={args.dj_np})",
+                dj_wall,
+                f"{fmt_s(dj_start['wall_s'])} (1-row input)",
+                fmt_s(dj_m),
+                "(inside)",
+                "-",
+            ]
         )
+    header = ["run", "wall", "fixed start-up", "marginal", "export step", "marginal without export"]
+    print(md_table(header, table))
     print()
     print(f"night 2 / scratch (ours), wall: {ratio(n2['wall'], sc['wall'])}")
     print(f"night 2 / scratch (ours), marginal: {ratio(marginal(n2), marginal(sc))}  (aim: <= 0.15)")
@@ -249,4 +255,4 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

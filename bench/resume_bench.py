@@ -7,7 +7,7 @@ Prints, for a generated corpus (default 1M rows):
     completed job (which does no op work and re-verifies the export),
     and the resume's share of the full run.
 
-Usage: .venv/bin/python bench/resume_bench.py [--rows 1000000] [--partitions 16]
+Usage: .venv/bin/python -m bench resume [--rows 1000000] [--partitions 16]
 """
 
 from __future__ import annotations
@@ -45,12 +45,11 @@ def _run(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=16)
-    args = ap.parse_args()
-    sys.path.insert(0, ROOT)
+    args = ap.parse_args(argv)
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.job.resume import validate_resume
     from airflow_provider_dj.engine.job.setup import prepare_job
@@ -117,7 +116,8 @@ def main() -> None:
     print(
         f"{'dj-airflow run --resume (job complete)':<44}{resume_s:>9.2f} s   {resume_s / full_s:>8.1%} of the full run"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

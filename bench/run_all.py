@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """All benchmarks behind one entry point, each against a baseline measured in the same run.
 
 Sections (bench/_sections.py), in order:
@@ -10,10 +9,10 @@ Sections (bench/_sections.py), in order:
               rows with a fixed partition size, then per partition size;
   ops         per-op throughput against Data-Juicer 1.6.1 (bench/ops/run_ops_bench.py).
 
-    .venv/bin/python bench/run_all.py                 # the full run (its duration is printed first)
-    .venv/bin/python bench/run_all.py --quick         # smoke run: small sizes, no Data-Juicer
-    .venv/bin/python bench/run_all.py --only checkpoint resume
-    .venv/bin/python bench/run_all.py --render bench/results/<ts>/results.json --publish
+    .venv/bin/python -m bench all                 # the full run (its duration is printed first)
+    .venv/bin/python -m bench all --quick         # smoke run: small sizes, no Data-Juicer
+    .venv/bin/python -m bench all --only checkpoint resume
+    .venv/bin/python -m bench all --render bench/results/<ts>/results.json --publish
 
 Writes <out>/results.json, one <section>.json each, report.md and report.svg;
 --publish copies the report to docs/benchmarks_gathered.md and the chart to
@@ -33,7 +32,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
 try:
     import psutil
@@ -42,12 +40,11 @@ try:
 
     import airflow_provider_dj  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - wrong interpreter
-    sys.exit(f"error: {_exc}. Run this script with the project's virtualenv: {REPO}/.venv/bin/python bench/run_all.py")
+    sys.exit(f"error: {_exc}. Run it with the project's virtualenv: {REPO}/.venv/bin/python -m bench all")
 
-import _gathered_report  # noqa: E402
-import _sections  # noqa: E402
-import run_bench  # noqa: E402
-from run_bench import Bench, default_dj_venv, ensure_corpus, log, machine_info  # noqa: E402
+from bench import _sections, run_bench  # noqa: E402
+from bench.report import gathered, write_json, write_text  # noqa: E402
+from bench.run_bench import Bench, default_dj_venv, ensure_corpus, log, machine_info  # noqa: E402
 
 SECTION_NAMES = ("checkpoint", "resume", "scale", "ops")
 DOCS_REPORT = os.path.join(REPO, "docs", "benchmarks_gathered.md")
@@ -232,28 +229,21 @@ def write_reports(results: dict, out: str, publish: bool) -> None:
     loads = _other_loads(results.get("sections", {}))
     if loads:
         results["other_load_summary"] = {"mean": sum(loads) / len(loads), "max": max(loads), "runs": len(loads)}
-    md = _gathered_report.render_markdown(results, plot_name="report.svg")
-    svg = _gathered_report.render_svg(results)
-    with open(os.path.join(out, "report.md"), "w") as fh:
-        fh.write(md)
-    with open(os.path.join(out, "report.svg"), "w") as fh:
-        fh.write(svg)
+    md = gathered.render_markdown(results, plot_name="report.svg")
+    svg = gathered.render_svg(results)
+    write_text(os.path.join(out, "report.md"), md)
+    write_text(os.path.join(out, "report.svg"), svg)
     log(f"report: {os.path.join(out, 'report.md')}, chart: {os.path.join(out, 'report.svg')}")
     if publish:
-        os.makedirs(os.path.dirname(DOCS_PLOT), exist_ok=True)
-        with open(DOCS_REPORT, "w") as fh:
-            fh.write(_gathered_report.render_markdown(results, plot_name="img/benchmarks_gathered.svg"))
-        with open(DOCS_PLOT, "w") as fh:
-            fh.write(svg)
+        write_text(DOCS_REPORT, gathered.render_markdown(results, plot_name="img/benchmarks_gathered.svg"))
+        write_text(DOCS_PLOT, svg)
         log(f"published: {os.path.relpath(DOCS_REPORT, REPO)}, {os.path.relpath(DOCS_PLOT, REPO)}")
 
 
 def _save(results: dict, out: str, key: str | None = None) -> None:
     if key:
-        with open(os.path.join(out, f"{key}.json"), "w") as fh:
-            json.dump(results["sections"][key], fh, indent=1, default=str)
-    with open(os.path.join(out, "results.json"), "w") as fh:
-        json.dump(results, fh, indent=1, default=str)
+        write_json(os.path.join(out, f"{key}.json"), results["sections"][key], indent=1)
+    write_json(os.path.join(out, "results.json"), results, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     def done(key: str, data: dict) -> None:
         results["sections"][key] = data
         _save(results, a.out, key)
-        print("\n" + _gathered_report.section_md(key, data), flush=True)
+        print("\n" + gathered.section_md(key, data), flush=True)
 
     full = None
     if {"checkpoint", "resume"} & set(a.sections):

@@ -4,10 +4,10 @@ vs. Data-Juicer 1.6.1's default executor, on the same synthetic corpus.
 
 Run with the project's virtualenv (it imports airflow_provider_dj):
 
-    .venv/bin/python bench/run_bench.py                      # 200k and 1M rows
-    .venv/bin/python bench/run_bench.py --sizes 100000 200000 1000000
-    .venv/bin/python bench/run_bench.py --quick              # 20k and 100k rows
-    .venv/bin/python bench/run_bench.py --quick --skip-dj    # ours only
+    .venv/bin/python -m bench e2e                      # 200k and 1M rows
+    .venv/bin/python -m bench e2e --sizes 100000 200000 1000000
+    .venv/bin/python -m bench e2e --quick              # 20k and 100k rows
+    .venv/bin/python -m bench e2e --quick --skip-dj    # ours only
 
 See bench/README.md for what each figure means.
 """
@@ -27,7 +27,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
 try:
     import importlib.util
@@ -38,16 +37,12 @@ try:
     if importlib.util.find_spec("airflow_provider_dj") is None:
         raise ImportError("No module named 'airflow_provider_dj'")
 except ImportError as _exc:  # pragma: no cover - wrong interpreter
-    sys.exit(
-        f"error: {_exc}. Run this script with the project's virtualenv: {REPO}/.venv/bin/python bench/run_bench.py"
-    )
+    sys.exit(f"error: {_exc}. Run it with the project's virtualenv: {REPO}/.venv/bin/python -m bench e2e")
 
-import _compare  # noqa: E402
-import _logparse  # noqa: E402
-import _measure  # noqa: E402
-import _recipes  # noqa: E402
-import _report  # noqa: E402
-from _offline import OFFLINE_ENV  # noqa: E402
+from bench import _compare, _logparse, _measure, _proc, _recipes  # noqa: E402
+from bench._offline import OFFLINE_ENV  # noqa: E402
+from bench.report import e2e as e2e_report  # noqa: E402
+from bench.report import gib  # noqa: E402
 
 DJ_VERSION = "1.6.1"
 
@@ -248,8 +243,7 @@ def make_snapshot(out: str) -> dict:
     ).stdout.strip()
     if not where.startswith(dest):
         raise RuntimeError(f"the snapshot at {dest} is not what gets imported ({where!r})")
-    SNAPSHOT_DIR = dest
-    sys.path.insert(0, dest)  # for the in-process hash measurement
+    SNAPSHOT_DIR = dest  # every measured run, the hash and parse children included, imports it first
     return {"commit": commit, "path": dest}
 
 
@@ -415,8 +409,8 @@ class Bench:
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
             log(
-                f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
-                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
+                f"      {r.wall_s:7.1f} s wall, peak tree RSS {gib(r.peak_tree_rss)}, "
+                f"PSS {gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
                 f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores"
             )
         res["job_dir"] = job_dir
@@ -473,8 +467,8 @@ class Bench:
             log(f"      FAILED ({r.error}); {res.get('error_line') or ''}\n      log: {log_path}")
         else:
             log(
-                f"      {r.wall_s:7.1f} s wall, peak tree RSS {_report.gib(r.peak_tree_rss)}, "
-                f"PSS {_report.gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
+                f"      {r.wall_s:7.1f} s wall, peak tree RSS {gib(r.peak_tree_rss)}, "
+                f"PSS {gib(r.peak_tree_pss)}, rows out {res.get('rows_out')}, CPU {r.cpu_tree_s:.1f} s; "
                 f"other load meanwhile {r.foreign_cpu_s / max(r.wall_s, 1e-9):.2f} cores"
             )
         if not self.args.keep_work:
@@ -482,47 +476,51 @@ class Bench:
                 shutil.rmtree(d, ignore_errors=True)
         return res
 
-    # -- parse time
-    def run_parse(self, dataset: str) -> dict:
-        out_json = os.path.join(self.logs, "parse_bench.json")
-        env = base_env()
+    # -- the child measurements: a fresh interpreter that imports the measured code (--snapshot's first)
+    def _run_child(self, what: str, module: str, args: list[str], timeout: float) -> dict:
+        """``python -m module OUT_JSON *args`` in the runs' environment; its JSON, or an ``error`` entry."""
+        out_json = os.path.join(self.logs, f"{what}_bench.json")
+        env = _proc.child_env(base_env())
         env["DJ_AIRFLOW_HOME"] = self.airflow_home
         env["AIRFLOW_HOME"] = self.airflow_home
-        log_path = os.path.join(self.logs, "parse_bench.log")
-        log(f"parse: {self.args.parse_recipes} recipes via register_recipe_dags (fresh interpreter) ...")
+        log_path = os.path.join(self.logs, f"{what}_bench.log")
         with open(log_path, "w") as fh:
             try:
+                # cwd outside the repo: `python -m` puts the cwd first on sys.path (it would shadow --snapshot).
                 p = subprocess.run(
-                    [
-                        sys.executable,
-                        os.path.join(HERE, "_parsebench.py"),
-                        out_json,
-                        dataset,
-                        str(self.args.parse_recipes),
-                    ],
+                    _proc.module_cmd(module, out_json, *args),
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    timeout=600,
+                    timeout=timeout,
                     cwd=self.scratch,
                 )
                 rc = p.returncode
             except subprocess.TimeoutExpired:
                 rc = None
         if not os.path.exists(out_json):
-            return {"error": f"parse bench failed (rc={rc}); see {log_path}", "log": log_path}
+            return {"error": f"{what} bench failed (rc={rc}); see {log_path}", "log": log_path}
         with open(out_json) as fh:
             res = json.load(fh)
         res["rc"] = rc
         res["log"] = log_path
         return res
 
+    def run_hash(self, dataset: str, recipe: str) -> dict:
+        return self._run_child(
+            "hash", "bench._hashbench", [dataset, recipe, "--repeats", str(self.args.hash_repeats)], 3600
+        )
+
+    def run_parse(self, dataset: str) -> dict:
+        log(f"parse: {self.args.parse_recipes} recipes via register_recipe_dags (fresh interpreter) ...")
+        return self._run_child("parse", "bench._parsebench", [dataset, str(self.args.parse_recipes)], 600)
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Results: <out>/bench_<timestamp>.json (+ .txt table, + .png when matplotlib is available)",
+        epilog="Results: <out>/bench_<timestamp>.json (+ .txt table, + .svg chart)",
     )
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000], help="corpus sizes in rows")
     p.add_argument("--quick", action="store_true", help="sizes 20000 and 100000 (overrides --sizes)")
@@ -600,7 +598,7 @@ def render(path: str) -> int:
     """Re-print the table of an earlier run from its JSON (with this version's summary code)."""
     with open(path) as fh:
         results = json.load(fh)
-    print(_report.render_table(results, _report.summarize(results)))
+    print(e2e_report.render_table(results, e2e_report.summarize(results)))
     return 0
 
 
@@ -679,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if warm["rc"] != 0:
         log("error: the warm-up run failed; fix that first (see its log). Stopping.")
-        _report.finish(b, results, t_start)
+        e2e_report.finish(b, results, t_start)
         return 1
 
     # Fixed start-up cost
@@ -741,23 +739,16 @@ def main(argv: list[str] | None = None) -> int:
         runs[str(n)] = entry
     results["runs"] = runs
 
-    # Hash throughput (in this process, on the largest corpus)
+    # Hash throughput (a fresh interpreter importing the measured code, on the largest corpus)
     if not args.skip_hash:
-        import _hashbench
-
-        from airflow_provider_dj.engine.config.recipe import load_recipe
-
         largest = max(args.sizes)
         rpath = os.path.join(b.recipes, f"ours_{largest}.yaml")
         log(f"hash: kernels on the {largest}-row corpus ({os.path.getsize(corpora[largest]) / 1e6:.0f} MB) ...")
-        try:
-            pcfg = load_recipe(rpath).partition
-            q = b._quiet()
-            results["hash"] = _hashbench.run_hash_bench(corpora[largest], pcfg, repeats=args.hash_repeats)
-            results["hash"]["quiet_wait"] = q
-        except Exception as exc:  # noqa: BLE001 - report, keep the other figures
-            results["hash"] = {"error": f"{type(exc).__name__}: {exc}"}
-            log(f"      hash bench failed: {exc}")
+        q = b._quiet()
+        results["hash"] = b.run_hash(corpora[largest], rpath)
+        results["hash"]["quiet_wait"] = q
+        if results["hash"].get("error"):
+            log(f"      hash bench failed: {results['hash']['error']}")
 
     # DAG parse time
     if not args.skip_parse:
@@ -765,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         results["parse"] = b.run_parse(corpora[1])
         results["parse"]["quiet_wait"] = q
 
-    return _report.finish(b, results, t_start)
+    return e2e_report.finish(b, results, t_start)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Tracer overhead: the same job with open_tracer off and on (trace_num 10), engine in-process.
 
-No Airflow, no Ray: prepare_job, run_segment per partition, the global
-dedup step and export_job, timed end to end, best of ``--repeat`` runs each.
+No Airflow, no Ray: the engine's local executor (engine.run_job, partitions
+in this process), timed end to end, best of ``--repeat`` runs each.
 Prints both times and the ratio.  Usage::
 
-    .venv/bin/python bench/tracer_bench.py --rows 200000 --partitions 4 --repeat 3
+    .venv/bin/python -m bench tracer --rows 200000 --partitions 4 --repeat 3
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _inprocess_job import run_job, write_recipe
-
 from airflow_provider_dj.sample_corpus import write_corpus
+from bench._inprocess_job import run_job, write_recipe
 
 
 def one_run(tmp: str, data: str, parts: int, tracer: bool, tag: str) -> float:
@@ -32,12 +29,12 @@ def one_run(tmp: str, data: str, parts: int, tracer: bool, tag: str) -> float:
     return dt
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="dj-tracer-bench-")
     data = write_corpus(os.path.join(tmp, "in.jsonl"), args.rows, seed=42)
     times: dict[str, list[float]] = {"off": [], "on": []}
@@ -50,7 +47,8 @@ def main() -> None:
     print(f"tracing on : {on:.3f} s   all: {', '.join(f'{t:.3f}' for t in times['on'])}")
     print(f"ratio on/off: {on / off:.3f}  (+{(on - off) * 1000:.0f} ms)")
     shutil.rmtree(tmp)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Inputs and recipes for the job view's tests: a job whose partition failed after a crash.
 
 Shared by tests/unit/plugins (in-process engine runs), the e2e API and browser
-tests (``airflow standalone``) and bench/job_view_page.py (1,000 partitions).
+tests (``airflow standalone``) and bench/job_view_bench.py (1,000 partitions).
 
 The input holds real corpus rows plus rows whose ``text`` is null: every op
 reading ``text`` sets those aside into ``failed/`` with a reason, so the view

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_dj.engine.job.export import export_job, is_job_complete, verify_completed_export
-from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
+from airflow_provider_dj.engine.job.export import is_job_complete
+from airflow_provider_dj.engine.runner.steps import finish_job, wants_parallel_export
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable
+from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults, fail_fast_on_guard, run_id_of
 from airflow_provider_dj.operators.local_run import ray_cpus
 
 
-class ExportOperator(BaseOperator):
+class ExportOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
 
@@ -71,22 +68,14 @@ class ExportOperator(BaseOperator):
             extra["checksum_xxh3_128"],
         )
 
-    def _part_source(self, ctx: JobContext):
+    def _part_source(self):
         """Parallel JSONL serialization on Ray for big exports (engine/output/parts.py); None: in this task."""
-        from airflow_provider_dj.engine.execution.reuse import mostly_reused_export
-        from airflow_provider_dj.engine.output import parts as export_parts
-
-        info = ctx.partitioning_info
-        parts = [p["partition_id"] for p in info["partitions"]]
-        if (
-            ctx.recipe.export_path.endswith(".parquet")
-            or len(parts) < 2
-            or info["total_rows"] < export_parts.parallel_export_min_rows()
-            or mostly_reused_export(ctx)  # nightly reuse: copying the last export's bytes beats serializing
-        ):
+        if not wants_parallel_export(self.job_dir):
             return None
+        from airflow_provider_dj.engine.output import parts as export_parts
         from airflow_provider_dj.hooks.ray import RayHook
 
+        parts = [p["partition_id"] for p in JobContext(self.job_dir).partitioning_info["partitions"]]
         ray = RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.log.info("Serializing %d partitions to JSONL on Ray, %d at a time", len(parts), max(1, cpus))
@@ -97,65 +86,19 @@ class ExportOperator(BaseOperator):
             result = self._export(context)
         else:
             # A stopped job never exports: a pending stop ends this task first (docs/stop_and_kill.md).
-            result = run_stoppable(self, context, self.job_dir, lambda: self._export(context))
+            result = self.run_stoppable(context, self.job_dir, lambda: self._export(context))
         self._annotate_asset_events(context, result)
         return result
 
     def _export(self, context: Any) -> dict:
-        defaults = event_defaults(context)
-        if is_job_complete(self.job_dir):
-            summary = verify_completed_export(self.job_dir)
-            self.log.info(
-                "Job %s was already complete; export %s verified against the summary (%d rows, xxh3 %s). "
-                "Nothing was rewritten.",
-                summary["job_id"],
-                summary["export"]["path"],
-                summary["export"]["rows"],
-                summary["export"]["checksum_xxh3_128"],
-            )
-            return {
-                "export_path": summary["export"]["path"],
-                "rows": summary["export"]["rows"],
-                "checksum": summary["export"]["checksum_xxh3_128"],
-                "job_id": summary["job_id"],
-                "already_complete": True,
-            }
-        starts = read_events(self.job_dir, "job_start")
-        started_at = starts[0]["timestamp"] if starts else None
-        ctx = JobContext(self.job_dir)
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
-        summary = fail_fast_on_guard(
-            lambda: export_job(
-                self.job_dir, event_defaults=defaults, started_at=started_at, part_source=self._part_source(ctx)
+        return fail_fast_on_guard(
+            lambda: finish_job(
+                self.job_dir,
+                event_defaults=event_defaults(context),
+                run_id=run_id_of(context),
+                part_source=None if is_job_complete(self.job_dir) else self._part_source(),
+                say=lambda m: self.log.info("%s", m),
             )
         )
-        job_lock.release(self.job_dir, context["dag_run"].run_id)
-        EventLog(self.job_dir, ctx.job_id, defaults=defaults).emit(
-            "job_complete",
-            status="completed",
-            input_rows=summary["input"]["total_rows"],
-            output_rows=summary["export"]["rows"],
-            partitions=summary["input"]["partitions"],
-            duration=summary.get("duration_s"),
-            checksum=summary["export"]["checksum_xxh3_128"],
-            summary_path=f"{self.job_dir}/job_summary.json",
-        )
-        for op in summary["ops"]:
-            self.log.info(
-                "op %d %-32s in=%d out=%d filtered=%d duplicates=%d failed=%d",
-                op["op_index"],
-                op.get("op_name", ""),
-                op["rows_in"],
-                op["rows_out"],
-                op["filtered"],
-                op["duplicates"],
-                op["failed"],
-            )
-        self.log.info("Exported %d rows to %s", summary["export"]["rows"], summary["export"]["path"])
-        return {
-            "export_path": summary["export"]["path"],
-            "rows": summary["export"]["rows"],
-            "checksum": summary["export"]["checksum_xxh3_128"],
-            "job_id": summary["job_id"],
-        }

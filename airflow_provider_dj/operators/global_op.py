@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.job.export import is_job_complete
-from airflow_provider_dj.operators._common import event_defaults, run_stoppable
+from airflow_provider_dj.engine.runner.steps import run_global_step
+from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults
 
 
-class GlobalOpOperator(BaseOperator):
+class GlobalOpOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#f6d9e8"
 
@@ -31,11 +29,10 @@ class GlobalOpOperator(BaseOperator):
             self.log.info("job already completed: nothing to do")
             return {"op_index": self.op_index, "skipped": True}
         # A pending stop ends this task before the whole-dataset step (docs/stop_and_kill.md).
-        result = run_stoppable(
-            self,
+        result = self.run_stoppable(
             context,
             self.job_dir,
-            lambda: resolve_global_op(self.job_dir, self.op_index, event_defaults=event_defaults(context)),
+            lambda: run_global_step(self.job_dir, self.op_index, event_defaults=event_defaults(context)),
         )
         self.log.info("global op %d: %s", self.op_index, result)
         return result

@@ -20,19 +20,22 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_dj.engine.execution.ray_dispatch import DispatchHandle, run_partitions
-from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
+from airflow_provider_dj.engine.runner.steps import run_group
 from airflow_provider_dj.hooks.ray import RayHook
-from airflow_provider_dj.operators._common import event_defaults, fail_fast_on_guard, run_stoppable, try_number
+from airflow_provider_dj.operators.base import (
+    DJBaseOperator,
+    event_defaults,
+    fail_fast_on_guard,
+    run_id_of,
+    try_number,
+)
 from airflow_provider_dj.operators.local_run import ray_cpus
 
 MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
 
-class PartitionGroupOperator(BaseOperator):
+class PartitionGroupOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#d9ecf9"
 
@@ -54,19 +57,18 @@ class PartitionGroupOperator(BaseOperator):
         self.ray_conn_id = ray_conn_id
         self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.cpus_per_partition = cpus_per_partition
-        self._dispatch: DispatchHandle | None = None
+        self._dispatcher: RayDispatcher | None = None
 
     def execute(self, context: Any) -> list[dict]:
-        return run_stoppable(self, context, self.job_dir, lambda: self._run_group(context))
+        return self.run_stoppable(context, self.job_dir, lambda: self._run_group(context))
 
     def on_kill(self) -> None:
         """Cancel this task's Ray work (force: the workers die) and wait until it has ended."""
-        handle = self._dispatch
-        if handle is None:
+        dispatcher = self._dispatcher
+        if dispatcher is None or dispatcher.handle is None:
             self.log.info("on_kill: no Ray work was started")
             return
-        n = handle.cancel("Airflow killed the task (on_kill)")
-        left = handle.wait_ended()
+        n, left = dispatcher.cancel("Airflow killed the task (on_kill)")
         self.log.warning(
             "on_kill: cancelled %d Ray task(s)/actor(s) of partitions %s; %d still running",
             n,
@@ -74,50 +76,20 @@ class PartitionGroupOperator(BaseOperator):
             left,
         )
 
+    def _connect(self):
+        return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
+
     def _run_group(self, context: Any) -> list[dict]:
-        group = self.execution_group
-        if not group["partition_ids"]:  # the placeholder of a run with nothing to do (ResumeValidatorOperator)
-            self.log.info("Segment %d: no partitions to run", self.segment_index)
-            return []
-        self.log.info(
-            "Segment %d, execution group %s: partitions %s (%s)",
-            self.segment_index,
-            group["group_id"],
-            group["partition_ids"],
-            group["label"],
-        )
-        # Refuses if another live runner owns this job; refreshes our heartbeat.
-        job_lock.heartbeat(self.job_dir, context["dag_run"].run_id)
-        ray = RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
-        parts = JobContext(self.job_dir).partitioning_info["partitions"]
-        rows = {p["partition_id"]: p["num_rows"] for p in parts}
-        self._dispatch = DispatchHandle()
-        results = fail_fast_on_guard(
-            lambda: run_partitions(
-                ray,
+        self._dispatcher = RayDispatcher(self._connect, num_cpus=self.cpus_per_partition)
+        return fail_fast_on_guard(
+            lambda: run_group(
                 self.job_dir,
                 self.segment_index,
-                list(group["partition_ids"]),
+                self.execution_group,
+                self._dispatcher,
                 try_number=try_number(context),
                 event_defaults=event_defaults(context),
-                num_cpus=self.cpus_per_partition,
-                on_progress=lambda msg: self.log.info("%s", msg),
-                rows_by_partition=rows,
-                handle=self._dispatch,
-                max_in_flight=group.get("max_in_flight"),  # resolved by validate (docs/gpu_planning.md)
-                actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
+                run_id=run_id_of(context),
+                say=lambda m: self.log.info("%s", m),
             )
         )
-        for r in results:
-            if r["skipped"]:
-                self.log.info("partition %s: already complete, no work done", r["partition_id"])
-            else:
-                self.log.info(
-                    "partition %s: resumed after op %s, ran ops %s, %d rows out, %d failed samples",
-                    r["partition_id"],
-                    r["resumed_from_op"],
-                    r["ops_run"],
-                    r["rows_out"],
-                    r["failed_rows"],
-                )
-        return results

@@ -2,7 +2,7 @@
 
 Run with the project's virtualenv::
 
-    .venv/bin/python bench/ops/run_ops_bench.py [--rows 200000] [--skip-dj] ...
+    .venv/bin/python -m bench ops [--rows 200000] [--skip-dj] ...
 
 Ours: the corpus is loaded once as a pyarrow Table and each registry op is
 timed in-process (best of --repeats): ``process_table`` for mappers,
@@ -17,8 +17,8 @@ Also measured: the exact dedup's global phase (``first_occurrence_mask``) on
 --dedup-rows 16-byte keys in 8 partitions, in a fresh subprocess (time, and
 peak memory as tracemalloc peak, pyarrow pool peak and RSS high-water delta).
 
-Writes <out>/ops_<timestamp>.json and, if matplotlib imports in either venv,
-<out>/ops_<timestamp>.png (speed-up bars, log scale).
+Writes <out>/ops_<timestamp>.json and <out>/ops_<timestamp>.svg (speed-up
+bars, log scale) through bench.report.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ import sys
 import tempfile
 import time
 
+from bench import _proc
+from bench.report import ops as ops_report
+from bench.report import write_json, write_text
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+REPO = _proc.REPO
 
 SUFFIX_COL = "__dj__suffix__"
 
@@ -200,8 +202,7 @@ def corpus_path(out: str, rows: int, seed: int) -> str:
 
 
 def latex_corpus_path(out: str, rows: int, seed: int) -> str:
-    sys.path.insert(0, HERE)
-    from latex_corpus import write_latex_corpus
+    from bench.ops.latex_corpus import write_latex_corpus
 
     path = os.path.join(out, "data", f"latex_{rows}_s{seed}.jsonl")
     if not os.path.exists(path):
@@ -295,6 +296,8 @@ def run_dj(
         tf_overlay = os.path.join(REPO, "tests", "conformance", "words_filters", ".dj_tf_overlay")
         if os.path.isdir(tf_overlay):
             env["PYTHONPATH"] = tf_overlay
+        # A file path, not ``-m``: Data-Juicer's interpreter has neither this package nor the provider on its
+        # path, and the worker imports neither.
         cmd = [dj_python, os.path.join(HERE, "dj_ops_worker.py"), spec, out]
         print(f"running Data-Juicer worker: {' '.join(cmd)}", flush=True)
         t0 = time.perf_counter()
@@ -396,107 +399,19 @@ def dedup_mem_worker(n: int, parts: int, repeats: int) -> dict:
 
 
 def run_dedup_mem(n: int, parts: int, repeats: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_dedup-mem-worker", str(n), str(parts), str(repeats)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    cmd = _proc.module_cmd("bench.ops.run_ops_bench", "--_dedup-mem-worker", n, parts, repeats)
+    proc = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=_proc.child_env()
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# ----------------------------------------------------------------------------- report
-def fmt_rate(v) -> str:
-    return f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a"
-
-
-def render(res: dict) -> str:
-    lines = []
-    m = res["meta"]
-    lines.append(
-        f"per-op throughput, {m['rows']:,} rows ({os.path.basename(m['corpus'])}), "
-        f"ours best of {m['repeats']}, DJ {m['dj_version'] or 'skipped'} best of {m['dj_repeats']} "
-        f"(bare methods, per-op budget {m['dj_budget_s']:.0f}s)"
-    )
-    lines.append(f"machine: {m['cpus']} cpus; loadavg start {m['loadavg_start']} end {m['loadavg_end']}")
-    hdr = f"{'op':34} {'kind':6} {'ours rows/s':>13} {'DJ rows/s':>11} {'speed-up':>9}  {'DJ rows':>8}  kept ours/DJ"
-    lines.append(hdr)
-    lines.append("-" * len(hdr))
-    for name, r in res["ops"].items():
-        o, d = r.get("ours", {}), r.get("dj", {})
-        ours = o.get("rows_per_s")
-        djr = d.get("rows_per_s")
-        sp = f"{ours / djr:8.1f}x" if ours and djr else "      n/a"
-        kept = ""
-        if d.get("kept") is not None and o.get("kept") is not None:
-            ok = o.get("kept_on_dj_rows", o["kept"])
-            kept = f"{ok}/{d['kept']}" + ("" if ok == d["kept"] else " DIFF")
-        note = d.get("error", "")[:40] if d.get("error") else ""
-        err = o.get("error", "")[:40] if o.get("error") else ""
-        lines.append(
-            f"{name:34} {(o.get('kind') or d.get('kind') or '?')[:6]:6} {fmt_rate(ours):>13} "
-            f"{fmt_rate(djr):>11} {sp}  {d.get('rows', '') if djr else '':>8}  {kept} {err or note}".rstrip()
-        )
-    dm = res.get("dedup_global")
-    if dm and "error" not in dm:
-        mb = 1 / 2**20
-        lines.append("")
-        lines.append(
-            f"exact dedup global phase (first_occurrence_mask), {dm['rows']:,} 16-byte keys in "
-            f"{dm['partitions']} partitions: best {dm['seconds'] * 1000:.0f} ms "
-            f"({fmt_rate(dm['rows_per_s'])} keys/s), kept {dm['kept']:,}"
-        )
-        rss = dm.get("rss_peak_delta_bytes")
-        lines.append(
-            f"  peak memory: tracemalloc {dm['tracemalloc_peak_bytes'] * mb:.1f} MiB, "
-            f"RSS high-water delta {rss * mb:.1f} MiB"
-            if rss is not None
-            else "  RSS: n/a"
-        )
-        lines.append(
-            f"  (keys themselves {dm['key_bytes'] * mb:.1f} MiB; arrow pool peak "
-            f"{dm['arrow_pool_max_bytes'] * mb:.1f} MiB)"
-        )
-    elif dm:
-        lines.append(f"dedup global phase: ERROR {dm['error'][-300:]}")
-    return "\n".join(lines)
-
-
-PLOT_CODE = r"""
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-res = json.load(open(sys.argv[1]))
-rows = [(n, r["ours"]["rows_per_s"] / r["dj"]["rows_per_s"]) for n, r in res["ops"].items()
-        if r.get("ours", {}).get("rows_per_s") and r.get("dj", {}).get("rows_per_s")]
-rows.sort(key=lambda x: x[1])
-fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.5))
-ax.barh([n for n, _ in rows], [s for _, s in rows], color=["tab:green" if s >= 1 else "tab:red" for _, s in rows])
-ax.set_xscale("log"); ax.axvline(1, color="k", lw=0.8)
-ax.set_xlabel("speed-up, ours / Data-Juicer (rows/s, log scale)")
-ax.set_title("per-op throughput, %d rows" % res["meta"]["rows"])
-for i, (_, s) in enumerate(rows):
-    ax.text(s, i, " %.1fx" % s, va="center", fontsize=8)
-fig.tight_layout(); fig.savefig(sys.argv[2], dpi=120)
-"""
-
-
-def plot(json_path: str, png_path: str, dj_python: str | None) -> str:
-    for py in [sys.executable] + ([dj_python] if dj_python else []):
-        try:
-            ok = subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0
-        except OSError:
-            ok = False
-        if ok:
-            p = subprocess.run([py, "-c", PLOT_CODE, json_path, png_path], capture_output=True, text=True)
-            if p.returncode == 0:
-                return f"plot written: {png_path} (matplotlib from {py})"
-            return f"plot failed with {py}: {p.stderr[-300:]}"
-    return "matplotlib is not importable in either venv: plot skipped"
-
-
-def main(argv=None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--_dedup-mem-worker":
-        n, parts, reps = map(int, sys.argv[2:5])
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["--_dedup-mem-worker"]:
+        n, parts, reps = map(int, args[1:4])
         print(json.dumps(dedup_mem_worker(n, parts, reps)))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -522,7 +437,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     if a.render:
-        print(render(json.load(open(a.render))))
+        print(ops_report.render(json.load(open(a.render))))
         return 0
 
     from airflow_provider_dj.ops.registry import get_op_class, op_names
@@ -620,14 +535,12 @@ def main(argv=None) -> int:
         res["dedup_global"] = run_dedup_mem(a.dedup_rows, a.dedup_partitions, 3)
     res["meta"]["loadavg_end"] = loadavg()
 
-    json_path = os.path.join(a.out, f"ops_{ts}.json")
-    with open(json_path, "w") as fh:
-        json.dump(res, fh, indent=1)
+    json_path = write_json(os.path.join(a.out, f"ops_{ts}.json"), res, indent=1)
     print()
-    print(render(res))
+    print(ops_report.render(res))
     print()
     print(f"JSON: {json_path}")
-    print(plot(json_path, os.path.join(a.out, f"ops_{ts}.png"), None if a.skip_dj else a.dj_python))
+    print(f"chart: {write_text(os.path.join(a.out, f'ops_{ts}.svg'), ops_report.render_svg(res))}")
     bad = [n for n, r in res["ops"].items() if r["ours"].get("error")]
     return 1 if bad else 0
 

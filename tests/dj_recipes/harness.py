@@ -1,13 +1,13 @@
-"""Run one shipped recipe through our generated DAG and compare with Data-Juicer's own export.
+"""Run one shipped recipe through the engine's local executor and compare with Data-Juicer's own export.
 
-Each run is a real ``dj-airflow run`` in a subprocess: the recipe file as
-shipped, with only paths, partitioning (3 partitions) and checkpoints
-(every_op) given as ``--set`` overrides, real Airflow (``dag.test()``) and a
-real local Ray.  A subprocess because the model files are found through
-Data-Juicer's own environment variables (DATA_JUICER_MODELS_CACHE,
-DATA_JUICER_ASSETS_CACHE), and a Ray started earlier by another test in the
-same worker would not see them; the subprocess also gets its own Airflow home
-and Ray, so nothing it does touches the test session's.
+Each run is ``engine.run_job`` in this process: the recipe file as shipped,
+with only paths, partitioning (3 partitions) and checkpoints (every_op)
+given as overrides; the same steps the generated DAG's tasks call
+(validate/plan, each segment on each partition, each global step, export).
+The partitions run inline, so Data-Juicer's own environment variables for
+the model files (DATA_JUICER_MODELS_CACHE, DATA_JUICER_ASSETS_CACHE), set
+around the run, reach every op.  The DAG and ``dj-airflow run`` calling
+those steps are tested on real Airflow elsewhere (tests/integration).
 
 Nothing is mocked.  The only stand-ins are the model files (made offline by
 models.py, since the real ones are downloaded at first use) -- and
@@ -17,11 +17,11 @@ files and committed under expected/.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import subprocess
-import sys
+import traceback
 from dataclasses import dataclass
 
 import yaml
@@ -30,6 +30,7 @@ from tests.dj_recipes.cases import CASES, HERE, input_path, recipe_path
 from tests.dj_recipes.models import ASSETS, install_models
 
 EXPECTED = os.path.join(HERE, "expected")
+#: a recipe run's limit in the nightly module's ``dj-airflow run`` subprocesses
 RUN_TIMEOUT_S = 900
 
 #: Recipes Data-Juicer itself cannot run offline, and what our validation must name instead:
@@ -134,8 +135,8 @@ def overrides(name: str, out_dir: str) -> dict[str, object]:
 def run_copy(name: str, out_dir: str) -> str:
     """The recipe file with its placeholder ``dataset_path``/``export_path`` lines filled in, nothing else changed.
 
-    A copy rather than ``--set`` alone because ``dj-airflow run`` builds the DAG from the file
-    before the overrides apply, and a shipped placeholder such as redpajama-arxiv's
+    A copy rather than overrides alone because the file itself is loaded before the overrides apply
+    (``dj-airflow run`` builds the DAG from it), and a shipped placeholder such as redpajama-arxiv's
     ``export_path: '/path/to/your/exported/dataset/file'`` (no suffix) is refused there."""
     with open(recipe_path(name), encoding="utf-8") as fh:
         text = fh.read()
@@ -149,14 +150,6 @@ def run_copy(name: str, out_dir: str) -> str:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
-
-
-def set_args(values: dict[str, object]) -> list[str]:
-    args = []
-    for key, value in values.items():
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        args += ["--set", f"{key}={text}"]
-    return args
 
 
 def validate(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
@@ -175,22 +168,43 @@ def validate(name: str, env: RecipeEnv, out_dir: str, monkeypatch) -> None:
     return load_recipe(run_copy(name, out_dir), nested, override_source="test overrides")
 
 
-def run_cli(name: str, env: RecipeEnv, out_dir: str, job_id: str = "job1") -> subprocess.CompletedProcess:
-    cmd = [
-        os.path.join(os.path.dirname(sys.executable), "dj-airflow"),
-        "run",
-        run_copy(name, out_dir),
-        *set_args(overrides(name, out_dir)),
-        "--job-id",
-        job_id,
-        "--num-cpus",
-        "2",
-    ]
-    run_env = dict(os.environ, **env.variables())
-    run_env["DJ_AIRFLOW_HOME"] = run_env["AIRFLOW_HOME"] = env.airflow_home
-    run_env["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(env.airflow_home, "dags")
-    run_env.pop("RAY_ADDRESS", None)
-    return subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=RUN_TIMEOUT_S)
+@dataclass
+class RecipeRun:
+    """One recipe's run: its output folder and, when it raised, the error with its traceback."""
+
+    out_dir: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@contextlib.contextmanager
+def environment(variables: dict[str, str]):
+    """``variables`` set in this process for the block, then restored (other tests of the worker never see them)."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_local(name: str, env: RecipeEnv, out_dir: str, job_id: str = "job1") -> RecipeRun:
+    """The recipe through ``engine.run_job``, partitions inline; an exception is kept, not raised."""
+    from airflow_provider_dj.engine import run_job
+
+    with environment(env.variables()):
+        try:
+            run_job(run_copy(name, out_dir), overrides=overrides(name, out_dir), job_id=job_id, workers=1)
+        except Exception:  # noqa: BLE001 - the test reports it with the recipe's name
+            return RecipeRun(out_dir, traceback.format_exc())
+    return RecipeRun(out_dir)
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -215,15 +229,15 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str:
     return "identical"
 
 
-_RUNS: dict[str, tuple[str, subprocess.CompletedProcess]] = {}
+_RUNS: dict[str, RecipeRun] = {}
 
 
-def run_once(name: str, env: RecipeEnv, root: str) -> tuple[str, subprocess.CompletedProcess]:
-    """One ``dj-airflow run`` per recipe and test process: the export test and the trace test share it."""
+def run_once(name: str, env: RecipeEnv, root: str) -> RecipeRun:
+    """One run per recipe and test process: the export test and the trace test share it."""
     if name not in _RUNS:
         out_dir = os.path.join(root, name, "run")
         os.makedirs(out_dir, exist_ok=True)
-        _RUNS[name] = (out_dir, run_cli(name, env, out_dir))
+        _RUNS[name] = run_local(name, env, out_dir)
     return _RUNS[name]
 
 
@@ -259,10 +273,9 @@ def check_export(name: str, env: RecipeEnv, root: str, monkeypatch) -> None:
         f"{name}: Data-Juicer failed when the fixture was made: {expected.get('dj_error') or expected['dj_op_errors']}"
     )
     validate(name, env, os.path.join(root, name, "run"), monkeypatch)  # RecipeError (a failure) when refused
-    out_dir, proc = run_once(name, env, root)
-    assert proc.returncode == 0, (
-        f"{name}: dj-airflow run exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    )
+    run = run_once(name, env, root)
+    assert run.ok, f"{name}: the run failed:\n{run.error[-6000:]}"
+    out_dir = run.out_dir
     ours = read_jsonl(os.path.join(out_dir, "export.jsonl"))
     theirs = read_jsonl(os.path.join(EXPECTED, f"{name}.jsonl"))
     assert len(theirs) == expected["rows_out"]
@@ -276,9 +289,9 @@ def check_export(name: str, env: RecipeEnv, root: str, monkeypatch) -> None:
 
 def check_trace_matches(name: str, env: RecipeEnv, root: str) -> None:
     """The same run's tracer files equal Data-Juicer's (see check_trace)."""
-    out_dir, proc = run_once(name, env, root)
-    assert proc.returncode == 0, f"{name}: dj-airflow run exited {proc.returncode}:\n{proc.stderr[-3000:]}"
-    check_trace(name, os.path.join(out_dir, "work", "job1"))
+    run = run_once(name, env, root)
+    assert run.ok, f"{name}: the run failed:\n{run.error[-3000:]}"
+    check_trace(name, os.path.join(run.out_dir, "work", "job1"))
 
 
 def _visible(entry: object) -> object:

@@ -1,4 +1,5 @@
-"""bench/run_all.py's report: fixed results JSON in, exact Markdown tables and a well-formed SVG out.
+"""The gathered run's report (bench/report/gathered.py): fixed results JSON in, exact Markdown tables and a
+well-formed SVG out.
 
 No benchmark runs here (and no timing): the renderer is a pure function of
 the results dict, so a fixed dict pins down what the published tables say.
@@ -6,16 +7,11 @@ the results dict, so a fixed dict pins down what the published tables say.
 
 from __future__ import annotations
 
-import os
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
-sys.path.insert(0, os.path.abspath(BENCH))
-
-import _gathered_report as rep  # noqa: E402
+from bench.report import gathered as rep
 
 GIB = 2**30
 

@@ -34,7 +34,9 @@ def gen():
 
 @pytest.fixture(scope="module")
 def plot():
-    return _load("bench/plot_results.py", "plot_results_under_test")
+    from bench.report import published
+
+    return published
 
 
 def _read(rel: str) -> str:
@@ -136,6 +138,7 @@ def test_chart_bars_are_proportional_to_the_figures(plot):
     fig = plot.BenchFigures("t", (plot.SizePoint(10, 10.0, 40.0, 1.0, 2.0), plot.SizePoint(20, 20.0, 80.0, 1.5, 4.0)))
     root = ET.fromstring(plot.render_svg(fig))
     bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("data-value")]
+    # bench.report.chart draws horizontal bars: a bar's length is its width
     assert [(r.get("class"), float(r.get("data-value"))) for r in bars] == [
         ("ours", 10.0),
         ("dj", 40.0),
@@ -146,13 +149,13 @@ def test_chart_bars_are_proportional_to_the_figures(plot):
         ("ours", 1.5),
         ("dj", 4.0),
     ]
-    h = [float(r.get("height")) for r in bars]
+    h = [float(r.get("width")) for r in bars]
     assert h[1] == pytest.approx(4 * h[0], rel=0.01) and h[3] == pytest.approx(2 * h[1], rel=0.01)
     assert h[7] == pytest.approx(4 * h[4], rel=0.01)
 
 
 def test_chart_json_and_docs_sources_agree(plot):
-    """A run_bench.py summary and the printed table of the same run draw the same chart."""
+    """An e2e result file's summary and the printed table of the same run draw the same chart."""
     data = {
         "timestamp": "2026-11-29T20:22:51",
         "summary": {
@@ -177,5 +180,5 @@ def test_chart_json_and_docs_sources_agree(plot):
 def test_committed_chart_matches_the_published_table(plot):
     fig = plot.figures_from_markdown(_read("docs/benchmarks.md"))
     assert _read("docs/img/benchmarks.svg") == plot.render_svg(fig), (
-        "docs/img/benchmarks.svg is stale: run .venv/bin/python bench/plot_results.py"
+        "docs/img/benchmarks.svg is stale: run .venv/bin/python -m bench plot"
     )

@@ -36,3 +36,8 @@ def job_id_for_run(dag_id: str, run_id: str, when: datetime) -> str:
     """Deterministic id for an Airflow DAG run, so clearing the whole run resumes the same job."""
     digest = xxhash.xxh3_64_hexdigest(f"{dag_id}\x00{run_id}".encode())[:6]
     return f"{when.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{digest}"
+
+
+def resume_command(recipe_file: str | None, job_id: str) -> str:
+    """The one command line that resumes a job, as every message, summary and log shows it."""
+    return f"dj-airflow run {recipe_file or '<recipe>'} --resume {job_id}"

@@ -1,10 +1,17 @@
-"""Summary figures, the printed table, the JSON/Markdown files and the chart."""
+"""The end-to-end run's report (``python -m bench e2e``): summary figures, the printed table, its files and chart.
+
+``summarize`` and ``render_table`` are pure functions of the results dict,
+so ``-m bench e2e --render JSON`` re-prints an old run with this code;
+``finish`` writes ``bench_<ts>.json``, ``.txt`` and ``.svg`` through
+``bench.report``.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import time
+
+from bench.report import chart, gib, write_json, write_text
 
 # The lead's bars.
 BAR_MARGINAL_RATIO = 10.0  # our marginal rows/s >= 10x Data-Juicer's
@@ -12,12 +19,6 @@ BAR_E2E_SIZE = 100_000
 BAR_E2E_RATIO = 0.2  # our wall <= 0.2x Data-Juicer's at 100k rows
 BAR_STARTUP_S = 10.0  # 1-row run
 BAR_HASH_MB_S = 1000.0  # 1 GB/s (10**9 B/s) per core
-
-
-def gib(nbytes: float | None) -> str:
-    if not nbytes:
-        return "-"
-    return f"{nbytes / 2**30:.2f} GiB"
 
 
 def _ok(run: dict | None) -> bool:
@@ -353,41 +354,43 @@ def render_table(results: dict, s: dict) -> str:
     return "\n".join(L)
 
 
-def plot(results: dict, s: dict, png: str) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not importable in this environment; skipped the PNG chart"
+def panels(results: dict, s: dict) -> list[dict]:
+    """The chart: wall time per size (ours beside Data-Juicer's) and, when measured, the hash kernels."""
     rows = [r for r in s["per_size"] if r["ours_wall_s"] or r["dj_wall_s"]]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    ax = axes[0]
-    xs = range(len(rows))
-    w = 0.38
-    ax.bar([x - w / 2 for x in xs], [r["ours_wall_s"] or 0 for r in rows], w, label="dj-airflow")
-    ax.bar([x + w / 2 for x in xs], [r["dj_wall_s"] or 0 for r in rows], w, label="Data-Juicer default")
-    ax.set_xticks(list(xs), [f"{r['rows']:,}" for r in rows])
-    ax.set_xlabel("rows")
-    ax.set_ylabel("wall time (s)")
-    ax.legend()
-    ax.set_title("end-to-end wall time")
-    ax = axes[1]
+    out = [
+        {
+            "title": "End-to-end wall time, launch to exit (lower is better)",
+            "unit": " s",
+            "fmt": "{:,.1f}",
+            "series": [("ours", "dj-airflow", "#4c78a8"), ("dj", "Data-Juicer default", "#f58518")],
+            "bars": [(f"{r['rows']:,} rows", (r["ours_wall_s"], r["dj_wall_s"])) for r in rows],
+        }
+    ]
     hs = s.get("hash")
     if hs:
-        labels = ["xxh3 bytes", "xxh3 Arrow", "row JSON+sha256", "raw sha256"]
-        vals = [hs["byte_stream_mb_s"], hs["arrow_mb_s"], hs["rowwise_sha256_mb_s"], hs["raw_sha256_mb_s"]]
-        ax.bar(labels, vals)
-        ax.set_yscale("log")
-        ax.set_ylabel("MB/s (1 core)")
-        ax.set_title("partition-hash throughput")
+        out.append(
+            {
+                "title": "Partition-hash throughput, 1 core (MB/s)",
+                "fmt": "{:,.0f}",
+                "log": True,
+                "bars": [
+                    ("xxh3 bytes", hs["byte_stream_mb_s"]),
+                    ("xxh3 Arrow", hs["arrow_mb_s"]),
+                    ("row JSON+sha256", hs["rowwise_sha256_mb_s"]),
+                    ("raw sha256", hs["raw_sha256_mb_s"]),
+                ],
+            }
+        )
+    return out
+
+
+def render_svg(results: dict, s: dict) -> str:
     m = results["machine"]
-    fig.suptitle(f"{m['nproc']} CPUs, {m['ram_bytes'] / 2**30:.0f} GiB RAM")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return None
+    return chart(
+        "dj-airflow vs Data-Juicer, end to end",
+        f"{m['nproc']} CPUs, {m['ram_bytes'] / 2**30:.0f} GiB RAM; {results['timestamp']}",
+        panels(results, s),
+    )
 
 
 def finish(bench, results: dict, t_start: float) -> int:
@@ -397,17 +400,10 @@ def finish(bench, results: dict, t_start: float) -> int:
     table = render_table(results, s)
     print("\n" + table, flush=True)
     base = os.path.join(bench.out, f"bench_{bench.ts}")
-    png = base + ".png"
-    msg = plot(results, s, png)
-    if msg:
-        print(f"note: {msg}")
-        results["notes"].append(msg)
-        png = None
-    with open(base + ".json", "w") as fh:
-        json.dump(results, fh, indent=2, default=str)
-    with open(base + ".txt", "w") as fh:
-        fh.write(table + "\n")
-    print(f"results: {base}.json  (table: {base}.txt{', chart: ' + png if png else ''}; logs: {bench.logs})")
+    write_text(base + ".svg", render_svg(results, s))
+    write_json(base + ".json", results)
+    write_text(base + ".txt", table + "\n")
+    print(f"results: {base}.json  (table: {base}.txt, chart: {base}.svg; logs: {bench.logs})")
     failed = [
         n for n, e in results.get("runs", {}).items() if not _ok(e.get("ours")) or ("dj" in e and not _ok(e["dj"]))
     ]

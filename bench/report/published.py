@@ -1,23 +1,20 @@
-"""Draw the end-to-end benchmark as an SVG bar chart: docs/img/benchmarks.svg.
+"""The published end-to-end chart, docs/img/benchmarks.svg (``python -m bench plot``).
 
-Why hand-written SVG: matplotlib is not a dependency of this project and a
-chart of a dozen bars does not justify one.  The SVG is plain text, so it
-diffs, and GitHub renders it inline in docs/benchmarks.md.
-
-Where the figures come from:
+Drawn by ``bench.report.chart`` like every other chart.  Where the figures
+come from:
 
 * by default, the "Results (as printed)" table in docs/benchmarks.md: the
   published figures, which the chart must show (tests/unit/
   test_generated_docs.py checks the committed SVG against that table);
-* with ``--json [FILE]``, a result file that ``bench/run_bench.py`` wrote
+* with ``--json [FILE]``, a result file that ``python -m bench e2e`` wrote
   (``summary.per_size``; the newest ``bench/results/bench_*.json`` when no
   FILE is given), e.g. to look at a new run before publishing it.
 
 Values are rounded as the printed table rounds them (seconds to 0.1, GiB to
 0.01), so both sources draw the same chart for the same run.
 
-    .venv/bin/python bench/plot_results.py                         # docs/img/benchmarks.svg
-    .venv/bin/python bench/plot_results.py --json --out /tmp/new.svg
+    .venv/bin/python -m bench plot                         # docs/img/benchmarks.svg
+    .venv/bin/python -m bench plot --json --out /tmp/new.svg
 """
 
 from __future__ import annotations
@@ -29,9 +26,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench._proc import REPO as ROOT
+from bench.report import chart, write_text
+
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 OUT = os.path.join(ROOT, "docs", "img", "benchmarks.svg")
 OURS_COLOR, DJ_COLOR = "#2b7bb9", "#d9822b"
@@ -89,7 +87,7 @@ def figures_from_markdown(text: str, source: str = DOC) -> BenchFigures:
 
 
 def figures_from_json(data: dict, source: str) -> BenchFigures:
-    """Read ``summary.per_size`` of a run_bench.py result, rounded like the printed table."""
+    """Read ``summary.per_size`` of an e2e result file, rounded like the printed table."""
     rows = (data.get("summary") or {}).get("per_size") or []
     points = []
     for r in rows:
@@ -118,17 +116,6 @@ def newest_results_json(results_dir: str = os.path.join(ROOT, "bench", "results"
 # --------------------------------------------------------------------------
 # Drawing
 # --------------------------------------------------------------------------
-def _nice_max(v: float) -> float:
-    """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^k)."""
-    if v <= 0:
-        return 1.0
-    exp = 10 ** (len(str(int(v))) - 1) if v >= 1 else 0.1
-    for m in (1, 2, 2.5, 5, 10):
-        if m * exp >= v:
-            return m * exp
-    return 10 * exp  # pragma: no cover
-
-
 def _human_rows(n: int) -> str:
     return (
         f"{n // 1_000_000}M"
@@ -137,76 +124,42 @@ def _human_rows(n: int) -> str:
     )
 
 
-def _panel(x0: float, title: str, unit: str, pairs: list[tuple[str, float, float]], fmt: str) -> list[str]:
-    """One grouped bar panel: per label, our bar then Data-Juicer's, values printed on top."""
-    w, h, top, left = 400.0, 240.0, 70.0, 50.0
-    base = top + h
-    vmax = _nice_max(max(max(a, b) for _, a, b in pairs))
-    out = [f'<text x="{x0 + left + w / 2:.1f}" y="{top - 22:.1f}" class="panel">{escape(title)}</text>']
-    for i in range(5):  # grid lines and axis labels
-        v = vmax * i / 4
-        y = base - h * i / 4
-        out.append(f'<line x1="{x0 + left:.1f}" y1="{y:.1f}" x2="{x0 + left + w:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{x0 + left - 6:.1f}" y="{y + 4:.1f}" class="axis" text-anchor="end">{v:g}</text>')
-    out.append(
-        f'<text x="{x0 + 14:.1f}" y="{top + h / 2:.1f}" class="axis" '
-        f'transform="rotate(-90 {x0 + 14:.1f} {top + h / 2:.1f})" text-anchor="middle">{escape(unit)}</text>'
-    )
-    group_w = w / len(pairs)
-    bar_w = min(48.0, group_w / 3)
-    for g, (label, ours, dj) in enumerate(pairs):
-        cx = x0 + left + group_w * (g + 0.5)
-        for k, (value, cls) in enumerate(((ours, "ours"), (dj, "dj"))):
-            bh = h * value / vmax
-            bx = cx - bar_w + k * bar_w
-            out.append(
-                f'<rect x="{bx:.1f}" y="{base - bh:.1f}" width="{bar_w - 2:.1f}" height="{bh:.1f}" '
-                f'class="{cls}" data-value="{value:g}"><title>{escape(label)} {cls}: '
-                f"{value:{fmt}} {escape(unit)}</title></rect>"
-            )
-            out.append(
-                f'<text x="{bx + (bar_w - 2) / 2:.1f}" y="{base - bh - 4:.1f}" class="val" '
-                f'text-anchor="middle">{value:{fmt}}</text>'
-            )
-        out.append(
-            f'<text x="{cx:.1f}" y="{base + 18:.1f}" class="axis" text-anchor="middle">{escape(label)} rows</text>'
-        )
-    return out
+SERIES = [
+    ("ours", "dj-airflow (this provider)", OURS_COLOR),
+    ("dj", "Data-Juicer 1.6.1 default executor", DJ_COLOR),
+]
+
+
+def panels(fig: BenchFigures) -> list[dict]:
+    """Wall time and peak PSS per size, our bar beside Data-Juicer's."""
+    return [
+        {
+            "title": "Wall time, launch to exit (lower is better)",
+            "unit": " s",
+            "fmt": "{:.1f}",
+            "series": SERIES,
+            "bars": [(f"{_human_rows(p.rows)} rows", (p.ours_s, p.dj_s)) for p in fig.points],
+        },
+        {
+            "title": "Peak memory, process tree PSS (lower is better)",
+            "unit": " GiB",
+            "fmt": "{:.2f}",
+            "series": SERIES,
+            "bars": [(f"{_human_rows(p.rows)} rows", (p.ours_pss_gib, p.dj_pss_gib)) for p in fig.points],
+        },
+    ]
 
 
 def render_svg(fig: BenchFigures) -> str:
-    wall = [(_human_rows(p.rows), p.ours_s, p.dj_s) for p in fig.points]
-    mem = [(_human_rows(p.rows), p.ours_pss_gib, p.dj_pss_gib) for p in fig.points]
-    width, height = 960, 380
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif">',
-        "<style>.grid{stroke:#ddd;stroke-width:1}.axis{font-size:12px;fill:#444}"
-        ".val{font-size:11px;fill:#222}.panel{font-size:14px;font-weight:bold;text-anchor:middle;fill:#222}"
-        f".ours{{fill:{OURS_COLOR}}}.dj{{fill:{DJ_COLOR}}}.title{{font-size:15px;fill:#111}}"
-        ".legend{font-size:12px;fill:#222}</style>",
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{width / 2}" y="22" class="title" text-anchor="middle">{escape(fig.label)}</text>',
-    ]
-    parts += _panel(10, "Wall time, launch to exit (lower is better)", "seconds", wall, ".1f")
-    parts += _panel(490, "Peak memory, process tree PSS (lower is better)", "GiB", mem, ".2f")
-    ly = height - 18
-    parts += [
-        f'<rect x="330" y="{ly - 10}" width="12" height="12" class="ours"/>',
-        f'<text x="348" y="{ly}" class="legend">dj-airflow (this provider)</text>',
-        f'<rect x="530" y="{ly - 10}" width="12" height="12" class="dj"/>',
-        f'<text x="548" y="{ly}" class="legend">Data-Juicer 1.6.1 default executor</text>',
-        "</svg>",
-    ]
-    return "\n".join(parts) + "\n"
+    return chart(fig.label, "wall time and peak memory per input size, same corpus and ops for both", panels(fig))
 
 
 def load_figures(json_path: str | None = None) -> tuple[BenchFigures, str]:
-    """The docs table, or (``json_path`` given; ``"newest"`` = the newest result file) a run_bench.py result."""
+    """The docs table, or (``json_path`` given; ``"newest"`` = the newest result file) an e2e result."""
     if json_path:
         path = newest_results_json() if json_path == "newest" else json_path
         if not path:
-            raise NoFiguresError("no bench/results/bench_*.json here: run bench/run_bench.py or name a file")
+            raise NoFiguresError("no bench/results/bench_*.json here: run python -m bench e2e or name a file")
         with open(path, encoding="utf-8") as fh:
             return figures_from_json(json.load(fh), path), path
     with open(DOC, encoding="utf-8") as fh:
@@ -220,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="newest",
         metavar="FILE",
-        help="draw a bench_*.json written by bench/run_bench.py (no FILE: the newest) instead of "
+        help="draw a bench_*.json written by python -m bench e2e (no FILE: the newest) instead of "
         "the table in docs/benchmarks.md",
     )
     ap.add_argument("--out", default=OUT)
@@ -230,9 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NoFiguresError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as fh:
-        fh.write(render_svg(fig))
+    write_text(args.out, render_svg(fig))
     print(f"wrote {args.out} ({len(fig.points)} sizes, from {os.path.relpath(source, ROOT)})")
     return 0
 

@@ -1,17 +1,16 @@
-"""Markdown tables and the SVG chart of bench/run_all.py, from its results JSON alone.
+"""Markdown tables and the SVG chart of the gathered run (``python -m bench all``), from its results alone.
 
 Pure functions of the results dict (no measuring, no files read), so a
 report can be re-rendered from an old ``results.json`` with
-``run_all.py --render`` and the unit test can feed it a fixed dict.  The same
-section tables are printed to the console as each section finishes.
+``-m bench all --render`` and the unit test can feed it a fixed dict.  The
+same section tables are printed to the console as each section finishes.
 """
 
 from __future__ import annotations
 
 import math
 
-import _svg
-from _report import gib
+from bench.report import chart, gib, md_table
 
 
 def _f(x, spec: str = ".1f", suffix: str = "") -> str:
@@ -28,12 +27,6 @@ def _share(x: float | None) -> str:
 
 def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("PASS" if ok else "FAIL")
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def _ck_label(ck: dict) -> str:
@@ -76,7 +69,7 @@ def checkpoint_md(d: dict) -> str:
             f"Spine recipe, {d['rows']:,} rows, 4 partitions; best of {d['repeats']} per strategy "
             f"(run round-robin); baseline `{d['baseline']}` measured in the same run.",
             "",
-            _table(
+            md_table(
                 [
                     "strategy",
                     "checkpoint section",
@@ -126,7 +119,7 @@ def resume_md(d: dict) -> str:
             f"Spine recipe, {d['rows']:,} rows, every_op checkpoints.  The kill is a `kill_run` fault "
             f"(SIGKILL to the CLI, Ray and its workers) after op 2 of partition 1.",
             "",
-            _table(
+            md_table(
                 [
                     "case",
                     "wall s",
@@ -181,11 +174,11 @@ def scale_md(d: dict) -> str:
         [
             f"By input size, {d['partition_rows']:,} rows per partition (spine recipe, every_op):",
             "",
-            _table(hdr, _scale_rows(d["by_size"])),
+            md_table(hdr, _scale_rows(d["by_size"])),
             "",
             f"By partition size, {d['sweep_at_rows']:,} rows:",
             "",
-            _table(hdr, _scale_rows(d["by_partition_size"])),
+            md_table(hdr, _scale_rows(d["by_partition_size"])),
             "",
             bl,
         ]
@@ -221,7 +214,7 @@ def ops_md(d: dict) -> str:
         f"{m.get('rows', 0):,} rows in memory, one core; ours best of {m.get('repeats')}; Data-Juicer {dj} "
         f"(bare op methods in its own virtualenv; see bench/ops/README.md).",
         "",
-        _table(["op", "kind", "ours rows/s", "DJ rows/s", "speed-up", "kept ours/DJ"], rows),
+        md_table(["op", "kind", "ours rows/s", "DJ rows/s", "speed-up", "kept ours/DJ"], rows),
     ]
     if geo:
         lines += ["", f"Geometric mean speed-up over {len(sps)} ops: {geo:.1f}×."]
@@ -280,7 +273,7 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
     head = [
         "# Benchmarks, gathered",
         "",
-        f"Produced by `bench/run_all.py {' '.join(results.get('argv', []))}`".rstrip() + f" on {results['timestamp']}"
+        f"Produced by `{' '.join(['python -m bench all', *results.get('argv', [])])}` on {results['timestamp']}"
         f" ({'quick smoke run' if cfg.get('quick') else 'full run'}; took {results.get('total_s', 0) / 60:.0f} min).  "
         "How to run it and what each section measures: [benchmarks.md](benchmarks.md#gathered-run-benchrun_allpy).",
         "",
@@ -416,4 +409,4 @@ def render_svg(results: dict) -> str:
         f"{m.get('nproc')} cores ({m.get('cpu_model')}), {m['ram_bytes'] / 2**30:.0f} GiB RAM; "
         f"{results['timestamp']}; {'quick smoke run' if results['config'].get('quick') else 'full run'}"
     )
-    return _svg.render_svg("dj-airflow benchmarks, gathered", sub, panels(results))
+    return chart("dj-airflow benchmarks, gathered", sub, panels(results))

@@ -1,0 +1,203 @@
+"""Where a group's partitions run: Ray tasks, a local process pool, or this process.
+
+Every dispatcher runs the same partition task (``run_segment`` for one
+partition of one segment) and reports the same way: each partition of the
+group runs to its end even if a sibling fails, then the first error is
+raised as ``PartitionFailedError``; a graceful stop comes back as data and
+is raised as ``StopRequested`` once all have ended; a forced stop or a kill
+cancels what still runs.  So checkpoints, events and exports are the same
+whichever dispatcher ran them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Callable
+
+from airflow_provider_dj.engine.execution.ray_dispatch import (
+    DispatchHandle,
+    PartitionFailedError,
+    _progress_line,
+    _segment_task,
+    run_partitions,
+)
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+class RayDispatcher:
+    """Partitions as Ray tasks (or a segment's actor pool) on the cluster ``connect()`` returns.
+
+    ``connect`` is called at the first group, after the runner lock's heartbeat: a runner refused
+    by the lock never starts or joins a cluster."""
+
+    def __init__(self, connect: Callable[[], Any], *, num_cpus: float = 1) -> None:
+        self._connect = connect
+        self.num_cpus = num_cpus
+        self.handle: DispatchHandle | None = None
+
+    def run(
+        self,
+        job_dir: str,
+        segment_index: int,
+        partition_ids: list[int],
+        *,
+        try_number: int | None,
+        event_defaults: dict | None,
+        on_progress: Progress,
+        rows_by_partition: dict[int, int],
+        max_in_flight: int | None,
+        actor_resources: dict | None,
+    ) -> list[dict]:
+        ray = self._connect()
+        self.handle = DispatchHandle()
+        return run_partitions(
+            ray,
+            job_dir,
+            segment_index,
+            partition_ids,
+            try_number=try_number,
+            event_defaults=event_defaults,
+            num_cpus=self.num_cpus,
+            on_progress=on_progress,
+            rows_by_partition=rows_by_partition,
+            handle=self.handle,
+            max_in_flight=max_in_flight,
+            actor_resources=actor_resources,
+        )
+
+    def cancel(self, reason: str) -> tuple[int, int]:
+        """Cancel the running group's Ray work; (calls made, still running after the wait)."""
+        handle = self.handle
+        if handle is None:
+            return 0, 0
+        n = handle.cancel(reason)
+        return n, handle.wait_ended()
+
+    def close(self) -> None:
+        """Nothing to release: the cluster belongs to whoever started it."""
+
+
+class LocalDispatcher:
+    """Partitions in this process (``workers`` <= 1) or on a pool of ``workers`` local processes.
+
+    The pool's processes are started fresh (spawn), not forked, so a caller's threads and open
+    connections never leak into a worker; it lives until :meth:`close`, across the job's segments."""
+
+    def __init__(self, workers: int = 1, *, poll_s: float = 0.5) -> None:
+        self.workers = max(1, int(workers))
+        self.poll_s = poll_s
+        self._pool: ProcessPoolExecutor | None = None
+
+    def run(
+        self,
+        job_dir: str,
+        segment_index: int,
+        partition_ids: list[int],
+        *,
+        try_number: int | None,
+        event_defaults: dict | None,
+        on_progress: Progress,
+        rows_by_partition: dict[int, int],
+        max_in_flight: int | None = None,
+        actor_resources: dict | None = None,
+    ) -> list[dict]:
+        from airflow_provider_dj.engine.execution.actor_pool import op_modules
+        from airflow_provider_dj.engine.storage.context import JobContext
+
+        modules = tuple(op_modules(JobContext(job_dir).plan))
+        args = [(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules) for pid in partition_ids]
+        t0 = time.perf_counter()
+        if self.workers == 1 or len(partition_ids) == 1:
+            outcomes = {}
+            for a in args:
+                outcomes[a[2]] = _outcome(lambda a=a: _segment_task(*a))
+                on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
+        else:
+            outcomes = self._on_pool(job_dir, segment_index, partition_ids, args, on_progress, rows_by_partition, t0)
+        return _results(job_dir, segment_index, partition_ids, outcomes)
+
+    def _on_pool(self, job_dir, segment_index, partition_ids, args, on_progress, rows_by_partition, t0) -> dict:
+        """Submit every partition, wait for all; a forced stop request kills the pool's workers."""
+        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
+
+        if self._pool is None:
+            import multiprocessing
+
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+        futures: dict[Future, int] = {self._pool.submit(_segment_task, *a): a[2] for a in args}
+        outcomes: dict[int, tuple[str, Any]] = {}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=self.poll_s, return_when=FIRST_COMPLETED)
+            for fut in done:
+                outcomes[futures[fut]] = _outcome(fut.result)
+            if done:
+                on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
+            request = read_stop_request(job_dir) if pending else None
+            if request is not None and request.get("force"):
+                self._kill(f"forced stop requested by {request.get('requested_by')}")
+                for fut in pending:
+                    outcomes[futures[fut]] = ("stopped", request)
+                pending = set()
+        return outcomes
+
+    def _kill(self, reason: str) -> None:
+        """End the pool's worker processes now: what they held in memory is lost, their commits stay."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        procs = list(getattr(pool, "_processes", {}).values())
+        for proc in procs:
+            proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        log.warning("killed %d local worker process(es) (%s)", len(procs), reason)
+
+    def cancel(self, reason: str) -> tuple[int, int]:
+        n = len(getattr(self._pool, "_processes", {}) or {})
+        self._kill(reason)
+        return n, 0
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _outcome(call: Callable[[], dict]) -> tuple[str, Any]:
+    """('ok', result) / ('stopped', request) / ('error', exception) of one partition task."""
+    try:
+        out = call()
+    except Exception as exc:  # noqa: BLE001 - every sibling runs to its end; the first error is raised after
+        return "error", exc
+    if out.get("stopped"):
+        return "stopped", out["request"]
+    return "ok", out
+
+
+def _line(segment_index, partition_ids, outcomes, rows_by_partition, t0) -> str:
+    results = {pid: o[1] for pid, o in outcomes.items() if o[0] == "ok"}
+    errors = [(pid, o[1]) for pid, o in outcomes.items() if o[0] == "error"]
+    return _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, time.perf_counter() - t0)
+
+
+def _results(job_dir: str, segment_index: int, partition_ids: list[int], outcomes: dict) -> list[dict]:
+    """The group's results in partition order, or the first error / the stop, as Ray dispatch raises them."""
+    from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
+
+    errors = [(pid, outcomes[pid][1]) for pid in partition_ids if outcomes[pid][0] == "error"]
+    if errors:
+        pid, exc = errors[0]
+        failure = PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {exc}")
+        failure.cause = exc
+        raise failure from exc
+    stopped = {pid: outcomes[pid][1] for pid in partition_ids if outcomes[pid][0] == "stopped"}
+    if stopped:
+        exc = StopRequested(job_dir, next(iter(stopped.values())), partition_ids=sorted(stopped))
+        exc.completed = [outcomes[pid][1] for pid in partition_ids if outcomes[pid][0] == "ok"]  # type: ignore[attr-defined]
+        raise exc
+    return [outcomes[pid][1] for pid in partition_ids]

@@ -1,0 +1,256 @@
+"""Run a whole recipe in one process, without Airflow: the local executor and the engine's Python API.
+
+``run_job`` calls exactly the steps the generated DAG's tasks call, in the
+DAG's order: the GPU preflight, the first step (plan a new job or prove an
+existing one), each segment for each execution group, the barrier check and
+the global step after each segment that feeds a deduplicator, and the
+export.  The job directory, checkpoints, resume, lineage, history and the
+export are the same as a DAG run's; so a job started here can be resumed by
+the DAG and the other way round (``resume=`` takes the printed token).
+
+Partitions run in this process (``workers=1``), on a pool of local processes
+(``workers=N``, the default: one per core), or as Ray tasks
+(``executor="ray"``: the Ray this process is connected to, else a private
+local one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from airflow_provider_dj import settings
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.summary import read_job_summary
+from airflow_provider_dj.engine.job.watch import check as barrier_check
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
+from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
+from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
+from airflow_provider_dj.engine.runner.steps import finish_job, run_global_step, run_group
+from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+from airflow_provider_dj.engine.storage.context import JobContext
+
+log = logging.getLogger(__name__)
+
+EXECUTORS = ("local", "ray")
+
+
+class BarrierNotReachedError(DJError, RuntimeError):
+    """A segment ended without every partition's output and keys committed: the global step would be wrong."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a finished job exported, and where its job directory is."""
+
+    job_id: str
+    job_dir: str
+    export_path: str
+    rows: int
+    checksum: str
+    already_complete: bool
+    summary: dict
+
+    @property
+    def resume_token(self) -> str:
+        return self.job_id
+
+
+def run_job(
+    recipe: str,
+    *,
+    overrides: dict | None = None,
+    work_dir: str | None = None,
+    job_id: str | None = None,
+    resume: str | None = None,
+    workers: int | None = None,
+    executor: str = "local",
+    renderer: Any = None,
+    say: Callable[[str], None] = log.info,
+) -> JobResult:
+    """Run the recipe file ``recipe`` to its export; returns what was exported.
+
+    ``overrides`` are trigger-time values (nested or dotted keys, as ``dag_run.conf``); ``work_dir``,
+    ``job_id`` and ``resume`` are shorthands for those keys.  ``resume`` continues a job from its
+    committed checkpoints, and never clears them.  ``workers``: local processes for partitions
+    (1: this process; default: one per core); with ``executor="ray"``, CPUs of a private Ray.
+    ``renderer`` renders templated values (``{{ ds }}``; see ``airflow_provider_dj.templating``).
+
+    Raises ``RecipeError`` / ``InputError`` / ``ResumeRefusedError`` before any work, ``JobStopped``
+    when a stop was requested (``dj-airflow stop``), ``PartitionFailedError`` when a partition failed
+    (the job's summary then says ``failed``, and ``resume=`` continues it)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r}: use one of {', '.join(EXECUTORS)}")
+    started_at = time.time()
+    conf = dict(overrides or {})
+    conf.update({k: v for k, v in (("work_dir", work_dir), ("job_id", job_id), ("resume", resume)) if v is not None})
+    workers = max(1, int(workers or os.cpu_count() or 1))
+    effective = load_effective_recipe(recipe, conf, renderer=renderer)
+    _refuse_unrendered(effective)
+    chosen = choose_job_id(effective)
+    # This invocation's identity in the job's lock: another run of the same job (a resume after a crash,
+    # a second process started by mistake) is another owner, refused while this one lives.
+    run_id = f"local__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started_at))}_{os.getpid()}"
+    dispatcher = _dispatcher(executor, workers)
+    try:
+        gpu_preflight_step(
+            recipe,
+            conf,
+            renderer=lambda: renderer,
+            job_id=chosen,
+            executor=executor,
+            ray_client=(lambda: _local_ray(workers)) if executor == "ray" else None,
+            say=say,
+        )
+        started = start_job(
+            effective,
+            job_id=chosen,
+            event_defaults=_step("validate"),
+            started_at=started_at,
+            # As `dj-airflow run --num-cpus N` plans: groups of N partitions, one group at a time.
+            default_group_size=settings.get("default_group_size") or workers,
+            sequential_tasks=True,
+            cpu_default=workers,
+            run_id=run_id,
+            run_pid=os.getpid(),
+            say=say,
+        )
+        return _run_started(started, dispatcher, run_id, say)
+    finally:
+        dispatcher.close()
+
+
+def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult:
+    """Every step after the first, under the stop protocol; a failure is recorded in the job directory."""
+    job_dir = started.job_dir
+    where = "the first step"
+    try:
+        if not started.job_complete:
+            plan = JobContext(job_dir).plan
+            for seg in plan.segments:
+                where = seg.task_id()
+                _run_segment(job_dir, seg.index, where, started.groups, dispatcher, run_id, say)
+                if seg.keys_for_global is not None:
+                    where = plan.global_task_id(seg.keys_for_global)
+                    _require_barrier(job_dir, seg.index)
+                    _run_global(job_dir, seg.keys_for_global, where, run_id, say)
+        where = "export"
+        result = stoppable(
+            job_dir,
+            lambda: finish_job(job_dir, event_defaults=_step(where), run_id=run_id, say=say),
+            step_key=f"{run_id}.export",
+            run_id=run_id,
+            event_defaults=_step(where),
+            say=say,
+        )
+    except BaseException as exc:
+        record_job_failure(job_dir, where, exc, event_defaults=_step(where))
+        _release_quietly(job_dir, run_id)
+        raise
+    summary = read_job_summary(job_dir) or {}
+    return JobResult(
+        job_id=result["job_id"],
+        job_dir=job_dir,
+        export_path=result["export_path"],
+        rows=result["rows"],
+        checksum=result["checksum"],
+        already_complete=bool(result.get("already_complete")),
+        summary=summary,
+    )
+
+
+def _step(step: str) -> dict:
+    """Event fields naming the step that wrote an event, by the DAG task that runs the same step."""
+    return {"step": step}
+
+
+def _run_segment(job_dir: str, segment_index: int, step: str, groups: list[dict], dispatcher, run_id: str, say):
+    """Every group of one segment, as the DAG's mapped instances run: a failing group does not keep its
+    siblings from committing their partitions (so a resume has the most to start from); then the first
+    failure is raised.  A stop ends the segment at once."""
+    failures: list[BaseException] = []
+    for group in groups:
+        try:
+            _run_group_step(job_dir, segment_index, step, group, dispatcher, run_id, say)
+        except JobStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - raised below, once the other groups have run
+            failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
+def _run_group_step(job_dir: str, segment_index: int, step: str, group: dict, dispatcher, run_id: str, say) -> None:
+    stoppable(
+        job_dir,
+        lambda: run_group(
+            job_dir, segment_index, group, dispatcher, event_defaults=_step(step), run_id=run_id, say=say
+        ),
+        step_key=f"{run_id}.{step}.{group['group_id']}",
+        run_id=run_id,
+        event_defaults=_step(step),
+        say=say,
+    )
+
+
+def _run_global(job_dir: str, op_index: int, step: str, run_id: str, say) -> None:
+    result = stoppable(
+        job_dir,
+        lambda: run_global_step(job_dir, op_index, event_defaults=_step(step)),
+        step_key=f"{run_id}.{step}",
+        run_id=run_id,
+        event_defaults=_step(step),
+        say=say,
+    )
+    say(f"global op {op_index}: {result}")
+
+
+def _require_barrier(job_dir: str, segment_index: int) -> None:
+    """The DAG's barrier, as one look: every partition committed the segment's output and keys."""
+    status = barrier_check(job_dir, segment_index=segment_index)
+    if not status.done:
+        raise BarrierNotReachedError(f"{status.message}: the global step needs every partition's keys")
+
+
+def _dispatcher(executor: str, workers: int):
+    if executor == "ray":
+        return RayDispatcher(lambda: _local_ray(workers))
+    return LocalDispatcher(workers)
+
+
+def _local_ray(workers: int):
+    """The Ray this process is connected to, else the cluster at RAY_ADDRESS, else a private local one."""
+    import ray
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], ignore_reinit_error=True)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True)
+    return ray
+
+
+def _refuse_unrendered(recipe) -> None:
+    """A templated recipe with no renderer would read and write the literal ``{{ ... }}`` paths."""
+    from airflow_provider_dj.engine.config.recipe import RecipeError
+
+    values = (recipe.templates or {}).get("values") or {}
+    if values and not any(v.get("rendered") is not None for v in values.values()):
+        keys = ", ".join(sorted(values))
+        raise RecipeError(
+            recipe.source_file,
+            keys,
+            "templated values need a renderer: pass run_job(..., renderer=...) (see docs/python_api.md) "
+            "or run it with `dj-airflow run RECIPE --logical-date YYYY-MM-DD`",
+        )
+
+
+def _release_quietly(job_dir: str, run_id: str) -> None:
+    try:
+        job_lock.release(job_dir, run_id)
+    except Exception as exc:  # noqa: BLE001 - a lock left behind goes stale; the original error matters more
+        log.warning("could not release the runner lock of %s: %s", job_dir, exc)

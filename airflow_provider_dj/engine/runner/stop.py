@@ -1,0 +1,123 @@
+"""The stop protocol around each step, and what a job's final failure leaves in its directory.
+
+A stop is state in the job directory (engine/jobdir/stop_control.py).  Each
+step runs inside :func:`stoppable`: a request pending when the step starts
+ends it before any work, unless this very step was stopped by it before and
+is now run again (a resume); a ``StopRequested`` raised by the work is
+acknowledged, the summary says ``stopped`` and the runner lock is released.
+The caller turns :class:`JobStopped` into its own way of ending (an Airflow
+task failing without retry, a CLI's exit code).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.summary import read_job_summary, write_job_summary
+from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.identity import resume_command
+
+log = logging.getLogger(__name__)
+
+
+class JobStopped(DJError, RuntimeError):
+    """A step ended because a stop was requested: committed work is kept; resume to go on."""
+
+    def __init__(self, message: str, request: dict | None = None) -> None:
+        super().__init__(message)
+        self.request = dict(request or {})
+
+
+def stoppable(
+    job_dir: str,
+    body: Callable[[], Any],
+    *,
+    step_key: str,
+    try_number: int | None = None,
+    run_id: str | None = None,
+    run_pid: int | None = None,
+    event_defaults: dict | None = None,
+    say: Callable[[str], None] = log.info,
+    warn: Callable[[str], None] = log.warning,
+) -> Any:
+    """Run ``body`` under the job's stop protocol; a stop raises :class:`JobStopped`.
+
+    ``step_key`` names this step across its tries (an Airflow task instance: dag.run.task.map_index)."""
+    try:
+        cleared = stop_control.handle_pending_stop(job_dir, step_key, try_number)
+    except stop_control.StopRequested as exc:
+        raise record_stop(job_dir, exc, step_key, try_number, run_id, event_defaults, warn) from None
+    if cleared is not None:
+        note = job_lock.acquire(job_dir, job_lock.owner_identity(run_id, run_pid=run_pid))
+        say(
+            f"This task was stopped by the request of {cleared.get('requested_at')} and has been cleared: "
+            f"resuming the job (stop request removed; runner lock {note})"
+        )
+        EventLog(job_dir, storage.basename(job_dir), defaults=event_defaults).emit(
+            "stop_cleared", status="resumed", note=f"cleared by a re-run of {step_key}"
+        )
+    try:
+        return body()
+    except stop_control.StopRequested as exc:
+        raise record_stop(job_dir, exc, step_key, try_number, run_id, event_defaults, warn) from None
+
+
+def record_stop(
+    job_dir: str,
+    exc: stop_control.StopRequested,
+    step_key: str,
+    try_number: int | None,
+    run_id: str | None,
+    event_defaults: dict | None,
+    warn: Callable[[str], None] = log.warning,
+) -> JobStopped:
+    """Record a stop (acknowledgement, ``stopped`` summary, lock released) and build the exception to raise."""
+    request = getattr(exc, "request", {}) or {}
+    stop_control.acknowledge_stop(job_dir, step_key, try_number, request)
+    resume = ""
+    try:
+        summary = write_job_summary(job_dir, "stopped", event_defaults=event_defaults)
+        resume = summary.get("resume_command") or ""
+    except Exception as err:  # noqa: BLE001 - the stop itself must still end the step cleanly
+        warn(f"could not write the stopped job summary: {err}")
+    try:
+        job_lock.release(job_dir, run_id)
+    except Exception as err:  # noqa: BLE001 - a lock left behind goes stale; the stop must still end the step
+        warn(f"could not release the runner lock: {err}")
+    parts = getattr(exc, "partition_ids", None)
+    msg = (
+        f"STOPPED on request ({'force' if request.get('force') else 'graceful'}, by "
+        f"{request.get('requested_by', 'unknown')} at {request.get('requested_at', '?')})"
+        + (f"; partitions {parts} stopped" if parts else "")
+        + ". Committed checkpoints are kept; this is not a data failure and is not retried. Resume with: "
+        + (resume or resume_command(None, "<job id>"))
+        + ', or trigger the DAG with conf {"resume": "<job id>"}, or clear this task in the UI.'
+    )
+    warn(msg)
+    return JobStopped(msg, request)
+
+
+def record_job_failure(
+    job_dir: str, where: str, exc: BaseException | None, *, stopped: bool = False, event_defaults: dict | None = None
+) -> None:
+    """The job's final failure: ``job_failed`` and a failed ``job_summary.json``; a job ending because of
+    a stop (``stopped``, a :class:`JobStopped`, or a request still pending) is left ``stopped`` instead.
+    Never raises: it runs on the way out of a failure."""
+    try:
+        stopping = stopped or isinstance(exc, JobStopped) or stop_control.read_stop_request(job_dir) is not None
+        if stopping:
+            existing = read_job_summary(job_dir) or {}
+            if existing.get("status") != "stopped":
+                write_job_summary(
+                    job_dir, "stopped", error=f"{where} stopped on request", event_defaults=event_defaults
+                )
+            return
+        error = f"{where} failed: {type(exc).__name__}: {exc}" if exc is not None else f"{where} failed"
+        write_job_summary(job_dir, "failed", error=error[:4000], event_defaults=event_defaults)
+    except Exception as err:  # noqa: BLE001 - a failure handler must never raise
+        log.warning("could not record the job failure in %s: %s", job_dir, err)

@@ -1,0 +1,142 @@
+"""DJBaseOperator: what every operator of a recipe DAG shares when it turns Airflow's context into one engine call.
+
+Airflow's side of each step: the task instance's identity for events and
+the stop protocol, the task's try number, Airflow's way of failing without
+retry, and Airflow's connections and secret masker installed as the
+engine's host (``core/host.py``) before the task runs.  Importing this module
+has no side effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+
+try:  # Airflow 3 task SDK
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # pragma: no cover - older task SDKs
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+
+
+class JobStoppedError(AirflowFailException):
+    """The task ended because a stop was requested: not a crash, never retried.
+
+    An AirflowFailException on purpose: the task is *failed without retry*,
+    so the DAG run ends failed — not success, which a skip would give, and
+    which would be a lie about a job that has not exported — and the export
+    (trigger rule none_failed) never runs.  The job summary says
+    ``stopped``; clearing the task or re-triggering with ``resume`` resumes.
+    """
+
+
+def _ti(context: Any) -> Any:
+    return context.get("ti") or context.get("task_instance")
+
+
+def event_defaults(context: Any) -> dict:
+    """Fields every event written on behalf of this task instance carries."""
+    ti = _ti(context)
+    out: dict = {}
+    if ti is not None:
+        out.update(
+            {
+                "airflow_dag_id": getattr(ti, "dag_id", None),
+                "airflow_run_id": getattr(ti, "run_id", None),
+                "airflow_task_id": getattr(ti, "task_id", None),
+                "airflow_map_index": getattr(ti, "map_index", None),
+                "try_number": getattr(ti, "try_number", None),
+            }
+        )
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def try_number(context: Any) -> int | None:
+    return getattr(_ti(context), "try_number", None)
+
+
+def task_key(context: Any) -> str:
+    """One Airflow task instance, across its tries: dag.run.task.map_index."""
+    ti = _ti(context)
+    return ".".join(str(getattr(ti, k, None)) for k in ("dag_id", "run_id", "task_id", "map_index"))
+
+
+def run_id_of(context: Any) -> str | None:
+    return getattr(context.get("dag_run"), "run_id", None)
+
+
+def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
+    """Run ``body``; a failure-rate guard trip fails the task *without retry*.
+
+    A retry would re-run the same op on the same rows and trip the same guard,
+    costing the whole op again before the job stops anyway.  The message is
+    the guard's (op, partition, count, reasons, what to raise and resume).
+    """
+    from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError
+    from airflow_provider_dj.engine.execution.ray_dispatch import PartitionFailedError
+
+    try:
+        return body()
+    except FailureRateExceededError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except PartitionFailedError as exc:
+        if isinstance(exc.cause, FailureRateExceededError):
+            raise AirflowFailException(str(exc)) from exc
+        raise
+
+
+def release_lock_on_failure(context: Any) -> None:
+    """Task ``on_failure_callback`` (final failure only, not retries): the run is failing, so it no
+    longer holds the job — a new run may resume it at once — and the job records its failure."""
+    from airflow_provider_dj.engine.jobdir import lock as job_lock
+
+    ti = _ti(context)
+    try:
+        job_dir = ti.xcom_pull(task_ids="validate", key="job_dir") if ti is not None else None
+    except Exception:  # noqa: BLE001 - a callback must never raise
+        job_dir = None
+    if not job_dir:
+        return
+    try:
+        job_lock.release(job_dir, run_id_of(context))
+    except Exception:  # noqa: BLE001 - a callback must never raise; a lock left behind goes stale
+        pass
+    exc = context.get("exception")
+    where = f"task {getattr(ti, 'task_id', '?')}" + (
+        f" (map index {ti.map_index})" if getattr(ti, "map_index", -1) not in (-1, None) else ""
+    )
+    record_job_failure(
+        job_dir, where, exc, stopped=isinstance(exc, JobStoppedError), event_defaults=event_defaults(context)
+    )
+
+
+class DJBaseOperator(BaseOperator):
+    """The base of the provider's operators: Airflow context in, one engine step, Airflow's outcome out."""
+
+    def pre_execute(self, context: Any) -> None:
+        """Airflow's connections and secret masker become the engine's host for this task."""
+        from airflow_provider_dj.hooks.host_services import install_airflow_host
+
+        install_airflow_host()
+        super().pre_execute(context)
+
+    def run_stoppable(self, context: Any, job_dir: str, body: Callable[[], Any]) -> Any:
+        """Run ``body`` under the job's stop protocol; a stop fails the task without retry (JobStoppedError)."""
+        from airflow_provider_dj.operators.local_run import owner_pid
+
+        try:
+            return stoppable(
+                job_dir,
+                body,
+                step_key=task_key(context),
+                try_number=try_number(context),
+                run_id=run_id_of(context),
+                run_pid=owner_pid(getattr(self, "local_run", None)),
+                event_defaults=event_defaults(context),
+                say=lambda m: self.log.info("%s", m),
+                warn=lambda m: self.log.warning("%s", m),
+            )
+        except JobStopped as exc:
+            raise JobStoppedError(str(exc)) from None

@@ -1,0 +1,44 @@
+"""The benchmarks of airflow-provider-dj, one package behind one entry point.
+
+Run a section from the repository root with the project's virtualenv::
+
+    .venv/bin/python -m bench --help          # the sections, one line each
+    .venv/bin/python -m bench SECTION [ARGS]  # e.g. ``-m bench e2e --quick --skip-dj``
+
+``SECTIONS`` is the registry ``python -m bench`` dispatches on: section name ->
+(module, one-line summary).  Each section module has ``main(argv) -> int``.
+A new benchmark is added here, or ``tests/unit/test_bench_package.py`` fails.
+Every figure a section writes to a file (JSON, text and Markdown tables, SVG
+charts) goes through ``bench.report``, and every chart through
+``bench.report.svg.chart``.
+
+This module imports nothing heavy: ``--help`` must not pay for Airflow or Ray.
+"""
+
+from __future__ import annotations
+
+#: section name -> (module, one-line summary); ``python -m bench --help`` prints them in this order.
+SECTIONS: dict[str, tuple[str, str]] = {
+    "e2e": ("bench.run_bench", "dj-airflow run against Data-Juicer's default executor, end to end, same corpus"),
+    "all": ("bench.run_all", "checkpoint, resume, scale and per-op sections in one run; Markdown + SVG report"),
+    "ops": ("bench.ops.run_ops_bench", "per-op throughput against Data-Juicer's ops of the same name"),
+    "resume": ("bench.resume_bench", "strict resume validation, and resuming a completed job against a full run"),
+    "nightly": ("bench.nightly_bench", "nightly reuse: night 2 against a from-scratch run and Data-Juicer"),
+    "lineage": ("bench.lineage_bench", "per-row lineage's cost: the same in-process job with lineage off and on"),
+    "tracer": ("bench.tracer_bench", "tracer overhead: the same in-process job with open_tracer off and on"),
+    "history-index": (
+        "bench.history_index_bench",
+        "history-index lookups within a memory budget, against a set and numpy",
+    ),
+    "expensive-ops": ("bench.expensive_ops_bench", "embedding throughput on the CPU, and what committed batches cost"),
+    "gpu-planning": ("bench.gpu_planning_bench", "GPU preflight probe and planner decisions on the CPU path"),
+    "job-view": ("bench.job_view_bench", "the Airflow UI job view's page time on a 1,000-partition job"),
+    "plot": ("bench.report.published", "redraw docs/img/benchmarks.svg from the published end-to-end table"),
+}
+
+#: Modules that are started as child processes by a section, never from the command line.
+CHILD_ENTRY_POINTS: dict[str, str] = {
+    "bench._parsebench": "DAG parse time in a fresh interpreter, for the e2e section",
+    "bench._hashbench": "partition-hash kernels in a fresh interpreter that imports the measured code",
+    "bench.ops.dj_ops_worker": "Data-Juicer's side of the ops section, run by Data-Juicer's own interpreter",
+}
