@@ -1,8 +1,9 @@
-"""Helpers for crash tests: run ``dj-airflow`` as a separate process session and clean up after it.
+"""Helpers for crash tests: run ``dj-airflow`` or the engine's driver as a separate process session.
 
 A ``kill_run`` fault SIGKILLs every process of the run's session, so each
-CLI run is started with ``start_new_session=True``: its session id is its
-pid, and the session holds exactly the run (CLI, Ray and its workers).
+run is started with ``start_new_session=True``: its session id is its pid,
+and the session holds exactly the run (the CLI or the engine's driver
+``python -m airflow_provider_dj.engine.runner``, Ray and its workers).
 Whatever the outcome, every process still in that session is SIGKILLed
 before the helper returns, so no test leaves processes behind.
 """
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from airflow_provider_dj.engine.jobdir.events import read_events
 
 DJ_AIRFLOW = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
+#: the engine's own driver: one job in one process, no Airflow (engine/runner/__main__.py)
+ENGINE_DRIVER = [sys.executable, "-m", "airflow_provider_dj.engine.runner"]
 
 
 @dataclass
@@ -79,13 +82,23 @@ def kill_session(sid: int, timeout: float = 20.0) -> list[int]:
 
 def run_cli(args: list[str], log_path: str, *, env_extra: dict | None = None, timeout: float = 240.0) -> CliRun:
     """Run ``dj-airflow ARGS`` in its own session; output goes to ``log_path`` (and is returned)."""
+    return run_session([DJ_AIRFLOW, *args], log_path, env_extra=env_extra, timeout=timeout)
+
+
+def run_engine(args: list[str], log_path: str, *, env_extra: dict | None = None, timeout: float = 240.0) -> CliRun:
+    """Run the engine's driver with ``ARGS`` (a recipe and its flags) in its own session, like :func:`run_cli`."""
+    return run_session([*ENGINE_DRIVER, *args], log_path, env_extra=env_extra, timeout=timeout)
+
+
+def run_session(cmd: list[str], log_path: str, *, env_extra: dict | None = None, timeout: float = 240.0) -> CliRun:
+    """Run ``cmd`` in its own session; output goes to ``log_path`` (and is returned)."""
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # the CLI starts its own private Ray
     env.update(env_extra or {})
     t0 = time.time()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [DJ_AIRFLOW, *args],
+            cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -104,7 +117,7 @@ def run_cli(args: list[str], log_path: str, *, env_extra: dict | None = None, ti
     with open(log_path, encoding="utf-8", errors="replace") as fh:
         output = fh.read()
     if rc is None:
-        raise AssertionError(f"dj-airflow {' '.join(args)} did not finish in {timeout}s; log tail:\n{output[-4000:]}")
+        raise AssertionError(f"{' '.join(cmd)} did not finish in {timeout}s; log tail:\n{output[-4000:]}")
     return CliRun(rc=rc, output=output, pid=proc.pid, started_at=t0, wall_s=time.time() - t0)
 
 

@@ -1,16 +1,20 @@
-"""Crash matrix: ``kill -9`` of a whole ``dj-airflow run`` at many points, then ``--resume``.
+"""Crash matrix: ``kill -9`` of a whole run at many points, then ``--resume``.
 
-Each case injects one ``kill_run`` fault (SIGKILL to the CLI, Ray and its
-workers), checks what the dead run left behind — no export, no summary, a
-stale runner lock, and for a kill inside a checkpoint write a data file
-without its commit marker — then resumes the job with ``--resume`` and
-requires the export to be byte-identical to a clean reference run, with the
-same row accounting.  The resume must take over the dead run's lock at once
-and redo only the work that was not committed.
+Each case injects one ``kill_run`` fault (SIGKILL to the run's whole session:
+the driver, Ray and its workers), checks what the dead run left behind — no
+export, no summary, a stale runner lock, and for a kill inside a checkpoint
+write a data file without its commit marker — then resumes the job with
+``--resume`` and requires the export to be byte-identical to a clean
+reference run, with the same row accounting.  The resume must take over the
+dead run's lock at once and redo only the work that was not committed.
 
-Each CLI run costs 10-20 s (Python + Airflow + Ray start-up), so the clean
-reference runs once per module and each case costs one killed run and one
-resume.
+The kill points are the engine's, so most cases kill the engine's own driver
+(``python -m airflow_provider_dj.engine.runner``: the same steps the DAG's
+tasks call, no Airflow); the cases marked ``via="cli"`` kill a whole
+``dj-airflow run`` (Airflow's ``dag.test()``, Ray, the parallel export's Ray
+workers) to show the DAG's tasks resume the same way.  The clean reference
+is a ``dj-airflow run``, so every engine case also shows that the engine's
+driver exports the DAG's bytes.
 """
 
 from __future__ import annotations
@@ -23,12 +27,21 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.integration.conftest import RECIPE
-from tests.integration.crash_helpers import events_since, fired, live_session_members, run_cli, tail, write_faults
+from tests.integration.crash_helpers import (
+    events_since,
+    fired,
+    live_session_members,
+    run_cli,
+    run_engine,
+    tail,
+    write_faults,
+)
 
 pytestmark = pytest.mark.integration
 
 CLI_ENV = {"DJ_TASK_RETRIES": "0"}  # nothing retries: a kill is a kill, a failed resume fails the test
 RUN_FLAGS = ["--num-cpus", "1"]
+ENGINE_FLAGS = ["--workers", "1"]
 SEG0, SEG1 = "partitions_seg0", "partitions_seg1"
 GLOBAL_TASK = "global_op4_document_deduplicator"
 OP_DIRS = {
@@ -138,6 +151,19 @@ class Case:
     global_status: str | None = None  # the resume's global_op_complete status, where it is deterministic
     seg1_skipped: tuple[int, ...] = ()  # segment-1 partitions the resume must find already complete
     env: dict = field(default_factory=dict)  # extra environment for both runs
+    via: str = "engine"  # "engine": the engine's driver; "cli": a whole dj-airflow run
+
+
+def _run(case: Case, recipe: str, job_flags: list[str], flags: list[str], log_path: str, env_extra: dict):
+    """The killed run or the resume, by the case's driver."""
+    if case.via == "cli":
+        return run_cli(["run", recipe, *job_flags, *RUN_FLAGS, *flags], log_path, env_extra=env_extra)
+    return run_engine([recipe, *job_flags, *ENGINE_FLAGS, *flags], log_path, env_extra=env_extra)
+
+
+def _by_step(case: Case, task_id: str) -> dict:
+    """Events of one DAG task's step: Airflow's tasks name it airflow_task_id, the engine's driver step."""
+    return {"airflow_task_id": task_id} if case.via == "cli" else {"step": task_id}
 
 
 def _kill(point: str, **kw) -> dict:
@@ -147,6 +173,8 @@ def _kill(point: str, **kw) -> dict:
 CASES = [
     # mid-op: the middle op of partition 1 starts, then the run dies; ops 0 and 1 are committed
     Case("op_start-p1-op2", _kill("op_start", partition_id=1, op_index=2), seg0={1: (1, [2, 3])}),
+    # the same through Airflow: a dj-airflow run killed mid-op resumes through the DAG's tasks
+    Case("cli-op_start-p1-op2", _kill("op_start", partition_id=1, op_index=2), seg0={1: (1, [2, 3])}, via="cli"),
     # the very first op of the first partition: nothing committed for it, it starts over from the input
     Case("op_start-p0-op0", _kill("op_start", partition_id=0, op_index=0), seg0={0: (None, [0, 1, 2, 3])}),
     # between ops: op 2 of partition 1 committed, the run dies before op 3
@@ -189,6 +217,7 @@ CASES = [
         global_status="already_complete",
         seg1_skipped=(0, 1, 2, 3),
         env={"DJ_PARALLEL_EXPORT_MIN_ROWS": "0"},
+        via="cli",
     ),
     # every_n_ops n=2 checkpoints ops 1, 3 (and the final 4): a kill after op 2 goes back to op 1
     Case(
@@ -222,31 +251,27 @@ def _check_left_behind(env: Env, case: Case, job_dir: str) -> None:
 
 def _check_resume_work(case: Case, job_dir: str, since: float) -> None:
     """The resume redid only what was not committed."""
+    seg0, seg1 = _by_step(case, SEG0), _by_step(case, SEG1)
     for pid, (loaded, ran) in case.seg0.items():
-        loads = [
-            e["op_index"]
-            for e in events_since(job_dir, since, "checkpoint_load", partition_id=pid, airflow_task_id=SEG0)
-        ]
+        loads = [e["op_index"] for e in events_since(job_dir, since, "checkpoint_load", partition_id=pid, **seg0)]
         assert loads == ([] if loaded is None else [loaded]), f"partition {pid}: resumed from {loads}"
-        started = [
-            e["op_index"] for e in events_since(job_dir, since, "op_start", partition_id=pid, airflow_task_id=SEG0)
-        ]
+        started = [e["op_index"] for e in events_since(job_dir, since, "op_start", partition_id=pid, **seg0)]
         assert started == ran, f"partition {pid}: the resume ran ops {started}, expected {ran}"
     if case.seg0_all_done:
-        done = events_since(job_dir, since, "partition_complete", airflow_task_id=SEG0)
+        done = events_since(job_dir, since, "partition_complete", **seg0)
         assert sorted(e["partition_id"] for e in done) == [0, 1, 2, 3]
         assert {e["status"] for e in done} == {"already_complete"}
-        assert events_since(job_dir, since, "op_start", airflow_task_id=SEG0) == []
+        assert events_since(job_dir, since, "op_start", **seg0) == []
     if case.global_status:
         statuses = [e["status"] for e in events_since(job_dir, since, "global_op_complete")]
         assert statuses == [case.global_status]
     for pid in case.seg1_skipped:
-        done = events_since(job_dir, since, "partition_complete", partition_id=pid, airflow_task_id=SEG1)
+        done = events_since(job_dir, since, "partition_complete", partition_id=pid, **seg1)
         assert [e["status"] for e in done] == ["already_complete"]
-        assert events_since(job_dir, since, "op_start", partition_id=pid, airflow_task_id=SEG1) == []
+        assert events_since(job_dir, since, "op_start", partition_id=pid, **seg1) == []
     if case.id.startswith("checkpoint_mid_write"):
         pid, op = case.fault["partition_id"], case.fault["op_index"]
-        saves = events_since(job_dir, since, "checkpoint_save", partition_id=pid, op_index=op, airflow_task_id=SEG0)
+        saves = events_since(job_dir, since, "checkpoint_save", partition_id=pid, op_index=op, **seg0)
         assert len(saves) == 1, f"the torn checkpoint of op {op} partition {pid} should be recomputed once: {saves}"
         assert ("note" in saves[0]) == case.id.endswith("keys")
         sub = KEYS_DIR if case.id.endswith("keys") else OP_DIRS[op]
@@ -264,13 +289,10 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
         with open(export, "wb") as fh:  # an earlier export at the same path: a crash must not replace it
             fh.write(sentinel)
     write_faults(job_dir, [case.fault])
-    flags = [*RUN_FLAGS, "--set", f"export_path={export}", *case.flags]
+    flags = ["--set", f"export_path={export}", *case.flags]
+    run_env = {**CLI_ENV, **case.env}
 
-    run = run_cli(
-        ["run", env.recipe, "--job-id", job_id, *flags],
-        os.path.join(env.root, f"{job_id}.log"),
-        env_extra={**CLI_ENV, **case.env},
-    )
+    run = _run(case, env.recipe, ["--job-id", job_id], flags, os.path.join(env.root, f"{job_id}.log"), run_env)
     assert run.killed, f"expected the run to be SIGKILLed, got rc={run.rc}:\n{tail(run.output)}"
     assert live_session_members(run.pid) == []
     assert fired(job_dir) == ["fault0_0"]
@@ -290,10 +312,8 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     assert lock["pid"] == run.pid and lock["pid_is_run"], lock  # the dead run still "holds" the job
     _check_left_behind(env, case, job_dir)
 
-    resume = run_cli(
-        ["run", env.recipe, "--resume", job_id, *flags],
-        os.path.join(env.root, f"{job_id}.resume.log"),
-        env_extra={**CLI_ENV, **case.env},
+    resume = _run(
+        case, env.recipe, ["--resume", job_id], flags, os.path.join(env.root, f"{job_id}.resume.log"), run_env
     )
     assert resume.rc == 0, tail(resume.output)
     if case.env.get("DJ_PARALLEL_EXPORT_MIN_ROWS") == "0":  # parts left by the kill are rewritten, then removed
@@ -310,17 +330,16 @@ def test_kill_during_planning(env: Env):
     """Killed after indexing the input, before any metadata: the token was printed, but there is nothing to resume.
 
     ``--resume`` is refused without touching the job directory; a new run under the same job id plans afresh.
+    The engine's driver runs it: planning is the engine's first step.
     """
     job_id = "kill_plan"
     job_dir = env.job_dir(job_id)
     export = env.export_path("plan")
     os.makedirs(os.path.dirname(export))
     write_faults(job_dir, [_kill("plan")])
-    flags = [*RUN_FLAGS, "--set", f"export_path={export}"]
+    flags = [*ENGINE_FLAGS, "--set", f"export_path={export}"]
 
-    run = run_cli(
-        ["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.log"), env_extra=CLI_ENV
-    )
+    run = run_engine([env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.log"))
     assert run.killed, f"rc={run.rc}:\n{tail(run.output)}"
     assert live_session_members(run.pid) == []
     assert f"Resume token: {job_id}." in run.output  # printed before anything ran
@@ -339,19 +358,15 @@ def test_kill_during_planning(env: Env):
         return out
 
     before = snapshot()
-    refused = run_cli(
-        ["run", env.recipe, "--resume", job_id, *flags], os.path.join(env.root, "plan.resume.log"), env_extra=CLI_ENV
-    )
-    # refused up front by the CLI, before Airflow or Ray start (exit 2, like any bad input)
+    refused = run_engine([env.recipe, "--resume", job_id, *flags], os.path.join(env.root, "plan.resume.log"))
+    # refused before any work (exit 2, like any bad input)
     assert refused.rc == 2, f"resuming a job that was never planned must fail: rc={refused.rc}\n{tail(refused.output)}"
     assert "no job directory" in refused.output or "lacks" in refused.output, tail(refused.output)
     assert "metadata_missing" in refused.output
     assert snapshot() == before, "a refused resume modified the job directory"
     assert os.listdir(os.path.dirname(export)) == []
 
-    rerun = run_cli(
-        ["run", env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.rerun.log"), env_extra=CLI_ENV
-    )
+    rerun = run_engine([env.recipe, "--job-id", job_id, *flags], os.path.join(env.root, "plan.rerun.log"))
     assert rerun.rc == 0, tail(rerun.output)
     _assert_resumed_like_reference(env, job_id, export)
     assert [e["status"] for e in events_since(job_dir, rerun.started_at, "job_start")] == ["new"]
