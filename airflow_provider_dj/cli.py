@@ -186,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
                 return 2
             if recipe.templates:  # another logical date's paths: refused here, in a second, as validate would
-                from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, check_same_rendering
+                from airflow_provider_dj.engine.job.resume import ResumeRefusedError, check_same_rendering
 
                 try:
                     check_same_rendering(_recorded_templates(recipe.work_dir, recipe.resume), recipe.templates)

@@ -34,7 +34,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """Delete old completed jobs' checkpoints in a work dir, never a running, resumable or referenced job's."""
-    from airflow_provider_dj.engine.jobdir.gc import collect
+    from airflow_provider_dj.engine.job.gc import collect
 
     work_dir = args.work_dir or settings.get("work_dir") or "."
     keep = args.keep_last_n_jobs if args.keep_last_n_jobs is not None else settings.get("gc_keep_last_n_jobs")
@@ -122,8 +122,8 @@ def cmd_ray_stop(args: argparse.Namespace) -> int:
 
 def cmd_why(args: argparse.Namespace) -> int:
     """One input row's path through the recipe, op by op, from the job's lineage (engine/observe/lineage_query.py)."""
+    from airflow_provider_dj.engine.job.status import JobNotFoundError, resolve_job_dir
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
-    from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, resolve_job_dir
     from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError, why
 
     try:

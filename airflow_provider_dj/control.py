@@ -21,19 +21,19 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
-from airflow_provider_dj.engine.jobdir.status import (  # noqa: F401 - the public API, re-exported
+from airflow_provider_dj.engine.job.status import (  # noqa: F401 - the public API, re-exported
     RUNNING_STATES,
     JobNotFoundError,
     job_status,
     list_jobs,
     resolve_job_dir,
 )
-from airflow_provider_dj.engine.jobdir.status import (
+from airflow_provider_dj.engine.job.status import (
     live_lock as _live_lock,
 )
-from airflow_provider_dj.engine.jobdir.summary import read_job_summary
+from airflow_provider_dj.engine.job.summary import read_job_summary
+from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
 
 
 @dataclass
@@ -77,7 +77,7 @@ def stop_job(
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
-    from airflow_provider_dj.engine.observe.events import EventLog
+    from airflow_provider_dj.engine.jobdir.events import EventLog
 
     EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
     if not running:

@@ -190,7 +190,7 @@ def checkpoint_sweep(b, dataset: str, n: int, repeats: int, keep_every_op: bool)
 
 def _resume_events(job_dir: str, since: float) -> dict:
     """What a resume did, from the job's event log: validation steps, reloaded checkpoints, redone op units."""
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     evs = read_events(job_dir, since=since)
     count = lambda t: sum(1 for e in evs if e.get("event_type") == t)  # noqa: E731

@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.gpu.preflight import PreflightSettings, op_entries_from_recipe, run_preflight
     from airflow_provider_dj.engine.gpu.profiles import startup_seconds
     from airflow_provider_dj.engine.planning.decisions import decide_run
+    from airflow_provider_dj.engine.preflight.preflight import PreflightSettings, op_entries_from_recipe, run_preflight
     from airflow_provider_dj.sample_corpus import write_corpus
 
     base = a.dir or tempfile.mkdtemp(prefix="dj-gpu-plan-bench-")

@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=16)
     args = ap.parse_args(argv)
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.jobdir.resume import validate_resume
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.job.resume import validate_resume
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.engine.planning.plan import build_plan
     from airflow_provider_dj.sample_corpus import write_corpus
 

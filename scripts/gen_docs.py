@@ -437,7 +437,7 @@ def render_recipe_keys() -> str:
     from airflow_provider_dj.engine.config import schema as S
     from airflow_provider_dj.engine.config.overrides import OVERRIDABLE_KEYS
     from airflow_provider_dj.engine.config.templates import TEMPLATABLE_TOP_LEVEL_KEYS
-    from airflow_provider_dj.engine.jobdir.resume import NON_RESULT_KEYS, RESULT_KEYS
+    from airflow_provider_dj.engine.job.resume import NON_RESULT_KEYS, RESULT_KEYS
 
     eff = _effective_defaults()
     out = _header(

@@ -13,4 +13,4 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 echo "== gpu_check.sh at $(date -u +%FT%TZ) on $(hostname); $("$PY" --version 2>&1)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv || echo "nvidia-smi not found"
-exec timeout -k 10 290 "$PY" -m airflow_provider_dj.engine.gpu.check "$@"
+exec timeout -k 10 290 "$PY" -m airflow_provider_dj.engine.preflight.check "$@"

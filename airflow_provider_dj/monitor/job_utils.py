@@ -8,11 +8,11 @@ of recent jobs on this machine only helps when they do not remember it.
 from __future__ import annotations
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.job.status import JobNotFoundError, job_status, resolve_job_dir  # noqa: F401 - re-exported
+from airflow_provider_dj.engine.job.summary import read_job_summary
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, PARTITIONING_INFO, read_json
-from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, job_status, resolve_job_dir  # noqa: F401 - re-exported
-from airflow_provider_dj.engine.jobdir.summary import read_job_summary
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
+from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, tail_lines
 
 
 class JobUtils:

@@ -15,9 +15,9 @@ import time
 from typing import Callable, TextIO
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.status import job_status, list_jobs, resolve_job_dir
-from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, build_job_summary, read_job_summary
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.job.status import job_status, list_jobs, resolve_job_dir
+from airflow_provider_dj.engine.job.summary import FINAL_STATUSES, build_job_summary, read_job_summary
+from airflow_provider_dj.engine.jobdir.events import read_events
 
 LAST_EVENTS = 8
 LAST_EVENTS_DETAILED = 20
@@ -173,7 +173,7 @@ def watch_job(
 
 def list_running_jobs(work_dir: str | None = None) -> list[dict]:
     """Jobs that run now (runner lock held and fresh, no stop requested), as ``{job_id, job_dir,
-    status}``: the running ones of ``engine.jobdir.status.list_jobs``."""
+    status}``: the running ones of ``engine.job.status.list_jobs``."""
     jobs = list_jobs(work_dir, running_only=True, with_progress=False)
     out = [{k: j[k] for k in ("job_id", "job_dir", "status")} for j in jobs if j["status"] == "running"]
     return sorted(out, key=lambda j: j["job_id"])

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.output.export import is_job_complete
+from airflow_provider_dj.engine.job.export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import finish_job, wants_parallel_export
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults, fail_fast_on_guard, run_id_of
 from airflow_provider_dj.operators.local_run import ray_cpus
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from airflow_provider_dj.engine.config.recipe import RecipeError
 from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.sources import InputError
-from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError
+from airflow_provider_dj.engine.job.setup import ResumeRefusedError
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators.base import AirflowFailException, DJBaseOperator, event_defaults

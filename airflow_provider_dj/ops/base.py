@@ -36,15 +36,14 @@ import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 
+# The reserved column names are defined in ops/columns.py; the two an op's code names most are
+# importable from here too.
+from airflow_provider_dj.ops.columns import ROW_ERROR_COLUMN as ROW_ERROR_COLUMN
+from airflow_provider_dj.ops.columns import STATS_COLUMN as STATS_COLUMN
+
 if TYPE_CHECKING:
     import numpy as np
 
-STATS_COLUMN = "__dj__stats__"
-#: A Mapper may add this string column to flag per-sample failures (null = ok,
-#: text = the reason, e.g. an LLM's empty answer).  The engine moves flagged
-#: rows to ``failed/`` and counts them as failed, whatever ``skip_op_error``
-#: says: a bad answer is a sample's failure, not the op crashing.
-ROW_ERROR_COLUMN = "__dj__row_error__"
 
 # Arguments Data-Juicer's base OP accepts for every op.  They are accepted
 # here so existing recipes validate unchanged; the ones that matter to this
@@ -69,7 +68,7 @@ COMMON_OP_ARGS: dict[str, Any] = {
     "num_cpus": (int, float, type(None)),
     "num_gpus": (int, float, type(None)),
     "memory": (int, float, str, type(None)),
-    # Field contracts for the GPU preflight (engine/gpu/contracts.py): which fields an op reads and
+    # Field contracts for the GPU preflight (engine/preflight/contracts.py): which fields an op reads and
     # writes; dotted paths, wildcards allowed.  Absent = unknown.
     "input_columns": (list, str, type(None)),
     "output_columns": (list, str, type(None)),

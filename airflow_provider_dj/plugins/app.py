@@ -28,8 +28,8 @@ import airflow_provider_dj.plugins.job_data as job_data
 import airflow_provider_dj.plugins.job_lookup as job_lookup
 import airflow_provider_dj.plugins.views as views
 import airflow_provider_dj.plugins.why as why
+from airflow_provider_dj.engine.job.status import JobNotFoundError, job_status
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, validate_job_id
-from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, job_status
 from airflow_provider_dj.plugins.auth import current_user, readable_dag_ids, require_dag_read
 
 URL_PREFIX = "/dj-jobs"

@@ -4,7 +4,7 @@ Why one module apart from the routes and the HTML: the page, its JSON
 endpoints and the tests all read the same dicts, and nothing here knows
 about HTTP or Airflow's auth.  It reuses the monitor's read side
 (``monitor.progress.job_progress``: the summary builder plus events) and
-the sensor's failure rule (``engine.jobdir.watch.failures``), so the grid
+the sensor's failure rule (``engine.job.watch.failures``), so the grid
 marks failed exactly the partitions ``CheckpointSensor`` names in its
 failure message, and states match ``dj-airflow monitor``.
 
@@ -18,13 +18,19 @@ import time
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.failure_guard import failed_dir
-from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.job.watch import failures
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, GPU_PROBE_REPORT, TRACE_DIR, TRACE_REPORT
-from airflow_provider_dj.engine.jobdir.watch import failures
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.observe.progress_log import partition_log_path, tail_lines
+from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.monitor.progress import job_progress
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    FAILED_PARTITION_COLUMN,
+    INPUT_ROW_COLUMN,
+)
 
 #: Points of the throughput chart (events are bucketed into this many time slices at most).
 THROUGHPUT_BUCKETS = 60
@@ -48,7 +54,7 @@ def _plan_doc(job_dir: str) -> dict:
 
 
 def failed_partition_ids(job_dir: str, job_failures: dict[str, str] | None = None) -> dict[int, str]:
-    """partition id -> error, by the rule the sensor uses (``engine.jobdir.watch.failures``)."""
+    """partition id -> error, by the rule the sensor uses (``engine.job.watch.failures``)."""
     job_failures = failures(job_dir) if job_failures is None else job_failures
     return {int(k.split()[1]): v for k, v in job_failures.items() if k != "job"}
 
@@ -231,10 +237,10 @@ def failed_samples(
                     {
                         "op_index": op_index,
                         "op_name": op_name,
-                        "partition_id": row.get("__dj__partition__"),
-                        "input_row": row.get("__dj__input_row__"),
-                        "error_type": row.get("__dj__error_type__"),
-                        "error": row.get("__dj__error__"),
+                        "partition_id": row.get(FAILED_PARTITION_COLUMN),
+                        "input_row": row.get(INPUT_ROW_COLUMN),
+                        "error_type": row.get(FAILED_ERROR_TYPE_COLUMN),
+                        "error": row.get(FAILED_ERROR_COLUMN),
                         "text": _preview(row, text_key),
                     }
                 )

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.job.status import JobNotFoundError, resolve_job_dir
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
-from airflow_provider_dj.engine.jobdir.status import JobNotFoundError, resolve_job_dir
-from airflow_provider_dj.engine.observe.events import read_events
 
 VALIDATE_TASK_ID = "validate"
 

@@ -27,14 +27,20 @@ from typing import Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR
 from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError
 from airflow_provider_dj.engine.observe.lineage_query import row_lookup as lineage_lookup
 from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file_name
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    INPUT_ROW_COLUMN,
+    STATS_COLUMN,
+)
 from airflow_provider_dj.plugins.job_data import _failed_files
 
-INPUT_ROW = "__dj__input_row__"
+INPUT_ROW = INPUT_ROW_COLUMN
 #: Fates a look-up may name.  ``not_found``: no record says the row was removed (it was kept, or the
 #: tracer did not keep it: only the first ``trace_num`` removals per op are traced).
 FATES = ("failed", "filtered", "duplicate", "changed", "not_found")
@@ -47,11 +53,11 @@ class RowOutOfRangeError(DJError, LookupError):
 
 
 def _sample(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not str(k).startswith("__dj__") or k == "__dj__stats__"}
+    return {k: v for k, v in row.items() if not str(k).startswith("__dj__") or k == STATS_COLUMN}
 
 
 def _reason(row: dict) -> str:
-    kind, err = row.get("__dj__error_type__"), str(row.get("__dj__error__"))
+    kind, err = row.get(FAILED_ERROR_TYPE_COLUMN), str(row.get(FAILED_ERROR_COLUMN))
     return err if not kind or err.startswith(str(kind)) else f"{kind}: {err}"
 
 
@@ -106,7 +112,7 @@ def trace_lookup(job_dir: str, input_row: int) -> dict:
                     fate="filtered",
                     op_index=op.index,
                     op_name=op.name,
-                    reason=f"{op.name} removed it; its stats: {json.dumps(entry.get('__dj__stats__'), default=str)}",
+                    reason=f"{op.name} removed it; its stats: {json.dumps(entry.get(STATS_COLUMN), default=str)}",
                     sample=_sample(entry),
                     source=f"{TRACE_DIR}/parts (op {op.index})",
                 )

@@ -14,7 +14,7 @@ Two uses:
 The job is named by ``job_dir``, or by ``work_dir`` + ``job_id``.  All three
 modes — ``poke``, ``reschedule`` and ``deferrable=True`` (which hands the
 wait to ``triggers.checkpoint.CheckpointTrigger``) — run the same check
-(``engine.jobdir.watch.check``) and end the same way: success when the target
+(``engine.job.watch.check``) and end the same way: success when the target
 is reached (or the job already completed), and an immediate
 ``AirflowFailException`` naming the failed partition(s) and their error
 when the job has failed, rather than waiting for the timeout.
@@ -29,8 +29,8 @@ from airflow.sdk.bases.sensor import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.job.watch import JobFailedError, WaitTargetError, check
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run
-from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
 
 
 def scheduled_job_id(dag_id: str, logical_date: datetime.datetime) -> str:

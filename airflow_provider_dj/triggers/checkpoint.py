@@ -1,7 +1,7 @@
 """CheckpointTrigger: the deferrable half of ``CheckpointSensor``.
 
 Runs in the triggerer and polls the job directory with the same check the
-sensor's ``poke`` uses (``engine.jobdir.watch.check``), in a worker thread
+sensor's ``poke`` uses (``engine.job.watch.check``), in a worker thread
 (``asyncio.to_thread``) so blocking filesystem or object-store reads never
 stall the triggerer's event loop.  It yields exactly one event: success,
 or failure with the message naming the failed partitions — the sensor's
@@ -50,7 +50,7 @@ class CheckpointTrigger(BaseTrigger):
         }
 
     def _check(self) -> dict:
-        from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
+        from airflow_provider_dj.engine.job.watch import JobFailedError, WaitTargetError, check
 
         try:
             st = check(

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.e2e.airflow_server import ray_worker_pids
 from tests.e2e.conftest import CONF_PARTITIONS, CONSUMER_DAG, SLOW_OPS
 from tests.integration.crash_helpers import fired, write_faults

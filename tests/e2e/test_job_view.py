@@ -38,11 +38,11 @@ import httpx
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.faults import InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from tests.e2e.airflow_server import REPO_ROOT
 from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 
 DJ_AIRFLOW = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
 #: the engine's own driver: one job in one process, no Airflow (engine/runner/__main__.py)

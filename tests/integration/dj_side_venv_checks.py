@@ -98,8 +98,8 @@ def engine_run(work: str, data: str, parts: int) -> list[dict]:
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
-    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.job.export import export_job
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.ops import registry
     from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator
 

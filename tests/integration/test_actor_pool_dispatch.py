@@ -5,7 +5,7 @@ one segment's partitions are dispatched directly, so the two paths that are
 awkward through dag.test are driven exactly: an actor process that dies
 mid-partition (a replacement actor runs the rest), and a kill from another
 thread (what ``on_kill`` does) that must kill the pool's actors.
-Nothing is mocked; faults come from engine.execution.faults.
+Nothing is mocked; faults come from engine.jobdir.faults.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from airflow_provider_dj.engine.execution.ray_dispatch import (
     PartitionFailedError,
     run_partitions,
 )
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.integration.stateful_op_helpers import init_count
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.integration.stateful_op_helpers import init_count
 
 pytestmark = pytest.mark.integration

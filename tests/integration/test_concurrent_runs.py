@@ -271,7 +271,7 @@ def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
 
     Both runs are the same command (same recipe, same overrides): a job id
     names one job, and the two write identical metadata before the lock
-    decides (engine/jobdir/setup.py plans, then locks).
+    decides (engine/job/setup.py plans, then locks).
     """
     gamma = cc.recipe("cc_gamma")
     job_dir = os.path.join(cc.work, "tie1")

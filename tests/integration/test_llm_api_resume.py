@@ -46,7 +46,7 @@ process:
 
 WORKER = """
 import sys
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 job = prepare_job(load_recipe(sys.argv[1]), job_id="llmkill")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.integration.conftest import RECIPE
 from tests.integration.crash_helpers import kill_session, run_cli, tail, write_faults
 

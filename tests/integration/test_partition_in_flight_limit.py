@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 
 
 def test_group_runs_one_partition_at_a_time(tmp_path, corpus, run_dag):

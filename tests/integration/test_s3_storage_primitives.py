@@ -56,7 +56,7 @@ def test_atomic_file_writer_uploads_only_on_success(s3_env):
 
 
 def test_event_logs_of_one_process_never_overwrite_each_other(s3_env, monkeypatch):
-    from airflow_provider_dj.engine.observe import events
+    from airflow_provider_dj.engine.jobdir import events
 
     monkeypatch.setattr(events, "REMOTE_ROLL_BYTES", 600)  # force several parts per writer
     prefix = _prefix()
@@ -169,7 +169,7 @@ def test_retention_deletes_on_s3(s3_env):
     from types import SimpleNamespace
 
     from airflow_provider_dj.core import fs as storage
-    from airflow_provider_dj.engine.output.export import apply_retention
+    from airflow_provider_dj.engine.job.export import apply_retention
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     prefix = _prefix()

@@ -142,7 +142,7 @@ def test_run_on_s3_exports_what_a_local_run_exports(s3_server, local_ref, corpus
     assert "success in" in run.output  # the CLI read the summary back from S3
 
     from airflow_provider_dj.core import storage_options
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)

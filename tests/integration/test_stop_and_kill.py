@@ -1,6 +1,6 @@
 """Graceful stop, forced stop and Airflow's kill paths, on a real Airflow (dag.test) and a real local Ray.
 
-Nothing is mocked.  A ``delay`` fault (engine.execution.faults) holds one partition's
+Nothing is mocked.  A ``delay`` fault (engine.jobdir.faults) holds one partition's
 Ray task at a known point so the stop or kill lands mid-run; a helper
 thread plays the user (``stop_job``) or Airflow's supervisor (SIGTERM to
 the task process, which Airflow's task runner turns into ``on_kill``).
@@ -19,9 +19,9 @@ import pytest
 
 from airflow_provider_dj.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
 
 pytestmark = pytest.mark.integration
 

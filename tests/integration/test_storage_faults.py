@@ -23,7 +23,7 @@ import subprocess
 import pytest
 import xxhash
 
-from airflow_provider_dj.engine.observe.events import read_events
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.integration.crash_helpers import run_cli, tail
 
 pytestmark = pytest.mark.integration

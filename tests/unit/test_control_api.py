@@ -17,9 +17,9 @@ from airflow_provider_dj.cli import main
 from airflow_provider_dj.control import JobNotFoundError, job_status, list_jobs, stop_job
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -59,7 +59,7 @@ def test_status_and_listing_follow_the_job_directory(job, tmp_path):
 
 
 def test_stop_job_waits_until_the_worker_has_stopped(job, tmp_path):
-    from airflow_provider_dj.engine.jobdir.summary import write_job_summary
+    from airflow_provider_dj.engine.job.summary import write_job_summary
 
     def worker():  # what a partition task does: work until a committed boundary sees the stop
         while stop_control.read_stop_request(job.job_dir) is None:

@@ -68,7 +68,7 @@ def test_recipe_keys_rows_carry_the_parsers_defaults(gen):
     assert f"| `{S.DEFAULT_NP}` |" in rows["np"]
     assert "| `every_n_ops` |" in rows["checkpoint.strategy"]
     assert "| `42` |" in rows["partition.gpu_probe_sample_seed"]
-    # resume refusal follows engine/jobdir/resume.py's RESULT_KEYS
+    # resume refusal follows engine/job/resume.py's RESULT_KEYS
     assert "| refused |" in rows["dataset_path"] and "| accepted |" in rows["export_path"]
     assert "| accepted |" in rows["open_tracer"]  # tracer keys live under "tracer", a non-result key
     # every Data-Juicer key we ignore is listed

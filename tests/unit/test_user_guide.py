@@ -118,7 +118,7 @@ def test_troubleshooting_names_every_exception_class(guide):
 
 
 def test_resume_refusal_reasons_are_all_documented(guide):
-    with open(os.path.join(ROOT, "airflow_provider_dj", "engine", "jobdir", "resume.py"), encoding="utf-8") as fh:
+    with open(os.path.join(ROOT, "airflow_provider_dj", "engine", "job", "resume.py"), encoding="utf-8") as fh:
         reasons = set(re.findall(r'ResumeRefusedError\(\s*"(\w+)"', fh.read()))
     assert len(reasons) >= 6
     trouble = guide.split("## 13. Troubleshooting", 1)[1]

@@ -265,7 +265,7 @@ class _Parser(SectionParser):
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
         """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""
-        from airflow_provider_dj.engine.output.fields import check_export_keys
+        from airflow_provider_dj.engine.config.export_keys import check_export_keys
 
         dedups = [op.name for op in process if get_op_class(op.name).kind == "deduplicator"]
         return check_export_keys(data, export_path, dedups, err=self.err)

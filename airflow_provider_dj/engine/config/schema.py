@@ -197,7 +197,7 @@ class Recipe:
             "ignored_keys": list(self.ignored_keys),
             "max_failed_ratio": self.max_failed_ratio,
             # Export keys only when not the default, so the effective config of a job started before they
-            # existed compares equal on resume (engine/jobdir/resume.py refuses any changed result key).
+            # existed compares equal on resume (engine/job/resume.py refuses any changed result key).
             **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
             **({"export_in_parallel": False} if not self.export_in_parallel else {}),
             **(

@@ -1,1 +1,2 @@
-"""Running the plan: segments on partitions, ops on tables, global ops, Ray dispatch, faults."""
+"""Running the plan: segments on partitions, ops on tables, global ops, Ray dispatch, the
+failure-rate guard."""

@@ -188,8 +188,8 @@ class SegmentActor:
         t0 = time.perf_counter()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         import_op_modules(modules)
-        from airflow_provider_dj.engine.jobdir.context import JobContext
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
+        from airflow_provider_dj.engine.storage.context import JobContext
 
         self.job_dir = job_dir
         self.segment_index = segment_index

@@ -49,19 +49,21 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir import faults
+from airflow_provider_dj.engine.jobdir.integrity import file_digest
 from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE
 from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
+from airflow_provider_dj.ops.columns import BATCH_FAILURE_REASON_COLUMN, INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
 
 CURSOR_VERSION = 1
-KEY_COLUMN = "__dj__input_row__"  # == segment_runner.INPUT_ROW_COLUMN (not imported: that module imports us)
-REASON_COLUMN = "__dj__batch_failure_reason__"
+KEY_COLUMN = INPUT_ROW_COLUMN  # a cursor keys its committed rows by the input row
+REASON_COLUMN = BATCH_FAILURE_REASON_COLUMN
 _IPC = StorageFormat("arrow", "none")  # Arrow IPC file, uncompressed: vectors barely compress
 
 
@@ -117,7 +119,7 @@ class _Binding:
 def _write_ipc(path: str, table: pa.Table) -> dict:
     data = _IPC.encode(table)
     storage.atomic_write_bytes(path, data)
-    return {"file": storage.basename(path), "size": len(data), "checksum": hashing.file_digest(data)}
+    return {"file": storage.basename(path), "size": len(data), "checksum": file_digest(data)}
 
 
 def _read_ipc(directory: str, ref: dict) -> pa.Table | None:
@@ -126,7 +128,7 @@ def _read_ipc(directory: str, ref: dict) -> pa.Table | None:
         data = storage.read_bytes(storage.join(directory, ref["file"]))
     except (FileNotFoundError, KeyError):
         return None
-    if len(data) != ref.get("size") or hashing.file_digest(data) != ref.get("checksum"):
+    if len(data) != ref.get("size") or file_digest(data) != ref.get("checksum"):
         return None
     return _IPC.decode(data)
 

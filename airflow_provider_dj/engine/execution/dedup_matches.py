@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
 from airflow_provider_dj.ops.base import SignatureDeduplicator
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.kernels.keys import first_occurrence_index
 
 DUP_OF_COLUMN = "dup_of"

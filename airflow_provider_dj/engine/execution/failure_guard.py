@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, read_json, write_json
+from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN
 
 #: Job default: more than half of an op's input failing is not "a few bad rows".
 DEFAULT_MAX_FAILED_RATIO = 0.5
@@ -171,7 +172,7 @@ def reasons_in_failed(
             if len(out) >= limit_rows:
                 return out
             try:
-                out.append(str(json.loads(line).get("__dj__error__")))
+                out.append(str(json.loads(line).get(FAILED_ERROR_COLUMN)))
             except ValueError:
                 continue
     return out

@@ -22,12 +22,12 @@ from airflow_provider_dj.engine.execution.dedup_matches import (
     match_columns,
     partition_columns,
 )
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.observe.lineage import lineage_enabled
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op

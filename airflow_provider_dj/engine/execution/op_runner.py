@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.storage.checkpoints import PATCH_FLAG_PREFIX
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 
 @dataclass
@@ -58,7 +59,7 @@ def _same_data(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
     return True
 
 
-_ROW_ID = "__dj__input_row__"
+_ROW_ID = INPUT_ROW_COLUMN
 
 
 def _sparse(values: pa.ChunkedArray, changed: pa.ChunkedArray) -> pa.Array:

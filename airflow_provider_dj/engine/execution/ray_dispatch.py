@@ -172,8 +172,8 @@ def run_partitions(
         op_modules,
         resolve_pool,
     )
-    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, read_stop_request
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     handle = handle or DispatchHandle()
     plan = JobContext(job_dir).plan

@@ -34,18 +34,19 @@ import pyarrow as pa
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, keys_store, mask_store
-from airflow_provider_dj.engine.execution.resume_point import checkpoint_candidates
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.observe.lineage_reuse import copy_reused_lineage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.storage.resume_point import checkpoint_candidates
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
+from airflow_provider_dj.ops.columns import REUSED_ROWS_COLUMN
 
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")
 
 REUSED_EVENT = "checkpoint_reused"
-PLACEHOLDER_COLUMN = "__dj__reused_rows__"
+PLACEHOLDER_COLUMN = REUSED_ROWS_COLUMN
 
 
 def reuse_off_reason(recipe) -> str | None:

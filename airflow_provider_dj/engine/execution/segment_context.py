@@ -13,16 +13,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_dj.engine.execution import faults
 from airflow_provider_dj.engine.execution.failure_guard import load_settings
-from airflow_provider_dj.engine.execution.global_op_state import keys_store
 from airflow_provider_dj.engine.execution.segment_checkpoints import SegmentCheckpoints
-from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir import faults, stop_control
+from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.observe.lineage import LineageRecorder
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.storage.global_op_state import keys_store
 from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")  # the runner's log lines, as before
@@ -114,7 +113,7 @@ class SegmentContext:
         return op
 
     def fault(self, op_index: int, point: str = "after_op") -> None:
-        """An injected fault, if the job's fault file names this point (engine.execution.faults)."""
+        """An injected fault, if the job's fault file names this point (engine.jobdir.faults)."""
         faults.maybe_fail(self.job_dir, self.fault_spec, self.partition_id, op_index, point=point)
 
     # -- events --------------------------------------------------------------

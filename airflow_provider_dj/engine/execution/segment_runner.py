@@ -24,15 +24,7 @@ import pyarrow as pa
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.batch_cursor import run_expensive_op
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition
-from airflow_provider_dj.engine.execution.global_op_state import (
-    KEYS_COLUMN,
-    KEYS_FORMAT,
-    MASK_COLUMN,
-    keys_store,
-    mask_store,
-)
 from airflow_provider_dj.engine.execution.op_runner import apply_op
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.execution.reuse import reuse_from_earlier_job
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext, SegmentResult
 from airflow_provider_dj.engine.execution.segment_start import (
@@ -42,10 +34,25 @@ from airflow_provider_dj.engine.execution.segment_start import (
     start_without_checkpoint,
 )
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR
-from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
+from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.storage.global_op_state import (
+    KEYS_COLUMN,
+    KEYS_FORMAT,
+    MASK_COLUMN,
+    keys_store,
+    mask_store,
+)
+from airflow_provider_dj.ops.columns import (
+    FAILED_ERROR_COLUMN,
+    FAILED_ERROR_TYPE_COLUMN,
+    FAILED_OP_COLUMN,
+    FAILED_OP_INDEX_COLUMN,
+    FAILED_PARTITION_COLUMN,
+    INPUT_ROW_COLUMN,
+)
 
 __all__ = [  # the runner's public names; the job-directory constants live in global_op_state / resume_point
     "INPUT_ROW_COLUMN",
@@ -303,14 +310,16 @@ def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: 
 
     Returns the file's seal (relative path, size, xxh3) for the op's accounting entry, which the next
     checkpoint's marker commits, so a changed or torn failed file is caught on load (engine/jobdir/integrity.py)."""
-    from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+    from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 
     n = rows.num_rows
-    rows = rows.append_column("__dj__error_type__", pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string()))
-    rows = rows.append_column("__dj__error__", pa.array(reasons, type=pa.string()))
-    rows = rows.append_column("__dj__failed_op__", pa.array([op_name] * n, type=pa.string()))
-    rows = rows.append_column("__dj__failed_op_index__", pa.array([op_index] * n, type=pa.int64()))
-    rows = rows.append_column("__dj__partition__", pa.array([pid] * n, type=pa.int64()))
+    rows = rows.append_column(
+        FAILED_ERROR_TYPE_COLUMN, pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string())
+    )
+    rows = rows.append_column(FAILED_ERROR_COLUMN, pa.array(reasons, type=pa.string()))
+    rows = rows.append_column(FAILED_OP_COLUMN, pa.array([op_name] * n, type=pa.string()))
+    rows = rows.append_column(FAILED_OP_INDEX_COLUMN, pa.array([op_index] * n, type=pa.int64()))
+    rows = rows.append_column(FAILED_PARTITION_COLUMN, pa.array([pid] * n, type=pa.int64()))
     buf = io.BytesIO()
     write_jsonl(rows, buf)
     rel = f"{FAILED_DIR}/op_{op_index:03d}_{op_name}/partition_{pid:05d}.jsonl"

@@ -14,10 +14,10 @@ import logging
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, mask_store
 from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask
-from airflow_provider_dj.engine.execution.resume_point import load_latest_checkpoint, read_input_rows
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
+from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, mask_store
+from airflow_provider_dj.engine.storage.resume_point import load_latest_checkpoint, read_input_rows
 
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")  # the runner's log lines, as before
 

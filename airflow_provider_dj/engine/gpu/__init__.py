@@ -1,9 +1,4 @@
-"""GPU preflight (measurement) and planning.
-
-Measurement: ``memory`` (device memory probes), ``sampling`` (the probe
-sample), ``contracts`` (field contracts -> probe units), ``probe`` (the
-worker), ``executors`` (Ray / subprocess / inline), ``report`` (report,
-cache, num_gpus rule), ``preflight`` (orchestration), ``check`` (the
-``scripts/gpu_check.sh`` entry point).  Nothing here imports Airflow, and
-Ray only on the Ray path.
-"""
+"""The GPU model that planning reads: ``report`` (the probe report's format, cache and num_gpus
+rule), ``profiles`` (stage profiles from a report) and ``planner`` (the actor planner).  It sits
+below ``planning``; the measuring that writes the report is ``engine/preflight/``.  Nothing here
+imports Airflow or Ray."""

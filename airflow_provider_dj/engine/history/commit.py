@@ -17,11 +17,11 @@ import logging
 import numpy as np
 
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.global_op_state import keys_store
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.history.index import HistoryIndex, OpAdditions
 from airflow_provider_dj.engine.history.keys import key_args, row_keys
 from airflow_provider_dj.engine.history.pin import read_pin
+from airflow_provider_dj.engine.storage.global_op_state import keys_store
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
 from airflow_provider_dj.ops.dedup.near import GOLDEN_K1, mix64
 from airflow_provider_dj.ops.kernels.keys import KEY_TYPE
 

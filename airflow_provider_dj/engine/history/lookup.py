@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.history.index import HistoryIndex
 from airflow_provider_dj.engine.history.keys import row_keys
 from airflow_provider_dj.engine.history.pin import read_pin
 from airflow_provider_dj.engine.jobdir.layout import DEDUP_HISTORY_DIR
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -155,8 +155,3 @@ def hash_table(table: pa.Table) -> str:
     h = ArrowTableHasher()
     h.update(table)
     return h.hexdigest()
-
-
-def file_digest(data: bytes | memoryview) -> str:
-    """Checksum of a whole file's bytes (checkpoint and export integrity)."""
-    return xxhash.xxh3_128_hexdigest(data)

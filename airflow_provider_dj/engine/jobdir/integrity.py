@@ -25,15 +25,21 @@ from __future__ import annotations
 
 import json
 
+import xxhash
+
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.input import hashing
 
 CHECKSUM_KEY = "checksum_xxh3_128"
 
 
+def file_digest(data: bytes | memoryview) -> str:
+    """Checksum of a whole file's bytes (checkpoint, export and job-directory document integrity)."""
+    return xxhash.xxh3_128_hexdigest(data)
+
+
 def canonical_digest(doc: dict, key: str = CHECKSUM_KEY) -> str:
     body = {k: v for k, v in doc.items() if k != key}
-    return hashing.file_digest(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode())
+    return file_digest(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode())
 
 
 def seal_json(doc: dict, key: str = CHECKSUM_KEY) -> dict:
@@ -56,13 +62,13 @@ def json_seal_problem(doc: object, key: str = CHECKSUM_KEY) -> str | None:
 
 
 def file_seal(data: bytes) -> dict:
-    return {"bytes": len(data), "xxh3_128": hashing.file_digest(data)}
+    return {"bytes": len(data), "xxh3_128": file_digest(data)}
 
 
 def bytes_problem(data: bytes, seal: dict) -> str | None:
     if len(data) != seal.get("bytes"):
         return f"it has {len(data)} bytes, {seal.get('bytes')} were committed (torn or changed)"
-    got = hashing.file_digest(data)
+    got = file_digest(data)
     if got != seal.get("xxh3_128"):
         return f"its xxh3 is {got}, {seal.get('xxh3_128')} was committed (changed after commit)"
     return None

@@ -33,7 +33,7 @@ CHECKPOINTS_DIR = "checkpoints"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
 #: The plan as people and tools read it (planning/execution_plan.py).
 EXECUTION_PLAN = "dag_execution_plan.json"
-#: How the job ended (jobdir/summary.py).
+#: How the job ended (job/summary.py).
 JOB_SUMMARY = "job_summary.json"
 #: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"
@@ -47,10 +47,10 @@ def lineage_file(partition_id: int, op_index: int) -> str:
     return f"{LINEAGE_DIR}/partition_{partition_id:05d}/op_{op_index:03d}.parquet"
 
 
-#: Human-readable progress logs (observe/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
+#: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"
-#: Event log files: events_<writer>.jsonl at the top of the job directory (observe/events.py).
+#: Event log files: events_<writer>.jsonl at the top of the job directory (jobdir/events.py).
 EVENTS_PREFIX = "events_"
 #: The tracer's samples (observe/tracer.py): per-partition parts, merged files and the report.
 TRACE_DIR = "trace"
@@ -63,7 +63,7 @@ BATCHES_DIR = "batches"
 CURSOR_FILE = "cursor.json"
 #: The GPU preflight's report and cache (gpu/report.py).
 GPU_PROBE_REPORT = "gpu_probe_results.json"
-#: Fault injection for tests and drills (execution/faults.py).
+#: Fault injection for tests and drills (jobdir/faults.py).
 FAULT_FILE = "_fault_injection.json"
 FAULT_FIRED_DIR = "_fault_injection.fired"
 #: llm_api_mapper's record of paid calls.  Owned by the op (ops/llm/call_record.py, which may not import

@@ -1,1 +1,3 @@
-"""What a job tells people and tools: the event log, progress logs and the tracer."""
+"""What the ops did to which rows: per-row lineage (``lineage``), the queries over it
+(``lineage_query``), lineage carried over for reused checkpoints (``lineage_reuse``) and the
+tracer.  The event log and progress logs sit lower, in ``engine/jobdir/``."""

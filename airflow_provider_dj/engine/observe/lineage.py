@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.jobdir.layout import lineage_file
 from airflow_provider_dj.ops.base import Deduplicator, Filter
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN, STATS_COLUMN
 from airflow_provider_dj.ops.stats import get_stat
 
 #: Fate codes in the ``fate`` column.  A kept, unchanged row has no entry.
@@ -165,7 +165,7 @@ class LineageRecorder:
             key = getattr(op, "stat_key", None)
             if key:
                 self._stat_keys[str(op_index)] = key
-            if key and removed.size and "__dj__stats__" in delta.columns.column_names:
+            if key and removed.size and STATS_COLUMN in delta.columns.column_names:
                 values = get_stat(delta.columns, key)
                 if values is not None:
                     try:

@@ -24,11 +24,8 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, keys_store
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
 from airflow_provider_dj.engine.history.lookup import read_history_duplicates
 from airflow_provider_dj.engine.input.partitioning import read_partition
-from airflow_provider_dj.engine.jobdir.context import JobContext, read_checkpoint
 from airflow_provider_dj.engine.jobdir.layout import lineage_file
 from airflow_provider_dj.engine.observe.lineage import (
     CHANGED,
@@ -39,6 +36,9 @@ from airflow_provider_dj.engine.observe.lineage import (
     FULL_SCHEMA,
     full_schema,
 )
+from airflow_provider_dj.engine.storage.context import JobContext, read_checkpoint
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, keys_store
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN, STATS_COLUMN
 
 REMOVED = (FILTERED, DUPLICATE, FAILED)
 
@@ -404,7 +404,7 @@ def row_lookup(job_dir: str, input_row: int) -> dict | None:
         if s.fate in ("filtered", "duplicate", "failed"):
             sample = jl.input_sample(input_row)
             if s.stat_key is not None:
-                sample["__dj__stats__"] = {s.stat_key: s.stat}
+                sample[STATS_COLUMN] = {s.stat_key: s.stat}
             out = dict(base, fate=s.fate, op_index=s.op_index, op_name=s.op_name, reason=s.reason, sample=sample)
             out["source"] = lineage_src
             if s.fate == "duplicate":

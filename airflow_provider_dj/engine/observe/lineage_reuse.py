@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.engine.execution.global_op_state import MASK_COLUMN, mask_store
 from airflow_provider_dj.engine.observe.lineage import (
     DUPLICATE,
     FAILED,
@@ -38,6 +37,7 @@ from airflow_provider_dj.engine.observe.lineage import (
     write_chunk,
 )
 from airflow_provider_dj.engine.observe.lineage_query import read_chunk
+from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, mask_store
 
 log = logging.getLogger(__name__)
 

@@ -53,11 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN, read_input_rows
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
 from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
+from airflow_provider_dj.engine.storage.resume_point import read_input_rows
 from airflow_provider_dj.ops.base import SignatureDeduplicator
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,7 @@ def merge_traces(job_dir: str) -> dict:
     first ``trace_num`` entries had candidates; partitions after that point
     do not matter.  Safe to call at any time and repeatedly (atomic writes).
     """
-    from airflow_provider_dj.engine.jobdir.context import JobContext
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     ctx = JobContext(job_dir)
     settings = TraceSettings.from_recipe(ctx.recipe)

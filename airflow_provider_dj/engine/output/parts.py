@@ -44,11 +44,11 @@ def part_path(job_dir: str, partition_id: int) -> str:
 
 def write_part(job_dir: str, partition_id: int) -> dict:
     """Serialize one partition's final checkpoint to its part file (runs in a Ray worker)."""
-    from airflow_provider_dj.engine.jobdir.context import JobContext
     from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
-    from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 
     ctx = JobContext(job_dir)
     plan = ctx.plan

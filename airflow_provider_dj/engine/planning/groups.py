@@ -128,7 +128,7 @@ def uniform_positions(completed: Mapping[Any, Mapping[str, Any]]) -> bool:
     """Whether every unfinished partition resumes from the same checkpoint position.
 
     ``completed`` maps partition id -> {"last_op": i or -1, "final": bool}
-    (``engine.jobdir.resume.completed_checkpoints``).  Why groups of 1 otherwise:
+    (``engine.job.resume.completed_checkpoints``).  Why groups of 1 otherwise:
     an actor pool's lifetime covers one op sequence.  Partitions resuming
     after op 2 and after op 5 need different sequences; sharing one pool
     would either start everyone at op 3 (re-running committed work of the

@@ -33,9 +33,9 @@ def _refusals() -> tuple[type[BaseException], ...]:
     from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.engine.history.index import HistoryIndexError
     from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.engine.job.setup import ResumeRefusedError
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
     from airflow_provider_dj.engine.jobdir.lock import JobLockedError
-    from airflow_provider_dj.engine.jobdir.setup import ResumeRefusedError
 
     return (RecipeError, InputError, ResumeRefusedError, HistoryIndexError, JobIdError, JobLockedError)
 

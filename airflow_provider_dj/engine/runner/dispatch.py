@@ -107,7 +107,7 @@ class LocalDispatcher:
         actor_resources: dict | None = None,
     ) -> list[dict]:
         from airflow_provider_dj.engine.execution.actor_pool import op_modules
-        from airflow_provider_dj.engine.jobdir.context import JobContext
+        from airflow_provider_dj.engine.storage.context import JobContext
 
         modules = tuple(op_modules(JobContext(job_dir).plan))
         args = [(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules) for pid in partition_ids]

@@ -24,15 +24,15 @@ from typing import Any, Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.summary import read_job_summary
+from airflow_provider_dj.engine.job.watch import check as barrier_check
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.summary import read_job_summary
-from airflow_provider_dj.engine.jobdir.watch import check as barrier_check
 from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.engine.runner.steps import finish_job, run_global_step, run_group
 from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+from airflow_provider_dj.engine.storage.context import JobContext
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.recipe import RecipeError
-from airflow_provider_dj.engine.gpu.preflight import (
+from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
+from airflow_provider_dj.engine.preflight.preflight import (
     PreflightSettings,
     cuda_ops,
     declared_num_gpus,
     op_entries_from_recipe,
     run_preflight,
 )
-from airflow_provider_dj.engine.jobdir.layout import GPU_PROBE_REPORT
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The job's first step (the ``validate`` task): the effective recipe, the job id, and a planned or proven job.
 
 ``start_job`` either plans a new job or proves an existing one may continue
-(engine/jobdir/setup.py), clears a stop request older than this run, records
+(engine/job/setup.py), clears a stop request older than this run, records
 ``job_start`` and the planning decisions, and returns the execution groups
 that the segment steps run.  Nothing here knows how it is orchestrated: the
 Airflow task, the local executor and a Ray Job's driver all call it the same
@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.job.setup import PreparedJob, prepare_job
+from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, new_job_id, resume_command, validate_job_id
-from airflow_provider_dj.engine.jobdir.setup import PreparedJob, prepare_job
 from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
-from airflow_provider_dj.engine.observe.events import EventLog
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.summary import read_job_summary, write_job_summary
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.summary import read_job_summary, write_job_summary
-from airflow_provider_dj.engine.observe.events import EventLog
 
 log = logging.getLogger(__name__)
 

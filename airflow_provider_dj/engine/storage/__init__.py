@@ -1,1 +1,3 @@
-"""Bytes on a work dir: fsspec-backed file access, credentials, checkpoints and their writer."""
+"""A job's durable state on its work dir: checkpoints (whole and delta, commit markers) and their
+background writer, the JSONL encoding, the global ops' keys and masks, where a partition resumes,
+the index of reusable checkpoints, and one job's state read back lazily (``context``)."""

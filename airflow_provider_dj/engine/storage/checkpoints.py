@@ -49,14 +49,14 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.jobdir.integrity import file_digest
 from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR
+from airflow_provider_dj.ops.columns import DELTA_KEEP_COLUMN, DELTA_SET_PREFIX
 
 log = logging.getLogger(__name__)
 
 MARKER_SUFFIX = ".commit.json"
-DELTA_KEEP_COLUMN = "__dj__delta_keep__"
-PATCH_FLAG_PREFIX = "__dj__delta_set__"  # + column name: which rows of a patched column the op changed
+PATCH_FLAG_PREFIX = DELTA_SET_PREFIX  # + column name: which rows of a patched column the op changed
 MAX_DELTA_CHAIN = 64  # deltas stack one per op; a longer chain means a corrupt marker loop
 REJECTED_SUFFIX = ".rejected-"  # + epoch seconds, after MARKER_SUFFIX: a marker whose checkpoint failed its checks
 
@@ -84,7 +84,7 @@ class StorageFormat:
             comp = "uncompressed" if self.compression == "none" else self.compression
             feather.write_feather(table, buf, compression=comp)
         elif self.format == "jsonl":
-            from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
+            from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 
             write_jsonl(table, buf)
             if self.compression == "gzip":
@@ -191,11 +191,11 @@ class CheckpointStore:
         what = f"the {self.kind} of op {op_index} ({op_name}) partition {partition_id}"
         storage.atomic_write_bytes(path, data, what=what)
         if self._faults is None:
-            from airflow_provider_dj.engine.execution import faults as _f
+            from airflow_provider_dj.engine.jobdir import faults as _f
 
             self._faults = _f.load_faults(self.job_dir)
         if self._faults:
-            from airflow_provider_dj.engine.execution import faults as _f
+            from airflow_provider_dj.engine.jobdir import faults as _f
 
             _f.maybe_fail(
                 self.job_dir, self._faults, partition_id, op_index, point="checkpoint_mid_write", store=self.prefix
@@ -206,7 +206,7 @@ class CheckpointStore:
             "compression": self.fmt.compression,
             "data_file": storage.basename(path),
             "size": len(data),
-            "checksum": hashing.file_digest(data),
+            "checksum": file_digest(data),
             "num_rows": table.num_rows if num_rows is None else num_rows,
             "accounting": accounting,
             "committed_at": time.time(),
@@ -507,7 +507,7 @@ class CheckpointStore:
             )
             return None
         self.bytes_loaded += len(data)
-        got = hashing.file_digest(data)
+        got = file_digest(data)
         if got != marker.get("checksum"):
             self._reject(
                 op_index,
@@ -554,7 +554,7 @@ class CheckpointStore:
         except OSError as exc:  # the rejection itself stands; only the demotion failed
             log.warning("could not set the rejected commit marker %s aside: %s", mpath, exc)
         try:
-            from airflow_provider_dj.engine.observe.events import EventLog
+            from airflow_provider_dj.engine.jobdir.events import EventLog
 
             EventLog(self.job_dir, storage.basename(self.job_dir)).emit(
                 "checkpoint_rejected",

@@ -16,9 +16,10 @@ so an op behaves here as under ``dj-process``.  Two columns get special care:
   keeping the types and values of fields that were already there.
 * ``__dj__meta__`` (tags) is handed over the same way, dicts without nulls.
 
-The engine's own columns (``__dj__input_row__``) never reach Data-Juicer and
-are re-attached unchanged, which is only sound because the row count cannot
-change: an op that splits or merges samples is refused (``OpFatalError``).
+The engine's own columns (``ops/columns.ENGINE_COLUMNS``, e.g. the input row
+number) never reach Data-Juicer and are re-attached unchanged, in their order,
+which is only sound because the row count cannot change: an op that splits or
+merges samples is refused (``OpFatalError``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from airflow_provider_dj.ops.base import STATS_COLUMN, OpFatalError
+from airflow_provider_dj.ops.base import OpFatalError
+from airflow_provider_dj.ops.columns import ENGINE_COLUMNS, STATS_COLUMN
 from airflow_provider_dj.ops.stats import get_stat, set_stat
 
 META_COLUMN = "__dj__meta__"
-ENGINE_COLUMNS = ("__dj__input_row__",)
 _DICT_COLUMNS = (STATS_COLUMN, META_COLUMN)
 
 
@@ -199,8 +200,8 @@ def batch_to_table(table: pa.Table, out: dict[str, list], op_name: str) -> pa.Ta
         merged = merge_stats(base, out[STATS_COLUMN], op_name)
         if STATS_COLUMN in merged.column_names:
             result = result.append_column(STATS_COLUMN, merged.column(STATS_COLUMN))
-    for name in ENGINE_COLUMNS:
-        if name in table.column_names:
+    for name in table.column_names:  # in the table's order: the set's order differs between processes
+        if name in ENGINE_COLUMNS:
             result = result.append_column(name, table.column(name))
     if not result.num_columns:
         return table

@@ -36,16 +36,14 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from airflow_provider_dj.core.host import get_connection, mask_secret
-from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.base import Mapper, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN, ROW_ERROR_COLUMN
 from airflow_provider_dj.ops.kernels.patterns import DOTALL, compile_user_pattern
 from airflow_provider_dj.ops.llm.call_record import CallRecord, record_dir, request_hash
 from airflow_provider_dj.ops.registry import register
 
 log = logging.getLogger(__name__)
 
-#: Set by the engine on every table (see engine/execution/segment_runner.py); the call
-#: record keys answers by it.  Kept as a literal so ops do not import the runner.
-INPUT_ROW_COLUMN = "__dj__input_row__"
 
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.DOTALL)
 

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.registry import register
 
 DEFAULT_OUTPUT_KEY = "text_embedding"
@@ -215,9 +216,7 @@ class TextEmbeddingMapper(Mapper):
         col = table.column(self.text_key)
         if col.null_count:
             first = pc.index(pc.is_null(col), True).as_py()
-            row = (
-                table.column("__dj__input_row__")[first].as_py() if "__dj__input_row__" in table.column_names else first
-            )
+            row = table.column(INPUT_ROW_COLUMN)[first].as_py() if INPUT_ROW_COLUMN in table.column_names else first
             raise ValueError(
                 f"{self.name}: text field {self.text_key!r} is null (input row {row}); a missing text has no embedding"
             )

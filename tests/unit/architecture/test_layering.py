@@ -4,6 +4,9 @@ Layers, bottom up (docs/architecture.md): ``core`` (file access, errors, host se
 <- the Airflow side (operators, sensors, triggers, hooks, dag_factory, cli, monitor, control, assets, ...).
 A layer imports only itself and the layers below it; ``engine``, ``ops`` and ``core`` import no Airflow;
 no two modules import each other, directly or around a longer loop.
+
+Inside ``engine`` the sub-packages are layers too, in the order of ``ENGINE_ORDER`` (bottom first): a
+sub-package imports only itself and the sub-packages before it, so no two of them form a cycle.
 """
 
 from __future__ import annotations
@@ -23,6 +26,24 @@ ALLOWED = {
     f"{P}.engine": (f"{P}.engine", f"{P}.ops", f"{P}.core"),
 }
 AIRFLOW_FREE = (f"{P}.core", f"{P}.ops", f"{P}.engine", *LEAVES)
+#: The engine's sub-packages, bottom first (docs/architecture.md, "The engine's own layers").  Each may
+#: import only itself and the ones before it.  A new sub-package must be placed here.
+ENGINE_ORDER = (
+    "config",  # the recipe model: YAML in, a frozen validated recipe out
+    "jobdir",  # the job directory's primitives: layout, identity, lock, integrity, events, faults
+    "input",  # input files, row ranges, exact partitions and their content hashes
+    "gpu",  # the GPU model planning reads: the probe report, stage profiles, the actor planner
+    "planning",  # recipe -> plan: segments, execution groups, concurrency
+    "storage",  # checkpoints, global ops' keys and masks, resume points, a job's state read back
+    "history",  # deduplication against earlier exports
+    "observe",  # per-row lineage, its queries and reuse, the tracer
+    "execution",  # segments on partitions, ops on tables, global ops, Ray dispatch
+    "output",  # the export's fields, row accounting, parallel parts, checking a written file
+    "preflight",  # GPU preflight: probing CUDA ops on a sample through the op runner
+    "job",  # a job's lifecycle: setup, resume proof, export, summary, status, waiting, retention
+    "runner",  # the job's steps and a local executor
+)
+ENGINE = f"{P}.engine"
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -97,3 +118,81 @@ def test_no_import_cycles(imports):
 def test_the_cycle_finder_finds_a_planted_cycle():
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert graph.cycles(g) == [["a", "b", "c"]]
+
+
+def _engine_sub(module: str) -> str | None:
+    """The engine sub-package ``module`` belongs to (None outside the engine or for ``engine`` itself)."""
+    if not module.startswith(ENGINE + "."):
+        return None
+    return module[len(ENGINE) + 1 :].split(".")[0]
+
+
+def test_the_engine_order_names_every_sub_package():
+    """A new engine sub-package must be placed in ENGINE_ORDER, and every name there must exist; no
+    engine module sits outside a sub-package (``engine/__init__.py``, the lazy entry point, aside)."""
+    existing: set[str] = set()
+    loose = []
+    for module, path in graph.module_files().items():
+        if not module.startswith(ENGINE + "."):
+            continue
+        rel = module[len(ENGINE) + 1 :]
+        if "." in rel or path.endswith("__init__.py"):
+            existing.add(rel.split(".")[0])
+        else:
+            loose.append(module)
+    unplaced = sorted(existing - set(ENGINE_ORDER))
+    assert unplaced == [], f"place these engine sub-packages in ENGINE_ORDER (test_layering.py): {unplaced}"
+    assert len(set(ENGINE_ORDER)) == len(ENGINE_ORDER), "ENGINE_ORDER names a sub-package twice"
+    stale = sorted(set(ENGINE_ORDER) - existing)
+    assert stale == [], f"ENGINE_ORDER names sub-packages that do not exist: {stale}"
+    assert sorted(loose) == [], f"engine modules outside any sub-package (put each in one): {sorted(loose)}"
+
+
+def test_engine_sub_packages_import_only_lower_ones(imports):
+    rank = {name: i for i, name in enumerate(ENGINE_ORDER)}
+    bad = []
+    for i in imports:
+        src, dst = _engine_sub(i.importer), _engine_sub(i.target)
+        if src is None or dst is None or src == dst or src not in rank or dst not in rank:
+            continue
+        if rank[dst] > rank[src]:
+            bad.append(
+                f"{_where(i)}: {i.importer} imports {i.target} "
+                f"(rule: engine/{src}/ may import only engine sub-packages below it: "
+                f"{', '.join(ENGINE_ORDER[: rank[src]]) or 'none'}; move the name it needs down)"
+            )
+    assert bad == [], "\n".join(bad)
+
+
+def test_no_cycle_between_engine_sub_packages(imports):
+    """Independent of ENGINE_ORDER: the sub-package graph itself has no loop, counting function-level imports."""
+    subs: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], graph.Import] = {}
+    for i in imports:
+        src, dst = _engine_sub(i.importer), _engine_sub(i.target)
+        if src is None or dst is None:
+            continue
+        subs.setdefault(src, set())
+        subs.setdefault(dst, set())
+        if src != dst:
+            subs[src].add(dst)
+            where.setdefault((src, dst), i)
+    cycles = graph.cycles(subs)
+    lines = []
+    for comp in cycles:
+        members = set(comp)
+        edges = [(a, b) for (a, b) in sorted(where) if a in members and b in members]
+        lines.append(
+            "cycle: "
+            + " <-> ".join(comp)
+            + " (rule: no cycle between engine sub-packages)\n"
+            + "\n".join(f"  {_where(where[e])}: {where[e].importer} -> {where[e].target}" for e in edges)
+        )
+    assert cycles == [], "\n".join(lines)
+
+
+def test_the_engine_order_check_catches_an_upward_import():
+    """Guard for the guard: a planted import from a lower sub-package to a higher one is reported."""
+    planted = graph.Import(f"{ENGINE}.config.recipe", f"{ENGINE}.job.setup", os.path.join(graph.ROOT, "x.py"), 1, True)
+    with pytest.raises(AssertionError, match=r"x.py:1: .*engine/config/ may import only"):
+        test_engine_sub_packages_import_only_lower_ones([planted])

@@ -24,8 +24,8 @@ def test_package_paths_named_in_docs_and_code_exist():
     ).stdout.split()
     missing = []
     for rel in files:
-        if rel.startswith("tests/dj_recipes/expected"):
-            continue
+        if rel.startswith("tests/dj_recipes/expected") or rel == "CHANGELOG.md":
+            continue  # recorded outputs; the changelog names the old paths of moved modules on purpose
         try:
             with open(os.path.join(graph.ROOT, rel), encoding="utf-8", errors="replace") as fh:
                 text = fh.read()

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_provider_dj.engine.execution import batch_cursor as bc
-from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault, load_faults
 from airflow_provider_dj.engine.execution.op_runner import apply_op
+from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
+from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault, load_faults
 from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, request_stop
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from airflow_provider_dj.ops.base import STATS_COLUMN, Filter, Mapper
 
 KEY = bc.KEY_COLUMN

@@ -11,9 +11,9 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.sample_corpus import write_corpus
 
@@ -302,7 +302,7 @@ def test_delta_checkpoints_can_be_turned_off(tmp_path, monkeypatch):
 
 
 def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeypatch):
-    from airflow_provider_dj.engine.jobdir.context import read_checkpoint
+    from airflow_provider_dj.engine.storage.context import read_checkpoint
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 300, seed=5)
     jobs = {}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_dj.engine.output.export import AccountingError, check_accounting
+from airflow_provider_dj.engine.job.export import AccountingError, check_accounting
 
 
 def _acct(i, rin, out, filtered=0, dup=0, failed=0):
@@ -46,8 +46,8 @@ def test_mismatch_fails(per):
 def test_export_keeps_stats_when_asked(tmp_path):
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
-    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.job.export import export_job
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 60, seed=5)

@@ -21,8 +21,8 @@ import yaml
 
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.output.fields import (
     DJ_FIELD_NAMES,
     ENGINE_COLUMN_PREFIXES,
@@ -148,7 +148,9 @@ def test_every_dj_name_in_the_package_is_classified() -> None:
         for n in found
         if n not in ENGINE_COLUMNS and n not in DJ_FIELD_NAMES and not n.startswith(ENGINE_COLUMN_PREFIXES)
     )
-    assert not unknown, f"classify these in engine/output/fields.py (ENGINE_COLUMNS or DJ_FIELD_NAMES): {unknown}"
+    assert not unknown, (
+        f"classify these: ENGINE_COLUMNS in ops/columns.py or DJ_FIELD_NAMES in engine/output/fields.py: {unknown}"
+    )
     assert "__dj__input_row__" in found and "__dj__suffix__" in found  # the scan sees both kinds
     from airflow_provider_dj.engine.execution.batch_cursor import KEY_COLUMN, REASON_COLUMN
     from airflow_provider_dj.engine.execution.segment_runner import INPUT_ROW_COLUMN

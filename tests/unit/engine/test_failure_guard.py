@@ -22,9 +22,9 @@ from airflow_provider_dj.engine.execution.failure_guard import (
     load_settings,
 )
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.resume import config_diff
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError, export_job
+from airflow_provider_dj.engine.job.export import MissingFinalCheckpointError, export_job
+from airflow_provider_dj.engine.job.resume import config_diff
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.planning.plan import build_plan
 
 

@@ -110,8 +110,8 @@ def test_a_refused_new_job_writes_nothing_over_the_holders_config(tmp_path):
     import pytest
 
     from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.engine.jobdir import lock as job_lock
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
 
     data = tmp_path / "in.jsonl"
     data.write_text("".join(f'{{"text": "row number {i} of the input"}}\n' for i in range(6)))

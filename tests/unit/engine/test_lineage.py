@@ -12,12 +12,12 @@ import json
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, RowNotFoundError, partition_lineage, why
-from airflow_provider_dj.engine.output.export import export_job
 
 ROWS = [
     {"id": "a", "text": "mail me at bob@example.com about the plan"},  # 0: changed by op 0, kept

@@ -17,9 +17,9 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
-from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.ops.registry import create_op
 
 BASE = "the river bank was quiet that morning and the old ferry waited for the first travellers of the day"

@@ -60,8 +60,8 @@ def test_filter_accounting():
 def test_retention_policy_applied_after_success(tmp_path, policy, kept):
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
-    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.job.export import export_job
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 30, seed=1)
@@ -114,8 +114,8 @@ def test_failed_samples_record_op_partition_input_row_and_error(tmp_path):
 
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.execution.segment_runner import _write_failed
-    from airflow_provider_dj.engine.jobdir.context import JobContext
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.job.setup import prepare_job
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     rows = pa.table({"text": ["bad"], "__dj__input_row__": pa.array([41], pa.int64())})
     data = tmp_path / "in.jsonl"

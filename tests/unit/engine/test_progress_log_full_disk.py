@@ -7,7 +7,7 @@ import os
 import pytest
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.observe import progress_log
+from airflow_provider_dj.engine.jobdir import progress_log
 
 
 def test_full_disk_on_a_progress_line_names_the_file_and_keeps_earlier_lines(tmp_path, monkeypatch):

@@ -135,7 +135,7 @@ def test_rendered_differences_name_the_paths_another_logical_date_changes():
     lines = rendered_differences(a, b, ("dataset_path", "export_path"))
     assert len(lines) == 2 and "2026-11-30.jsonl" in lines[1] and "2026-12-01.jsonl" in lines[1]
 
-    from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, check_same_rendering
+    from airflow_provider_dj.engine.job.resume import ResumeRefusedError, check_same_rendering
 
     with pytest.raises(ResumeRefusedError, match="logical date 2026-11-30") as err:
         check_same_rendering(a, b)

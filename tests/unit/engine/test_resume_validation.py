@@ -14,11 +14,11 @@ import xxhash
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.job.resume import ResumeRefusedError
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, job_id_for_run, new_job_id, validate_job_id
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -78,7 +78,7 @@ def test_clean_resume_reports_completed_checkpoints_and_accepts_non_result_chang
     assert any("partition.num_of_partitions" in c for c in p.accepted_changes)
     assert any("checkpoint.strategy" in c for c in p.accepted_changes)
     assert all(g["completed"][str(g["partition_ids"][0])]["last_op"] == 1 for g in p.groups)
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     steps = [e["name"] for e in read_events(job["dir"], "validation_step")]
     assert steps == [
@@ -260,7 +260,7 @@ def test_job_id_and_resume_must_agree(job):
 
 def test_changing_only_how_the_export_is_serialized_is_accepted_on_resume():
     """export_in_parallel changes how the export is written, not its bytes: no reason to refuse a resume."""
-    from airflow_provider_dj.engine.jobdir.resume import config_diff
+    from airflow_provider_dj.engine.job.resume import config_diff
 
     refused, accepted = config_diff(
         {"export_in_parallel": True, "process": [{"a": {}}]}, {"export_in_parallel": False, "process": [{"a": {}}]}

@@ -17,11 +17,11 @@ from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.input import index_cache
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.gc import collect
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.gc import collect
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, pinned_sources
 from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
 

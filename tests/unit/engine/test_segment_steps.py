@@ -13,15 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_op_state import KEYS_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.resume_point import (
-    INPUT_ROW_COLUMN,
-    checkpoint_candidates,
-    last_committed_checkpoint,
-    load_latest_checkpoint,
-    read_input_rows,
-)
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
 from airflow_provider_dj.engine.execution.segment_runner import checkpoint_after_op, key_phase, run_ops, run_segment
 from airflow_provider_dj.engine.execution.segment_start import (
@@ -33,10 +25,18 @@ from airflow_provider_dj.engine.execution.segment_start import (
     resume_from_checkpoint,
     start_without_checkpoint,
 )
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.storage.resume_point import (
+    INPUT_ROW_COLUMN,
+    checkpoint_candidates,
+    last_committed_checkpoint,
+    load_latest_checkpoint,
+    read_input_rows,
+)
 from airflow_provider_dj.sample_corpus import write_corpus
 
 # ops 0-2 form segment 0 (keys of op 3 at its end), segment 1 applies op 3's mask and runs op 4.

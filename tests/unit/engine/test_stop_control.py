@@ -13,13 +13,13 @@ import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.context import JobContext
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import export_job
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\

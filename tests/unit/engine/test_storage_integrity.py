@@ -18,11 +18,11 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.job.resume import ResumeRefusedError
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.ops import registry
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
 from airflow_provider_dj.sample_corpus import write_corpus
@@ -135,7 +135,7 @@ def test_flipped_byte_in_a_committed_checkpoint_is_rejected_and_recomputed(tmp_p
 
 
 def test_final_checkpoint_damaged_before_the_export_fails_it_until_the_partition_is_recomputed(tmp_path, data, clean):
-    from airflow_provider_dj.engine.output.export import MissingFinalCheckpointError
+    from airflow_provider_dj.engine.job.export import MissingFinalCheckpointError
 
     job = _new_job(tmp_path, "final", data)
     for pid in range(3):
@@ -356,7 +356,7 @@ def test_enospc_during_the_export_leaves_no_export_and_a_retry_matches(tmp_path,
 
 def test_enospc_at_an_event_write_fails_clearly_and_leaves_no_torn_line(tmp_path, monkeypatch):
     from airflow_provider_dj.core.fs import StorageFullError
-    from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
+    from airflow_provider_dj.engine.jobdir.events import EventLog, parse_event_lines
 
     log = EventLog(str(tmp_path), "j", writer="w")
     log.emit("job_start")
@@ -426,7 +426,7 @@ def fill(directory: str, leave: int = 0) -> str:
 
 def test_real_full_file_system_atomic_write_and_event_append(small_fs):
     from airflow_provider_dj.core import fs as storage
-    from airflow_provider_dj.engine.observe.events import EventLog, parse_event_lines
+    from airflow_provider_dj.engine.jobdir.events import EventLog, parse_event_lines
 
     log = EventLog(small_fs, "j", writer="w")
     log.emit("job_start")

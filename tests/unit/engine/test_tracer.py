@@ -17,8 +17,8 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.ops.registry import create_op
 from airflow_provider_dj.sample_corpus import write_corpus
 

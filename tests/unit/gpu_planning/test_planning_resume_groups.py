@@ -14,9 +14,9 @@ import os
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import parse_recipe
-from airflow_provider_dj.engine.execution.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.sample_corpus import write_corpus
 
 

@@ -15,7 +15,7 @@ import sys
 def test_auto_executor_is_ray_without_importing_it():
     code = (
         "import sys\n"
-        "from airflow_provider_dj.engine.gpu.executors import resolve_executor\n"
+        "from airflow_provider_dj.engine.preflight.executors import resolve_executor\n"
         "print(resolve_executor('auto'))\n"
         "print('ray' in sys.modules)\n"
     )

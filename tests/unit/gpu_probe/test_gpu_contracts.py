@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_dj.engine.gpu.contracts import OpNode, ancestors, paths_overlap, plan_probe_units
+from airflow_provider_dj.engine.preflight.contracts import OpNode, ancestors, paths_overlap, plan_probe_units
 
 
 def node(i, kind="mapper", cuda=False, ins=(), outs=(), glob=False, env=None, name=None):

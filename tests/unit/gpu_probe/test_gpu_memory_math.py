@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_dj.engine.gpu.memory import (
+from airflow_provider_dj.engine.gpu.report import schedule_num_gpus
+from airflow_provider_dj.engine.preflight.memory import (
     CpuRssMemoryProbe,
     CudaMemoryProbe,
     NoValidPeakError,
@@ -19,7 +20,6 @@ from airflow_provider_dj.engine.gpu.memory import (
     memory_fraction,
     merge_peak,
 )
-from airflow_provider_dj.engine.gpu.report import schedule_num_gpus
 
 GiB = 2**30
 

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.gpu.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
 from airflow_provider_dj.engine.gpu.report import load_probe_report
+from airflow_provider_dj.engine.preflight.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
 from airflow_provider_dj.ops.registry import get_op_class
 
 
@@ -187,7 +187,7 @@ def test_independent_targets_probe_in_parallel_workers(fake_cuda_ops, small_corp
 
 def test_recipe_accepts_field_contract_args(fake_cuda_ops, small_corpus, tmp_path):
     from airflow_provider_dj.engine.config.recipe import parse_recipe
-    from airflow_provider_dj.engine.gpu.preflight import op_entries_from_recipe
+    from airflow_provider_dj.engine.preflight.preflight import op_entries_from_recipe
 
     recipe = parse_recipe(
         {

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_dj.engine.gpu import sampling
-from airflow_provider_dj.engine.gpu.sampling import EmptySampleError, read_sample
+from airflow_provider_dj.engine.preflight import sampling
+from airflow_provider_dj.engine.preflight.sampling import EmptySampleError, read_sample
 
 
 @pytest.fixture

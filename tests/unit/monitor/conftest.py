@@ -12,8 +12,8 @@ import os
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
 from airflow_provider_dj.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -52,7 +52,7 @@ def new_job(tmp_path):
             job_dir.mkdir(parents=True)
             (job_dir / "_fault_injection.json").write_text(json.dumps(faults))
         prepared = prepare_job(load_recipe(rpath), job_id=job_id, airflow_run_id="run_1")
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
 
         EventLog(prepared.job_dir, job_id, writer="validate").emit(
             "job_start", status="new", partitions=prepared.num_partitions
@@ -72,7 +72,7 @@ def run_all(job_dir: str) -> dict:
     """Run every task of the job in order, in-process, and export."""
     from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.output.export import export_job
+    from airflow_provider_dj.engine.job.export import export_job
 
     for pid in range(3):
         run_segment(job_dir, 0, pid, try_number=1)

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from airflow_provider_dj.engine.observe import events as events_mod
-from airflow_provider_dj.engine.observe.events import EventLog, iter_event_files, parse_event_lines, read_events
+from airflow_provider_dj.engine.jobdir import events as events_mod
+from airflow_provider_dj.engine.jobdir.events import EventLog, iter_event_files, parse_event_lines, read_events
 
 
 def test_writers_get_their_own_files_and_readers_merge_them_by_time(tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_a_writer_reusing_a_torn_file_does_not_glue_its_event_to_the_fragment(tm
 
 WRITER = """
 import sys
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir.events import EventLog
 log = EventLog(sys.argv[1], "job", writer="victim")
 pad = "x" * 200_000
 i = 0

@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.execution.faults import InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.summary import build_job_summary, read_job_summary, write_job_summary
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
+from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from airflow_provider_dj.engine.jobdir.registry import recent_jobs
-from airflow_provider_dj.engine.jobdir.summary import build_job_summary, read_job_summary, write_job_summary
-from airflow_provider_dj.engine.observe.events import EventLog, read_events
 from tests.unit.monitor.conftest import ROWS, read_lines
 
 
@@ -147,7 +147,7 @@ def test_unplanned_job_dir_and_bad_status(tmp_path):
 
 def test_resuming_a_failed_job_turns_its_summary_to_running(new_job):
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.jobdir.setup import prepare_job
+    from airflow_provider_dj.engine.job.setup import prepare_job
 
     job = new_job("again")
     run_segment(job["dir"], 0, 0, try_number=1)

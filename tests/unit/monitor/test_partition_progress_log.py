@@ -6,7 +6,7 @@ import os
 import re
 
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.observe.progress_log import PartitionProgressLog, partition_log_path, tail_lines
+from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog, partition_log_path, tail_lines
 from tests.unit.monitor.conftest import read_lines, run_all
 
 

@@ -7,7 +7,7 @@ import os
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
+from airflow_provider_dj.engine.job.setup import prepare_job
 
 
 def test_plan_document_maps_every_op_and_partition_to_its_task(new_job):

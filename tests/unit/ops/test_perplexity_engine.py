@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import read_events
-from airflow_provider_dj.engine.output.export import export_job
+from airflow_provider_dj.engine.job.export import export_job
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
 
 FIX = Path(__file__).parents[2] / "conformance" / "model_filters"

@@ -12,11 +12,11 @@ import os
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.faults import InjectedFault
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
+from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from tests.helpers_job_view import crash_fault, view_recipe, write_view_input
 
 DAG_ID = "dj_view"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_dj.engine.jobdir.watch import JobFailedError, check
+from airflow_provider_dj.engine.job.watch import JobFailedError, check
 from airflow_provider_dj.plugins import job_data, views, why
 from tests.helpers_job_view import NULL_EVERY, filtered_rows
 from tests.unit.plugins.conftest import FAILED_PARTITION, PARTS, ROWS
@@ -113,7 +113,7 @@ def test_a_lineage_lookup_plugs_in_before_the_trace_lookup(crashed_job):
 
 
 def test_throughput_adds_up_to_the_rows_through_ops(crashed_job):
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     events = read_events(crashed_job["dir"])
     pts = job_data.throughput(events)

@@ -1,4 +1,4 @@
-"""CheckpointSensor's check (engine.jobdir.watch) and its trigger, over real job directories.
+"""CheckpointSensor's check (engine.job.watch) and its trigger, over real job directories.
 
 Jobs are prepared and run in-process with the real engine; the trigger is
 run with asyncio directly (its run() polls in a thread, as in the triggerer).
@@ -15,9 +15,9 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.jobdir.setup import prepare_job
-from airflow_provider_dj.engine.jobdir.watch import JobFailedError, WaitTargetError, check
-from airflow_provider_dj.engine.observe.events import EventLog
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.job.watch import JobFailedError, WaitTargetError, check
+from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.sample_corpus import write_corpus
 
 PROCESS = """process:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.summary import FINAL_STATUSES, read_job_summary
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO
 from airflow_provider_dj.engine.jobdir.registry import lookup_job, registry_path
-from airflow_provider_dj.engine.jobdir.summary import FINAL_STATUSES, read_job_summary
-from airflow_provider_dj.engine.observe.events import read_events
 
 #: Every state :func:`job_status` names.  ``interrupted``: work started, nothing runs and no final
 #: summary is newer than the last start (a killed run: resume it); ``planned``: no work started yet.
@@ -80,8 +80,8 @@ def live_lock(job_dir: str) -> dict | None:
 def _progress(job_dir: str) -> dict | None:
     """Partitions whose final checkpoint is committed, of all partitions."""
     try:
-        from airflow_provider_dj.engine.jobdir.context import JobContext
-        from airflow_provider_dj.engine.jobdir.resume import completed_checkpoints
+        from airflow_provider_dj.engine.job.resume import completed_checkpoints
+        from airflow_provider_dj.engine.storage.context import JobContext
 
         ctx = JobContext(job_dir)
         done = completed_checkpoints(job_dir, ctx.partitioning_info, ctx.plan)

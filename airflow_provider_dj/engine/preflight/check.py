@@ -1,4 +1,4 @@
-"""``python3 -m airflow_provider_dj.engine.gpu.check``: the probe on a real GPU, in one go.
+"""``python3 -m airflow_provider_dj.engine.preflight.check``: the probe on a real GPU, in one go.
 
 Run by ``scripts/gpu_check.sh`` on a machine with a GPU, torch, sentence-
 transformers and nvidia-ml-py, but possibly without Ray, Airflow or this
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     for k, v in env.items():
         print(f"  {k}: {v}", flush=True)
-    from airflow_provider_dj.engine.gpu.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
+    from airflow_provider_dj.engine.preflight.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
     from airflow_provider_dj.sample_corpus import write_corpus
 
     work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")

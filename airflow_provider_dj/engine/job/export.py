@@ -20,11 +20,9 @@ import pyarrow.parquet as pq
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.execution.resume_point import INPUT_ROW_COLUMN
-from airflow_provider_dj.engine.jobdir.context import JobContext
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
-from airflow_provider_dj.engine.observe.events import EventLog
 from airflow_provider_dj.engine.output.accounting import check_accounting
 from airflow_provider_dj.engine.output.errors import (
     AccountingError,
@@ -32,8 +30,10 @@ from airflow_provider_dj.engine.output.errors import (
     MissingFinalCheckpointError,
 )
 from airflow_provider_dj.engine.output.fields import clean_for_export
-from airflow_provider_dj.engine.output.jsonl_writer import write_jsonl
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ def export_job(
         from airflow_provider_dj.engine.observe.tracer import merge_traces
 
         summary["trace"] = merge_traces(job_dir)
-    from airflow_provider_dj.engine.jobdir.summary import after_summary_written, enrich_completed_summary
+    from airflow_provider_dj.engine.job.summary import after_summary_written, enrich_completed_summary
 
     summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
     summary["retention"] = apply_retention(ctx, markers)

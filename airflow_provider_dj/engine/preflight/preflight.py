@@ -20,8 +20,6 @@ from typing import Callable
 
 from airflow_provider_dj import settings as dj_settings
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.gpu.contracts import OpNode, contract_of, plan_probe_units
-from airflow_provider_dj.engine.gpu.executors import get_ray, resolve_executor, run_units
 from airflow_provider_dj.engine.gpu.report import (
     DEFAULT_GPU_WORKERS_PER_DEVICE,
     cache_key,
@@ -33,7 +31,9 @@ from airflow_provider_dj.engine.gpu.report import (
     schedule_num_gpus,
     write_probe_report,
 )
-from airflow_provider_dj.engine.gpu.sampling import read_sample
+from airflow_provider_dj.engine.preflight.contracts import OpNode, contract_of, plan_probe_units
+from airflow_provider_dj.engine.preflight.executors import get_ray, resolve_executor, run_units
+from airflow_provider_dj.engine.preflight.sampling import read_sample
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def detect_device(executor: str, *, force_cpu: bool = False, ray_client=None) ->
 
 
 def _device_info_task() -> dict:
-    from airflow_provider_dj.engine.gpu.memory import CudaMemoryProbe
+    from airflow_provider_dj.engine.preflight.memory import CudaMemoryProbe
 
     try:
         import pynvml

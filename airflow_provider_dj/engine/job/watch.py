@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir.context import JobContext
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
+from airflow_provider_dj.engine.storage.context import JobContext
 
 
 class JobFailedError(DJError, RuntimeError):
@@ -81,7 +81,7 @@ def failures(job_dir: str, events: list[dict] | None = None) -> dict[str, str]:
     clear-and-retry of one task in the UI re-runs that task without a new
     ``job_start``.  ``events`` may be passed when the caller has read them already (the job view).
     """
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
 
     failed: dict[str, str] = {}
     last_restart = 0.0
@@ -157,8 +157,8 @@ def check(
     partitions: list[int] | None = None,
 ) -> WaitStatus:
     """One look at the job directory.  Raises JobFailedError / WaitTargetError."""
-    from airflow_provider_dj.engine.execution.global_op_state import keys_store, mask_store
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.global_op_state import keys_store, mask_store
 
     summary = _summary(job_dir)
     if summary and summary.get("status") == "completed":

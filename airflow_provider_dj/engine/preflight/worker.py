@@ -1,4 +1,4 @@
-"""Entry point of a subprocess probe worker: ``python -m airflow_provider_dj.engine.gpu.worker OUT``.
+"""Entry point of a subprocess probe worker: ``python -m airflow_provider_dj.engine.preflight.worker OUT``.
 
 Reads a pickled probe spec from stdin, runs ``run_probe_unit`` and writes
 the pickled result to ``OUT`` (written whole, then renamed, so the parent
@@ -16,7 +16,7 @@ import sys
 def main(argv: list[str]) -> int:
     out_path = argv[1]
     spec = pickle.loads(sys.stdin.buffer.read())
-    from airflow_provider_dj.engine.gpu.probe import run_probe_unit
+    from airflow_provider_dj.engine.preflight.probe import run_probe_unit
 
     result = run_probe_unit(spec)
     tmp = out_path + ".tmp"

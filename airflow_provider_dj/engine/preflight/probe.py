@@ -54,7 +54,7 @@ def cycle_to(table: pa.Table, n: int) -> pa.Table:
 
 
 def make_memory_probe(kind: str, device_index: int = 0):
-    from airflow_provider_dj.engine.gpu.memory import CpuRssMemoryProbe, CudaMemoryProbe
+    from airflow_provider_dj.engine.preflight.memory import CpuRssMemoryProbe, CudaMemoryProbe
 
     return CudaMemoryProbe(device_index=device_index) if kind == "cuda" else CpuRssMemoryProbe()
 

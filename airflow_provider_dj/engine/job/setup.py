@@ -6,7 +6,7 @@ info and the execution plan into the job directory, then take the runner
 lock.
 
 An existing job directory (a retried/cleared run, or an explicit resume):
-never re-plan and never delete.  ``engine.jobdir.resume.validate_resume`` proves
+never re-plan and never delete.  ``engine.job.resume.validate_resume`` proves
 the job may be continued — or refuses with a specific reason, leaving the
 job directory byte-for-byte untouched (invariant 7).
 """
@@ -20,9 +20,11 @@ from typing import Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
+from airflow_provider_dj.engine.job.resume import ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.jobdir.events import EventLog, write_buffered
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
@@ -31,8 +33,6 @@ from airflow_provider_dj.engine.jobdir.layout import (
     JobPaths,
     write_json,
 )
-from airflow_provider_dj.engine.jobdir.resume import ResumeRefusedError, validate_resume
-from airflow_provider_dj.engine.observe.events import EventLog, write_buffered
 from airflow_provider_dj.engine.planning.execution_plan import plan_document
 from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
 
@@ -98,7 +98,7 @@ def prepare_job(
         if lock_note:
             say(f"runner lock {lock_note}")
         if not report.job_complete:
-            from airflow_provider_dj.engine.jobdir.summary import mark_resumed
+            from airflow_provider_dj.engine.job.summary import mark_resumed
 
             if mark_resumed(paths.job_dir):
                 say("job_summary.json of the previous (failed/stopped) run now says running")

@@ -30,7 +30,6 @@ from typing import Any, Callable
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.resume_point import last_committed_checkpoint
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
@@ -41,6 +40,7 @@ from airflow_provider_dj.engine.input.sources import InputError, index_inputs, l
 from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
+from airflow_provider_dj.engine.storage.resume_point import last_committed_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ def _compare_inputs(saved: dict, dataset_path: str) -> None:
 def completed_checkpoints(job_dir: str, info: dict, plan) -> dict[int, dict]:
     """Per partition: the highest op index with a committed checkpoint (-1 if none), and whether it is final.
 
-    The same search the segment runner resumes with (``engine.execution.resume_point``), on markers only."""
+    The same search the segment runner resumes with (``engine.storage.resume_point``), on markers only."""
     st = CheckpointStore(job_dir, StorageFormat())
     out: dict[int, dict] = {}
     final = plan.final_op_index

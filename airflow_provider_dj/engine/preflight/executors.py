@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from airflow_provider_dj.engine.gpu.probe import ProbeFailure, run_probe_unit
+from airflow_provider_dj.engine.preflight.probe import ProbeFailure, run_probe_unit
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class _InlineBackend(_Backend):
 
 
 class _LocalBackend(_Backend):
-    """One fresh interpreter per unit (``python -m ...gpu.worker``): the spec goes in on stdin as a
+    """One fresh interpreter per unit (``python -m ...preflight.worker``): the spec goes in on stdin as a
     pickle, the result comes back in a file.  A subprocess rather than ``multiprocessing`` so the
     parent's ``__main__`` (a script, Airflow's task runner) is never re-executed, and nothing forks a
     process that may hold a CUDA context."""
@@ -94,7 +94,9 @@ class _LocalBackend(_Backend):
         if spec.get("hide_gpus"):
             env["CUDA_VISIBLE_DEVICES"] = ""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_dj.engine.gpu.worker", out_path], stdin=subprocess.PIPE, env=env
+            [sys.executable, "-m", "airflow_provider_dj.engine.preflight.worker", out_path],
+            stdin=subprocess.PIPE,
+            env=env,
         )
         try:
             proc.stdin.write(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))

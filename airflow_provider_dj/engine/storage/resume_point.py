@@ -2,9 +2,9 @@
 
 Three readers need the same answer and must never drift apart: the segment runner (which checkpoint
 inside a segment to resume from), resume validation and the control API (which partitions are done,
-``engine.jobdir.resume.completed_checkpoints``) and the tracer (the rows a deduplicator at op 0 saw).
-So the search order and the input-row numbering live here, in a module that imports neither the
-runner nor the tracer.
+``engine.job.resume.completed_checkpoints``) and the tracer (the rows a deduplicator at op 0 saw).
+So the search order and the reading of a partition's input rows (numbered in
+``ops/columns.INPUT_ROW_COLUMN``) live here, in the storage layer below all three.
 
 A checkpoint is only a resume point when it derives from the same partition content and op
 pipeline (its marker's partition hash and fingerprint); which check counts as "trusted" is the
@@ -20,13 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.engine.input.partitioning import read_partition
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN as INPUT_ROW_COLUMN
 
 if TYPE_CHECKING:
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, LoadedCheckpoint
-
-#: The input row number of every row; it travels through every op (and is dropped at export) so a
-#: failed sample, a trace entry or a batch cursor names the row of the input it came from.
-INPUT_ROW_COLUMN = "__dj__input_row__"
 
 
 def read_input_rows(ctx, partition_id: int) -> pa.Table:

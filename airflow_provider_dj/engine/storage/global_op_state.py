@@ -1,8 +1,8 @@
 """Where a global op's per-partition state lives: its dedup keys and its keep masks.
 
 Written by the key phase of a segment (``segment_runner``) and by the global phase
-(``global_ops``), read by the next segment, the tracer and the sensors.  Its own module so that
-every one of them can import it without importing the segment runner (no import cycles).
+(``global_ops``), read by the next segment, the tracer and the sensors.  It sits in the storage
+layer, below every one of them, so each can import it without importing the segment runner.
 The prefixes are part of the job-directory format: an old job directory still resumes.
 """
 

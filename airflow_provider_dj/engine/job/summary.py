@@ -248,8 +248,8 @@ def build_job_summary(
     job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None, now: float | None = None
 ) -> dict:
     """The summary of a job in whatever state its directory is in.  Reads only."""
-    from airflow_provider_dj.engine.jobdir.context import JobContext
-    from airflow_provider_dj.engine.observe.events import read_events
+    from airflow_provider_dj.engine.jobdir.events import read_events
+    from airflow_provider_dj.engine.storage.context import JobContext
 
     if status not in STATUSES:
         raise SummaryStatusError(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -387,7 +387,7 @@ def write_job_summary(
     summary = build_job_summary(job_dir, status, error=error)
     write_json(storage.join(job_dir, JOB_SUMMARY), summary)
     if emit_event and status in ("failed", "stopped"):
-        from airflow_provider_dj.engine.observe.events import EventLog
+        from airflow_provider_dj.engine.jobdir.events import EventLog
 
         EventLog(job_dir, summary["job_id"], defaults=event_defaults).emit(
             "job_failed" if status == "failed" else "job_stopped",
@@ -403,7 +403,7 @@ def write_job_summary(
 def after_summary_written(job_dir: str, summary: dict) -> None:
     """Side effects every final summary gets: a job.log line and the registry entry. Never raises."""
     try:
-        from airflow_provider_dj.engine.observe.progress_log import append_job_log
+        from airflow_provider_dj.engine.jobdir.progress_log import append_job_log
 
         prog = summary.get("progress") or {}
         line = f"job {summary.get('status')}"
@@ -430,7 +430,7 @@ def mark_resumed(job_dir: str) -> dict | None:
     """A new run resumes a failed or stopped job: its summary becomes ``running``.
 
     Why: a ``failed`` summary left in place would tell every reader — the
-    monitor, ``CheckpointSensor`` (engine.jobdir.watch), people — that the job
+    monitor, ``CheckpointSensor`` (engine.job.watch), people — that the job
     is failed while the resume is working on it.  The previous outcome is
     kept under ``previous``.  Jobs without a summary (a first run, a killed
     run) are left without one; a completed summary is never touched.

@@ -1,0 +1,129 @@
+"""How Data-Juicer's export keys of a recipe are honoured or refused, at validation.
+
+Each key as in Data-Juicer, or refused with the reason:
+
+* ``export_type`` (jsonl/json/parquet): accepted when it names the format of
+  the ``export_path`` suffix; a contradiction is refused (this engine picks
+  the format from the suffix, and the file name must not lie about it).
+* ``export_shard_size``: 0 (Data-Juicer's default, one file) is accepted;
+  > 0 is refused: Data-Juicer would write ``<name>-NN-of-MM`` shard files
+  instead of ``export_path``, and this engine's export is one atomic,
+  checksummed file in input order.
+* ``export_in_parallel``: accepted.  It changes how, not what, is written (in
+  Data-Juicer too: the same file with more writer processes); ``false`` makes
+  this engine serialize the JSONL export in its own task instead of on Ray
+  workers (engine/output/parts.py), the bytes are identical.
+* ``keep_hashes_in_res_ds``: accepted.  Hash fields already in the input are
+  kept as Data-Juicer keeps them; with a deduplicator in ``process`` it is
+  refused, because Data-Juicer would also export the hash that op computed
+  per row and this engine keeps those hashes out of the rows.
+* ``encrypt_before_export`` / ``decrypt_after_reading`` ``true``: refused.
+  Data-Juicer would encrypt (decrypt) the files with a Fernet key; silently
+  writing plaintext where encryption was asked for would leak the data.
+
+The recipe loader calls ``check_export_keys``, which is why these checks sit with the recipe
+model and not with the export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+EXPORT_TYPES = ("jsonl", "json", "parquet")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    keep_hashes_in_res_ds: bool = False
+    export_in_parallel: bool = True
+
+
+#: Builds the exception for a refused key: (key, message) -> exception.  The recipe
+#: loader passes its own, which names the file and says whether an override set it.
+ErrorFactory = Callable[[str, str], Exception]
+
+
+def _plain_error(key: str, message: str) -> Exception:
+    return ValueError(f"{key}: {message}")
+
+
+def _bool(data: dict, key: str, default: bool, err: ErrorFactory) -> bool:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise err(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _suffix_type(export_path: str) -> str:
+    name = export_path.rsplit("/", 1)[-1].lower()
+    return name.rsplit(".", 1)[-1] if "." in name else ""
+
+
+def check_export_keys(
+    data: dict, export_path: str, deduplicators: Iterable[str] = (), err: ErrorFactory = _plain_error
+) -> ExportOptions:
+    """Validate Data-Juicer's export keys of a recipe mapping (see the module docstring).
+
+    ``deduplicators``: the names of the recipe's deduplicator ops (for
+    keep_hashes_in_res_ds).  Raises ``err(key, message)`` for a refused key.
+    """
+    export_type = data.get("export_type")
+    if export_type is not None:
+        if not isinstance(export_type, str) or export_type.lower() not in EXPORT_TYPES:
+            raise err(
+                "export_type",
+                f"must be one of {', '.join(EXPORT_TYPES)} (the formats Data-Juicer "
+                f"1.6.1 exports), got {export_type!r}",
+            )
+        suffix = _suffix_type(export_path)
+        if export_type.lower() != suffix:
+            raise err(
+                "export_type",
+                f"export_type {export_type!r} contradicts export_path {export_path!r} "
+                f"(a .{suffix} file); this engine writes the format the suffix names: "
+                f"name the file *.{export_type.lower()} or remove export_type",
+            )
+    shard = data.get("export_shard_size")
+    if shard is not None:
+        if isinstance(shard, bool) or not isinstance(shard, (int, float)):
+            raise err("export_shard_size", f"must be a number of bytes, got {shard!r}")
+        if shard > 0:
+            raise err(
+                "export_shard_size",
+                f"export_shard_size {shard!r} asks for shard files "
+                f"(<name>-NN-of-MM, as Data-Juicer writes them); this engine "
+                f"writes one atomic, checksummed export file in input order. "
+                f"Set export_shard_size: 0 or remove it",
+            )
+    for key, what in (
+        ("encrypt_before_export", "encrypt the exported files"),
+        ("decrypt_after_reading", "decrypt the input files"),
+    ):
+        if _bool(data, key, False, err):
+            raise err(
+                key,
+                f"Data-Juicer would {what} with a Fernet key; this engine does not, and "
+                f"reading or writing plaintext instead would be wrong or leak the data. "
+                f"Remove {key} (encrypt at rest with your storage, e.g. server-side "
+                f"encryption) or run this recipe with Data-Juicer itself",
+            )
+    keep_hashes = _bool(data, "keep_hashes_in_res_ds", False, err)
+    dedups = sorted(set(deduplicators))
+    if keep_hashes and dedups:
+        raise err(
+            "keep_hashes_in_res_ds",
+            f"with {', '.join(dedups)} in process, Data-Juicer would "
+            f"export the hash field each of them computed per row "
+            f"(__dj__hash, __dj__minhash, __dj__simhash...); this engine "
+            f"keeps those hashes out of the rows, so it cannot. Remove "
+            f"keep_hashes_in_res_ds (without it Data-Juicer drops them too)",
+        )
+    return ExportOptions(
+        keep_hashes_in_res_ds=keep_hashes, export_in_parallel=_bool(data, "export_in_parallel", True, err)
+    )
+
+
+__all__ = ["EXPORT_TYPES", "ErrorFactory", "ExportOptions", "check_export_keys"]
