@@ -121,41 +121,51 @@ def cmd_ray_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    """One input row's path through the recipe, op by op, from the job's lineage (engine/observe/lineage_query.py)."""
+    """One input row's path through the recipe, op by op (engine/observe/why.py: lineage, then failed
+    samples, then the tracer, the look-up the job view and the Python API use)."""
     from airflow_provider_dj.engine.job.status import JobNotFoundError, resolve_job_dir
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
-    from airflow_provider_dj.engine.observe.lineage_query import RowNotFoundError, why
+    from airflow_provider_dj.engine.observe.why import RowNotFoundError, RowOutOfRangeError, explain
 
     try:
         job_dir = resolve_job_dir(args.job_id, args.work_dir)
-        paths = why(job_dir, input_row=args.row, export_row=args.export_row, where=args.where)
-    except (JobIdError, JobNotFoundError, RowNotFoundError) as exc:
+        answers = explain(job_dir, input_row=args.row, export_row=args.export_row, where=args.where)
+    except (JobIdError, JobNotFoundError, RowNotFoundError, RowOutOfRangeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps([p.to_dict() for p in paths], indent=2, default=str, ensure_ascii=False))
+        print(json.dumps([a.get("path") or a for a in answers], indent=2, default=str, ensure_ascii=False))
         return 0
-    for p in paths:
-        print(_render_path(p))
+    for a in answers:
+        print(_render_path(a["path"]) if "path" in a else _render_answer(a))
     return 0
 
 
-def _render_path(p) -> str:
-    head = f"input row {p.input_row} ({p.partition_label}): {p.fate}"
-    if p.export_row is not None:
-        head += f", export row {p.export_row}"
-    lines = [head + (f" ({p.note})" if p.note else "")]
-    for s in p.steps:
-        line = f"  op {s.op_index} {s.op_name} [{s.kind}]: {s.fate}"
-        if s.reason:
-            line += f": {s.reason}"
+def _render_answer(a: dict) -> str:
+    """A row answered without lineage (failed samples or the tracer): its fate, op and reason."""
+    head = f"input row {a['input_row']} ({a['partition_label']}): {a['fate']}"
+    if a.get("op_name"):
+        head += f" at op {a['op_index']} {a['op_name']}"
+    return head + f"\n  {a['reason']}" + (f"\n  (from {a['source']})" if a.get("source") else "")
+
+
+def _render_path(p: dict) -> str:
+    """A row's lineage path (``RowPath.to_dict()``), one line per op."""
+    head = f"input row {p['input_row']} ({p['partition_label']}): {p['fate']}"
+    if p["export_row"] is not None:
+        head += f", export row {p['export_row']}"
+    lines = [head + (f" ({p['note']})" if p["note"] else "")]
+    for s in p["steps"]:
+        line = f"  op {s['op_index']} {s['op_name']} [{s['kind']}]: {s['fate']}"
+        if s["reason"]:
+            line += f": {s['reason']}"
         lines.append(line)
-        if s.fate == "changed":
-            if s.before is None and s.after is None:
+        if s["fate"] == "changed":
+            if s["before"] is None and s["after"] is None:
                 lines.append("      (the text before/after is no longer in the checkpoints)")
             else:
-                lines.append(f"      before: {s.before!r}")
-                lines.append(f"      after:  {s.after!r}")
+                lines.append(f"      before: {s['before']!r}")
+                lines.append(f"      after:  {s['after']!r}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """The job view's FastAPI app, mounted by Airflow's api-server at ``/dj-jobs``.
 
 Read-only by construction: every route is a GET that reads the job
-directory (``plugins/job_data.py``, ``plugins/why.py``); nothing here
+directory (``plugins/job_data.py``, ``engine/observe/why.py``); nothing here
 writes, deletes or signals.  Every route first authenticates the caller
 and checks read access to the job's DAG (``plugins/auth.py``): Airflow
 does not protect a plugin's app.  Job ids are validated before any path
@@ -27,9 +27,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 import airflow_provider_dj.plugins.job_data as job_data
 import airflow_provider_dj.plugins.job_lookup as job_lookup
 import airflow_provider_dj.plugins.views as views
-import airflow_provider_dj.plugins.why as why
 from airflow_provider_dj.engine.job.status import JobNotFoundError, job_status
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, validate_job_id
+from airflow_provider_dj.engine.observe import why
 from airflow_provider_dj.plugins.auth import current_user, readable_dag_ids, require_dag_read
 
 URL_PREFIX = "/dj-jobs"

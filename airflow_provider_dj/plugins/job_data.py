@@ -17,12 +17,12 @@ import json
 import time
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.failure_guard import failed_dir
 from airflow_provider_dj.engine.job.watch import failures
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, GPU_PROBE_REPORT, TRACE_DIR, TRACE_REPORT
 from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
+from airflow_provider_dj.engine.observe.why import failed_sample_files
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.monitor.progress import job_progress
 from airflow_provider_dj.ops.columns import (
@@ -192,24 +192,6 @@ def job_overview(job_dir: str, *, dag_id: str | None = None, run_id: str | None 
 # -- per partition -------------------------------------------------------------------
 
 
-def _failed_files(job_dir: str, partition_id: int | None) -> list[tuple[int, str, str]]:
-    """(op_index, op_name, path) of the failed-sample files, in op order, for one partition or all."""
-    ctx = JobContext(job_dir)
-    pids = (
-        [partition_id] if partition_id is not None else [p["partition_id"] for p in ctx.partitioning_info["partitions"]]
-    )
-    out = []
-    for op in ctx.plan.ops:
-        d = failed_dir(job_dir, op.index, op.name)
-        if not storage.exists(d):
-            continue
-        for pid in pids:
-            path = storage.join(d, f"partition_{pid:05d}.jsonl")
-            if storage.exists(path):
-                out.append((op.index, op.name, path))
-    return out
-
-
 def _preview(row: dict, text_key: str) -> str:
     text = row.get(text_key)
     if text is None:
@@ -227,7 +209,7 @@ def failed_samples(
     text_key = JobContext(job_dir).plan.text_key
     items: list[dict] = []
     total = 0
-    for op_index, op_name, path in _failed_files(job_dir, partition_id):
+    for op_index, op_name, path in failed_sample_files(job_dir, partition_id):
         for line in storage.read_bytes(path).splitlines():
             if not line.strip():
                 continue

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, read_json, write_json
+from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, op_dir_name, read_json, write_json
+from airflow_provider_dj.engine.jobdir.layout import failed_file as layout_failed_file
 from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN
 
 #: Job default: more than half of an op's input failing is not "a few bad rows".
@@ -151,12 +152,12 @@ def load_settings(job_dir: str, recipe) -> GuardSettings:
 
 
 def failed_dir(job_dir: str, op_index: int, op_name: str) -> str:
-    return storage.join(job_dir, FAILED_DIR, f"op_{op_index:03d}_{op_name}")
+    return storage.join(job_dir, FAILED_DIR, op_dir_name(op_index, op_name))
 
 
 def failed_file(job_dir: str, op_index: int, op_name: str, partition_id: int) -> str:
     """``failed/op_<i>_<op>/partition_<p>.jsonl``: the samples op i set aside in one partition."""
-    return storage.join(failed_dir(job_dir, op_index, op_name), f"partition_{partition_id:05d}.jsonl")
+    return storage.join(job_dir, *layout_failed_file(op_index, op_name, partition_id).split("/"))
 
 
 def reasons_in_failed(

@@ -35,7 +35,7 @@ from airflow_provider_dj.engine.execution.segment_start import (
 )
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
-from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR
+from airflow_provider_dj.engine.jobdir.layout import failed_file
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
@@ -322,7 +322,7 @@ def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: 
     rows = rows.append_column(FAILED_PARTITION_COLUMN, pa.array([pid] * n, type=pa.int64()))
     buf = io.BytesIO()
     write_jsonl(rows, buf)
-    rel = f"{FAILED_DIR}/op_{op_index:03d}_{op_name}/partition_{pid:05d}.jsonl"
+    rel = failed_file(op_index, op_name, pid)
     data = buf.getvalue()
     storage.atomic_write_bytes(
         storage.join(ctx.job_dir, *rel.split("/")),

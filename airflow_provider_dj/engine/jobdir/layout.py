@@ -37,6 +37,23 @@ EXECUTION_PLAN = "dag_execution_plan.json"
 JOB_SUMMARY = "job_summary.json"
 #: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"
+
+
+def partition_name(partition_id: int) -> str:
+    """How a partition is named in every per-partition file and folder: ``partition_00003``."""
+    return f"partition_{partition_id:05d}"
+
+
+def op_dir_name(op_index: int, op_name: str) -> str:
+    """How an op is named in every per-op folder: ``op_003_words_num_filter``."""
+    return f"op_{op_index:03d}_{op_name}"
+
+
+def failed_file(op_index: int, op_name: str, partition_id: int) -> str:
+    """``failed/op_<i>_<op>/partition_<p>.jsonl`` (relative path): the samples op i set aside in one partition."""
+    return f"{FAILED_DIR}/{op_dir_name(op_index, op_name)}/{partition_name(partition_id)}.jsonl"
+
+
 #: Per-row lineage (observe/lineage.py): lineage/partition_<p>/op_<i>.parquet, one file per partition and
 #: checkpoint point, holding what the ops since the previous one did to which input rows.
 LINEAGE_DIR = "lineage"
@@ -44,7 +61,7 @@ LINEAGE_DIR = "lineage"
 
 def lineage_file(partition_id: int, op_index: int) -> str:
     """The lineage chunk of ``partition_id`` that ends at op ``op_index``'s commit (relative path)."""
-    return f"{LINEAGE_DIR}/partition_{partition_id:05d}/op_{op_index:03d}.parquet"
+    return f"{LINEAGE_DIR}/{partition_name(partition_id)}/op_{op_index:03d}.parquet"
 
 
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.

@@ -390,7 +390,7 @@ def why(
 
 
 def row_lookup(job_dir: str, input_row: int) -> dict | None:
-    """The job view's look-up (``plugins/why.set_row_lookup``): the row's fate from lineage, or None
+    """The row's fate from lineage in the shape ``observe/why.py`` answers, or None
     when this job has no lineage (an older job, or recording off), so the trace look-up answers."""
     jl = JobLineage(job_dir)
     part = jl.partition_of(input_row)

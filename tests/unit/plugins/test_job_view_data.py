@@ -1,4 +1,4 @@
-"""The job view's data (plugins/job_data.py, plugins/why.py) on a real crashed job directory."""
+"""The job view's data (plugins/job_data.py, engine/observe/why.py) on a real crashed job directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import pytest
 
 from airflow_provider_dj.engine.job.watch import JobFailedError, check
-from airflow_provider_dj.plugins import job_data, views, why
+from airflow_provider_dj.engine.observe import why
+from airflow_provider_dj.plugins import job_data, views
 from tests.helpers_job_view import NULL_EVERY, filtered_rows
 from tests.unit.plugins.conftest import FAILED_PARTITION, PARTS, ROWS
 
@@ -96,20 +97,15 @@ def test_why_finds_filtered_failed_and_unremoved_rows(crashed_job):
         why.why_row(crashed_job["dir"], ROWS)
 
 
-def test_a_lineage_lookup_plugs_in_before_the_trace_lookup(crashed_job):
-    calls = []
-
-    def lineage(job_dir, row):
-        calls.append(row)
-        return {"input_row": row, "fate": "duplicate", "op_name": "document_deduplicator"} if row == 3 else None
-
-    why.set_row_lookup(lineage)
-    try:
-        assert why.why_row(crashed_job["dir"], 3)["fate"] == "duplicate"
-        assert why.why_row(crashed_job["dir"], crashed_job["nulls"][0])["fate"] == "failed"  # lineage had nothing
-    finally:
-        why.set_row_lookup(None)
-    assert calls == [3, crashed_job["nulls"][0]]
+def test_lineage_answers_first_then_failed_samples_then_the_tracer(crashed_job):
+    """One look-up, in a fixed order: lineage for what it recorded, failed/ for failed rows."""
+    removed = filtered_rows(crashed_job["dir"])
+    w = why.why_row(crashed_job["dir"], removed[0], with_path=True)
+    assert w["source"].startswith("lineage/")  # answered by lineage, not by the tracer's files
+    assert w["path"]["input_row"] == removed[0] and w["path"]["fate"] == "filtered"
+    n = crashed_job["nulls"][0]
+    assert why.why_row(crashed_job["dir"], n)["source"].startswith("failed/")  # lineage leaves it to failed/
+    assert why.explain(crashed_job["dir"], input_row=n)[0]["fate"] == "failed"
 
 
 def test_throughput_adds_up_to_the_rows_through_ops(crashed_job):
