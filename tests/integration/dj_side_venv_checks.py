@@ -94,12 +94,9 @@ PROCESS = """process:
 def engine_run(work: str, data: str, parts: int) -> list[dict]:
     """The full engine, in-process (no Airflow, no Ray), with document_deduplicator
     forced through the adapter so the global phase runs on Data-Juicer's hashes."""
+    from airflow_provider_dj.engine import run_job
     from airflow_provider_dj.engine.config.adapted_ops import check_adapted_ops
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-    from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.job.export import export_job
-    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.ops import registry
     from airflow_provider_dj.ops.dj_compat.adapter import DJDeduplicator
 
@@ -115,14 +112,8 @@ def engine_run(work: str, data: str, parts: int) -> list[dict]:
     r = load_recipe(recipe)
     assert issubclass(registry.get_op_class("document_deduplicator"), DJDeduplicator)
     check_adapted_ops(r)
-    job = prepare_job(r, job_id=name)
-    for p in range(parts):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, 3)
-    for p in range(parts):
-        run_segment(job.job_dir, 1, p)
-    summary = export_job(job.job_dir)
-    with open(summary["export"]["path"] if "path" in summary.get("export", {}) else f"{work}/{name}.jsonl") as fh:
+    result = run_job(recipe, job_id=name, workers=1)  # partitions in this process: the test hook holds there
+    with open(result.export_path) as fh:
         return [json.loads(line) for line in fh]
 
 
