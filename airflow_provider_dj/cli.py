@@ -366,18 +366,16 @@ def _summary_status(path: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_dj.cli_jobs import (
-        add_why_parser,
-        cmd_gc,
-        cmd_jobs,
-        cmd_monitor,
-        cmd_ray_stop,
-        cmd_stop,
-        cmd_unlock,
-    )
-
+    """The ``dj-airflow`` command line: each subcommand with its arguments and the function it calls."""
     p = argparse.ArgumentParser(prog="dj-airflow", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
+    _add_recipe_commands(sub)
+    _add_job_commands(sub)
+    return p
+
+
+def _add_recipe_commands(sub) -> None:
+    """``run`` and ``validate``: the commands that take a recipe."""
     run = sub.add_parser("run", help="run a recipe's DAG in-process (Airflow dag.test + local Ray)")
     run.add_argument("recipe")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe value (dotted key)")
@@ -406,6 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
         "is in its rows (Parquet footers, the first MiB of each JSONL file)",
     )
     val.set_defaults(func=cmd_validate)
+
+
+def _add_job_commands(sub) -> None:
+    """The commands on existing jobs: unlock, stop, jobs, monitor, gc, why and ray-stop."""
+    from airflow_provider_dj.cli_jobs import (
+        add_why_parser,
+        cmd_gc,
+        cmd_jobs,
+        cmd_monitor,
+        cmd_ray_stop,
+        cmd_stop,
+        cmd_unlock,
+    )
+
     unlock = sub.add_parser("unlock", help="remove a job's runner lock by hand (after making sure it is not running)")
     unlock.add_argument("job_id")
     unlock.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR or .)")
@@ -448,7 +460,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_why_parser(sub)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
