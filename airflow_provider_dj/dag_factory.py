@@ -135,17 +135,7 @@ def build_dag(
         retries = int(settings.get("task_retries"))
     if retry_delay is None:
         retry_delay = timedelta(seconds=float(settings.get("task_retry_delay_s")))
-    # Partitions per mapped task are resolved by the validate task, once the
-    # partitions (and the GPU probe report) exist: the recipe's integer
-    # execution_group_size wins; `auto` sizes groups from the probe for GPU
-    # pipelines (docs/gpu_planning.md); otherwise this default: one per task
-    # (the grain a person clears in the UI), except under `dj-airflow run`,
-    # whose in-process runner executes mapped tasks one after another: it
-    # passes the CPU count (default_group_size) so a task's partitions run
-    # as concurrent Ray tasks on every core.
-    if default_group_size is None:
-        default_group_size = settings.get("default_group_size")
-    group_size = 1 if default_group_size is None else default_group_size
+    group_size = _group_size(default_group_size)
     # partition.max_concurrent_partitions, parse-time layer: how many mapped
     # task instances of one run execute at once (auto: engine.planning.concurrency).
     # The validate task enforces the run-time layer inside each group.
@@ -189,6 +179,22 @@ def build_dag(
         )
         upstream >> export
     return dag
+
+
+def _group_size(default_group_size: int | None) -> int:
+    """The partitions per mapped task the validate task uses when the recipe sets no integer
+    ``execution_group_size``: ``default_group_size``, else the setting, else 1."""
+    # Partitions per mapped task are resolved by the validate task, once the
+    # partitions (and the GPU probe report) exist: the recipe's integer
+    # execution_group_size wins; `auto` sizes groups from the probe for GPU
+    # pipelines (docs/gpu_planning.md); otherwise this default: one per task
+    # (the grain a person clears in the UI), except under `dj-airflow run`,
+    # whose in-process runner executes mapped tasks one after another: it
+    # passes the CPU count (default_group_size) so a task's partitions run
+    # as concurrent Ray tasks on every core.
+    if default_group_size is None:
+        default_group_size = settings.get("default_group_size")
+    return 1 if default_group_size is None else default_group_size
 
 
 def _mapped_task_concurrency(recipe, max_active: int) -> dict:
