@@ -24,7 +24,7 @@ KNOWN_LONG: dict[tuple[str, str], str] = {
     (
         "airflow_provider_dj/operators/resume_validator.py",
         "ResumeValidatorOperator.execute",
-    ): "the operators are being thinned onto airflow_provider_dj/engine/runner/ in their own change",
+    ): "the operators are being thinned into a shared runner in their own change (issue 20)",
 }
 
 
