@@ -149,53 +149,15 @@ def _wants_ray(recipe) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
-    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
-    from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.engine.config.recipe import sanitize_dag_id
     from airflow_provider_dj.engine.jobdir.identity import new_job_id
-    from airflow_provider_dj.templating import LogicalDateError
 
     recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
-    note, logical_date = "", None
-    try:
-        recipe, overrides = _load(recipe_path, args.set, args.job_id, args.resume)
-        # The run's logical date: given, else (a resume) the one the job rendered its templates for,
-        # else now.  Always passed to dag.test, so the task renders what is checked here.
-        logical_date = _logical_date(args.logical_date)
-        if recipe.templates:
-            if args.resume and not args.logical_date:
-                recipe_now, _ = _render_preview(recipe_path, recipe, overrides, logical_date)
-                logical_date = _recorded_logical_date(recipe_now.work_dir, args.resume) or logical_date
-            recipe, note = _render_preview(recipe_path, recipe, overrides, logical_date)
-            _print_templates(recipe, logical_date, note)
-        if note:
-            pass  # a template only the task can render: the validate task checks the input
-        elif not recipe.resume:
-            check_input_exists(recipe)
-            _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
-        else:
-            from airflow_provider_dj.core import fs as storage  # local paths and s3:// alike
-
-            info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
-            if not storage.exists(info):  # (resume: the input was checked when the job started)
-                print(
-                    f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
-                    f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
-                    f"new job with --job-id",
-                    file=sys.stderr,
-                )
-                return 2
-            if recipe.templates:  # another logical date's paths: refused here, in a second, as validate would
-                from airflow_provider_dj.engine.job.resume import ResumeRefusedError, check_same_rendering
-
-                try:
-                    check_same_rendering(_recorded_templates(recipe.work_dir, recipe.resume), recipe.templates)
-                except ResumeRefusedError as exc:
-                    print(f"error: resume refused ({exc.reason}): {exc}", file=sys.stderr)
-                    return 2
-    except (RecipeError, InputError, LogicalDateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    checked = _checked_run_recipe(args, recipe_path)
+    if isinstance(checked, int):
+        return checked
+    recipe, overrides, logical_date, note = checked
     job_id = recipe.job_id or recipe.resume or new_job_id()
     if not recipe.resume:
         overrides["job_id"] = job_id
@@ -206,20 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
     dag_id = sanitize_dag_id(recipe.project_name)
     num_cpus = args.num_cpus or os.cpu_count() or 1
-    # dag.test() runs mapped tasks one after another: a task's partitions run as
-    # concurrent Ray tasks on every core unless the setting says otherwise.  Passed
-    # to the DAG factory (here and in the DAG stub Airflow parses), not through the environment.
-    group_size = settings.get("default_group_size")
-    group_size = num_cpus if group_size is None else group_size
-    # What the DAG's operators need to know of this in-process run, passed as
-    # arguments (operators/local_run.py): this process's private Ray and its
-    # CPUs; that the runner lock names this process's pid (it lives as long as
-    # the run, so a later --resume detects a crashed, kill -9'd run at once); and
-    # every core as the CPU-only max_concurrent_partitions (docs/gpu_planning.md).
-    from airflow_provider_dj.operators.local_run import LocalRun
-
-    local_run = LocalRun(ray_cpus=num_cpus, max_concurrent_partitions=num_cpus).to_dict()
-    build_kwargs = {"default_group_size": group_size, "local_run": local_run}
+    build_kwargs = _build_kwargs(num_cpus)
     if _wants_ray(recipe):
         # Overlap Ray's ~3 s start with Airflow's cold start (hooks/ray_in_process.py).
         from airflow_provider_dj.hooks import ray_in_process
@@ -238,7 +187,91 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"(or dj-airflow run {args.recipe} --resume {job_id}) to resume this job.",
         flush=True,
     )
+    state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
+    wall = time.perf_counter() - t0
+    return _report_run(args, recipe, job_id, note, state=state, run_id=run_id, wall=wall)
 
+
+def _checked_run_recipe(args: argparse.Namespace, recipe_path: str):
+    """The run's recipe checked before Airflow or Ray start: (recipe, overrides, logical date, note),
+    or the exit status 2 after printing why it is refused (bad recipe, input or logical date, or a
+    resume that cannot be).  ``note`` is non-empty when a template only the task can render."""
+    from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists
+    from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.templating import LogicalDateError
+
+    note, logical_date = "", None
+    try:
+        recipe, overrides = _load(recipe_path, args.set, args.job_id, args.resume)
+        # The run's logical date: given, else (a resume) the one the job rendered its templates for,
+        # else now.  Always passed to dag.test, so the task renders what is checked here.
+        logical_date = _logical_date(args.logical_date)
+        if recipe.templates:
+            if args.resume and not args.logical_date:
+                recipe_now, _ = _render_preview(recipe_path, recipe, overrides, logical_date)
+                logical_date = _recorded_logical_date(recipe_now.work_dir, args.resume) or logical_date
+            recipe, note = _render_preview(recipe_path, recipe, overrides, logical_date)
+            _print_templates(recipe, logical_date, note)
+        if note:
+            pass  # a template only the task can render: the validate task checks the input
+        elif not recipe.resume:
+            check_input_exists(recipe)
+            _check_input_fields(recipe)  # a field the recipe reads in no row: refused before Airflow starts
+        else:
+            refused = _resume_refusal(recipe)
+            if refused:
+                print(refused, file=sys.stderr)
+                return 2
+    except (RecipeError, InputError, LogicalDateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return recipe, overrides, logical_date, note
+
+
+def _resume_refusal(recipe) -> str | None:
+    """The error line refusing ``recipe``'s resume (no planned job there, or templates rendered for
+    another logical date), else None.  The input itself was checked when the job started."""
+    from airflow_provider_dj.core import fs as storage  # local paths and s3:// alike
+
+    info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
+    if not storage.exists(info):  # (resume: the input was checked when the job started)
+        return (
+            f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
+            f"(it lacks checkpoints/partitioning_info.json); check the token and work_dir, or start a "
+            f"new job with --job-id"
+        )
+    if recipe.templates:  # another logical date's paths: refused here, in a second, as validate would
+        from airflow_provider_dj.engine.job.resume import ResumeRefusedError, check_same_rendering
+
+        try:
+            check_same_rendering(_recorded_templates(recipe.work_dir, recipe.resume), recipe.templates)
+        except ResumeRefusedError as exc:
+            return f"error: resume refused ({exc.reason}): {exc}"
+    return None
+
+
+def _build_kwargs(num_cpus: int) -> dict:
+    """The DAG factory's arguments for this in-process run: its group size and its ``local_run``."""
+    # dag.test() runs mapped tasks one after another: a task's partitions run as
+    # concurrent Ray tasks on every core unless the setting says otherwise.  Passed
+    # to the DAG factory (here and in the DAG stub Airflow parses), not through the environment.
+    group_size = settings.get("default_group_size")
+    group_size = num_cpus if group_size is None else group_size
+    # What the DAG's operators need to know of this in-process run, passed as
+    # arguments (operators/local_run.py): this process's private Ray and its
+    # CPUs; that the runner lock names this process's pid (it lives as long as
+    # the run, so a later --resume detects a crashed, kill -9'd run at once); and
+    # every core as the CPU-only max_concurrent_partitions (docs/gpu_planning.md).
+    from airflow_provider_dj.operators.local_run import LocalRun
+
+    local_run = LocalRun(ray_cpus=num_cpus, max_concurrent_partitions=num_cpus).to_dict()
+    return {"default_group_size": group_size, "local_run": local_run}
+
+
+def _test_dag(recipe_path: str, dag_id: str, build_kwargs: dict, overrides: dict, logical_date, run_env):
+    """Build the DAG and run it in this process (``dag.test``); return (run state, run id).
+
+    The run's stub folder and DB copy are cleaned up whatever happens."""
     from airflow_provider_dj.dag_factory import build_dag
     from airflow_provider_dj.in_process_api import build_for_own_client_only
 
@@ -250,7 +283,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = getattr(dr, "run_id", "?")
     finally:
         run_env.cleanup()  # this run's stub folder and DB copy only
-    wall = time.perf_counter() - t0
+    return state, run_id
+
+
+def _report_run(
+    args: argparse.Namespace, recipe, job_id: str, note: str, *, state: str, run_id: str, wall: float
+) -> int:
+    """Print how the DAG run ended; return the exit status: 0 completed, 3 stopped on request, 2 refused
+    (another run won the job's lock), 1 failed."""
     from airflow_provider_dj.core import fs as storage
 
     job_dir = storage.join(recipe.work_dir, job_id)
@@ -260,25 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         job_dir = lookup_job(job_id) or job_dir
     summary_path = storage.join(job_dir, "job_summary.json")
     if state.endswith("success") and storage.exists(summary_path):
-        summary = json.loads(storage.read_bytes(summary_path))
-        print(f"\nDAG run {run_id}: success in {wall:.1f}s")
-        print(f"  job:    {job_id} ({job_dir})")
-        print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
-        for op in summary["ops"]:
-            print(
-                f"  op {op['op_index']} {op.get('op_name', ''):<34} in {op['rows_in']:>9}  out {op['rows_out']:>9}"
-                f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
-            )
-        print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
-        reuse = summary.get("reuse")
-        if reuse and reuse.get("off"):
-            print(f"  reuse:  off: {reuse['off']}")
-        elif reuse:  # nightly reuse across jobs (docs/nightly.md)
-            print(
-                f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
-                f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "
-                f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
-            )
+        _print_completed(json.loads(storage.read_bytes(summary_path)), job_id, job_dir, run_id, wall)
         return 0
     if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
         print(
@@ -295,6 +317,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\nDAG run {run_id}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
     print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
     return 1
+
+
+def _print_completed(summary: dict, job_id: str, job_dir: str, run_id: str, wall: float) -> None:
+    """Print a completed job's summary: input, each op's row accounting, the export and reuse."""
+    print(f"\nDAG run {run_id}: success in {wall:.1f}s")
+    print(f"  job:    {job_id} ({job_dir})")
+    print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
+    for op in summary["ops"]:
+        print(
+            f"  op {op['op_index']} {op.get('op_name', ''):<34} in {op['rows_in']:>9}  out {op['rows_out']:>9}"
+            f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
+        )
+    print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
+    reuse = summary.get("reuse")
+    if reuse and reuse.get("off"):
+        print(f"  reuse:  off: {reuse['off']}")
+    elif reuse:  # nightly reuse across jobs (docs/nightly.md)
+        print(
+            f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
+            f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "
+            f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
+        )
 
 
 def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:
@@ -322,18 +366,16 @@ def _summary_status(path: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_dj.cli_jobs import (
-        add_why_parser,
-        cmd_gc,
-        cmd_jobs,
-        cmd_monitor,
-        cmd_ray_stop,
-        cmd_stop,
-        cmd_unlock,
-    )
-
+    """The ``dj-airflow`` command line: each subcommand with its arguments and the function it calls."""
     p = argparse.ArgumentParser(prog="dj-airflow", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
+    _add_recipe_commands(sub)
+    _add_job_commands(sub)
+    return p
+
+
+def _add_recipe_commands(sub) -> None:
+    """``run`` and ``validate``: the commands that take a recipe."""
     run = sub.add_parser("run", help="run a recipe's DAG in-process (Airflow dag.test + local Ray)")
     run.add_argument("recipe")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe value (dotted key)")
@@ -362,6 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
         "is in its rows (Parquet footers, the first MiB of each JSONL file)",
     )
     val.set_defaults(func=cmd_validate)
+
+
+def _add_job_commands(sub) -> None:
+    """The commands on existing jobs: unlock, stop, jobs, monitor, gc, why and ray-stop."""
+    from airflow_provider_dj.cli_jobs import (
+        add_why_parser,
+        cmd_gc,
+        cmd_jobs,
+        cmd_monitor,
+        cmd_ray_stop,
+        cmd_stop,
+        cmd_unlock,
+    )
+
     unlock = sub.add_parser("unlock", help="remove a job's runner lock by hand (after making sure it is not running)")
     unlock.add_argument("job_id")
     unlock.add_argument("--work-dir", help="the recipe's work_dir (default: $DJ_WORK_DIR or .)")
@@ -404,7 +460,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_why_parser(sub)
     stop = sub.add_parser("ray-stop", help="stop the shared embedded Ray head started by scheduler tasks")
     stop.set_defaults(func=cmd_ray_stop)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,12 @@ def stop_job(
             f"stops at its next boundary, and the next resume clears it",
             request,
         )
+    return _wait_for_stop(job_id, job_dir, request, timeout=timeout, poll_s=poll_s)
+
+
+def _wait_for_stop(job_id: str, job_dir: str, request: dict, *, timeout: float, poll_s: float) -> StopResult:
+    """Poll the job every ``poll_s`` seconds until it completed, stopped after ``request``, lost its
+    runner, or ``timeout`` seconds passed (``stop_pending``); return how it ended."""
     t0 = time.time()
     since = stop_control.request_time(request)
     while True:

@@ -122,12 +122,9 @@ def build_dag(
     from airflow_provider_dj.assets import export_asset, input_asset, templated_keys
     from airflow_provider_dj.operators.base import release_lock_on_failure
     from airflow_provider_dj.operators.export import ExportOperator
-    from airflow_provider_dj.operators.global_op import GlobalOpOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
     from airflow_provider_dj.operators.local_run import LocalRun
-    from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
     from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
-    from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
 
     recipe_path = os.path.abspath(recipe_path)
     recipe = load_recipe(recipe_path)  # templated values kept as written: the validate task renders them
@@ -138,26 +135,14 @@ def build_dag(
         retries = int(settings.get("task_retries"))
     if retry_delay is None:
         retry_delay = timedelta(seconds=float(settings.get("task_retry_delay_s")))
-    # Partitions per mapped task are resolved by the validate task, once the
-    # partitions (and the GPU probe report) exist: the recipe's integer
-    # execution_group_size wins; `auto` sizes groups from the probe for GPU
-    # pipelines (docs/gpu_planning.md); otherwise this default: one per task
-    # (the grain a person clears in the UI), except under `dj-airflow run`,
-    # whose in-process runner executes mapped tasks one after another: it
-    # passes the CPU count (default_group_size) so a task's partitions run
-    # as concurrent Ray tasks on every core.
-    if default_group_size is None:
-        default_group_size = settings.get("default_group_size")
-    group_size = 1 if default_group_size is None else default_group_size
+    group_size = _group_size(default_group_size)
     # partition.max_concurrent_partitions, parse-time layer: how many mapped
     # task instances of one run execute at once (auto: engine.planning.concurrency).
     # The validate task enforces the run-time layer inside each group.
     local = LocalRun.of(local_run)
     run_args = {"local_run": local.to_dict()} if local else {}
     conc = parse_time_concurrency(recipe, cpu_default=local.max_concurrent_partitions if local else None)
-    concurrency: dict = {"max_active_tis_per_dagrun": conc.value}
-    if recipe.partition.extra.get("pool"):
-        concurrency["pool"] = recipe.partition.extra["pool"]
+    concurrency = _mapped_task_concurrency(recipe, conc.value)
     with DAG(
         dag_id=dag_id,
         schedule=recipe.schedule,
@@ -179,35 +164,7 @@ def build_dag(
             **run_args,
         )
         preflight >> validate
-        upstream = validate
-        for seg in plan.segments:
-            seg_task = PartitionGroupOperator.partial(
-                task_id=seg.task_id(),
-                **concurrency,
-                job_dir=JOB_DIR_TEMPLATE,
-                segment_index=seg.index,
-                map_index_template=MAP_INDEX_TEMPLATE,
-                trigger_rule="none_failed",
-                **run_args,
-            ).expand(execution_group=validate.output)
-            upstream >> seg_task
-            upstream = seg_task
-            if seg.keys_for_global is not None:
-                barrier = CheckpointSensor(
-                    task_id=plan.barrier_task_id(seg.index),
-                    job_dir=JOB_DIR_TEMPLATE,
-                    segment_index=seg.index,
-                    trigger_rule="none_failed",
-                    poke_interval=2,
-                )
-                glob_task = GlobalOpOperator(
-                    task_id=plan.global_task_id(seg.keys_for_global),
-                    job_dir=JOB_DIR_TEMPLATE,
-                    op_index=seg.keys_for_global,
-                    trigger_rule="none_failed",
-                )
-                upstream >> barrier >> glob_task
-                upstream = glob_task
+        upstream = _add_segment_tasks(plan, validate, concurrency, run_args)
         # The export is an Airflow Asset (its input the inlet): consumer DAGs can be scheduled on it.
         export = ExportOperator(
             task_id="export",
@@ -222,6 +179,70 @@ def build_dag(
         )
         upstream >> export
     return dag
+
+
+def _group_size(default_group_size: int | None) -> int:
+    """The partitions per mapped task the validate task uses when the recipe sets no integer
+    ``execution_group_size``: ``default_group_size``, else the setting, else 1."""
+    # Partitions per mapped task are resolved by the validate task, once the
+    # partitions (and the GPU probe report) exist: the recipe's integer
+    # execution_group_size wins; `auto` sizes groups from the probe for GPU
+    # pipelines (docs/gpu_planning.md); otherwise this default: one per task
+    # (the grain a person clears in the UI), except under `dj-airflow run`,
+    # whose in-process runner executes mapped tasks one after another: it
+    # passes the CPU count (default_group_size) so a task's partitions run
+    # as concurrent Ray tasks on every core.
+    if default_group_size is None:
+        default_group_size = settings.get("default_group_size")
+    return 1 if default_group_size is None else default_group_size
+
+
+def _mapped_task_concurrency(recipe, max_active: int) -> dict:
+    """The mapped partition tasks' concurrency arguments: at most ``max_active`` task instances of a
+    run at once, in the recipe's Airflow pool when it names one."""
+    concurrency: dict = {"max_active_tis_per_dagrun": max_active}
+    if recipe.partition.extra.get("pool"):
+        concurrency["pool"] = recipe.partition.extra["pool"]
+    return concurrency
+
+
+def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
+    """Add each segment's mapped partition task after ``validate``, with a barrier sensor and the
+    global op's task after a segment that feeds one; return the last task (the export's upstream)."""
+    from airflow_provider_dj.operators.global_op import GlobalOpOperator
+    from airflow_provider_dj.operators.partition_group import MAP_INDEX_TEMPLATE, PartitionGroupOperator
+    from airflow_provider_dj.sensors.checkpoint import CheckpointSensor
+
+    upstream = validate
+    for seg in plan.segments:
+        seg_task = PartitionGroupOperator.partial(
+            task_id=seg.task_id(),
+            **concurrency,
+            job_dir=JOB_DIR_TEMPLATE,
+            segment_index=seg.index,
+            map_index_template=MAP_INDEX_TEMPLATE,
+            trigger_rule="none_failed",
+            **run_args,
+        ).expand(execution_group=validate.output)
+        upstream >> seg_task
+        upstream = seg_task
+        if seg.keys_for_global is not None:
+            barrier = CheckpointSensor(
+                task_id=plan.barrier_task_id(seg.index),
+                job_dir=JOB_DIR_TEMPLATE,
+                segment_index=seg.index,
+                trigger_rule="none_failed",
+                poke_interval=2,
+            )
+            glob_task = GlobalOpOperator(
+                task_id=plan.global_task_id(seg.keys_for_global),
+                job_dir=JOB_DIR_TEMPLATE,
+                op_index=seg.keys_for_global,
+                trigger_rule="none_failed",
+            )
+            upstream >> barrier >> glob_task
+            upstream = glob_task
+    return upstream
 
 
 def _broken_dag(dag_id: str, path: str, message: str):

@@ -102,8 +102,18 @@ def _partition_op_matrix(parts: list[dict], n_ops: int) -> list[str]:
 
 
 def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_partitions: int = 50) -> str:
+    """A job's progress as text: the job, its progress and failures, how it ended, its partitions (at
+    most ``max_partitions``, only unfinished ones when there are more) and, ``detailed``, per-op tables."""
     n_ops = len(prog.get("ops") or [])
     parts = prog.get("partitions") or []
+    lines = _summary_lines(prog, parts, width)
+    lines += _outcome_lines(prog)
+    lines += _detail_lines(prog, parts, n_ops, detailed=detailed, width=width, max_partitions=max_partitions)
+    return "\n".join(lines)
+
+
+def _summary_lines(prog: dict, parts: list[dict], width: int) -> list[str]:
+    """The job, its times and input, the progress bar, this run's rate and the failure counts."""
     lines = [
         f"Job {prog['job_id']}  [{prog['status'].upper()}]"
         + (f"  project {prog['project_name']}" if prog.get("project_name") else "")
@@ -140,6 +150,12 @@ def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_
         f"  failures: {n_failed_parts} partitions failed, {prog.get('failed_samples', 0):,} failed samples"
         + (f", {len(prog['accounting_errors'])} accounting errors" if prog.get("accounting_errors") else "")
     )
+    return lines
+
+
+def _outcome_lines(prog: dict) -> list[str]:
+    """The error, a stop request, the export, reuse across jobs and (for an unfinished job) how to resume."""
+    lines: list[str] = []
     if prog.get("error"):
         lines.append(f"  error: {prog['error']}")
     if prog.get("stop_request"):
@@ -164,6 +180,14 @@ def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_
         )
     if prog["status"] in ("failed", "stopped", "interrupted") and prog.get("resume_command"):
         lines.append(f"  resume: {prog['resume_command']}")
+    return lines
+
+
+def _detail_lines(
+    prog: dict, parts: list[dict], n_ops: int, *, detailed: bool, width: int, max_partitions: int
+) -> list[str]:
+    """The partitions' lines, the per-op tables when ``detailed``, the last failures and events."""
+    lines: list[str] = []
     if parts:
         lines.append("Partitions:")
         shown = (
@@ -186,4 +210,4 @@ def render_progress(prog: dict, *, detailed: bool = False, width: int = 30, max_
     if prog.get("last_events"):
         lines.append("Last events:")
         lines += ["  " + describe_event(e) for e in prog["last_events"][-n_last:]]
-    return "\n".join(lines)
+    return lines

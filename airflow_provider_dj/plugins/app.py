@@ -76,7 +76,15 @@ def _focus(job_dir: str, task_id: str | None, map_index: int | None) -> set[int]
 
 
 def create_app() -> FastAPI:
+    """The job view's FastAPI app: its HTML pages, then its JSON API."""
     app = FastAPI(title="Data-Juicer job view", docs_url=None, redoc_url=None, openapi_url=None)
+    _add_page_routes(app)
+    _add_api_routes(app)
+    return app
+
+
+def _add_page_routes(app: FastAPI) -> None:
+    """The static files and the HTML pages: the job list, a DAG run's or task's job, a job by id."""
 
     @app.get("/static/{name}")
     def static(name: str, user: UserDep) -> Response:
@@ -103,36 +111,6 @@ def create_app() -> FastAPI:
             )
         return views.jobs_page(listed, root=_root(request), static=_root(request) + "/static")
 
-    def _run_page(request: Request, user, dag_id: str, run_id: str, task_id=None, map_index=None) -> HTMLResponse:
-        require_dag_read(user, dag_id)
-        static = _root(request) + "/static"
-        found = job_lookup.find_job_for_run(dag_id, run_id)
-        if found is None:
-            return HTMLResponse(
-                views.message_page(
-                    "No Data-Juicer job yet",
-                    f"DAG run {run_id} of {dag_id} has no job directory yet: its validate task has not run "
-                    f"(or this DAG is not a Data-Juicer recipe).",
-                    static=static,
-                ),
-                status_code=404,
-            )
-        job_dir, found_by = found
-        view = job_data.job_overview(job_dir, dag_id=dag_id, run_id=run_id)
-        note = None
-        if task_id is not None and not str(task_id).startswith("partitions_seg"):
-            note = f"Task {task_id} is not a partition task: the whole job is shown."
-        return HTMLResponse(
-            views.job_page(
-                view,
-                api=f"{_root(request)}/api/job/{view['job_id']}",
-                static=static,
-                focus=_focus(job_dir, task_id, map_index),
-                note=note,
-                found_by=found_by,
-            )
-        )
-
     @app.get("/dag/{dag_id}/run/{run_id}", response_class=HTMLResponse)
     def run_page(request: Request, dag_id: str, run_id: str, user: UserDep):
         return _run_page(request, user, dag_id, run_id)
@@ -146,6 +124,10 @@ def create_app() -> FastAPI:
         job_dir, dag_id = _job_dir_for(job_id, user)
         view = job_data.job_overview(job_dir, dag_id=dag_id)
         return views.job_page(view, api=f"{_root(request)}/api/job/{view['job_id']}", static=_root(request) + "/static")
+
+
+def _add_api_routes(app: FastAPI) -> None:
+    """The JSON API the pages read: a job, a partition, failed samples, traces and why a row went."""
 
     @app.get("/api/job/{job_id}")
     def job_json(job_id: str, user: UserDep):
@@ -181,4 +163,35 @@ def create_app() -> FastAPI:
         with _missing_is_404(missing=why.RowOutOfRangeError):
             return JSONResponse(why.why_row(job_dir, row))
 
-    return app
+
+def _run_page(request: Request, user, dag_id: str, run_id: str, task_id=None, map_index=None) -> HTMLResponse:
+    """The job page of a DAG run (focused on a partition task's partitions when one is named); a 404
+    page when the run has no job directory yet."""
+    require_dag_read(user, dag_id)
+    static = _root(request) + "/static"
+    found = job_lookup.find_job_for_run(dag_id, run_id)
+    if found is None:
+        return HTMLResponse(
+            views.message_page(
+                "No Data-Juicer job yet",
+                f"DAG run {run_id} of {dag_id} has no job directory yet: its validate task has not run "
+                f"(or this DAG is not a Data-Juicer recipe).",
+                static=static,
+            ),
+            status_code=404,
+        )
+    job_dir, found_by = found
+    view = job_data.job_overview(job_dir, dag_id=dag_id, run_id=run_id)
+    note = None
+    if task_id is not None and not str(task_id).startswith("partitions_seg"):
+        note = f"Task {task_id} is not a partition task: the whole job is shown."
+    return HTMLResponse(
+        views.job_page(
+            view,
+            api=f"{_root(request)}/api/job/{view['job_id']}",
+            static=static,
+            focus=_focus(job_dir, task_id, map_index),
+            note=note,
+            found_by=found_by,
+        )
+    )

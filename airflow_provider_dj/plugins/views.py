@@ -149,6 +149,8 @@ def job_page(
     note: str | None = None,
     found_by: str | None = None,
 ) -> str:
+    """A job's page: header, failure alerts, the partition grid, facts, funnel, throughput and the
+    panels the page's script fills from ``api``; ``focus`` marks a task's partitions in the grid."""
     status = view["status"]
     failed_rows = [r for r in view["grid"]["rows"] if r["status"] == "failed"]
     header = [
@@ -159,63 +161,10 @@ def job_page(
     ]
     if note:
         header.append(f"<p class='note'>{esc(note)}</p>")
-    action = []
-    if failed_rows:
-        names = ", ".join(esc(r["label"]) for r in failed_rows[:10]) + (" …" if len(failed_rows) > 10 else "")
-        tasks = sorted(
-            {
-                (s["task_id"], r["map_index"])
-                for r in failed_rows
-                for c, s in zip(r["cells"], view["grid"]["segments"])
-                if c == "failed"
-            }
-        )
-        action.append(
-            f"<div class='alert' id='failed-summary'><b>{len(failed_rows)} partition(s) failed:</b> {names}.<br>"
-            f"What to click: in Airflow's grid, clear the failed task instance(s) "
-            + ", ".join(f"<code>{esc(t)}[{esc(m)}]</code>" for t, m in tasks[:10])
-            + " (Clear → only failed, with downstream): the partition resumes from its last checkpoint. "
-            f"Or trigger the DAG with conf <code>{esc(json.dumps(view['resume_conf']))}</code>.</div>"
-        )
-    if view.get("error"):
-        action.append(f"<div class='alert'><b>Error:</b> <code>{esc(view['error'])}</code></div>")
-    facts = [
-        ("state", badge(status)),
-        ("resume token", f"<code id='resume-token'>{esc(view['resume_token'])}</code>"),
-        ("resume (Airflow conf)", f"<code>{esc(json.dumps(view['resume_conf']))}</code>"),
-        ("resume (CLI)", f"<code>{esc(view.get('resume_command'))}</code>"),
-        (
-            "input",
-            esc(
-                f"{(view.get('input') or {}).get('total_rows', 0):,} rows in "
-                f"{(view.get('input') or {}).get('partitions', 0)} partitions"
-            ),
-        ),
-        ("failed samples", f"{int(view.get('failed_samples') or 0):,}"),
-        (
-            "export",
-            esc((view.get("export") or {}).get("path"))
-            + (" (written)" if (view.get("export") or {}).get("written") else " (not yet)"),
-        ),
-    ]
-    if view.get("accounting_errors"):
-        facts.append(("accounting errors", esc("; ".join(view["accounting_errors"][:5]))))
-    facts_html = "<table class='facts'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>"
-    trace = view.get("trace") or {}
-    trace_html = (
-        "".join(
-            f"<button class='trace-op' data-op='{o['op_index']}'>{esc(o['op_index'])} {esc(o['op_name'])}</button> "
-            for o in trace.get("ops", [])
-        )
-        or "<span class='muted'>No merged tracer files (open_tracer off, or the job has not exported yet); "
-        "the 'why' look-up also reads the per-partition candidates.</span>"
-    )
-    gpu = view.get("gpu_report")
-    gpu_html = (
-        f"<details><summary>GPU probe report</summary><pre id='gpu-report'>{esc(json.dumps(gpu, indent=2))}</pre></details>"
-        if gpu
-        else ""
-    )
+    action = _failure_alerts(view, failed_rows)
+    facts_html = _facts_html(view, status)
+    trace_html = _trace_html(view)
+    gpu_html = _gpu_html(view)
     body = "".join(
         [
             *header,
@@ -243,6 +192,81 @@ def job_page(
     focus_attr = ",".join(str(p) for p in sorted(focus)) if focus else ""
     data = {"api": api, "focus": focus_attr, "job-found-by": found_by or "job id", "status": status}
     return page(f"DJ job {view['job_id']}", body, static=static, data=data)
+
+
+def _failure_alerts(view: dict, failed_rows: list[dict]) -> list[str]:
+    """The alerts above the grid: which partitions failed and which task instances to clear (or the
+    conf to trigger with), and the job's error."""
+    action = []
+    if failed_rows:
+        names = ", ".join(esc(r["label"]) for r in failed_rows[:10]) + (" …" if len(failed_rows) > 10 else "")
+        tasks = sorted(
+            {
+                (s["task_id"], r["map_index"])
+                for r in failed_rows
+                for c, s in zip(r["cells"], view["grid"]["segments"])
+                if c == "failed"
+            }
+        )
+        action.append(
+            f"<div class='alert' id='failed-summary'><b>{len(failed_rows)} partition(s) failed:</b> {names}.<br>"
+            f"What to click: in Airflow's grid, clear the failed task instance(s) "
+            + ", ".join(f"<code>{esc(t)}[{esc(m)}]</code>" for t, m in tasks[:10])
+            + " (Clear → only failed, with downstream): the partition resumes from its last checkpoint. "
+            f"Or trigger the DAG with conf <code>{esc(json.dumps(view['resume_conf']))}</code>.</div>"
+        )
+    if view.get("error"):
+        action.append(f"<div class='alert'><b>Error:</b> <code>{esc(view['error'])}</code></div>")
+    return action
+
+
+def _facts_html(view: dict, status: str) -> str:
+    """The job's facts table: state, resume token and commands, input, failed samples, export."""
+    facts = [
+        ("state", badge(status)),
+        ("resume token", f"<code id='resume-token'>{esc(view['resume_token'])}</code>"),
+        ("resume (Airflow conf)", f"<code>{esc(json.dumps(view['resume_conf']))}</code>"),
+        ("resume (CLI)", f"<code>{esc(view.get('resume_command'))}</code>"),
+        (
+            "input",
+            esc(
+                f"{(view.get('input') or {}).get('total_rows', 0):,} rows in "
+                f"{(view.get('input') or {}).get('partitions', 0)} partitions"
+            ),
+        ),
+        ("failed samples", f"{int(view.get('failed_samples') or 0):,}"),
+        (
+            "export",
+            esc((view.get("export") or {}).get("path"))
+            + (" (written)" if (view.get("export") or {}).get("written") else " (not yet)"),
+        ),
+    ]
+    if view.get("accounting_errors"):
+        facts.append(("accounting errors", esc("; ".join(view["accounting_errors"][:5]))))
+    return "<table class='facts'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>"
+
+
+def _trace_html(view: dict) -> str:
+    """A button per op with merged tracer samples, or why there are none."""
+    trace = view.get("trace") or {}
+    return (
+        "".join(
+            f"<button class='trace-op' data-op='{o['op_index']}'>{esc(o['op_index'])} {esc(o['op_name'])}</button> "
+            for o in trace.get("ops", [])
+        )
+        or "<span class='muted'>No merged tracer files (open_tracer off, or the job has not exported yet); "
+        "the 'why' look-up also reads the per-partition candidates.</span>"
+    )
+
+
+def _gpu_html(view: dict) -> str:
+    """The GPU probe report, folded; empty when the job has none."""
+    gpu = view.get("gpu_report")
+    return (
+        f"<details><summary>GPU probe report</summary><pre id='gpu-report'>{esc(json.dumps(gpu, indent=2))}</pre></details>"
+        if gpu
+        else ""
+    )
 
 
 def message_page(title: str, text: str, *, static: str) -> str:

@@ -209,6 +209,21 @@ def _write_cursor(directory: str, binding: _Binding, meta: dict, entries: list[d
     storage.atomic_write_bytes(storage.join(directory, CURSOR_FILE), json.dumps(cursor, indent=1).encode())
 
 
+@dataclass(frozen=True)
+class _OpRun:
+    """One partition's run of one op in committed batches: what every step names and reports."""
+
+    op: Op
+    op_index: int
+    partition_id: int
+    job_dir: str
+    directory: str
+    where: str
+    meta: dict
+    total: int
+    events: object
+
+
 def run_expensive_op(
     op: Op,
     op_index: int,
@@ -237,57 +252,10 @@ def run_expensive_op(
     binding = _Binding(partition_hash, fingerprint, hashing.hash_table(table), total, size)
     meta = {"op_index": op_index, "op_name": op.name, "partition_id": partition_id, "num_batches": -(-total // size)}
     where = f"{label or f'partition {partition_id}'} op {op_index} ({op.name})"
+    run = _OpRun(op, op_index, partition_id, job_dir, directory, where, meta, total, events)
     entries, reason = _load_cursor(directory, binding, where)
-
-    outs: list[pa.Table] = []
-    fails: list[pa.Table] = []
-    for entry in list(entries):  # verify and load the committed prefix
-        b = entry["batch"]
-        out = _read_ipc(directory, entry.get("output") or {})
-        failed = _read_ipc(directory, entry["failed_rows"]) if entry.get("failed_rows") else None
-        if out is None or (entry.get("failed_rows") and failed is None):
-            reason = f"batch {b}'s file is missing or torn"
-            entries = entries[:b]
-            break
-        outs.append(
-            _check_batch(
-                op,
-                b,
-                table.slice(entry["start"], entry["end"] - entry["start"]),
-                out,
-                failed.drop_columns([REASON_COLUMN]) if failed is not None else None,
-            )[0]
-        )
-        if failed is not None:
-            fails.append(failed)
-    if reason:
-        log.warning(
-            "%s: not trusting batch cursor in %s beyond batch %d: %s; recomputing from there",
-            where,
-            directory,
-            len(entries),
-            reason,
-        )
-    if entries and events is not None:
-        events.emit(
-            "batch_resume",
-            partition_id=partition_id,
-            op_index=op_index,
-            op_name=op.name,
-            committed_batches=len(entries),
-            next_row=entries[-1]["end"],
-            input_rows=total,
-            discarded_reason=reason,
-        )
-    if entries:
-        log.info(
-            "%s: resuming at batch %d/%d (row %d of %d) from the batch cursor",
-            where,
-            len(entries),
-            meta["num_batches"],
-            entries[-1]["end"],
-            total,
-        )
+    entries, reason, outs, fails = _load_committed_prefix(run, table, entries, reason)
+    _report_resume(run, entries, reason)
 
     start = entries[-1]["end"] if entries else 0
     done_before = start
@@ -296,65 +264,160 @@ def run_expensive_op(
     while start < total:
         b = len(entries)
         batch = table.slice(start, min(size, total - start))
-        outcome = apply_op(op, op_index, batch, skip_op_error)
-        out, failed = _check_batch(op, b, batch, outcome.table, outcome.failed_rows)
-        entry = {
-            "batch": b,
-            "start": start,
-            "end": start + batch.num_rows,
-            "rows_in": batch.num_rows,
-            "rows_out": out.num_rows,
-            "filtered": outcome.accounting["filtered"],
-            "failed": outcome.accounting["failed"],
-            "duration_s": outcome.accounting["duration_s"],
-            "output": _write_ipc(storage.join(directory, f"batch_{b:06d}.arrow"), out),
-        }
+        entry, out, failed = _compute_batch(run, b, start, batch, skip_op_error)
         if failed is not None:
-            failed = failed.append_column(REASON_COLUMN, pa.array(outcome.failed_reasons, type=pa.string()))
-            entry["failed_rows"] = _write_ipc(storage.join(directory, f"batch_{b:06d}.failed.arrow"), failed)
             fails.append(failed)
-        entry["committed_at"] = time.time()
         computed_now += entry["duration_s"]
         entries.append(entry)
         _write_cursor(directory, binding, meta, entries)  # the commit point of batch b
         outs.append(out)
         start = entry["end"]
-        elapsed = time.perf_counter() - t_run
-        rate = (start - done_before) / elapsed if elapsed > 0 else 0.0
-        eta = (total - start) / rate if rate > 0 else None
-        if events is not None:
-            events.emit(
-                "batch_commit",
-                partition_id=partition_id,
-                op_index=op_index,
-                op_name=op.name,
-                batch=b,
-                num_batches=meta["num_batches"],
-                start_row=entry["start"],
-                end_row=entry["end"],
-                input_rows=batch.num_rows,
-                output_rows=out.num_rows,
-                failed=entry["failed"],
-                rows_done=start,
-                rows_total=total,
-                rows_per_s=round(rate, 3),
-                eta_s=None if eta is None else round(eta, 3),
-                duration=entry["duration_s"],
-            )
-        log.info(
-            "%s: batch %d/%d committed: %d/%d rows, %.1f rows/s, ETA %s",
-            where,
-            b + 1,
-            meta["num_batches"],
-            start,
-            total,
-            rate,
-            "-" if eta is None else f"{eta:.1f}s",
-        )
+        _report_commit(run, entry, batch, out, done_before, time.perf_counter() - t_run)
         if fault_spec:
             faults.maybe_fail(job_dir, fault_spec, partition_id, op_index, point="batch_commit", batch=b)
         check_stop(job_dir)
+    return _assemble_outcome(run, table, outs, fails, entries, t0=t0, computed_now=computed_now)
 
+
+def _load_committed_prefix(
+    run: _OpRun, table: pa.Table, entries: list[dict], reason: str | None
+) -> tuple[list[dict], str | None, list[pa.Table], list[pa.Table]]:
+    """Verify and load the cursor's committed batches; return (the trusted entries, why the rest is not
+    trusted or None, their outputs, their failed rows).  The first missing or torn file ends the prefix."""
+    outs: list[pa.Table] = []
+    fails: list[pa.Table] = []
+    for entry in list(entries):
+        b = entry["batch"]
+        out = _read_ipc(run.directory, entry.get("output") or {})
+        failed = _read_ipc(run.directory, entry["failed_rows"]) if entry.get("failed_rows") else None
+        if out is None or (entry.get("failed_rows") and failed is None):
+            reason = f"batch {b}'s file is missing or torn"
+            entries = entries[:b]
+            break
+        outs.append(
+            _check_batch(
+                run.op,
+                b,
+                table.slice(entry["start"], entry["end"] - entry["start"]),
+                out,
+                failed.drop_columns([REASON_COLUMN]) if failed is not None else None,
+            )[0]
+        )
+        if failed is not None:
+            fails.append(failed)
+    return entries, reason, outs, fails
+
+
+def _report_resume(run: _OpRun, entries: list[dict], reason: str | None) -> None:
+    """Log a distrusted cursor's reason; emit ``batch_resume`` and log where the run resumes, when
+    batches are committed."""
+    if reason:
+        log.warning(
+            "%s: not trusting batch cursor in %s beyond batch %d: %s; recomputing from there",
+            run.where,
+            run.directory,
+            len(entries),
+            reason,
+        )
+    if entries and run.events is not None:
+        run.events.emit(
+            "batch_resume",
+            partition_id=run.partition_id,
+            op_index=run.op_index,
+            op_name=run.op.name,
+            committed_batches=len(entries),
+            next_row=entries[-1]["end"],
+            input_rows=run.total,
+            discarded_reason=reason,
+        )
+    if entries:
+        log.info(
+            "%s: resuming at batch %d/%d (row %d of %d) from the batch cursor",
+            run.where,
+            len(entries),
+            run.meta["num_batches"],
+            entries[-1]["end"],
+            run.total,
+        )
+
+
+def _compute_batch(
+    run: _OpRun, b: int, start: int, batch: pa.Table, skip_op_error: bool
+) -> tuple[dict, pa.Table, pa.Table | None]:
+    """Apply the op to batch ``b`` and write its files; return (its cursor entry, its output, its failed
+    rows with their reasons or None).  The batch is committed only once the cursor names it."""
+    outcome = apply_op(run.op, run.op_index, batch, skip_op_error)
+    out, failed = _check_batch(run.op, b, batch, outcome.table, outcome.failed_rows)
+    entry = {
+        "batch": b,
+        "start": start,
+        "end": start + batch.num_rows,
+        "rows_in": batch.num_rows,
+        "rows_out": out.num_rows,
+        "filtered": outcome.accounting["filtered"],
+        "failed": outcome.accounting["failed"],
+        "duration_s": outcome.accounting["duration_s"],
+        "output": _write_ipc(storage.join(run.directory, f"batch_{b:06d}.arrow"), out),
+    }
+    if failed is not None:
+        failed = failed.append_column(REASON_COLUMN, pa.array(outcome.failed_reasons, type=pa.string()))
+        entry["failed_rows"] = _write_ipc(storage.join(run.directory, f"batch_{b:06d}.failed.arrow"), failed)
+    entry["committed_at"] = time.time()
+    return entry, out, failed
+
+
+def _report_commit(run: _OpRun, entry: dict, batch: pa.Table, out: pa.Table, done_before: int, elapsed: float) -> None:
+    """Emit ``batch_commit`` and log the progress (rows done, rate over this call's batches, ETA)."""
+    b, start, total = entry["batch"], entry["end"], run.total
+    rate = (start - done_before) / elapsed if elapsed > 0 else 0.0
+    eta = (total - start) / rate if rate > 0 else None
+    if run.events is not None:
+        run.events.emit(
+            "batch_commit",
+            partition_id=run.partition_id,
+            op_index=run.op_index,
+            op_name=run.op.name,
+            batch=b,
+            num_batches=run.meta["num_batches"],
+            start_row=entry["start"],
+            end_row=entry["end"],
+            input_rows=batch.num_rows,
+            output_rows=out.num_rows,
+            failed=entry["failed"],
+            rows_done=start,
+            rows_total=total,
+            rows_per_s=round(rate, 3),
+            eta_s=None if eta is None else round(eta, 3),
+            duration=entry["duration_s"],
+        )
+    log.info(
+        "%s: batch %d/%d committed: %d/%d rows, %.1f rows/s, ETA %s",
+        run.where,
+        b + 1,
+        run.meta["num_batches"],
+        start,
+        total,
+        rate,
+        "-" if eta is None else f"{eta:.1f}s",
+    )
+
+
+def _assemble_outcome(
+    run: _OpRun,
+    table: pa.Table,
+    outs: list[pa.Table],
+    fails: list[pa.Table],
+    entries: list[dict],
+    *,
+    t0: float,
+    computed_now: float,
+) -> OpOutcome:
+    """Concatenate every batch's output and failed rows into the op's outcome with its accounting.
+
+    ``t0``: when this call started; ``computed_now``: the op's compute time in this call's batches
+    (the rest of the call is its own overhead: cursor checks, commits, reassembly).  Raises
+    RuntimeError when the batches' rows do not add up to the input's."""
+    op, total = run.op, run.total
     result = pa.concat_tables(outs, promote_options="permissive") if outs else table.slice(0, 0)
     failed_all = pa.concat_tables(fails, promote_options="permissive") if fails else None
     reasons: list[str] = []
@@ -362,7 +425,7 @@ def run_expensive_op(
         reasons = failed_all.column(REASON_COLUMN).to_pylist()
         failed_all = failed_all.drop_columns([REASON_COLUMN])
     acct = {
-        "op_index": op_index,
+        "op_index": run.op_index,
         "op_name": op.name,
         "kind": op.kind,
         "rows_in": total,
@@ -375,7 +438,7 @@ def run_expensive_op(
         "duration_s": round(sum(e["duration_s"] for e in entries) + (time.perf_counter() - t0) - computed_now, 6),
     }
     if acct["rows_out"] + acct["filtered"] + acct["failed"] != total:
-        raise RuntimeError(f"{where}: batch accounting does not add up: {acct}")
+        raise RuntimeError(f"{run.where}: batch accounting does not add up: {acct}")
     return OpOutcome(result, acct, failed_all, reasons)
 
 

@@ -40,6 +40,8 @@ class MissingKeysError(DJError, RuntimeError):
 
 
 def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | None = None) -> dict:
+    """Decide, over every partition's keys, which rows the global op keeps, and commit each partition's
+    keep mask; return the op's counts (or ``skipped`` when every mask was already committed)."""
     ctx = JobContext(job_dir)
     plan = ctx.plan
     op = plan.ops[op_index]
@@ -58,32 +60,12 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
         return {"op_index": op_index, "skipped": True}
 
-    keys: list[pa.Table] = []
-    for p in parts:
-        cp = ks.load_valid(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint)
-        if cp is None:
-            raise MissingKeysError(
-                f"global op {op_index} ({op.name}): keys of partition {p['partition_id']} "
-                f"(rows {p['start_row']}-{p['end_row'] - 1}) are missing; clear that partition's segment task"
-            )
-        keys.append(cp.table)
+    keys = _load_keys(ks, op, op_index, parts)
     total = int(sum(k.num_rows for k in keys))
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py),
     # computed with the keep flags (the op's own decision) in one pass where the op can.
-    rep = None
-    if not total:
-        mask = np.zeros(0, dtype=bool)
-    elif lineage_enabled():
-        mask, rep = keep_and_representatives(op_impl, keys)
-    elif isinstance(op_impl, SignatureDeduplicator):
-        # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
-        # partitions' signatures, in input order, themselves.
-        mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)
-    else:
-        mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
-    if len(mask) != total:
-        raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
+    mask, rep = _keep_flags(op_impl, keys, total, op, op_index)
     # Deduplication against history (dedup_history): the rows kept in-night whose key an earlier export
     # holds are removed too (engine/history/lookup.py); recorded before the masks commit.
     from airflow_provider_dj.engine.history.lookup import remove_history_duplicates
@@ -94,23 +76,7 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
     write_duplicate_trace(ctx, op_index, op_impl, keys, in_night, history=history_dups)
     matches = match_columns(op_impl, keys, rep, in_night, history_dups) if lineage_enabled() else {}
-    offset = 0
-    fault_spec = load_faults(job_dir)
-    for n, (p, k) in enumerate(zip(parts, keys)):
-        part_mask = mask[offset : offset + k.num_rows]
-        part_matches = partition_columns(matches, offset, offset + k.num_rows)
-        offset += k.num_rows
-        ms.save(
-            op_index=op_index,
-            op_name=op.name,
-            partition_id=p["partition_id"],
-            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_()), **part_matches}),
-            partition_hash=p["content_hash"],
-            fingerprint=op.fingerprint,
-            accounting=[],
-        )
-        if n == 0:
-            maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")
+    _save_masks(job_dir, ms, op, op_index, parts, keys, mask, matches)
     kept = int(mask.sum())
     dur = time.perf_counter() - t0
     log.info(
@@ -132,3 +98,61 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         result["history_duplicates"] = len(history_dups)
         result["history_version"] = history_dups.version
     return result
+
+
+def _load_keys(ks, op, op_index: int, parts: list[dict]) -> list[pa.Table]:
+    """Every partition's committed keys for the global op, in partition order; MissingKeysError
+    naming the first partition whose keys are missing or torn."""
+    keys: list[pa.Table] = []
+    for p in parts:
+        cp = ks.load_valid(op_index, op.name, p["partition_id"], p["content_hash"], op.fingerprint)
+        if cp is None:
+            raise MissingKeysError(
+                f"global op {op_index} ({op.name}): keys of partition {p['partition_id']} "
+                f"(rows {p['start_row']}-{p['end_row'] - 1}) are missing; clear that partition's segment task"
+            )
+        keys.append(cp.table)
+    return keys
+
+
+def _keep_flags(op_impl, keys: list[pa.Table], total: int, op, op_index: int) -> tuple[np.ndarray, object]:
+    """The op's keep flag of every row over all partitions, in input order, and (lineage on) the row
+    each removed row was kept against, else None.  RuntimeError when the flags do not cover every row."""
+    rep = None
+    if not total:
+        mask = np.zeros(0, dtype=bool)
+    elif lineage_enabled():
+        mask, rep = keep_and_representatives(op_impl, keys)
+    elif isinstance(op_impl, SignatureDeduplicator):
+        # Near-duplicate ops (MinHash, SimHash) resolve clusters over all
+        # partitions' signatures, in input order, themselves.
+        mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)
+    else:
+        mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+    if len(mask) != total:
+        raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
+    return mask, rep
+
+
+def _save_masks(
+    job_dir: str, ms, op, op_index: int, parts: list[dict], keys: list[pa.Table], mask, matches: dict
+) -> None:
+    """Commit each partition's slice of the keep flags (and its lineage match columns) as its mask;
+    the ``global_mid`` fault point fires after the first partition's commit."""
+    offset = 0
+    fault_spec = load_faults(job_dir)
+    for n, (p, k) in enumerate(zip(parts, keys)):
+        part_mask = mask[offset : offset + k.num_rows]
+        part_matches = partition_columns(matches, offset, offset + k.num_rows)
+        offset += k.num_rows
+        ms.save(
+            op_index=op_index,
+            op_name=op.name,
+            partition_id=p["partition_id"],
+            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_()), **part_matches}),
+            partition_hash=p["content_hash"],
+            fingerprint=op.fingerprint,
+            accounting=[],
+        )
+        if n == 0:
+            maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")

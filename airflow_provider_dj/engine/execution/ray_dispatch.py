@@ -166,120 +166,195 @@ def run_partitions(
     (engine/execution/actor_pool.py): ``max_in_flight`` then bounds the actors, and
     ``actor_resources`` (the validate task's per-op plan) sizes them.
     """
-    from airflow_provider_dj.engine.execution.actor_pool import (
-        GroupActorPool,
-        check_cluster_fits,
-        op_modules,
-        resolve_pool,
+    dispatch = _GroupDispatch(
+        ray,
+        job_dir,
+        segment_index,
+        partition_ids,
+        handle=handle or DispatchHandle(),
+        try_number=try_number,
+        event_defaults=event_defaults,
+        num_cpus=num_cpus,
     )
-    from airflow_provider_dj.engine.jobdir.stop_control import StopRequested, read_stop_request
-    from airflow_provider_dj.engine.storage.context import JobContext
+    dispatch.open_pool(max_in_flight=max_in_flight, actor_resources=actor_resources, say=on_progress or log.info)
+    dispatch.wait_all(poll_s=poll_s, say=on_progress or log.info, rows_by_partition=rows_by_partition)
+    return dispatch.results_or_raise()
 
-    handle = handle or DispatchHandle()
-    plan = JobContext(job_dir).plan
-    modules = tuple(op_modules(plan))
-    remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_segment_task)
-    queue = list(partition_ids)
-    limit = max(1, int(max_in_flight)) if max_in_flight else len(queue)
-    refs: dict = {}
-    spec = resolve_pool(
-        plan,
-        plan.segments[segment_index],
-        len(queue),
-        max_in_flight=max_in_flight,
-        cpus_per_partition=num_cpus,
-        actor_resources=actor_resources,
-    )
-    pool = None
-    if spec is not None:
-        check_cluster_fits(ray, spec, segment_index)
-        (on_progress or log.info)(
-            f"segment {segment_index}: actor pool, {spec.reason}; "
+
+class _GroupDispatch:
+    """One group's partitions on Ray: the queue not yet submitted, the tasks in flight and how each
+    ended (result, stop or error).  ``run_partitions`` is its one user."""
+
+    def __init__(
+        self,
+        ray: Any,
+        job_dir: str,
+        segment_index: int,
+        partition_ids: list[int],
+        *,
+        handle: DispatchHandle,
+        try_number: int | None,
+        event_defaults: dict | None,
+        num_cpus: float,
+    ) -> None:
+        from airflow_provider_dj.engine.execution.actor_pool import op_modules
+        from airflow_provider_dj.engine.storage.context import JobContext
+
+        self.ray, self.job_dir, self.segment_index, self.partition_ids = ray, job_dir, segment_index, partition_ids
+        self.handle, self.try_number, self.event_defaults, self.num_cpus = handle, try_number, event_defaults, num_cpus
+        self.plan = JobContext(job_dir).plan
+        self.modules = tuple(op_modules(self.plan))
+        self.remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_segment_task)
+        self.queue = list(partition_ids)
+        self.limit = len(self.queue)
+        self.refs: dict = {}
+        self.pool = None
+        self.results: dict[int, dict] = {}
+        self.stopped: dict[int, dict] = {}
+        self.errors: list[tuple[int, BaseException]] = []
+        self.forced: dict | None = None
+
+    def open_pool(self, *, max_in_flight: int | None, actor_resources: dict | None, say: Callable[[str], None]) -> None:
+        """Set how many partitions run at once; for a segment with a stateful op, check the cluster
+        fits and start the group's actor pool (its actors are then the bound)."""
+        from airflow_provider_dj.engine.execution.actor_pool import GroupActorPool, check_cluster_fits, resolve_pool
+
+        self.limit = max(1, int(max_in_flight)) if max_in_flight else len(self.queue)
+        spec = resolve_pool(
+            self.plan,
+            self.plan.segments[self.segment_index],
+            len(self.queue),
+            max_in_flight=max_in_flight,
+            cpus_per_partition=self.num_cpus,
+            actor_resources=actor_resources,
+        )
+        if spec is None:
+            return
+        check_cluster_fits(self.ray, spec, self.segment_index)
+        say(
+            f"segment {self.segment_index}: actor pool, {spec.reason}; "
             f"each actor num_cpus={spec.num_cpus:g} num_gpus={spec.num_gpus:g}"
         )
-        pool = GroupActorPool(ray, spec, job_dir, segment_index, dict(event_defaults or {}), list(modules), handle)
-        limit = spec.actors
+        self.pool = GroupActorPool(
+            self.ray,
+            spec,
+            self.job_dir,
+            self.segment_index,
+            dict(self.event_defaults or {}),
+            list(self.modules),
+            self.handle,
+        )
+        self.limit = spec.actors
 
-    def submit(n: int) -> list:
-        if pool is not None:
-            new = [pool.submit(pid, try_number, dict(event_defaults or {})) for pid in queue[:n]]
+    def submit(self, n: int) -> list:
+        """Submit the next ``n`` queued partitions (to the pool or as tasks); return their refs, tracked."""
+        queue, defaults = self.queue, self.event_defaults
+        if self.pool is not None:
+            new = [self.pool.submit(pid, self.try_number, dict(defaults or {})) for pid in queue[:n]]
         else:
             new = [
-                remote.remote(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules)
+                self.remote.remote(
+                    self.job_dir, self.segment_index, pid, self.try_number, dict(defaults or {}), self.modules
+                )
                 for pid in queue[:n]
             ]
-        refs.update(zip(new, queue[:n]))
+        self.refs.update(zip(new, queue[:n]))
         del queue[:n]
-        handle.track(ray, list(refs))
+        self.handle.track(self.ray, list(self.refs))
         return new
 
-    pending = submit(limit)
-    results: dict[int, dict] = {}
-    stopped: dict[int, dict] = {}
-    errors: list[tuple[int, BaseException]] = []
-    forced: dict | None = None
-    t0 = last_line = time.perf_counter()
-    ok = False
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
-            for ref in done:
-                pid = refs[ref]
-                try:
-                    out = ray.get(ref)
-                    if pool is not None:
-                        pool.release(ref)
-                except Exception as exc:  # noqa: BLE001 - re-raised below after siblings finish
-                    if pool is not None:
-                        pool.release(ref, exc)
-                    if forced is not None or handle.killed:
-                        stopped[pid] = forced or {"requested_by": handle.killed}
-                    else:
-                        errors.append((pid, exc))
-                    continue
-                if out.get("stopped"):
-                    stopped[pid] = out["request"]
+    def collect(self, done: list) -> None:
+        """Record how each ended task went: its result, its stop, or its error (a task that failed
+        after a forced stop or a kill counts as stopped)."""
+        for ref in done:
+            pid = self.refs[ref]
+            try:
+                out = self.ray.get(ref)
+                if self.pool is not None:
+                    self.pool.release(ref)
+            except Exception as exc:  # noqa: BLE001 - re-raised below after siblings finish
+                if self.pool is not None:
+                    self.pool.release(ref, exc)
+                if self.forced is not None or self.handle.killed:
+                    self.stopped[pid] = self.forced or {"requested_by": self.handle.killed}
                 else:
-                    results[pid] = out
-            if handle.killed:
-                raise DispatchKilledError(
-                    f"segment {segment_index}: partitions {partition_ids} killed "
-                    f"({handle.killed}); their Ray tasks were cancelled"
-                )
-            if queue and forced is None and len(pending) < limit:
-                pending = list(pending) + submit(limit - len(pending))
-            if pending and forced is None:
-                request = read_stop_request(job_dir)
-                if request is not None and request.get("force"):
-                    forced = request
-                    handle.cancel(f"forced stop requested by {request.get('requested_by')}")
-            now = time.perf_counter()
-            if done or now - last_line >= 30:
-                last_line = now
-                (on_progress or log.info)(
-                    _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, now - t0)
-                )
-        for pid in queue:  # never submitted: a forced stop came first
-            stopped[pid] = forced or {"requested_by": "forced stop"}
-        ok = True
-    finally:
-        if not ok and pending and not handle.killed:
-            handle.cancel("the waiting task ended early")
-            handle.wait_ended()
-        if pool is not None:
-            pool.shutdown()  # the group's lifetime ends here: its models and GPU shares are released
-    if errors:
-        pid, exc = errors[0]
-        cause = getattr(exc, "cause", None) or exc
-        failure = PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {cause}")
-        failure.cause = cause  # the op's own exception (a failure-rate guard trip is not worth a retry)
-        raise failure from exc
-    if stopped:
-        request = forced or next(iter(stopped.values()))
-        exc = StopRequested(job_dir, request, partition_ids=sorted(stopped))
-        exc.completed = [results[pid] for pid in partition_ids if pid in results]  # type: ignore[attr-defined]
-        raise exc
-    return [results[pid] for pid in partition_ids]
+                    self.errors.append((pid, exc))
+                continue
+            if out.get("stopped"):
+                self.stopped[pid] = out["request"]
+            else:
+                self.results[pid] = out
+
+    def check_forced_stop(self) -> None:
+        """Cancel the in-flight tasks when the job's stop request is a forced one."""
+        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
+
+        request = read_stop_request(self.job_dir)
+        if request is not None and request.get("force"):
+            self.forced = request
+            self.handle.cancel(f"forced stop requested by {request.get('requested_by')}")
+
+    def wait_all(self, *, poll_s: float, say: Callable[[str], None], rows_by_partition: dict[int, int] | None) -> None:
+        """Submit and wait until every partition has ended, saying progress as tasks end (else every
+        30 s).  Raises DispatchKilledError on a kill; whatever escapes cancels the tasks still running.
+        The pool is shut down on the way out in every case."""
+        pending = self.submit(self.limit)
+        t0 = last_line = time.perf_counter()
+        ok = False
+        try:
+            while pending:
+                done, pending = self.ray.wait(pending, num_returns=1, timeout=poll_s)
+                self.collect(done)
+                if self.handle.killed:
+                    raise DispatchKilledError(
+                        f"segment {self.segment_index}: partitions {self.partition_ids} killed "
+                        f"({self.handle.killed}); their Ray tasks were cancelled"
+                    )
+                if self.queue and self.forced is None and len(pending) < self.limit:
+                    pending = list(pending) + self.submit(self.limit - len(pending))
+                if pending and self.forced is None:
+                    self.check_forced_stop()
+                now = time.perf_counter()
+                if done or now - last_line >= 30:
+                    last_line = now
+                    say(
+                        _progress_line(
+                            self.segment_index,
+                            self.partition_ids,
+                            self.results,
+                            self.errors,
+                            rows_by_partition,
+                            now - t0,
+                        )
+                    )
+            for pid in self.queue:  # never submitted: a forced stop came first
+                self.stopped[pid] = self.forced or {"requested_by": "forced stop"}
+            ok = True
+        finally:
+            if not ok and pending and not self.handle.killed:
+                self.handle.cancel("the waiting task ended early")
+                self.handle.wait_ended()
+            if self.pool is not None:
+                self.pool.shutdown()  # the group's lifetime ends here: its models and GPU shares are released
+
+    def results_or_raise(self) -> list[dict]:
+        """The partitions' results in their order; PartitionFailedError for the first failure, else
+        StopRequested (carrying the completed results) when any partition stopped."""
+        from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
+
+        results, partition_ids = self.results, self.partition_ids
+        if self.errors:
+            pid, exc = self.errors[0]
+            cause = getattr(exc, "cause", None) or exc
+            failure = PartitionFailedError(f"partition {pid} failed in segment {self.segment_index}: {cause}")
+            failure.cause = cause  # the op's own exception (a failure-rate guard trip is not worth a retry)
+            raise failure from exc
+        if self.stopped:
+            request = self.forced or next(iter(self.stopped.values()))
+            exc = StopRequested(self.job_dir, request, partition_ids=sorted(self.stopped))
+            exc.completed = [results[pid] for pid in partition_ids if pid in results]  # type: ignore[attr-defined]
+            raise exc
+        return [results[pid] for pid in partition_ids]
 
 
 class PartitionFailedError(DJError, RuntimeError):

@@ -274,31 +274,7 @@ class HistoryIndex:
                         f"cannot commit {op_name} keys computed with {add.key_args} into the history index at "
                         f"{self.path}, which holds keys computed with {held['key_args']}"
                     )
-                entries = np.empty(len(add.k0), dtype=ENTRY_DTYPE)
-                entries["k0"], entries["k1"] = add.k0, add.k1
-                entries["job"], entries["row"] = job_ref, add.rows
-                prefixes = prefix_of(entries["k0"])
-                order = np.lexsort((entries["k1"], entries["k0"], prefixes))  # by prefix, then key
-                entries, prefixes = entries[order], prefixes[order]
-                bounds = np.searchsorted(prefixes, np.arange(NUM_PREFIXES + 1))
-                os.makedirs(os.path.join(vdir, op_name), exist_ok=True)
-                for p in range(NUM_PREFIXES):
-                    part = entries[bounds[p] : bounds[p + 1]]
-                    if not len(part):
-                        continue
-                    rel = f"{vrel}/{op_name}/shard_{p:02x}.bin"
-                    data = part.tobytes()
-                    _write_atomic(os.path.join(self.path, *rel.split("/")), data)
-                    held["shards"].setdefault(f"{p:02x}", []).append(
-                        {
-                            "file": rel,
-                            "entries": len(part),
-                            "bytes": len(data),
-                            "xxh3_128": xxhash.xxh3_128_hexdigest(data),
-                        }
-                    )
-                held["entries"] += len(entries)
-                added[op_name] = len(entries)
+                added[op_name] = self._write_op_shards(vrel, op_name, add, held, job_ref)
             manifest = {
                 "format": FORMAT_VERSION,
                 "version": new,
@@ -315,6 +291,37 @@ class HistoryIndex:
                 before_current_moves()
             _write_atomic(os.path.join(self.path, CURRENT_FILE), json.dumps({"version": new}).encode())
             return CommitResult("committed", new, pinned, base, added, note)
+
+    def _write_op_shards(self, vrel: str, op_name: str, add: OpAdditions, held: dict, job_ref: int) -> int:
+        """Write one op's added keys into version ``vrel`` as one sorted shard file per key prefix, and
+        list each shard (with its size and xxh3) in the op's manifest entry ``held``; return the
+        number of entries added."""
+        entries = np.empty(len(add.k0), dtype=ENTRY_DTYPE)
+        entries["k0"], entries["k1"] = add.k0, add.k1
+        entries["job"], entries["row"] = job_ref, add.rows
+        prefixes = prefix_of(entries["k0"])
+        order = np.lexsort((entries["k1"], entries["k0"], prefixes))  # by prefix, then key
+        entries, prefixes = entries[order], prefixes[order]
+        bounds = np.searchsorted(prefixes, np.arange(NUM_PREFIXES + 1))
+        vdir = os.path.join(self.path, *vrel.split("/"))
+        os.makedirs(os.path.join(vdir, op_name), exist_ok=True)
+        for p in range(NUM_PREFIXES):
+            part = entries[bounds[p] : bounds[p + 1]]
+            if not len(part):
+                continue
+            rel = f"{vrel}/{op_name}/shard_{p:02x}.bin"
+            data = part.tobytes()
+            _write_atomic(os.path.join(self.path, *rel.split("/")), data)
+            held["shards"].setdefault(f"{p:02x}", []).append(
+                {
+                    "file": rel,
+                    "entries": len(part),
+                    "bytes": len(data),
+                    "xxh3_128": xxhash.xxh3_128_hexdigest(data),
+                }
+            )
+        held["entries"] += len(entries)
+        return len(entries)
 
 
 def _write_atomic(path: str, data: bytes) -> None:

@@ -292,24 +292,10 @@ def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = No
     boundary offsets and partition hashes come from an earlier job instead of reading the file again."""
     t0 = time.perf_counter()
     files = list_input_files(dataset_path)
-    cached: dict[int, dict] = {}
-    for idx, f in enumerate(files):
-        entry = index_cache.observe(f) if index_cache is not None else None
-        if entry is not None:
-            _from_cache(f, entry)
-            cached[idx] = entry
-        else:
-            _index_file(f)
+    cached = _index_files(files, index_cache)
     total_rows = sum(f.num_rows for f in files)
     total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
-    count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
-    align = alignment_of(partition_cfg)
-    if align == "file":
-        rows_per, how = rows_per_partition_of(partition_cfg, total_rows, total_bytes)
-        bounds = file_aligned_boundaries([f.num_rows for f in files], count, rows_per)
-        how = f"{how}; aligned to input files"
-    else:
-        bounds = row_boundaries(total_rows, count)
+    bounds, how, align = _choose_boundaries(partition_cfg, files, total_rows, total_bytes)
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
     for idx, rows in _boundary_rows(files, offsets, bounds).items():
         f = files[idx]
@@ -317,40 +303,12 @@ def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = No
             _index_file(f)  # other boundaries than the cached ones (another partition size)
             del cached[idx]
     t_index = time.perf_counter() - t0
-    file_descr = []
-    for f in files:
-        d = f.describe()
-        if f.format == "parquet":
-            d["row_group_rows"] = f.row_group_rows
-        else:
-            d["stream_len"] = f.stream_len
-        file_descr.append(d)
+    file_descr = _describe_files(files)
     algorithm = algorithm_for(files)
-    parts = []
-    hashed_bytes = 0
     t1 = time.perf_counter()
-    learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
-    hashes_from_cache = 0
-    for pid, (s, e) in enumerate(bounds):
-        segs = _segments_for(files, offsets, s, e)
-        one_file = segs[0]["file"] if len(segs) == 1 else None
-        key = segment_key(segs[0]) if one_file is not None else None
-        known = cached[one_file]["hashes"].get(key) if one_file in cached else None
-        if known is not None:
-            digest, nbytes = str(known[0]), int(known[1])
-            hashes_from_cache += 1
-        else:
-            digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
-            hashed_bytes += nbytes
-        for seg in segs:
-            offs, hs = learnt.setdefault(seg["file"], ({}, {}))
-            if "byte_start" in seg:
-                offs[seg["row_start"]] = seg["byte_start"]
-                if seg["row_end"] < files[seg["file"]].num_rows:
-                    offs[seg["row_end"]] = seg["byte_end"]
-        if one_file is not None:
-            learnt[one_file][1][key] = [digest, nbytes]
-        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
+    parts, hashed_bytes, learnt, hashes_from_cache = _hash_partitions(
+        files, offsets, bounds, cached, algorithm, file_descr
+    )
     t_hash = time.perf_counter() - t1
     cache_timing = {}
     if index_cache is not None:
@@ -383,6 +341,82 @@ def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = No
             },
         }
     )
+
+
+def _index_files(files: list, index_cache: Any) -> dict[int, dict]:
+    """Index every input file, from ``index_cache`` where it knows the file unchanged; return the
+    cache entries used, by file index."""
+    cached: dict[int, dict] = {}
+    for idx, f in enumerate(files):
+        entry = index_cache.observe(f) if index_cache is not None else None
+        if entry is not None:
+            _from_cache(f, entry)
+            cached[idx] = entry
+        else:
+            _index_file(f)
+    return cached
+
+
+def _choose_boundaries(
+    partition_cfg: Any, files: list, total_rows: int, total_bytes: int
+) -> tuple[list[tuple[int, int]], str, str]:
+    """The partitions' (start, end) rows, how their count was chosen and the alignment
+    (``file``: boundaries fall on input files; else even row ranges)."""
+    count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
+    align = alignment_of(partition_cfg)
+    if align == "file":
+        rows_per, how = rows_per_partition_of(partition_cfg, total_rows, total_bytes)
+        bounds = file_aligned_boundaries([f.num_rows for f in files], count, rows_per)
+        how = f"{how}; aligned to input files"
+    else:
+        bounds = row_boundaries(total_rows, count)
+    return bounds, how, align
+
+
+def _describe_files(files: list) -> list[dict]:
+    """Each input file as partitioning_info records it (with its row groups or its stream length)."""
+    file_descr = []
+    for f in files:
+        d = f.describe()
+        if f.format == "parquet":
+            d["row_group_rows"] = f.row_group_rows
+        else:
+            d["stream_len"] = f.stream_len
+        file_descr.append(d)
+    return file_descr
+
+
+def _hash_partitions(
+    files: list, offsets, bounds: list, cached: dict[int, dict], algorithm: str, file_descr: list[dict]
+) -> tuple[list[dict], int, dict[int, tuple[dict, dict]], int]:
+    """Each partition's spec with its content hash; return (the specs, bytes hashed, what was learnt
+    per file for the index cache as (boundary offsets, single-file partition hashes), how many
+    hashes came from the cache).  A single-file partition's hash comes from the cache when known."""
+    parts = []
+    hashed_bytes = 0
+    learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
+    hashes_from_cache = 0
+    for pid, (s, e) in enumerate(bounds):
+        segs = _segments_for(files, offsets, s, e)
+        one_file = segs[0]["file"] if len(segs) == 1 else None
+        key = segment_key(segs[0]) if one_file is not None else None
+        known = cached[one_file]["hashes"].get(key) if one_file in cached else None
+        if known is not None:
+            digest, nbytes = str(known[0]), int(known[1])
+            hashes_from_cache += 1
+        else:
+            digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
+            hashed_bytes += nbytes
+        for seg in segs:
+            offs, hs = learnt.setdefault(seg["file"], ({}, {}))
+            if "byte_start" in seg:
+                offs[seg["row_start"]] = seg["byte_start"]
+                if seg["row_end"] < files[seg["file"]].num_rows:
+                    offs[seg["row_end"]] = seg["byte_end"]
+        if one_file is not None:
+            learnt[one_file][1][key] = [digest, nbytes]
+        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
+    return parts, hashed_bytes, learnt, hashes_from_cache
 
 
 class InputChangedError(DJError, RuntimeError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import pyarrow as pa
@@ -93,10 +94,52 @@ def export_job(
     parts = ctx.partitioning_info["partitions"]
     store = CheckpointStore(job_dir, ctx.storage_format)
     events = EventLog(job_dir, ctx.job_id, defaults=event_defaults)
-    final = plan.final_op_index
     t0 = time.perf_counter()
     events.emit("export_start", export_path=recipe.export_path, partitions=len(parts))
 
+    markers = _final_markers(store, plan, parts)
+    per_op = _checked_accounting(job_dir, ctx, parts, markers)
+    tables = _FinalTables(ctx, store, parts)
+    if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
+        part_source = None
+    ledger = _PartLedger()
+    rows, checksum, nbytes = _write_export(job_dir, ctx, tables, markers, part_source, ledger)
+    expected = per_op[-1]["rows_out"] if per_op else 0
+    if rows != expected:
+        raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
+    history = _commit_dedup_history(job_dir, ctx, tables)
+    duration = time.perf_counter() - t0
+    events.emit(
+        "export_complete",
+        export_path=recipe.export_path,
+        output_rows=rows,
+        duration=round(duration, 6),
+        checksum=checksum,
+        serialized_in_parallel=part_source is not None or None,
+    )
+    summary = _completed_summary(
+        ctx,
+        markers,
+        per_op,
+        history,
+        export={"rows": rows, "bytes": nbytes, "checksum": checksum},
+        started_at=started_at,
+    )
+    summary = _finish_summary(ctx, summary, markers, ledger)
+    write_json(ctx.path(JOB_SUMMARY), summary)
+    from airflow_provider_dj.engine.job.summary import after_summary_written
+
+    after_summary_written(job_dir, summary)
+    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
+    return summary
+
+
+def _final_markers(store: CheckpointStore, plan, parts: list[dict]) -> dict[int, dict]:
+    """Each partition's final-op commit marker, by partition id.
+
+    Raises MissingFinalCheckpointError naming the first partition whose final output is not committed:
+    nothing is exported until every partition is."""
+    final = plan.final_op_index
     markers: dict[int, dict] = {}
     for p in parts:
         pid = p["partition_id"]
@@ -106,9 +149,17 @@ def export_job(
                 f"clear its partition task to compute it"
             )
         markers[pid] = store.read_marker(final, plan.ops[final].name, pid)
+    return markers
+
+
+def _checked_accounting(job_dir: str, ctx: JobContext, parts: list[dict], markers: dict[int, dict]) -> list[dict]:
+    """The per-op accounting of the whole job (invariant 6), after the job-wide failure-rate guard.
+
+    Raises AccountingError (or the guard's error) before anything is written."""
+    recipe = ctx.recipe
     per_op = check_accounting(
         {pid: m["accounting"] for pid, m in markers.items()},
-        len(plan.ops),
+        len(ctx.plan.ops),
         {p["partition_id"]: p["num_rows"] for p in parts},
     )
     # The failure-rate guard over the whole job (engine/execution/failure_guard.py), before anything is written.
@@ -121,11 +172,24 @@ def export_job(
         {pid: m["accounting"] for pid, m in markers.items()},
         resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
     )
+    return per_op
 
-    exported_rows: dict[int, object] = {}  # partition -> input row of each exported row (dedup_history)
 
-    def final_table(p: dict) -> pa.Table:
-        cp = store.load_valid(
+class _FinalTables:
+    """Each partition's final checkpoint as a table, loaded on each call.
+
+    With a dedup history in the recipe, every loaded table's input-row column is kept in
+    ``exported_rows`` (partition -> input row of each exported row): the history commit needs it."""
+
+    def __init__(self, ctx: JobContext, store: CheckpointStore, parts: list[dict]) -> None:
+        self.ctx, self.store, self.parts = ctx, store, parts
+        self.exported_rows: dict[int, object] = {}
+
+    def final_table(self, p: dict) -> pa.Table:
+        """The partition's final checkpoint; MissingFinalCheckpointError when it is torn."""
+        plan, recipe = self.ctx.plan, self.ctx.recipe
+        final = plan.final_op_index
+        cp = self.store.load_valid(
             final, plan.ops[final].name, p["partition_id"], p["content_hash"], plan.ops[final].fingerprint
         )
         if cp is None:
@@ -133,103 +197,158 @@ def export_job(
                 f"partition {p['partition_id']}: final checkpoint is torn; clear its task"
             )
         if recipe.dedup_history is not None:
-            exported_rows[p["partition_id"]] = cp.table.column(INPUT_ROW_COLUMN).to_numpy()
+            self.exported_rows[p["partition_id"]] = cp.table.column(INPUT_ROW_COLUMN).to_numpy()
         return cp.table
 
-    def table_of(p: dict) -> pa.Table:
-        return clean_for_export(final_table(p), recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+    def table_of(self, p: dict) -> pa.Table:
+        """The partition's final table with the columns the recipe does not keep removed."""
+        recipe = self.ctx.recipe
+        return clean_for_export(self.final_table(p), recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
 
-    def tables():
-        for p in parts:
-            yield table_of(p)
+    def tables(self) -> Iterator[pa.Table]:
+        """Every partition's export table, in partition order."""
+        for p in self.parts:
+            yield self.table_of(p)
 
-    if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
-        part_source = None
+
+@dataclass
+class _PartLedger:
+    """Where each partition's bytes lie in the export, for nightly reuse.
+
+    ``written``: the parts this process wrote or copied, as published entries; ``copied_ranges``: the
+    parallel path's parts as (partition, offset, length, xxh3, rows); ``parts_copied``: how many parts
+    came from the last export's bytes."""
+
+    written: list[dict] = field(default_factory=list)
+    copied_ranges: list[tuple] = field(default_factory=list)
+    parts_copied: int = 0
+
+
+def _write_export(
+    job_dir: str,
+    ctx: JobContext,
+    tables: _FinalTables,
+    markers: dict[int, dict],
+    part_source: Callable[[], Iterator[dict]] | None,
+    ledger: _PartLedger,
+) -> tuple[int, str, int]:
+    """Write the export atomically; return (rows written, xxh3-128 hex digest, bytes).
+
+    The parallel workers' part files are removed only once the export is committed."""
+    recipe = ctx.recipe
+    rows = 0
+    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
+        out = _HashingWriter(raw)
+        if recipe.export_path.endswith(".parquet"):
+            loaded = [t for t in tables.tables()]
+            table = pa.concat_tables(loaded, promote_options="permissive") if loaded else pa.table({})
+            pq.write_table(table, out, compression="snappy")
+            rows = table.num_rows
+        else:
+            rows = _write_jsonl_export(job_dir, ctx, tables, markers, part_source, ledger, out)
+    if part_source is not None:
+        from airflow_provider_dj.engine.output.parts import remove_parts
+
+        remove_parts(job_dir)  # only once the export is committed
+    return rows, out.h.hexdigest(), out.n
+
+
+def _write_jsonl_export(
+    job_dir: str,
+    ctx: JobContext,
+    tables: _FinalTables,
+    markers: dict[int, dict],
+    part_source: Callable[[], Iterator[dict]] | None,
+    ledger: _PartLedger,
+    out: _HashingWriter,
+) -> int:
+    """Write the JSONL export's parts in partition order into ``out``; return the rows written.
+
+    The parts come from the parallel workers, through one buffer each for nightly reuse, or straight
+    from this process's serialization.  The ``export_mid`` fault point fires after the first part."""
+    recipe = ctx.recipe
     from airflow_provider_dj.engine.execution import reuse
 
     # Nightly reuse: each partition's bytes go through one buffer, so their range in the export is known
     # (published for the next night) and a reused final checkpoint's bytes can come from the last export.
     by_part = reuse.reuse_enabled(recipe) and part_source is None and not recipe.export_path.endswith(".parquet")
-    written_parts: list[dict] = []
-    copied_ranges: list[tuple] = []  # the parallel path's parts, as (partition, offset, length, xxh3, rows)
-    parts_copied = 0
-
-    def reusing_parts(out) -> Iterator[int]:
-        nonlocal parts_copied
-        for p in parts:
-            pid = p["partition_id"]
-            data = reuse.reused_export_part(ctx, pid, markers[pid])
-            if data is None:
-                buf = io.BytesIO()
-                rows_p = _write_table(table_of(p), buf)
-                data = buf.getvalue()
-            else:
-                rows_p = int(markers[pid]["num_rows"])
-                parts_copied += 1
-            written_parts.append(
-                {
-                    "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
-                    "offset": out.n,
-                    "length": len(data),
-                    "xxh3": xxhash.xxh3_128_hexdigest(data),
-                    "rows": rows_p,
-                }
-            )
-            out.write(data)
-            yield rows_p
-
     rows = 0
-    with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
-        out = _HashingWriter(raw)
-        if recipe.export_path.endswith(".parquet"):
-            loaded = [t for t in tables()]
-            table = pa.concat_tables(loaded, promote_options="permissive") if loaded else pa.table({})
-            pq.write_table(table, out, compression="snappy")
-            rows = table.num_rows
+    fault_spec = load_faults(job_dir)
+    if part_source:
+        chunks = _jsonl_parts(part_source, out, ledger.copied_ranges if reuse.reuse_enabled(recipe) else None)
+    elif by_part:
+        chunks = _reusing_parts(ctx, tables, markers, ledger, out)
+    else:
+        chunks = (_write_table(t, out) for t in tables.tables())
+    for n, nrows in enumerate(chunks):
+        rows += nrows
+        if n == 0:
+            out.flush()
+            maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
+    return rows
+
+
+def _reusing_parts(
+    ctx: JobContext, tables: _FinalTables, markers: dict[int, dict], ledger: _PartLedger, out: _HashingWriter
+) -> Iterator[int]:
+    """Write each partition's bytes whole, from the last export when its final checkpoint is reused,
+    else serialized here; record each part's range in ``ledger``; yield each part's row count."""
+    from airflow_provider_dj.engine.execution import reuse
+
+    for p in tables.parts:
+        pid = p["partition_id"]
+        data = reuse.reused_export_part(ctx, pid, markers[pid])
+        if data is None:
+            buf = io.BytesIO()
+            rows_p = _write_table(tables.table_of(p), buf)
+            data = buf.getvalue()
         else:
-            fault_spec = load_faults(job_dir)
-            if part_source:
-                chunks = _jsonl_parts(part_source, out, copied_ranges if reuse.reuse_enabled(recipe) else None)
-            elif by_part:
-                chunks = reusing_parts(out)
-            else:
-                chunks = (_write_table(t, out) for t in tables())
-            for n, nrows in enumerate(chunks):
-                rows += nrows
-                if n == 0:
-                    out.flush()
-                    maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
-    if part_source is not None:
-        from airflow_provider_dj.engine.output.parts import remove_parts
-
-        remove_parts(job_dir)  # only once the export is committed
-    checksum, nbytes = out.h.hexdigest(), out.n
-    expected = per_op[-1]["rows_out"] if per_op else 0
-    if rows != expected:
-        raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
-    history = None
-    if recipe.dedup_history is not None:  # the export is committed: its rows become history (engine/history/)
-        from airflow_provider_dj.engine.history.commit import commit_history
-
-        for p in parts:  # partitions serialized by parallel workers or copied from a reused export
-            if p["partition_id"] not in exported_rows:
-                final_table(p)
-        fault_spec = load_faults(job_dir)
-        history = commit_history(
-            ctx,
-            exported_rows,
-            before_current_moves=lambda: maybe_fail(job_dir, fault_spec, None, None, point="history_commit"),
+            rows_p = int(markers[pid]["num_rows"])
+            ledger.parts_copied += 1
+        ledger.written.append(
+            {
+                "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
+                "offset": out.n,
+                "length": len(data),
+                "xxh3": xxhash.xxh3_128_hexdigest(data),
+                "rows": rows_p,
+            }
         )
-    duration = time.perf_counter() - t0
-    events.emit(
-        "export_complete",
-        export_path=recipe.export_path,
-        output_rows=rows,
-        duration=round(duration, 6),
-        checksum=checksum,
-        serialized_in_parallel=part_source is not None or None,
+        out.write(data)
+        yield rows_p
+
+
+def _commit_dedup_history(job_dir: str, ctx: JobContext, tables: _FinalTables) -> dict | None:
+    """Once the export is committed, its rows become the dedup history (engine/history/); return the
+    commit, or None when the recipe keeps no history."""
+    if ctx.recipe.dedup_history is None:
+        return None
+    from airflow_provider_dj.engine.history.commit import commit_history
+
+    for p in tables.parts:  # partitions serialized by parallel workers or copied from a reused export
+        if p["partition_id"] not in tables.exported_rows:
+            tables.final_table(p)
+    fault_spec = load_faults(job_dir)
+    return commit_history(
+        ctx,
+        tables.exported_rows,
+        before_current_moves=lambda: maybe_fail(job_dir, fault_spec, None, None, point="history_commit"),
     )
-    summary = {
+
+
+def _completed_summary(
+    ctx: JobContext,
+    markers: dict[int, dict],
+    per_op: list[dict],
+    history: dict | None,
+    *,
+    export: dict,
+    started_at: float | None,
+) -> dict:
+    """The completed job's summary as the export leaves it: input, export (``export`` holds its rows,
+    bytes and checksum), per-op and per-partition accounting, and how to resume."""
+    recipe, plan, parts = ctx.recipe, ctx.plan, ctx.partitioning_info["partitions"]
+    return {
         "job_id": ctx.job_id,
         "status": "completed",
         "project_name": recipe.project_name,
@@ -244,14 +363,14 @@ def export_job(
         },
         "export": {
             "path": recipe.export_path,
-            "rows": rows,
-            "bytes": nbytes,
-            "checksum_xxh3_128": checksum,
+            "rows": export["rows"],
+            "bytes": export["bytes"],
+            "checksum_xxh3_128": export["checksum"],
             "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
             "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds,
         },
         "ops": per_op,
-        **({"dedup_history": _history_summary(job_dir, plan, history, per_op)} if history is not None else {}),
+        **({"dedup_history": _history_summary(ctx.job_dir, plan, history, per_op)} if history is not None else {}),
         "partitions": [
             {
                 "partition_id": pid,
@@ -267,11 +386,21 @@ def export_job(
         "effective_config": ctx.effective_config,
         "resume_command": f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
     }
+
+
+def _finish_summary(ctx: JobContext, summary: dict, markers: dict[int, dict], ledger: _PartLedger) -> dict:
+    """Add traces, the enrichments, retention and what later jobs may reuse to the summary; return it.
+
+    Retention runs after the enrichments (they count the checkpoints it removes) and before
+    publishing (only what is kept is published)."""
+    job_dir, recipe = ctx.job_dir, ctx.recipe
+    from airflow_provider_dj.engine.execution import reuse
+
     if recipe.tracer.open_tracer:  # merge per-partition trace candidates into trace/*.jsonl (engine.observe.tracer)
         from airflow_provider_dj.engine.observe.tracer import merge_traces
 
         summary["trace"] = merge_traces(job_dir)
-    from airflow_provider_dj.engine.job.summary import after_summary_written, enrich_completed_summary
+    from airflow_provider_dj.engine.job.summary import enrich_completed_summary
 
     summary = enrich_completed_summary(job_dir, summary)  # before retention removes the checkpoints it counts
     summary["retention"] = apply_retention(ctx, markers)
@@ -279,8 +408,8 @@ def export_job(
 
     if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
         summary["reuse"]["published_entries"] = publish_job(ctx)
-        summary["reuse"]["export_parts_reused"] = parts_copied
-        written_parts += [
+        summary["reuse"]["export_parts_reused"] = ledger.parts_copied
+        ledger.written += [
             {
                 "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
                 "offset": o,
@@ -288,12 +417,9 @@ def export_job(
                 "xxh3": h,
                 "rows": r,
             }
-            for pid, o, n, h, r in copied_ranges
+            for pid, o, n, h, r in ledger.copied_ranges
         ]
-        summary["reuse"]["published_entries"] += reuse.publish_export_parts(ctx, recipe.export_path, written_parts)
-    write_json(ctx.path(JOB_SUMMARY), summary)
-    after_summary_written(job_dir, summary)
-    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
+        summary["reuse"]["published_entries"] += reuse.publish_export_parts(ctx, recipe.export_path, ledger.written)
     return summary
 
 

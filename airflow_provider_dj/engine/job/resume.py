@@ -273,6 +273,61 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
         )
 
     # 1. locate
+    _check_job_located(job_dir)
+    step(1, "locate", detail=job_dir)
+
+    # 2. config
+    accepted = _check_config_unchanged(recipe, job_dir)
+    step(
+        2,
+        "config_matches",
+        detail=f"{len(accepted)} accepted non-result changes" if accepted else "identical",
+        accepted_changes=accepted,
+    )
+    for line in accepted:
+        say(f"accepted change (does not affect results):{line}")
+
+    # 3. saved partitioning (its checksum: engine/jobdir/integrity.py)
+    info, sealed = _load_saved_partitioning(job_dir)
+    step(
+        3,
+        "load_partitioning",
+        detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows"
+        + ("" if sealed else " (version 1, written before checksums: not verified)"),
+    )
+
+    # 4. recreate partitions at the saved boundaries
+    _compare_inputs(info, recipe.dataset_path)
+    step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
+
+    # 5. full-content hashes
+    t0 = time.perf_counter()
+    nbytes = _verify_partition_hashes(info)
+    secs = time.perf_counter() - t0
+    step(
+        5,
+        "verify_hashes",
+        detail=f"{len(info['partitions'])} partitions, {nbytes / 1e6:.1f} MB in {secs:.2f}s",
+        hashed_bytes=nbytes,
+        duration=round(secs, 6),
+    )
+
+    # 6. completed work
+    done = completed_checkpoints(job_dir, info, plan)
+    n_final = sum(1 for d in done.values() if d["final"])
+    summary_path = storage.join(job_dir, JOB_SUMMARY)
+    complete = storage.exists(summary_path) and read_json(summary_path).get("status") == "completed"
+    step(
+        6,
+        "completed_checkpoints",
+        detail=f"{n_final}/{len(done)} partitions final" + ("; job already completed" if complete else ""),
+        completed={str(k): v for k, v in done.items()},
+    )
+    return ResumeReport(job_dir, len(info["partitions"]), accepted, done, complete, info, nbytes, secs, events)
+
+
+def _check_job_located(job_dir: str) -> None:
+    """Step 1: the job directory holds its effective config and partitioning; else metadata_missing."""
     missing = [
         rel
         for rel in (EFFECTIVE_CONFIG, PARTITIONING_INFO)
@@ -284,9 +339,11 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
             f"job directory {job_dir} lacks {', '.join(missing)}: "
             f"check the resume token and work_dir, or start a new job",
         )
-    step(1, "locate", detail=job_dir)
 
-    # 2. config
+
+def _check_config_unchanged(recipe, job_dir: str) -> list[str]:
+    """Step 2: the recipe renders as the job did and changed in no key that affects results; return
+    the accepted (non-result) changes.  Raises ResumeRefusedError (config_changed) listing the others."""
     old_cfg = read_json(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/")))
     new_cfg = recipe.to_dict()
     check_same_rendering(old_cfg.get("templates"), new_cfg.get("templates"))
@@ -300,16 +357,14 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
             + "\n".join(refused)
             + "\nRevert them to resume, or start a new job.",
         )
-    step(
-        2,
-        "config_matches",
-        detail=f"{len(accepted)} accepted non-result changes" if accepted else "identical",
-        accepted_changes=accepted,
-    )
-    for line in accepted:
-        say(f"accepted change (does not affect results):{line}")
+    return accepted
 
-    # 3. saved partitioning (its checksum: engine/jobdir/integrity.py)
+
+def _load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
+    """Step 3: the saved partitioning document, checked; return (it, whether it carries a checksum).
+
+    Raises ResumeRefusedError: metadata_corrupt, metadata_outdated or algorithm_changed, or what
+    the boundary check finds."""
     info_path = storage.join(job_dir, *PARTITIONING_INFO.split("/"))
     try:
         info = read_json(info_path)
@@ -346,19 +401,12 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
     problem = json_seal_problem(info) if sealed else None
     if problem:
         raise ResumeRefusedError("metadata_corrupt", f"{info_path}: {problem}. {_CORRUPT_INFO_TODO}")
-    step(
-        3,
-        "load_partitioning",
-        detail=f"{len(info['partitions'])} partitions over {info['total_rows']} rows"
-        + ("" if sealed else " (version 1, written before checksums: not verified)"),
-    )
+    return info, sealed
 
-    # 4. recreate partitions at the saved boundaries
-    _compare_inputs(info, recipe.dataset_path)
-    step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
 
-    # 5. full-content hashes
-    t0 = time.perf_counter()
+def _verify_partition_hashes(info: dict) -> int:
+    """Step 5: every partition's full content hashes as recorded; return the bytes hashed.
+    Raises ResumeRefusedError (hash_mismatch) at the first partition that differs."""
     nbytes = 0
     for p in info["partitions"]:
         digest, n = hash_recorded_partition(info["algorithm"], info["input_files"], p["segments"])
@@ -370,24 +418,4 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
                 f"{p['end_row'] - 1}) does not match its recorded content hash: the input was "
                 f"edited or reordered since the job started",
             )
-    secs = time.perf_counter() - t0
-    step(
-        5,
-        "verify_hashes",
-        detail=f"{len(info['partitions'])} partitions, {nbytes / 1e6:.1f} MB in {secs:.2f}s",
-        hashed_bytes=nbytes,
-        duration=round(secs, 6),
-    )
-
-    # 6. completed work
-    done = completed_checkpoints(job_dir, info, plan)
-    n_final = sum(1 for d in done.values() if d["final"])
-    summary_path = storage.join(job_dir, JOB_SUMMARY)
-    complete = storage.exists(summary_path) and read_json(summary_path).get("status") == "completed"
-    step(
-        6,
-        "completed_checkpoints",
-        detail=f"{n_final}/{len(done)} partitions final" + ("; job already completed" if complete else ""),
-        completed={str(k): v for k, v in done.items()},
-    )
-    return ResumeReport(job_dir, len(info["partitions"]), accepted, done, complete, info, nbytes, secs, events)
+    return nbytes

@@ -74,8 +74,6 @@ def prepare_job(
     ``run_pid``: the pid that lives as long as the run (``dj-airflow run``'s own),
     recorded in the runner lock (engine/jobdir/lock.py).
     """
-    from airflow_provider_dj.engine.config.recipe import check_input_exists
-
     validate_job_id(job_id)
     say = log_step or log.info
     paths = JobPaths(recipe.work_dir, job_id)
@@ -87,41 +85,75 @@ def prepare_job(
 
     check_adapted_ops(recipe)
     owner = job_lock.owner_identity(airflow_run_id, run_pid=run_pid)
+    args = (recipe, paths, plan, owner, job_id, group_size, event_defaults, say)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
-        # Everything before the lock is taken only reads the job directory.
-        job_lock.check(paths.job_dir, owner)
-        report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
-        info = report.info
-        events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
-        write_buffered(events, report.events)
-        lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)
-        if lock_note:
-            say(f"runner lock {lock_note}")
-        if not report.job_complete:
-            from airflow_provider_dj.engine.job.summary import mark_resumed
+        return _prepare_resumed_job(*args)
+    return _prepare_new_job(*args)
 
-            if mark_resumed(paths.job_dir):
-                say("job_summary.json of the previous (failed/stopped) run now says running")
-        size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
-        groups = [] if report.job_complete else execution_groups(info, size, report.completed)
-        for g in groups:
-            g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
-        plan.groups = groups
-        if not report.job_complete:
-            write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
-            _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
-            _register(job_id, paths.job_dir)
-        return PreparedJob(
-            job_id,
-            paths.job_dir,
-            groups,
-            True,
-            info["num_partitions"],
-            info["total_rows"],
-            report.job_complete,
-            report.accepted_changes,
-            lock_note,
-        )
+
+def _prepare_resumed_job(
+    recipe,
+    paths: JobPaths,
+    plan,
+    owner: dict,
+    job_id: str,
+    group_size: int | Callable[[dict, str], int],
+    event_defaults: dict | None,
+    say: Callable[[str], None],
+) -> PreparedJob:
+    """A job directory exists: validate the resume, take the runner lock unless the job completed,
+    and write the execution plan of the partitions still to compute."""
+    # Everything before the lock is taken only reads the job directory.
+    job_lock.check(paths.job_dir, owner)
+    report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
+    info = report.info
+    events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
+    write_buffered(events, report.events)
+    lock_note = "" if report.job_complete else job_lock.acquire(paths.job_dir, owner)
+    if lock_note:
+        say(f"runner lock {lock_note}")
+    if not report.job_complete:
+        from airflow_provider_dj.engine.job.summary import mark_resumed
+
+        if mark_resumed(paths.job_dir):
+            say("job_summary.json of the previous (failed/stopped) run now says running")
+    size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
+    groups = [] if report.job_complete else execution_groups(info, size, report.completed)
+    for g in groups:
+        g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
+    plan.groups = groups
+    if not report.job_complete:
+        write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
+        _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
+        _register(job_id, paths.job_dir)
+    return PreparedJob(
+        job_id,
+        paths.job_dir,
+        groups,
+        True,
+        info["num_partitions"],
+        info["total_rows"],
+        report.job_complete,
+        report.accepted_changes,
+        lock_note,
+    )
+
+
+def _prepare_new_job(
+    recipe,
+    paths: JobPaths,
+    plan,
+    owner: dict,
+    job_id: str,
+    group_size: int | Callable[[dict, str], int],
+    event_defaults: dict | None,
+    say: Callable[[str], None],
+) -> PreparedJob:
+    """No job directory yet: refuse a resume (metadata_missing), else check the input, plan the
+    partitions and write the job directory (partitioning_info.json last: it marks a planned job)."""
+    from airflow_provider_dj.engine.config.recipe import check_input_exists
+
+    info_path = paths.path(PARTITIONING_INFO)
     if recipe.resume:
         raise ResumeRefusedError(
             "metadata_missing",

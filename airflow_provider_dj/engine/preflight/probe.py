@@ -87,53 +87,18 @@ def _is_oom(exc: BaseException) -> bool:
 def _probe_target(
     idx: int, info: dict, table: pa.Table, raw: pa.Table, spec: dict, mem, warnings: list[str]
 ) -> tuple[dict, pa.Table]:
+    """Measure one op on a batch of the sample: model load, warmup and steady batches, and the memory
+    ``mem`` saw; return (its result entry, the table the next op is probed on).  Raises ProbeFailure
+    when a mapper returns an empty batch; what the result should be read with goes to ``warnings``."""
     name = info["name"]
     batch_size = int(spec["batch_sizes"][str(idx)])
-    source = table
-    if table.num_rows == 0:
-        warnings.append(
-            f"{name} (process[{idx}]): upstream filters left no rows of the sample; probing on the "
-            f"raw sample instead, so its throughput is a worst case"
-        )
-        source = raw
-    elif table.num_rows < batch_size:
-        warnings.append(
-            f"{name} (process[{idx}]): {table.num_rows} rows survive upstream ops; cycling them to "
-            f"fill a batch of {batch_size}"
-        )
-    batch = cycle_to(source, batch_size)
+    batch = _probe_batch(idx, name, table, raw, batch_size, warnings)
     t_all = time.perf_counter()
     mem.start()
     t0 = time.perf_counter()
-    op = _build(info)
-    op.bind_run_context(job_dir=spec.get("job_dir") or "", op_index=idx, partition_id=-1)
-    # Ops that load their model lazily (on the first batch) expose the loader; calling it here
-    # puts the load in model_init_s rather than in the warmup.
-    for hook in MODEL_LOAD_HOOKS:
-        loader = getattr(op, hook, None)
-        if callable(loader):
-            loader()
-            break
+    op = _loaded_op(idx, info, spec)
     init_s = time.perf_counter() - t0
-    skip = bool(spec["skip_op_error"])
-    warm: list[float] = []
-    steady: list[float] = []
-    outcome = None
-    for _phase, count, sink in (("warmup", int(spec["warmup"]), warm), ("steady", int(spec["steady"]), steady)):
-        for _ in range(count):
-            t = time.perf_counter()
-            outcome = apply_op(op, idx, batch, skip)
-            sink.append(time.perf_counter() - t)
-            if isinstance(op, Mapper) and outcome.table.num_rows == 0:
-                reasons = "; ".join(dict.fromkeys(outcome.failed_reasons))[:500]
-                raise ProbeFailure(
-                    idx,
-                    name,
-                    "empty",
-                    f"{name} (process[{idx}]) returned an empty batch for "
-                    f"{batch.num_rows} input rows in the probe{': ' + reasons if reasons else ''}; "
-                    f"fix the op or its arguments before running the job",
-                )
+    warm, steady, outcome = _timed_batches(op, idx, name, batch, spec)
     measured = mem.finish()
     del op
     gc.collect()
@@ -173,6 +138,63 @@ def _probe_target(
         },
     }
     return result, (outcome.table if rows_out else batch)
+
+
+def _probe_batch(idx: int, name: str, table: pa.Table, raw: pa.Table, batch_size: int, warnings: list[str]) -> pa.Table:
+    """The batch an op is probed on: the rows its upstream ops left (the raw sample when none), cycled
+    to ``batch_size`` rows; each fallback is said in ``warnings``."""
+    source = table
+    if table.num_rows == 0:
+        warnings.append(
+            f"{name} (process[{idx}]): upstream filters left no rows of the sample; probing on the "
+            f"raw sample instead, so its throughput is a worst case"
+        )
+        source = raw
+    elif table.num_rows < batch_size:
+        warnings.append(
+            f"{name} (process[{idx}]): {table.num_rows} rows survive upstream ops; cycling them to "
+            f"fill a batch of {batch_size}"
+        )
+    return cycle_to(source, batch_size)
+
+
+def _loaded_op(idx: int, info: dict, spec: dict):
+    """The op built and bound to the job, with its model loaded now where the op loads it lazily."""
+    op = _build(info)
+    op.bind_run_context(job_dir=spec.get("job_dir") or "", op_index=idx, partition_id=-1)
+    # Ops that load their model lazily (on the first batch) expose the loader; calling it here
+    # puts the load in model_init_s rather than in the warmup.
+    for hook in MODEL_LOAD_HOOKS:
+        loader = getattr(op, hook, None)
+        if callable(loader):
+            loader()
+            break
+    return op
+
+
+def _timed_batches(op, idx: int, name: str, batch: pa.Table, spec: dict) -> tuple[list[float], list[float], object]:
+    """Apply the op to ``batch`` for the warmup then the steady count; return (warmup seconds, steady
+    seconds, the last outcome).  Raises ProbeFailure when a mapper returns an empty batch."""
+    skip = bool(spec["skip_op_error"])
+    warm: list[float] = []
+    steady: list[float] = []
+    outcome = None
+    for _phase, count, sink in (("warmup", int(spec["warmup"]), warm), ("steady", int(spec["steady"]), steady)):
+        for _ in range(count):
+            t = time.perf_counter()
+            outcome = apply_op(op, idx, batch, skip)
+            sink.append(time.perf_counter() - t)
+            if isinstance(op, Mapper) and outcome.table.num_rows == 0:
+                reasons = "; ".join(dict.fromkeys(outcome.failed_reasons))[:500]
+                raise ProbeFailure(
+                    idx,
+                    name,
+                    "empty",
+                    f"{name} (process[{idx}]) returned an empty batch for "
+                    f"{batch.num_rows} input rows in the probe{': ' + reasons if reasons else ''}; "
+                    f"fix the op or its arguments before running the job",
+                )
+    return warm, steady, outcome
 
 
 def run_probe_unit(spec: dict) -> dict:

@@ -275,8 +275,25 @@ class LLMApiMapper(Mapper):
         return answer, None
 
     def process_table(self, table: pa.Table) -> pa.Table:
-        from airflow_provider_dj.ops.llm.client import ChatClient, ChatRequestRejected, RetryPolicy
+        self._check_fields(table)
+        n = table.num_rows
+        row_ids = table.column(INPUT_ROW_COLUMN).to_pylist() if INPUT_ROW_COLUMN in table.column_names else [None] * n
+        samples = table.select(self.fields).to_pylist() if self.fields else [{}] * n
+        record = self._call_record()
+        errors: list[str | None] = [None] * n
+        contents: list[str | None] = [None] * n
+        todo, replayed = self._plan_calls(samples, row_ids, record, errors, contents)
+        paid = rejected = retries = 0
+        if todo:
+            paid, rejected, retries = self._call_api(todo, row_ids, record, errors, contents)
+        else:
+            record.flush()
+        answers, invalid = self._validated_answers(contents, errors)
+        self._count(rows=n, replayed=replayed, paid=paid, rejected=rejected, invalid=invalid, retries=retries)
+        return self._with_answers(table, answers, errors)
 
+    def _check_fields(self, table: pa.Table) -> None:
+        """Raise LLMTemplateError when prompt_template names a field the data lacks."""
         missing = [f for f in self.fields if f not in table.column_names]
         if missing:
             shown = [c for c in table.column_names if not c.startswith("__dj__")]
@@ -284,13 +301,13 @@ class LLMApiMapper(Mapper):
                 f"{self.name}: prompt_template uses field(s) {missing} that the data does not "
                 f"have; its fields are {shown}. Fix prompt_template or the data."
             )
-        n = table.num_rows
-        row_ids = table.column(INPUT_ROW_COLUMN).to_pylist() if INPUT_ROW_COLUMN in table.column_names else [None] * n
-        samples = table.select(self.fields).to_pylist() if self.fields else [{}] * n
-        record = self._call_record()
-        answers: list[str | None] = [None] * n
-        errors: list[str | None] = [None] * n
-        contents: list[str | None] = [None] * n
+
+    def _plan_calls(
+        self, samples: list[dict], row_ids: list, record, errors: list, contents: list
+    ) -> tuple[list[tuple[int, dict, str]], int]:
+        """Fill each sample's prompt; return (the calls to pay for as (row, body, request hash), how
+        many rows the call record answered).  A row whose prompt cannot be filled gets its error in
+        ``errors``; a recorded answer goes to ``contents``."""
         todo: list[tuple[int, dict, str]] = []
         replayed = 0
         for i, sample in enumerate(samples):
@@ -313,85 +330,96 @@ class LLMApiMapper(Mapper):
                 replayed += 1
             else:
                 todo.append((i, body, req))
+        return todo, replayed
 
-        paid = rejected = retries = 0
-        if todo:
-            base, key = self._endpoint()
-            client = ChatClient(
-                base_url=base,
-                api_key=key,
-                timeout_s=self.timeout_s,
-                retry=RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s),
-                concurrency=self.concurrency,
-            )
+    def _call_api(
+        self, todo: list[tuple[int, dict, str]], row_ids: list, record, errors: list, contents: list
+    ) -> tuple[int, int, int]:
+        """Make the calls ``concurrency`` at a time, recording each answer; return (paid, rejected,
+        retries).  A rejected request's error goes to ``errors``, an answer to ``contents``.  On an
+        outage the queued calls are not started; those in flight finish and are recorded."""
+        from airflow_provider_dj.ops.llm.client import ChatClient, ChatRequestRejected, RetryPolicy
 
-            def call(item: tuple[int, dict, str]) -> tuple[int, str | None, str | None]:
-                i, body, req = item
-                try:
-                    ans = client.complete(body)
-                except ChatRequestRejected as exc:
-                    return i, None, f"RequestRejected: {exc}"
-                entry = record.add(
-                    row_ids[i],
-                    req,
-                    {
-                        "content": ans.content,
-                        "finish_reason": ans.finish_reason,
-                        "usage": ans.usage,
-                        "model": ans.model,
-                        "attempts": ans.attempts,
-                    },
-                )
-                return i, entry["content"], None
+        base, key = self._endpoint()
+        client = ChatClient(
+            base_url=base,
+            api_key=key,
+            timeout_s=self.timeout_s,
+            retry=RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s),
+            concurrency=self.concurrency,
+        )
 
-            pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm_api")
+        def call(item: tuple[int, dict, str]) -> tuple[int, str | None, str | None]:
+            i, body, req = item
             try:
-                for i, content, err in pool.map(call, todo):
-                    if err is not None:
-                        errors[i] = err
-                        rejected += 1
-                    else:
-                        contents[i] = content
-                        paid += 1
-            finally:
-                # On an outage, do not start queued calls; finish (and record) the ones in flight.
-                pool.shutdown(wait=True, cancel_futures=True)
-                retries = client.retries_done
-                client.close()
-                record.flush()
-        else:
-            record.flush()
+                ans = client.complete(body)
+            except ChatRequestRejected as exc:
+                return i, None, f"RequestRejected: {exc}"
+            entry = record.add(
+                row_ids[i],
+                req,
+                {
+                    "content": ans.content,
+                    "finish_reason": ans.finish_reason,
+                    "usage": ans.usage,
+                    "model": ans.model,
+                    "attempts": ans.attempts,
+                },
+            )
+            return i, entry["content"], None
 
+        paid = rejected = 0
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm_api")
+        try:
+            for i, content, err in pool.map(call, todo):
+                if err is not None:
+                    errors[i] = err
+                    rejected += 1
+                else:
+                    contents[i] = content
+                    paid += 1
+        finally:
+            # On an outage, do not start queued calls; finish (and record) the ones in flight.
+            pool.shutdown(wait=True, cancel_futures=True)
+            retries = client.retries_done
+            client.close()
+            record.flush()
+        return paid, rejected, retries
+
+    def _validated_answers(self, contents: list, errors: list) -> tuple[list[str | None], int]:
+        """Each answered row's content checked against answer_regex / answer_json_schema; return (the
+        answers, how many were invalid).  An invalid answer's error goes to ``errors``."""
+        answers: list[str | None] = [None] * len(contents)
         invalid = 0
-        for i in range(n):
+        for i in range(len(contents)):
             if errors[i] is not None:
                 continue
             answers[i], errors[i] = self._validate(contents[i])
             if errors[i] is not None:
                 invalid += 1
-        for k, v in (
-            ("rows", n),
-            ("replayed", replayed),
-            ("paid", paid),
-            ("rejected", rejected),
-            ("invalid", invalid),
-            ("retries", retries),
-        ):
+        return answers, invalid
+
+    def _count(self, **counts: int) -> None:
+        """Add this table's counts to the op's stats and log them."""
+        for k, v in counts.items():
             self.stats[k] += v
         log.info(
             "%s: %d rows, %d answered from the call record, %d paid calls (%d retries), %d rejected, "
             "%d invalid answers",
             self.name,
-            n,
-            replayed,
-            paid,
-            retries,
-            rejected,
-            invalid,
+            counts["rows"],
+            counts["replayed"],
+            counts["paid"],
+            counts["retries"],
+            counts["rejected"],
+            counts["invalid"],
         )
 
+    def _with_answers(self, table: pa.Table, answers: list, errors: list) -> pa.Table:
+        """The table with the answers in ``output_key`` and each row's error column.
+
+        A failed row keeps its old ``output_key`` value, so failed/ shows the sample as it came in."""
         if self.output_key in table.column_names:
-            # A failed row keeps its old value, so failed/ shows the sample as it came in.
             idx = table.column_names.index(self.output_key)
             old = table.column(idx).to_pylist()
             values = [a if e is None else o for a, e, o in zip(answers, errors, old)]
