@@ -4,9 +4,9 @@ Airflow reads its configuration when it is first imported, so everything
 here must happen before ``import airflow``.  With no AIRFLOW_HOME set we
 use ``~/.dj-airflow/airflow`` (or ``$DJ_AIRFLOW_HOME``) with no example DAGs.
 
-Several ``dj-airflow run`` on one machine must not see each other (issue
-12): they used to share one DAG-stub folder, which each run emptied, and
-one SQLite metadata DB.  So each run gets a *private run directory* under
+Several ``dj-airflow run`` on one machine must not see each other: a shared
+DAG-stub folder would be emptied by each run, and one SQLite metadata DB has
+one writer.  So each run gets a *private run directory* under
 ``<home>/dj_cli_runs/`` holding
 
 * its own DAG-stub folder (only its recipe's DAG; nobody else writes there);

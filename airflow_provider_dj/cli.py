@@ -277,7 +277,7 @@ def _test_dag(recipe_path: str, dag_id: str, build_kwargs: dict, overrides: dict
 
     try:
         dag = build_dag(recipe_path, dag_id=dag_id, **build_kwargs)
-        build_for_own_client_only()  # 4.5 s less start-up (in_process_api.py)
+        build_for_own_client_only()  # the one API version our task runner speaks (in_process_api.py)
         dr = dag.test(run_conf=overrides, logical_date=logical_date)
         state = str(getattr(dr, "state", "unknown"))
         run_id = getattr(dr, "run_id", "?")
@@ -473,8 +473,8 @@ def console_main() -> None:
 
     A finished ``run`` has written and flushed everything it owes (export,
     summary, events, DB rows).  What remains is ``ray.shutdown()`` and the
-    tear-down of an interpreter holding all of Airflow: 3-4 s of a 1-row run's
-    wall time, measured.  So its Ray processes are killed and the process
+    tear-down of an interpreter holding all of Airflow, which cost seconds and
+    change nothing on disk (docs/benchmarks.md).  So its Ray processes are killed and the process
     leaves with ``os._exit``.  ``DJ_CLI_FAST_EXIT=0`` keeps the slow, ordinary
     exit.  In-process callers of ``main`` (tests) always get the ordinary one.
     """

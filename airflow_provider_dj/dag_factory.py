@@ -76,7 +76,7 @@ def _params() -> dict:
     # The schemas name their dialect: jsonschema checks a schema against its
     # dialect's meta-schema on every validation, and Airflow validates every Param
     # for every task (about 1,300 times in a 7-task run); the draft-07 meta-schema
-    # costs a third of the 2020-12 default's (0.12 vs 0.34 ms a check, measured).
+    # costs a third of the 2020-12 default's (docs/benchmarks.md).
     # The schemas use nothing newer than draft-07 (``type`` lists only).
     return {
         key: Param(None, type=types, description=f"override the recipe's {key} for this run", **_DIALECT)

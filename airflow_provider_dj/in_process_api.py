@@ -4,8 +4,8 @@
 an Execution API app served inside the same process (``InProcessExecutionAPI``,
 a Cadwyn app).  The first request builds that app's routers for *every*
 API version Airflow still serves to older remote workers: nine versions in
-Airflow 3.3, 4.5 s of a 10 s empty-input ``dj-airflow run`` on this machine,
-measured (docs/benchmarks.md, "Start-up").
+Airflow 3.3, most of an empty-input ``dj-airflow run``'s start-up
+(docs/benchmarks.md, "Start-up").
 
 In a ``dj-airflow run`` process the only client is this process's own task
 runner, and it sends exactly one version header (the Task SDK's

@@ -1,9 +1,8 @@
 """The provider's settings: every ``DJ_*`` knob, declared once with its type, default and meaning.
 
-Why one module: the knobs used to be read with ``os.environ.get`` wherever
-they were needed, each with its own default and parsing, so nobody could
-list them, and the same variable could be read twice in one run with
-different results.  Here each knob is a :class:`Setting`; the values are
+Why one module: knobs read with ``os.environ.get`` wherever they are needed,
+each with its own default and parsing, cannot be listed, and the same
+variable can be read twice in one run with different results.  Here each knob is a :class:`Setting`; the values are
 read from the environment once per process (:func:`current`) and the same
 declarations become the provider's Airflow configuration section
 (:func:`provider_config`, listed by ``airflow config list``) and the

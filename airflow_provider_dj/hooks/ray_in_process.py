@@ -17,7 +17,7 @@ Two details make this work:
 * :func:`kill_children` ends the run in milliseconds: the CLI has written and
   flushed everything, so it SIGKILLs its own Ray processes and leaves with
   ``os._exit`` instead of ``ray.shutdown()`` plus a full interpreter tear-down
-  (about 1.4 s and 2 s, measured: docs/benchmarks.md).
+  (what each costs: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def _ray_initialized() -> bool:
 # (the Execution API imports ``svcs``, which imports ``aiohttp.web``).
 # Imported by two threads at once, a package with internal import cycles can
 # be handed half-initialised to one of them; the other's import then fails and
-# takes it out of ``sys.modules``.  Seen once in CI: ``KeyError: 'aiohttp'``
-# in the CLI's main thread.  Both threads import these anyway, so importing
-# them first in the caller costs nothing in total (about 0.25 s, measured).
+# takes it out of ``sys.modules`` (``KeyError: 'aiohttp'`` in the CLI's main
+# thread).  Both threads import these anyway, so importing them first in the
+# caller adds nothing to the run.
 _IMPORTED_BY_BOTH = ("aiohttp", "aiohttp.web", "click", "yarl", "email.policy", "gettext", "netrc", "optparse")
 
 

@@ -2,8 +2,7 @@
 
 One Ray task per partition over whole Arrow partitions: per-block
 scheduling of Ray Data costs more than the work itself at this grain
-(see FACTS: 3.8 s vs 0.38 s for 200k short rows on 2 cores), while a plain
-task per partition costs milliseconds.  Every partition of a group runs to
+(docs/benchmarks.md), while a plain task per partition costs milliseconds.  Every partition of a group runs to
 its end even if a sibling fails, so the next try has the most checkpoints
 to resume from; then the first error is raised.
 

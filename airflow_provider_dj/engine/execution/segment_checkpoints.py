@@ -51,8 +51,8 @@ class SegmentCheckpoints:
         The delta of a mapper is worked out inside the call, so in the background writer.
 
         The segment's output (``target``) is read again by the next segment and by the export, so
-        it is a delta only when at most two levels lead to a whole checkpoint: a long chain made the
-        export of a 1M-row every_op job 2-4 s slower (measured), more than writing it whole costs."""
+        it is a delta only when at most two levels lead to a whole checkpoint: rebuilding a long chain
+        on every read costs more than writing the table whole (docs/architecture.md, checkpoint points)."""
         acct = list(accounting)
         name = self.plan.ops[i].name
         if base_state == i - 1 and self.store.supports_delta:

@@ -8,7 +8,7 @@ field names (``{job}/gpu_probe_results.json``: a ``device`` block and an
 On the CPU probe path (``device.kind == "cpu"``) throughput and output
 ratio are real but there is no device memory to plan: stages become CPU
 actors (num_gpus 0, memory unmeasured) bounded by CPUs, so the planner
-still uses the measured figures, as the issue asks.
+still uses the measured figures.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Check the input against the recipe before any work starts: every field the recipe reads must exist.
 
 Why: an input whose rows lack the recipe's text key (``text_keys: text`` on a
-file whose rows only hold ``body``) used to "succeed": every row failed in
-every op, the export was empty and the job exited 0.  A job that looks as if
+file whose rows only hold ``body``) would otherwise "succeed": every row fails
+in every op, the export is empty and the job exits 0.  A job that looks as if
 it ran but produced garbage is the worst outcome a corpus pipeline has, so
 the ``validate`` task (and ``dj-airflow run``/``validate --check-input``,
 before Airflow starts) refuses it, naming the file, the missing field, the

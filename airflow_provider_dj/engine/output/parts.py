@@ -1,8 +1,8 @@
 """JSONL export in parallel: each partition serialized by a Ray worker, concatenated in order.
 
-Turning Arrow rows into JSON lines is Python work (``to_pylist`` plus orjson)
-and was the largest single step of a 1M-row run: 9-12 s on one core for
-877k rows, while the other core idled.  The serialization of one partition
+Turning Arrow rows into JSON lines is Python work (``to_pylist`` plus orjson),
+the largest single step of a big run, on one core while the others idle
+(docs/benchmarks.md has the figures).  The serialization of one partition
 depends on nothing else (``write_jsonl`` keeps no state between tables), so
 each partition's final checkpoint is turned into a JSONL *part file* by a Ray
 task, and the export task only copies the parts, in partition order, into

@@ -1,4 +1,4 @@
-"""language_id_score_filter: fastText language identification, offline (issue 11).
+"""language_id_score_filter: fastText language identification, offline.
 
 Data-Juicer 1.6.1's op, same arguments and stats: each text is lower-cased,
 its ``\\n`` replaced by spaces, and fastText's top label and probability are

@@ -1,4 +1,4 @@
-"""perplexity_filter: KenLM + SentencePiece perplexity, offline (issue 11).
+"""perplexity_filter: KenLM + SentencePiece perplexity, offline.
 
 Data-Juicer 1.6.1's op, same arguments, same statistic: the text is cut into
 SentencePiece pieces (``encode_as_pieces``), the pieces are joined with
