@@ -180,7 +180,9 @@ class AirflowRestClient:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
             time.sleep(interval)
 
-    def wait_dag(self, dag_id: str, timeout: float = 120.0) -> dict:
+    def wait_dag(self, dag_id: str, timeout: float = 300.0) -> dict:
+        # The DAG processor may take minutes to parse the DAG folder on a loaded machine
+        # (the test servers allow a parse 180 s: AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT).
         def probe():
             try:
                 return self.get_dag(dag_id)
