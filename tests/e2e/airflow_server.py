@@ -194,7 +194,8 @@ class AirflowServer:
         return self.client
 
     def _wait_healthy(self, deadline: float) -> None:
-        probe = AirflowRestClient(self.base_url, "", "")
+        # The loop below asks again: one slow answer must not hold it past its deadline for long.
+        probe = AirflowRestClient(self.base_url, "", "", timeout=30.0)
         last: object = None
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
