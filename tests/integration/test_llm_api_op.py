@@ -136,7 +136,9 @@ def test_output_over_the_text_key_keeps_failed_samples_intact(server):
 
 
 def test_concurrency_cap_is_respected(server):
-    server.delay_s = 0.3
+    # Each answer takes 1 s: long enough that the three requests of a round are surely at the server
+    # at once, even when a loaded machine starts the client's threads late.
+    server.delay_s = 1.0
     apply_op(make_op(server, concurrency=3), 0, rows(12), skip_op_error=False)
     assert sum(server.answered.values()) == 12
     assert server.max_in_flight == 3
