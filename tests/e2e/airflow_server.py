@@ -44,6 +44,29 @@ DAGS_FOLDER = os.path.join(REPO_ROOT, "dags")
 _DROP_ENV_PREFIXES = ("AIRFLOW__", "RAY_ADDRESS", "DJ_DEFAULT_GROUP_SIZE")
 
 
+#: How long a connection to a SQLite metadata DB waits for the write lock before it fails
+#: with "database is locked" (the sqlite3 module's default is 5 s).  Airflow standalone's
+#: api-server, scheduler, dag-processor and triggerer all write one SQLite file, and SQLite
+#: lets one writer in at a time: on a loaded machine another component can hold the lock
+#: longer than 5 s, and then a REST call that writes (``PATCH /api/v2/dags/...``) answered
+#: HTTP 500 "Database error".  Waiting for the lock is what a writer should do here.
+SQLITE_BUSY_TIMEOUT_S = 120
+
+
+def sqlite_url_with_busy_timeout(url: str, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> str:
+    """``url`` with the sqlite3 ``timeout`` (busy timeout) in its query, when it is a SQLite URL without one.
+
+    SQLAlchemy's pysqlite and aiosqlite dialects pass the URL's ``timeout`` on to the driver's
+    ``connect``, so the setting reaches every engine each Airflow component creates, sync and async.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or "timeout" in parsed.query:
+        return url
+    return parsed.update_query_dict({"timeout": str(timeout_s)}).render_as_string(hide_password=False)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,7 +110,10 @@ class AirflowServer:
                 "AIRFLOW_HOME": self.home,
                 "AIRFLOW__CORE__DAGS_FOLDER": DAGS_FOLDER,
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn,
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sqlite_url_with_busy_timeout(self.sql_alchemy_conn),
+                # A database error names its statement and the driver's error in the answer, so a
+                # failing test shows why (the default hides both behind an id in the server's log).
+                "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__WORKERS": "1",
@@ -168,7 +194,8 @@ class AirflowServer:
         return self.client
 
     def _wait_healthy(self, deadline: float) -> None:
-        probe = AirflowRestClient(self.base_url, "", "")
+        # The loop below asks again: one slow answer must not hold it past its deadline for long.
+        probe = AirflowRestClient(self.base_url, "", "", timeout=30.0)
         last: object = None
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:

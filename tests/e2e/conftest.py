@@ -78,6 +78,9 @@ def slow_ops(n: int = SLOW_OPS) -> str:
 #: run applies the same ones with ``--set``.
 CONF_PARTITIONS = 3
 
+#: The scheduled recipe's cron: 03:00 on 29 February.
+SCHED_CRON = "0 3 29 2 *"
+
 
 class Reference:
     """``dj-airflow run`` of the clean recipe, started in the background; ``export()`` waits for it."""
@@ -250,9 +253,13 @@ def e2e(request, e2e_inputs):
     corpus, slow = e2e_inputs["corpus"], e2e_inputs["slow"]
     for name, data, parts, ops, schedule in (
         ("e2e_clean", corpus, 4, CLEAN_OPS, None),
-        # Runs on its own every minute once unpaused; a different partition
-        # count than the reference on purpose (the export must not change).
-        ("e2e_sched", corpus, 1, CLEAN_OPS, "* * * * *"),
+        # Runs on its own once unpaused, exactly once: with catchup off the
+        # scheduler runs the cron's latest point (2024-02-29 03:00, after the
+        # DAGs' start date) at once, and the next point is years away.  One
+        # scheduled run, one export and one Asset event, however long the
+        # scenarios before the check take.  A different partition count than
+        # the reference on purpose (the export must not change).
+        ("e2e_sched", corpus, 1, CLEAN_OPS, SCHED_CRON),
         ("e2e_slow", slow, 1, slow_ops(), None),
     ):
         with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
@@ -268,7 +275,12 @@ def e2e(request, e2e_inputs):
         home=os.path.join(root, "airflow"),
         sql_alchemy_conn=conn,
         recipes_dir=recipes,
-        extra_env={"DJ_EXAMPLE_TRAIN_RECIPE": os.path.join(recipes, "e2e_sched.yaml")},
+        extra_env={
+            "DJ_EXAMPLE_TRAIN_RECIPE": os.path.join(recipes, "e2e_sched.yaml"),
+            # A cron schedule runs at its points (CronTriggerTimetable, Airflow 3's default), not at
+            # the end of an interval that would last until the next point.
+            "AIRFLOW__SCHEDULER__CREATE_CRON_DATA_INTERVALS": "False",
+        },
     )
     try:
         client = server.start()

@@ -16,6 +16,23 @@ import httpx
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 
+#: Requests :meth:`AirflowRestClient.request` may send again.  GET reads.  Every PATCH this client
+#: sends sets fields to given values (``is_paused``, a task instance's ``new_state``), so a second
+#: one leaves the same outcome as one.  No POST is ever sent twice: triggering a run or clearing
+#: task instances again is a second action, not the same one.
+IDEMPOTENT_METHODS = frozenset({"GET", "PATCH"})
+#: At most this many sends of one request, and no new send after this many seconds.
+RETRY_ATTEMPTS = 6
+RETRY_WINDOW_S = 240.0
+
+
+def _is_database_error(status: int, body: str) -> bool:
+    """The api-server's answer to a SQLAlchemy error (its transaction was rolled back: nothing changed).
+
+    With SQLite that is mostly "database is locked": another Airflow component held the single
+    write lock for longer than the busy timeout."""
+    return status == 500 and "Database error" in body
+
 
 class RestError(RuntimeError):
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
@@ -25,7 +42,9 @@ class RestError(RuntimeError):
 
 
 class AirflowRestClient:
-    def __init__(self, base_url: str, username: str, password: str, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, username: str, password: str, timeout: float = 180.0) -> None:
+        # ``timeout`` is per request, longer than the SQLite busy timeout the test servers set
+        # (tests/e2e/airflow_server.py): a call that waits for the DB's write lock gets its answer.
         self.base_url = base_url.rstrip("/")
         self.username = username
         self.password = password
@@ -43,6 +62,28 @@ class AirflowRestClient:
     def request(
         self, method: str, path: str, *, json: Any = None, params: dict | None = None, ok: tuple[int, ...] = (200, 201)
     ) -> Any:
+        """One call; an idempotent one (:data:`IDEMPOTENT_METHODS`) is sent again, a bounded number of
+        times, when the server answered a database error or did not answer in time.  Anything else,
+        and any POST, raises at once."""
+        retry = method.upper() in IDEMPOTENT_METHODS
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            may_retry = retry and attempt < RETRY_ATTEMPTS and time.monotonic() - started < RETRY_WINDOW_S
+            try:
+                resp = self._send(method, path, json=json, params=params)
+            except (httpx.TimeoutException, httpx.RemoteProtocolError):
+                if not may_retry:
+                    raise
+            else:
+                if resp.status_code in ok:
+                    return resp.json() if resp.content else None
+                if not (may_retry and _is_database_error(resp.status_code, resp.text)):
+                    raise RestError(method, path, resp.status_code, resp.text)
+            time.sleep(min(2.0 * attempt, 10.0))
+
+    def _send(self, method: str, path: str, *, json: Any, params: dict | None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         resp = self._http.request(method, path, json=json, params=params, headers=headers)
         if resp.status_code == 401 and self._token:  # expired: one fresh token, one retry
@@ -50,9 +91,7 @@ class AirflowRestClient:
             resp = self._http.request(
                 method, path, json=json, params=params, headers={"Authorization": f"Bearer {self._token}"}
             )
-        if resp.status_code not in ok:
-            raise RestError(method, path, resp.status_code, resp.text)
-        return resp.json() if resp.content else None
+        return resp
 
     def close(self) -> None:
         self._http.close()
@@ -141,7 +180,9 @@ class AirflowRestClient:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
             time.sleep(interval)
 
-    def wait_dag(self, dag_id: str, timeout: float = 120.0) -> dict:
+    def wait_dag(self, dag_id: str, timeout: float = 300.0) -> dict:
+        # The DAG processor may take minutes to parse the DAG folder on a loaded machine
+        # (the test servers allow a parse 180 s: AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT).
         def probe():
             try:
                 return self.get_dag(dag_id)

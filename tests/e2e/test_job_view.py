@@ -43,7 +43,7 @@ from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import InjectedFault
-from tests.e2e.airflow_server import REPO_ROOT
+from tests.e2e.airflow_server import REPO_ROOT, SQLITE_BUSY_TIMEOUT_S
 from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows
 from tests.integration.crash_helpers import write_faults
@@ -202,6 +202,9 @@ def browser(chrome_paths):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(chrome_paths[1]), options=opts)
     driver.set_page_load_timeout(120)
+    # The page's own REST calls (execute_async_script) wait for the server's answer, which may wait for
+    # SQLite's write lock (the busy timeout, tests/e2e/airflow_server.py): Selenium's default is 30 s.
+    driver.set_script_timeout(SQLITE_BUSY_TIMEOUT_S + 60)
     yield driver
     driver.quit()
 

@@ -39,7 +39,7 @@ partition: {{mode: manual, num_of_partitions: {parts}}}
 """
 
 
-def _left_alive(sid: int, within: float = 10.0) -> list[int]:
+def _left_alive(sid: int, within: float = 60.0) -> list[int]:
     """The session's processes still alive once SIGKILLed ones had ``within`` seconds to go (a slow host)."""
     deadline = time.monotonic() + within
     while True:

@@ -125,7 +125,7 @@ def _finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT) -> tuple[int, 
     except subprocess.TimeoutExpired:
         rc = None
     left = []
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the run's Ray processes end after it: slowly on a loaded machine
     while time.monotonic() < deadline:
         left = live_session_members(proc.pid)
         if not left:
@@ -137,6 +137,20 @@ def _finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT) -> tuple[int, 
     assert rc is not None, f"{proc.args} did not finish in {timeout}s:\n{out[-4000:]}"
     assert left == [], f"processes of {proc.args} outlived it: {left}"
     return rc, out
+
+
+#: A file in a job dir that ends the hold of :func:`_hold_at_first_op` (faults.py ``until``).
+RELEASE = "_test_release"
+
+
+def _hold_at_first_op() -> dict:
+    """Partition 0 holds before its first op until the test writes RELEASE (the bound is a backstop)."""
+    return {"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 600, "until": RELEASE}
+
+
+def _release(job_dir: str) -> None:
+    with open(os.path.join(job_dir, RELEASE), "w") as fh:
+        fh.write("go")
 
 
 def _read(path: str) -> bytes:
@@ -171,11 +185,10 @@ def cc(tmp_path_factory):
 def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     alpha, beta, gamma = (cc.recipe(n) for n in ("cc_alpha", "cc_beta", "cc_gamma"))
     alpha2_export = cc.export("cc_alpha_second")
-    # gamma waits 30 s at its first op, so a second run of its job id surely finds it running.
-    write_faults(
-        os.path.join(cc.work, "gamma1"),
-        [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 30}],
-    )
+    # gamma holds at its first op until the test releases it, so a second run of its job id (and the
+    # monitor) surely find it running, however slowly they start.
+    gamma_dir = os.path.join(cc.work, "gamma1")
+    write_faults(gamma_dir, [_hold_at_first_op()])
 
     runs = {
         "alpha1": cc.start("run", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
@@ -188,7 +201,6 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     validate = cc.start("validate", beta, "--check-input", log="validate")
 
     # The same job id again, while its first run holds it (in its delay): refused at once, naming the holder.
-    gamma_dir = os.path.join(cc.work, "gamma1")
     _wait_for(
         "gamma1 to hold its lock and sit in its delay",
         lambda: (
@@ -209,6 +221,8 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     rc, out = _finish(cc.start("monitor", "gamma1", "--work-dir", cc.work, log="monitor"))
     assert rc == 0, out[-3000:]
     assert "gamma1" in out
+    assert runs["gamma1"].poll() is None, "gamma1 ended while it was held"
+    _release(gamma_dir)
 
     rc, out = _finish(validate)
     assert rc == 0 and "OK:" in out, out[-3000:]
@@ -276,9 +290,13 @@ def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
     gamma = cc.recipe("cc_gamma")
     job_dir = os.path.join(cc.work, "tie1")
     export = cc.export("tie")
-    write_faults(job_dir, [{"point": "op_start", "partition_id": 0, "op_index": 0, "kind": "delay", "seconds": 20}])
+    # The winner holds at its first op until the loser has exited: the loser's lock attempt surely
+    # meets the winner's lock, however far apart the two start on a loaded machine.
+    write_faults(job_dir, [_hold_at_first_op()])
     args = ("run", gamma, "--job-id", "tie1", "--num-cpus", "1", "--set", f"export_path={export}")
     a, b = cc.start(*args, log="tie_a"), cc.start(*args, log="tie_b")
+    _wait_for("one of the two runs to exit", lambda: a.poll() is not None or b.poll() is not None)
+    _release(job_dir)
     (rc_a, out_a), (rc_b, out_b) = _finish(a), _finish(b)
     assert sorted([rc_a, rc_b]) == [0, 2], (out_a[-3000:], out_b[-3000:])
     winner, loser_out = (a, out_b) if rc_a == 0 else (b, out_a)

@@ -69,8 +69,10 @@ def test_429_and_500_are_retried_then_answered(server):
 
 
 def test_slow_answer_times_out_and_is_retried(server):
-    server.script("Q: sample 0", ("slow", 2.0))
-    op = make_op(server, timeout_s=0.4)
+    # The client's timeout (5 s) is far above a normal local answer even on a loaded machine, and
+    # the slow answer far above the timeout: exactly one request times out.
+    server.script("Q: sample 0", ("slow", 60.0))
+    op = make_op(server)
     out = apply_op(op, 0, rows(2), skip_op_error=False)
     assert out.table.column("llm_answer").to_pylist()[0] == "answer to: Q: sample 0"
     assert server.received["Q: sample 0"] == 2
@@ -134,7 +136,9 @@ def test_output_over_the_text_key_keeps_failed_samples_intact(server):
 
 
 def test_concurrency_cap_is_respected(server):
-    server.delay_s = 0.3
+    # Each answer takes 1 s: long enough that the three requests of a round are surely at the server
+    # at once, even when a loaded machine starts the client's threads late.
+    server.delay_s = 1.0
     apply_op(make_op(server, concurrency=3), 0, rows(12), skip_op_error=False)
     assert sum(server.answered.values()) == 12
     assert server.max_in_flight == 3

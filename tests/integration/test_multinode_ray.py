@@ -81,9 +81,12 @@ class RayNodes:
         self.wait_for_cpus(cpus)
 
     def cluster_cpus(self) -> float:
-        out = subprocess.run(
-            [RAY, "status", f"--address={self.address}"], capture_output=True, text=True, timeout=60, env=ray_env()
-        )
+        try:
+            out = subprocess.run(
+                [RAY, "status", f"--address={self.address}"], capture_output=True, text=True, timeout=60, env=ray_env()
+            )
+        except subprocess.TimeoutExpired:
+            return 0.0  # a slow answer on a loaded machine: wait_for_cpus asks again until its deadline
         for line in out.stdout.splitlines():
             # e.g. " 0.0/2.0 CPU"
             if line.strip().endswith(" CPU") and "/" in line:
@@ -151,9 +154,22 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     nodes.start_worker("worker1")
     recipe = _write_recipe(tmp_path, corpus, "multinode")
     job_dir = str(tmp_path / "work" / "cluster")
-    # Each partition pauses after op 1 is committed, so the kill lands mid-job
-    # with some checkpoints on disk and some work in flight.
-    write_faults(job_dir, [{"point": "after_op", "op_index": 1, "kind": "delay", "seconds": 3, "times": 1000}])
+    # Each partition holds after op 1 is committed until the test has killed the node, so the kill
+    # lands mid-job with some checkpoints on disk and some work in flight, however slow the machine.
+    release = os.path.join(job_dir, "_test_release")
+    write_faults(
+        job_dir,
+        [
+            {
+                "point": "after_op",
+                "op_index": 1,
+                "kind": "delay",
+                "seconds": 600,
+                "until": os.path.basename(release),
+                "times": 1000,
+            }
+        ],
+    )
     env = ray_env()
     env.update(
         {
@@ -180,6 +196,8 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
         killed_at = time.time()
         nodes.kill("worker1")  # the node goes away with the work in flight on it
         nodes.start_worker("worker2")
+        with open(release, "w") as fh:
+            fh.write("go")
         rc = proc.wait(timeout=300)
     finally:
         kill_session(proc.pid)

@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_dj.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
 
@@ -40,6 +41,21 @@ process:
   - text_length_filter: {{min_len: 20}}
   - document_deduplicator: {{lowercase: true}}
 """
+
+
+#: Upper bound of a hold that ends when the stop request is written (faults.py ``until``):
+#: only reached if the test's own stop never lands.
+STOP_HOLD_S = 300
+#: A hold that only the test ends (by writing this file in the job dir, after it checked the kill),
+#: so the kill lands inside it however slow the machine is.
+RELEASE = "_test_release"
+#: After the release: longer than a released op takes to write its commit marker or event.
+SILENCE_S = 3.0
+
+
+def _release(job_dir: str) -> None:
+    with open(os.path.join(job_dir, RELEASE), "w") as fh:
+        fh.write("go")
 
 
 def _recipe(tmp_path, corpus, name: str) -> str:
@@ -149,9 +165,11 @@ def test_graceful_stop_mid_run_then_resume_exports_what_a_clean_run_exports(tmp_
     recipe = _recipe(tmp_path, corpus, "stop_graceful")
     job_id = "graceful"
     job_dir = str(tmp_path / "work" / job_id)
-    # The first partition to reach op 2 pauses there 2 s, so the stop lands while op 2 is running.
-    # (dag.test() runs mapped instances in no fixed order, so which partition that is is read back.)
-    _fault(job_dir, point="op_start", op_index=2, kind="delay", seconds=2, times=1)
+    # The first partition to reach op 2 pauses there until the stop request exists, so the stop
+    # lands while op 2 is running however slowly the user's thread gets to it (the bound is only a
+    # backstop).  (dag.test() runs mapped instances in no fixed order, so which partition that is is
+    # read back.)
+    _fault(job_dir, point="op_start", op_index=2, kind="delay", seconds=STOP_HOLD_S, until=STOP_REQUEST, times=1)
     results: dict = {}
 
     def first_at_op2():
@@ -215,7 +233,7 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     recipe = _recipe(tmp_path, corpus, "stop_force")
     job_id = "forced"
     job_dir = str(tmp_path / "work" / job_id)
-    # Partition 0 hangs 6 s between op 2's data file and its commit marker.
+    # Partition 0 hangs between op 2's data file and its commit marker until the test releases it.
     _fault(
         job_dir,
         point="checkpoint_mid_write",
@@ -223,7 +241,8 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
         partition_id=0,
         op_index=2,
         kind="delay",
-        seconds=6,
+        seconds=STOP_HOLD_S,
+        until=RELEASE,
         times=1,
     )
     seen: dict = {}
@@ -239,7 +258,6 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     def user_forces():
         seen["data_file"] = _wait_for(data_file, "op 2's data file of partition 0")
         seen["pid"] = _worker_pid(_op_start(job_dir, 0, 2))
-        seen["at"] = time.time()
         seen["stop"] = stop_job(job_id, force=True, work_dir=str(tmp_path / "work"), timeout=0)
 
     t, errors = _in_background(user_forces)
@@ -248,10 +266,11 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     assert not errors, errors
     assert str(dr.state).endswith("failed")
     assert json.load(open(os.path.join(job_dir, "job_summary.json")))["status"] == "stopped"
-    # The worker that held partition 0 was killed, not left to finish: its 6 s pause would have ended
-    # in a commit marker.  Wait past that point and check nothing was written.
+    # The worker that held partition 0 was killed, not left to finish: released, it would write the
+    # commit marker.  Release the hold, give a survivor time to write, and check nothing was written.
     assert not _pid_alive(seen["pid"])
-    time.sleep(max(0.0, seen["at"] + 7 - time.time()))
+    _release(job_dir)
+    time.sleep(SILENCE_S)
     assert _committed_ops(job_dir, 0) == [0, 1]  # committed work kept; the half-written op 2 is not committed
     assert os.path.exists(seen["data_file"])  # the orphan data file is there, without its marker
     assert not [
@@ -266,10 +285,11 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     assert _committed_ops(job_dir, 0)[:3] == [0, 1, 2]
 
 
-def _assert_killed_and_silent(job_dir: str, pid: int, started: float, hold: float) -> None:
-    """The Ray worker is gone and nothing for partition 0 op 2 is written after its pause would have ended."""
+def _assert_killed_and_silent(job_dir: str, pid: int) -> None:
+    """The Ray worker is gone and nothing for partition 0 op 2 is written once its hold is released."""
     assert not _pid_alive(pid), f"Ray worker {pid} still alive after the kill"
-    time.sleep(max(0.0, started + hold + 1.5 - time.time()))
+    _release(job_dir)
+    time.sleep(SILENCE_S)
     late = [
         e
         for e in read_events(job_dir)
@@ -284,17 +304,21 @@ def _assert_killed_and_silent(job_dir: str, pid: int, started: float, hold: floa
 def test_execution_timeout_cancels_the_partition_tasks_ray_work(tmp_path, corpus, run_dag):
     recipe = _recipe(tmp_path, corpus, "kill_timeout")
     job_dir = str(tmp_path / "work" / "timeout")
-    _fault(job_dir, point="op_start", partition_id=0, op_index=2, kind="delay", seconds=8, times=1)
+    # Op 2 holds until the test releases it, so the task's timeout fires inside it.  The timeout leaves
+    # a loaded machine ample time to reach op 2 first (it counts from the task's start).
+    _fault(
+        job_dir, point="op_start", partition_id=0, op_index=2, kind="delay", seconds=STOP_HOLD_S, until=RELEASE, times=1
+    )
 
     def adjust(dag):
-        dag.get_task("partitions_seg0").partial_kwargs["execution_timeout"] = timedelta(seconds=4)
+        dag.get_task("partitions_seg0").partial_kwargs["execution_timeout"] = timedelta(seconds=30)
 
     dr = run_dag(recipe, conf={"job_id": "timeout"}, retries=0, adjust=adjust)
     assert str(dr.state).endswith("failed")
     assert _ti_states(dr)[("partitions_seg0", 0)][0] == "failed"
     ev = _op_start(job_dir, 0, 2)
     assert ev is not None
-    _assert_killed_and_silent(job_dir, _worker_pid(ev), ev["timestamp"], 8)
+    _assert_killed_and_silent(job_dir, _worker_pid(ev))
 
 
 def test_sigterm_from_the_supervisor_runs_on_kill_and_kills_the_ray_work(tmp_path, corpus, run_dag):
@@ -303,7 +327,9 @@ def test_sigterm_from_the_supervisor_runs_on_kill_and_kills_the_ray_work(tmp_pat
     one, so the thread below sends SIGTERM to it once partition 0 is inside its slow op."""
     recipe = _recipe(tmp_path, corpus, "kill_sigterm")
     job_dir = str(tmp_path / "work" / "sigterm")
-    _fault(job_dir, point="op_start", partition_id=0, op_index=2, kind="delay", seconds=8, times=1)
+    _fault(
+        job_dir, point="op_start", partition_id=0, op_index=2, kind="delay", seconds=STOP_HOLD_S, until=RELEASE, times=1
+    )
     seen: dict = {}
 
     def supervisor_kills():
@@ -321,7 +347,7 @@ def test_sigterm_from_the_supervisor_runs_on_kill_and_kills_the_ray_work(tmp_pat
     assert not errors, errors
     assert str(dr.state).endswith("failed")
     assert _ti_states(dr)[("partitions_seg0", 0)][0] == "failed"
-    _assert_killed_and_silent(job_dir, _worker_pid(seen["ev"]), seen["ev"]["timestamp"], 8)
+    _assert_killed_and_silent(job_dir, _worker_pid(seen["ev"]))
 
 
 def test_cli_stop_waits_for_a_dj_airflow_run_which_exits_3(tmp_path, corpus, airflow_home, ray_cluster, capsys):
@@ -331,7 +357,8 @@ def test_cli_stop_waits_for_a_dj_airflow_run_which_exits_3(tmp_path, corpus, air
     recipe = _recipe(tmp_path, corpus, "cli_stop")
     work = str(tmp_path / "work")
     job_dir = os.path.join(work, "cli_stopped")
-    _fault(job_dir, point="op_start", partition_id=0, op_index=1, kind="delay", seconds=2, times=1)
+    # Partition 0 pauses in op 1 until the stop request exists: the run cannot finish before the stop lands.
+    _fault(job_dir, point="op_start", partition_id=0, op_index=1, kind="delay", seconds=STOP_HOLD_S, until=STOP_REQUEST)
     rc: dict = {}
 
     def user():

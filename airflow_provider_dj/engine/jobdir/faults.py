@@ -30,7 +30,11 @@ every process of this run's session — the CLI, Ray and its workers — like a
 with marker files in the job directory, so ``times`` holds across retries,
 restarts and nodes.  ``delay`` (with ``seconds``) only sleeps there and goes on:
 it holds a job mid-run so a test can kill a node, stop the job or kill a
-task at a known point.  Without the file this costs one stat per call site.
+task at a known point.  With ``until`` (a path relative to the job
+directory) the hold ends as soon as that file exists, and ``seconds`` is
+only its upper bound: a test holds the job until its own action has
+landed (a stop request, say) instead of racing a fixed sleep.  Without the
+file this costs one stat per call site.
 """
 
 from __future__ import annotations
@@ -90,6 +94,19 @@ def _kill_session() -> None:
     os.kill(me, signal.SIGKILL)
 
 
+def _hold(job_dir: str, seconds: float, until: str | None) -> None:
+    """Sleep ``seconds``, or less when ``until`` (relative to ``job_dir``) is given and appears first."""
+    import time
+
+    if until is None:
+        time.sleep(seconds)
+        return
+    marker = storage.join(job_dir, *until.split("/"))
+    deadline = time.monotonic() + seconds
+    while not storage.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def maybe_fail(
     job_dir: str,
     faults: list[dict],
@@ -110,9 +127,7 @@ def maybe_fail(
         storage.atomic_write_bytes(storage.join(fired_dir, f"{prefix}{len(fired)}"), b"fired")
         kind = f.get("kind", "raise")
         if kind == "delay":
-            import time
-
-            time.sleep(float(f.get("seconds", 1.0)))
+            _hold(job_dir, float(f.get("seconds", 1.0)), f.get("until"))
             continue
         if kind == "exit":
             os._exit(17)
