@@ -6,7 +6,7 @@ Prints nothing useful; writes a JSON object to OUT_JSON.  Set AIRFLOW_HOME
 (or DJ_AIRFLOW_HOME) before running so Airflow's import finds a config.
 
 Timed separately:
-* ``import_provider_s``: ``import airflow_provider_dj.dag_factory``.
+* ``import_provider_s``: ``import airflow_provider_dj.dag_builder.factory``.
 * ``import_airflow_s``: ``airflow.sdk`` and the provider's operator modules
   (what the first ``build_dag`` would otherwise pay for).
 * ``first_call_s``: the first ``register_recipe_dags`` over N recipe files.
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             write_yaml(os.path.join(rdir, f"recipe_{i:03d}.yaml"), r)
 
         t0 = time.perf_counter()
-        import airflow_provider_dj.dag_factory as dag_factory
+        import airflow_provider_dj.dag_builder.factory as dag_factory
 
         res["import_provider_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()

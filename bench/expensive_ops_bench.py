@@ -30,7 +30,7 @@ import pyarrow as pa
 from airflow_provider_dj.engine.execution import batch_cursor
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.registry import create_op
-from airflow_provider_dj.sample_corpus import generate_rows
+from airflow_provider_dj.testing.sample_corpus import generate_rows
 
 
 def _table(n: int, chars: int) -> pa.Table:

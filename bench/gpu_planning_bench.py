@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_dj.engine.gpu.profiles import startup_seconds
     from airflow_provider_dj.engine.planning.decisions import decide_run
     from airflow_provider_dj.engine.preflight.preflight import PreflightSettings, op_entries_from_recipe, run_preflight
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     base = a.dir or tempfile.mkdtemp(prefix="dj-gpu-plan-bench-")
     data = os.path.join(base, f"corpus_{a.rows}.jsonl")

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from fastapi.testclient import TestClient
 
-        from airflow_provider_dj.monitor.progress import job_progress
+        from airflow_provider_dj.client.monitor.progress import job_progress
         from airflow_provider_dj.plugins import auth, job_data
         from airflow_provider_dj.plugins.app import create_app
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir.layout import LINEAGE_DIR
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 from bench import _proc
 from bench._inprocess_job import DEDUP_OPS, run_job, write_recipe
 

@@ -35,7 +35,7 @@ from airflow_provider_dj.engine import run_job as run_engine_job
 from airflow_provider_dj.engine.input import index_cache
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
 from bench import _nightly_dj
 from bench.report import md_table
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_dj.engine.job.resume import validate_resume
     from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.engine.planning.plan import build_plan
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     data = os.path.join(HERE, "results", "data", f"corpus_{args.rows}_s42.jsonl")
     if not os.path.exists(data):

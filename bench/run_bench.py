@@ -188,7 +188,7 @@ def ensure_corpus(data_dir: str, n: int, seed: int) -> tuple[str, float | None]:
     if os.path.exists(path):
         return path, None
     t0 = time.perf_counter()
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     write_corpus(path, n, seed)
     return path, time.perf_counter() - t0
@@ -286,7 +286,7 @@ class Bench:
         exe = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
         if os.path.exists(exe):
             return [exe]
-        return [sys.executable, "-m", "airflow_provider_dj.cli"]
+        return [sys.executable, "-m", "airflow_provider_dj.cli.main"]
 
     def _quiet(self) -> dict | None:
         if self.args.quiet_wait <= 0:

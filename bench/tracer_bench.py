@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 from bench._inprocess_job import run_job, write_recipe
 
 

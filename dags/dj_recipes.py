@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from airflow.sdk import get_parsing_context
 
-from airflow_provider_dj.dag_factory import register_recipe_dags
+from airflow_provider_dj.dag_builder.factory import register_recipe_dags
 
 register_recipe_dags(globals(), only_dag_id=get_parsing_context().dag_id)

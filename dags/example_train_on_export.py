@@ -22,7 +22,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.assets import recipe_export_asset
+from airflow_provider_dj.dag_builder.assets import recipe_export_asset
 
 RECIPE = settings.get("example_train_recipe") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml"

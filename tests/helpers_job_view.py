@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 #: Every NULL_EVERY-th input row has a null text (a failed sample).
 NULL_EVERY = 9

@@ -1,7 +1,7 @@
 """ExportOperator: the job's last task — atomic export in input order, then the summary.
 
 When the DAG declares the export as an outlet Asset (the DAG factory does, see
-``airflow_provider_dj/assets.py``), a successful export annotates that Asset's
+``airflow_provider_dj/dag_builder/assets.py``), a successful export annotates that Asset's
 event with what was exported, so consumer DAGs scheduled on it know which job,
 how many rows and which content hash they got.
 """
@@ -44,7 +44,7 @@ class ExportOperator(DJBaseOperator):
         """Put the export's identity into the outlet Asset's event (emitted by Airflow on success)."""
         from airflow.sdk import Asset
 
-        from airflow_provider_dj.assets import export_event_extra
+        from airflow_provider_dj.dag_builder.assets import export_event_extra
 
         assets = [o for o in (self.outlets or []) if isinstance(o, Asset)]
         events = context.get("outlet_events")

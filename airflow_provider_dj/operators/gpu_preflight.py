@@ -58,7 +58,7 @@ class GpuPreflightOperator(DJBaseOperator):
         return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
 
     def execute(self, context: Any) -> dict:
-        from airflow_provider_dj.templating import task_renderer
+        from airflow_provider_dj.dag_builder.templating import task_renderer
 
         return gpu_preflight_step(
             self.recipe_path,

@@ -68,7 +68,7 @@ class ResumeValidatorOperator(DJBaseOperator):
         self.max_active_groups = max_active_groups
 
     def _effective_recipe(self, context: Any):
-        from airflow_provider_dj.templating import task_renderer
+        from airflow_provider_dj.dag_builder.templating import task_renderer
 
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
         try:

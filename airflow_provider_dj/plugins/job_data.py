@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 
+from airflow_provider_dj.client.monitor.progress import job_progress
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.job.watch import failures
 from airflow_provider_dj.engine.jobdir.events import read_events
@@ -24,7 +25,6 @@ from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, t
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
 from airflow_provider_dj.engine.observe.why import failed_sample_files
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.monitor.progress import job_progress
 from airflow_provider_dj.ops.columns import (
     FAILED_ERROR_COLUMN,
     FAILED_ERROR_TYPE_COLUMN,

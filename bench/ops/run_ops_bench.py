@@ -192,7 +192,7 @@ def loadavg() -> list[float]:
 
 
 def corpus_path(out: str, rows: int, seed: int) -> str:
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     path = os.path.join(out, "data", f"corpus_{rows}_s{seed}.jsonl")
     if not os.path.exists(path):

@@ -137,7 +137,7 @@ class Reference:
 
 @pytest.fixture(scope="session")
 def e2e_inputs(session_dir):
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     root = os.path.join(session_dir, "e2e")
     os.makedirs(root, exist_ok=True)

@@ -85,7 +85,7 @@ class DirectRuns:
 
 @pytest.fixture(scope="module")
 def cc(session_dir):
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     root = os.path.join(session_dir, "e2e_concurrent")
     recipes_dir, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))

@@ -147,7 +147,7 @@ class DirectRuns:
 
 @pytest.fixture(scope="module")
 def drill(session_dir):
-    from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+    from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
 
     root = os.path.join(session_dir, "e2e_nightly")
     recipes_dir = os.path.join(root, "recipes")

@@ -11,13 +11,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def airflow_home():
-    from airflow_provider_dj.airflow_env import configure_airflow_env, ensure_db
+    from airflow_provider_dj.cli.airflow_env import configure_airflow_env, ensure_db
 
     home = configure_airflow_env()
     ensure_db(home)
     # The in-process dag.test() runs of this worker get the app `dj-airflow run` uses: one API
-    # version, built once (airflow_provider_dj/in_process_api.py), 4.5 s less per worker.
-    from airflow_provider_dj.in_process_api import build_for_own_client_only
+    # version, built once (airflow_provider_dj/cli/in_process_api.py), 4.5 s less per worker.
+    from airflow_provider_dj.cli.in_process_api import build_for_own_client_only
 
     build_for_own_client_only()
     return home
@@ -34,7 +34,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="session")
 def corpus(session_dir) -> str:
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     return write_corpus(os.path.join(session_dir, "data", "corpus.jsonl"), 400, seed=11)
 
@@ -87,8 +87,8 @@ def make_recipe(tmp_path, corpus):
 @pytest.fixture
 def run_dag(airflow_home, ray_cluster):
     """Run a recipe's DAG with dag.test(); returns the DagRun."""
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
     from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     def run(recipe_path: str, conf: dict | None = None, retries: int | None = None):

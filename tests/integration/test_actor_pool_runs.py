@@ -53,8 +53,8 @@ def _state(dr) -> str:
 @pytest.fixture(scope="module")
 def plain_export(tmp_path_factory, corpus, airflow_home, ray_cluster) -> bytes:
     """The same pipeline as plain Ray tasks: the op is built once per partition (6 inits)."""
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     tmp = tmp_path_factory.mktemp("plain")
     recipe, export, count = _recipe(tmp, corpus, "pool_plain_ref", "test_counting_init_mapper_plain")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_dj.cli import main
+from airflow_provider_dj.cli.main import main
 
 pytestmark = pytest.mark.integration
 

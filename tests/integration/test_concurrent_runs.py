@@ -172,7 +172,7 @@ def _wait_for(what: str, probe, timeout: float = RUN_TIMEOUT, procs=()):
 
 @pytest.fixture(scope="module")
 def cc(tmp_path_factory):
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     env = Env(str(tmp_path_factory.mktemp("concurrent")))
     os.makedirs(env.home)
@@ -385,7 +385,7 @@ def test_two_corpora_sharing_one_history_started_at_once_both_commit(cc):
     intact, and each job's history duplicates are the ones its pinned version holds."""
     import xxhash
 
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     history = os.path.join(cc.root, "history")
     paths = {n: os.path.join(cc.root, f"hist_{n}.jsonl") for n in ("seed", "a", "b")}

@@ -80,8 +80,8 @@ def test_demo_shaped_run_exports_expected_rows_and_files(make_recipe, run_dag):
 @pytest.fixture(scope="module")
 def reference_export(tmp_path_factory, corpus, airflow_home, ray_cluster):
     """A clean 1-partition run's export, produced once for the comparisons below."""
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
     from tests.integration.conftest import RECIPE
 
     d = tmp_path_factory.mktemp("ref")

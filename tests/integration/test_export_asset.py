@@ -32,8 +32,8 @@ def _events_for(dag_id: str):
 def test_export_emits_asset_event_with_job_rows_and_hash(make_recipe, run_dag, tmp_path):
     from airflow.sdk import Asset
 
-    from airflow_provider_dj.assets import path_to_asset_uri
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.assets import path_to_asset_uri
+    from airflow_provider_dj.dag_builder.factory import build_dag
     from airflow_provider_dj.engine.config.recipe import load_recipe
 
     recipe_path = make_recipe("asset_event_recipe", parts=2)

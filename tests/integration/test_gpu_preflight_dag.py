@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dj.engine.gpu.report import load_probe_report
-from airflow_provider_dj.sample_corpus import generate_rows
+from airflow_provider_dj.testing.sample_corpus import generate_rows
 
 EMBED = """
   - text_embedding_mapper:

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from airflow_provider_dj.cli import main
-from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+from airflow_provider_dj.cli.main import main
+from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from airflow_provider_dj.client.monitor import JobUtils, show_job_progress
 from airflow_provider_dj.engine.jobdir.events import read_events
-from airflow_provider_dj.monitor import JobUtils, show_job_progress
 
 pytestmark = pytest.mark.integration
 

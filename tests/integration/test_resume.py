@@ -92,8 +92,8 @@ def test_run_without_job_id_gets_a_run_derived_id_and_a_cleared_run_resumes_it(m
     import re
     from datetime import datetime, timezone
 
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     recipe = make_recipe("it_nightly", parts=2)
     write_cli_dag_stub(airflow_home, recipe, "it_nightly")

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_provider_dj.control import job_status, stop_job
+from airflow_provider_dj.client.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
@@ -80,8 +80,8 @@ def clean_export(tmp_path_factory, corpus, run_dag) -> bytes:
 @pytest.fixture(scope="module")
 def run_dag(airflow_home, ray_cluster):
     """Like conftest's run_dag, module-scoped, and able to adjust the DAG before it runs."""
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
     from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     def run(recipe_path: str, conf: dict | None = None, retries: int | None = None, adjust=None):
@@ -352,7 +352,7 @@ def test_sigterm_from_the_supervisor_runs_on_kill_and_kills_the_ray_work(tmp_pat
 
 def test_cli_stop_waits_for_a_dj_airflow_run_which_exits_3(tmp_path, corpus, airflow_home, ray_cluster, capsys):
     """`dj-airflow stop` (default: wait) against `dj-airflow run`; the run says STOPPED and exits 3."""
-    from airflow_provider_dj.cli import main
+    from airflow_provider_dj.cli.main import main
 
     recipe = _recipe(tmp_path, corpus, "cli_stop")
     work = str(tmp_path / "work")

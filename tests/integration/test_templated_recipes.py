@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_dj.cli import main
+from airflow_provider_dj.cli.main import main
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +116,8 @@ def test_a_template_that_does_not_render_fails_the_validate_task_before_any_work
 ):
     import pendulum
 
-    from airflow_provider_dj.airflow_env import write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     recipe = nightly("tmpl_bad", export="{{ dss }}.jsonl")  # a typo: parses, but no run defines `dss`
     write_cli_dag_stub(airflow_home, recipe, "tmpl_bad")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_dj.cli import main
+from airflow_provider_dj.cli.main import main
 
 pytestmark = pytest.mark.integration
 

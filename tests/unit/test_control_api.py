@@ -13,14 +13,14 @@ import threading
 
 import pytest
 
-from airflow_provider_dj.cli import main
-from airflow_provider_dj.control import JobNotFoundError, job_status, list_jobs, stop_job
+from airflow_provider_dj.cli.main import main
+from airflow_provider_dj.client.control import JobNotFoundError, job_status, list_jobs, stop_job
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 RECIPE = """\
 project_name: ctl

@@ -18,7 +18,7 @@ def _bag(monkeypatch, recipes_dir):
 
 
 def test_demo_dag_has_expected_tasks_and_wiring():
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     dag = build_dag(DEMO)
     assert dag.dag_id == "dj_demo"
@@ -44,7 +44,7 @@ def test_demo_dag_has_expected_tasks_and_wiring():
 
 
 def test_recipe_without_global_ops_has_one_segment_and_no_barrier(tmp_path):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     p = tmp_path / "r.yaml"
     p.write_text(

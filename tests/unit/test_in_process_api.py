@@ -25,7 +25,7 @@ from airflow.api_fastapi.execution_api import versions
 from airflow.api_fastapi.execution_api.routes import execution_api_router
 from airflow.sdk.api.datamodels import _generated
 from airflow.sdk.execution_time.supervisor import in_process_api_server
-from airflow_provider_dj.in_process_api import build_for_own_client_only
+from airflow_provider_dj.cli.in_process_api import build_for_own_client_only
 
 {setup}
 full_versions = [str(v.value) for v in versions.bundle.versions]

@@ -10,7 +10,7 @@ from airflow_provider_dj.engine.config.templates import template_pattern
 
 
 def test_template_pattern_and_asset_uri_of_a_templated_path():
-    from airflow_provider_dj.assets import asset_uri
+    from airflow_provider_dj.dag_builder.assets import asset_uri
 
     assert template_pattern("/data/clean/{{ ds }}.jsonl") == "/data/clean/*.jsonl"
     assert asset_uri("/data/clean/{{ ds }}.jsonl", templated=True) == "file:///data/clean/*.jsonl"
@@ -23,8 +23,8 @@ def test_task_renderer_is_airflows_rendering_with_macros_and_strict_undefined(tm
     from airflow.sdk import DAG
     from airflow.sdk.execution_time.context import MacrosAccessor
 
+    from airflow_provider_dj.dag_builder.templating import task_renderer
     from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
-    from airflow_provider_dj.templating import task_renderer
 
     with DAG(dag_id="t", schedule=None):
         op = ResumeValidatorOperator(task_id="validate", recipe_path=str(tmp_path / "r.yaml"))
@@ -39,7 +39,7 @@ def test_task_renderer_is_airflows_rendering_with_macros_and_strict_undefined(tm
 
 
 def test_parse_logical_date_accepts_a_date_or_an_iso_datetime():
-    from airflow_provider_dj.templating import LogicalDateError, parse_logical_date
+    from airflow_provider_dj.dag_builder.templating import LogicalDateError, parse_logical_date
 
     assert parse_logical_date("2026-11-30").isoformat() == "2026-11-30T00:00:00+00:00"
     assert parse_logical_date("2026-11-30T03:00:00+01:00").isoformat() == "2026-11-30T03:00:00+01:00"
@@ -48,9 +48,9 @@ def test_parse_logical_date_accepts_a_date_or_an_iso_datetime():
 
 
 def test_preview_renders_as_dag_test_will_and_says_when_only_the_task_can():
+    from airflow_provider_dj.cli.template_preview import preview_renderer
+    from airflow_provider_dj.dag_builder.templating import parse_logical_date
     from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable
-    from airflow_provider_dj.template_preview import preview_renderer
-    from airflow_provider_dj.templating import parse_logical_date
 
     r = preview_renderer(parse_logical_date("2026-11-30"), "@daily", {"np": 3})
     assert r.render("{{ ds }} {{ ds_nodash }} {{ macros.ds_add(ds, 1) }} {{ params.np }}") == (
@@ -64,7 +64,7 @@ def test_preview_renders_as_dag_test_will_and_says_when_only_the_task_can():
 
 
 def test_cli_validate_lists_templated_keys_and_renders_them_for_the_logical_date(tmp_path, capsys):
-    from airflow_provider_dj.cli import main
+    from airflow_provider_dj.cli.main import main
 
     (tmp_path / "crawl" / "2026-11-30").mkdir(parents=True)
     (tmp_path / "crawl" / "2026-11-30" / "a.jsonl").write_text('{"text": "one two three"}\n')

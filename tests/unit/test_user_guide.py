@@ -40,7 +40,7 @@ def _mermaid_edges(text: str) -> set[tuple[str, str]]:
 
 
 def test_diagram_edges_are_the_demo_dags_edges(guide):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     dag = build_dag(DEMO)
     real = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}

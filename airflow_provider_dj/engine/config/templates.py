@@ -5,7 +5,7 @@ rendered value becomes a typed recipe value, and what the job directory
 records are recipe rules, the same for the validate task, the GPU preflight
 and ``dj-airflow``.  The rendering itself is Airflow's (its Jinja environment,
 its task context, its macros); the Airflow side passes it in as a plain
-callable (``airflow_provider_dj/templating.py``), so this module imports no
+callable (``airflow_provider_dj/dag_builder/templating.py``), so this module imports no
 Airflow and no Jinja.
 
 The rules:

@@ -1,6 +1,6 @@
 """Where a job is and what state it is in, read from its directory alone: one API for every caller.
 
-``dj-airflow stop`` / ``jobs`` (``control.py``), ``dj-airflow monitor`` and ``JobUtils`` (``monitor/``)
+``dj-airflow stop`` / ``jobs`` (``client/control.py``), ``dj-airflow monitor`` and ``JobUtils`` (``client/monitor/``)
 all find a job and name its state with these functions, so a job never has two states at once.
 
 Why the look-up order is the given work dir, then ``DJ_WORK_DIR``, then the recent-jobs registry,

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in env.items():
         print(f"  {k}: {v}", flush=True)
     from airflow_provider_dj.engine.preflight.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")
     corpus = write_corpus(os.path.join(work, "corpus.jsonl"), args.rows, seed=7)

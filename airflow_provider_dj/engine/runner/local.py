@@ -78,7 +78,7 @@ def run_job(
     ``job_id`` and ``resume`` are shorthands for those keys.  ``resume`` continues a job from its
     committed checkpoints, and never clears them.  ``workers``: local processes for partitions
     (1: this process; default: one per core); with ``executor="ray"``, CPUs of a private Ray.
-    ``renderer`` renders templated values (``{{ ds }}``; see ``airflow_provider_dj.templating``).
+    ``renderer`` renders templated values (``{{ ds }}``; see ``airflow_provider_dj.dag_builder.templating``).
 
     Raises ``RecipeError`` / ``InputError`` / ``ResumeRefusedError`` before any work, ``JobStopped``
     when a stop was requested (``dj-airflow stop``), ``PartitionFailedError`` when a partition failed

@@ -12,7 +12,7 @@ import subprocess
 import import_graph as graph
 
 _PATH = re.compile(
-    r"(?<![\w/.])((?:airflow_provider_dj/)?(?:engine|ops|core|monitor|operators|hooks|sensors|triggers)/[\w/]+(?:\.py)?)"
+    r"(?<![\w/.])((?:airflow_provider_dj/)?(?:engine|ops|core|client|cli|dag_builder|plugins|testing|operators|hooks|sensors|triggers)/[\w/]+(?:\.py)?)"
 )
 #: prose that names a topic with a slash, not a path
 _NOT_PATHS = {"monitor/summary"}

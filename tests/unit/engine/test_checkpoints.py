@@ -15,7 +15,7 @@ from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 T = pa.table({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
 

@@ -48,7 +48,7 @@ def test_export_keeps_stats_when_asked(tmp_path):
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
     from airflow_provider_dj.engine.job.export import export_job
     from airflow_provider_dj.engine.job.setup import prepare_job
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 60, seed=5)
     for keep, suffix in ((True, "jsonl"), (False, "parquet")):

@@ -20,8 +20,8 @@ SPEC = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
 def run_dag():
     import ray
 
-    from airflow_provider_dj.airflow_env import configure_airflow_env, ensure_db, write_cli_dag_stub
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.cli.airflow_env import configure_airflow_env, ensure_db, write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
     from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
 
     home = configure_airflow_env()

@@ -7,7 +7,7 @@ import pytest
 
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.engine.input.partitioning import PartitioningError, file_aligned_boundaries, plan_partitions
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 
 def _files_of(bounds, file_rows):

@@ -14,7 +14,7 @@ from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.input import index_cache
 from airflow_provider_dj.engine.input.index_cache import InputIndexCache
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 KEEP = ("start_row", "end_row", "num_rows", "content_hash", "segments")
 

@@ -62,7 +62,7 @@ def test_retention_policy_applied_after_success(tmp_path, policy, kept):
     from airflow_provider_dj.engine.execution.segment_runner import run_segment
     from airflow_provider_dj.engine.job.export import export_job
     from airflow_provider_dj.engine.job.setup import prepare_job
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 30, seed=1)
     (tmp_path / "r.yaml").write_text(

@@ -1,4 +1,4 @@
-"""Templated recipe values (engine/config/templates.py, airflow_provider_dj/templating.py)."""
+"""Templated recipe values (engine/config/templates.py, airflow_provider_dj/dag_builder/templating.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from airflow_provider_dj.engine.job.resume import ResumeRefusedError
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, job_id_for_run, new_job_id, validate_job_id
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 RECIPE = """\
 project_name: resume_unit

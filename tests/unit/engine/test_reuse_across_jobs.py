@@ -23,7 +23,7 @@ from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, pinned_sources
-from airflow_provider_dj.sample_corpus import write_corpus, write_growth_file
+from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
 
 PROCESS = """process:
   - clean_email_mapper:

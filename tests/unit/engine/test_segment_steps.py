@@ -37,7 +37,7 @@ from airflow_provider_dj.engine.storage.resume_point import (
     load_latest_checkpoint,
     read_input_rows,
 )
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 # ops 0-2 form segment 0 (keys of op 3 at its end), segment 1 applies op 3's mask and runs op 4.
 PROCESS = """process:

@@ -20,7 +20,7 @@ from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 RECIPE = """\
 project_name: stopunit

@@ -25,7 +25,7 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.ops import registry
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 
 class FlagEveryNinthMapper(Mapper):

@@ -20,7 +20,7 @@ from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.ops.registry import create_op
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 PROCESS = """process:
   - clean_email_mapper:

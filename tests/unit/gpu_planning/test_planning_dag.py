@@ -40,7 +40,7 @@ def _report(rate: float = 500.0) -> dict:
 
 
 def test_cpu_only_auto_sets_four_on_every_mapped_task(tmp_path, monkeypatch):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     monkeypatch.delenv("DJ_DEFAULT_MAX_CONCURRENT_PARTITIONS", raising=False)
     dag = build_dag(
@@ -60,7 +60,7 @@ def test_cpu_only_auto_sets_four_on_every_mapped_task(tmp_path, monkeypatch):
 
 
 def test_gpu_pipeline_uses_the_cached_report_of_a_fixed_job_id_and_the_pool(tmp_path):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     body = (
         f"job_id: nightly\npartition: {{pool: gpu_pool}}\n"
@@ -80,7 +80,7 @@ def test_gpu_pipeline_uses_the_cached_report_of_a_fixed_job_id_and_the_pool(tmp_
 
 
 def test_explicit_integer_wins_at_parse_time(tmp_path):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     dag = build_dag(
         _write(tmp_path, "fixed", f"partition: {{max_concurrent_partitions: 9}}\nprocess:\n  - {FAKE_GPU_OP}:\n")

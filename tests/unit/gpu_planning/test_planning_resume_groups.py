@@ -17,7 +17,7 @@ from airflow_provider_dj.engine.config.recipe import parse_recipe
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 
 @pytest.fixture

@@ -25,6 +25,6 @@ def fake_cuda_ops(monkeypatch):
 
 @pytest.fixture
 def small_corpus(tmp_path) -> str:
-    from airflow_provider_dj.sample_corpus import write_corpus
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     return write_corpus(str(tmp_path / "data" / "corpus.jsonl"), 300, seed=5)

@@ -57,7 +57,7 @@ def test_placeholder_group_only_under_the_in_process_runner():
 def test_the_cli_hands_its_in_process_run_to_the_operators_as_arguments(tmp_path):
     """build_dag(local_run=...) reaches every operator that dispatches to Ray or plans the job; without it
     (a scheduler's DAG processor) none has one, and the parse-time concurrency is the built-in default."""
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     data = tmp_path / "in.jsonl"
     data.write_text('{"text": "a b c"}\n' * 8)

@@ -9,15 +9,21 @@ import re
 
 import pytest
 
-from airflow_provider_dj.cli import main
+from airflow_provider_dj.cli.main import main
+from airflow_provider_dj.client.monitor import (
+    JobNotFoundError,
+    JobUtils,
+    list_running_jobs,
+    show_job_progress,
+    watch_job,
+)
+from airflow_provider_dj.client.monitor.render import bar
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.summary import write_job_summary
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import InjectedFault
-from airflow_provider_dj.monitor import JobNotFoundError, JobUtils, list_running_jobs, show_job_progress, watch_job
-from airflow_provider_dj.monitor.render import bar
 
 
 def test_progress_bar():

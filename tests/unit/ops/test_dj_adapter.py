@@ -136,7 +136,7 @@ def test_adapted_op_arguments_checked_at_parse_with_data_juicer_rules(dj_install
 
 
 def test_dag_for_dj_only_op_without_data_juicer_is_a_broken_placeholder(tmp_path, monkeypatch):
-    from airflow_provider_dj.dag_factory import register_recipe_dags
+    from airflow_provider_dj.dag_builder.factory import register_recipe_dags
 
     (tmp_path / "good.yaml").write_text(
         f"project_name: good\ndataset_path: {tmp_path}/in.jsonl\n"
@@ -159,7 +159,7 @@ def test_dag_for_dj_only_op_without_data_juicer_is_a_broken_placeholder(tmp_path
 
 
 def test_dag_for_dj_op_with_data_juicer_installed_has_the_global_step(dj_installed, tmp_path):
-    from airflow_provider_dj.dag_factory import build_dag
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     dag = build_dag(_recipe(tmp_path, "  - remove_comments_mapper:\n  - video_deduplicator:\n"))
     assert "global_op1_video_deduplicator" in dag.task_ids

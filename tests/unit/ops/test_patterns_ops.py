@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import regex
 
-from airflow_provider_dj.cli import main
+from airflow_provider_dj.cli.main import main
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
 from airflow_provider_dj.ops.base import OpArgumentError
 from airflow_provider_dj.ops.registry import create_op, get_op_class

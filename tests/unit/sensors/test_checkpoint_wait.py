@@ -18,7 +18,7 @@ from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.job.watch import JobFailedError, WaitTargetError, check
 from airflow_provider_dj.engine.jobdir.events import EventLog
-from airflow_provider_dj.sample_corpus import write_corpus
+from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 PROCESS = """process:
   - whitespace_normalization_mapper:

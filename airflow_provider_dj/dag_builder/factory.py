@@ -119,7 +119,7 @@ def build_dag(
     what its in-process run needs (``local_run``: operators/local_run.py)."""
     from airflow.sdk import DAG
 
-    from airflow_provider_dj.assets import export_asset, input_asset, templated_keys
+    from airflow_provider_dj.dag_builder.assets import export_asset, input_asset, templated_keys
     from airflow_provider_dj.operators.base import release_lock_on_failure
     from airflow_provider_dj.operators.export import ExportOperator
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from airflow_provider_dj.dag_builder.templating import iso, strict_env
 from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable, TemplateRenderer
-from airflow_provider_dj.templating import iso, strict_env
 
 
 def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
@@ -24,7 +24,7 @@ def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.d
     from airflow.sdk import DAG
     from airflow.serialization.encoders import coerce_to_core_timetable
 
-    from airflow_provider_dj.dag_factory import START_DATE
+    from airflow_provider_dj.dag_builder.factory import START_DATE
 
     timetable = DAG(dag_id="dj_preview", schedule=schedule, start_date=START_DATE).timetable
     interval = coerce_to_core_timetable(timetable).infer_manual_data_interval(run_after=logical_date)
@@ -35,7 +35,7 @@ def preview_context(logical_date: dt.datetime, schedule: str | None, conf: dict 
     """The context keys a DAG run of this logical date will have, as far as they follow from the date."""
     from airflow.sdk.execution_time.context import MacrosAccessor
 
-    from airflow_provider_dj.dag_factory import PARAM_SCHEMAS
+    from airflow_provider_dj.dag_builder.factory import PARAM_SCHEMAS
 
     start, end = data_interval(schedule, logical_date)
     ds = logical_date.strftime("%Y-%m-%d")

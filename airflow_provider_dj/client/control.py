@@ -5,7 +5,7 @@ script or the CLI calls, and it only reads and writes the job directory —
 the same state the workers read — so it works from any machine that sees
 the work dir, without Airflow's API or the Ray cluster.
 
-    from airflow_provider_dj.control import stop_job, list_jobs
+    from airflow_provider_dj.client.control import stop_job, list_jobs
     stop_job("20250101_120000_ab12cd", work_dir="/data/work")            # graceful, waits up to 60 s
     stop_job("20250101_120000_ab12cd", force=True, work_dir="/data/work")  # cancel the Ray work now
 

@@ -240,7 +240,7 @@ def write_cli_dag_stub(
     stub = os.path.join(folder, f"dj_cli_{dag_id.replace('.', '_').replace('-', '_')}.py")
     text = (
         '"""airflow DAG stub written by `dj-airflow run` (regenerated each run)."""\n'
-        "from airflow_provider_dj.dag_factory import build_dag\n\n"
+        "from airflow_provider_dj.dag_builder.factory import build_dag\n\n"
         f"dag = build_dag({recipe_path!r}, dag_id={dag_id!r}{extra})\n"
     )
     fd, tmp = tempfile.mkstemp(prefix=".stub.", suffix=".tmp", dir=folder)

@@ -130,7 +130,7 @@ def show_job_progress(
 ) -> str:
     """Print (to ``file``, default stdout; None prints nothing) and return the monitor's text for a job."""
     file = sys.stdout if file == "stdout" else file
-    from airflow_provider_dj.monitor.render import render_progress
+    from airflow_provider_dj.client.monitor.render import render_progress
 
     job_dir = job_dir or resolve_job_dir(job_id, work_dir)
     text = render_progress(job_progress(job_dir), detailed=detailed, width=width)
@@ -153,7 +153,7 @@ def watch_job(
     """Re-render every ``interval`` seconds until the job is no longer running
     (or ``max_iterations`` renders).  Returns the rendered frames."""
     file = sys.stdout if file == "stdout" else file
-    from airflow_provider_dj.monitor.render import render_progress
+    from airflow_provider_dj.client.monitor.render import render_progress
 
     job_dir = resolve_job_dir(job_id, work_dir)
     clear = (file is not None and hasattr(file, "isatty") and file.isatty()) if clear is None else clear

@@ -49,6 +49,6 @@ class JobUtils:
         return job_status(self.job_dir, with_progress=False)["status"]
 
     def progress(self) -> dict:
-        from airflow_provider_dj.monitor.progress import job_progress
+        from airflow_provider_dj.client.monitor.progress import job_progress
 
         return job_progress(self.job_dir)

@@ -31,13 +31,13 @@ def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume
 
 
 def _render_preview(recipe_path: str, recipe, overrides: dict, logical_date):
-    """The recipe rendered as a run of ``logical_date`` will render it (airflow_provider_dj/templating.py).
+    """The recipe rendered as a run of ``logical_date`` will render it (airflow_provider_dj/dag_builder/templating.py).
 
     Returns (recipe, note): the unrendered recipe and a note when a template uses a name that only
     the task's context has; raises RecipeError for a template that does not render."""
+    from airflow_provider_dj.cli.template_preview import preview_renderer
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable
-    from airflow_provider_dj.template_preview import preview_renderer
 
     renderer = preview_renderer(logical_date, recipe.schedule, overrides)
     try:
@@ -50,7 +50,7 @@ def _logical_date(text: str | None):
     """``--logical-date`` parsed (LogicalDateError for a bad one), or now (UTC) when not given."""
     import pendulum
 
-    from airflow_provider_dj.templating import parse_logical_date
+    from airflow_provider_dj.dag_builder.templating import parse_logical_date
 
     return parse_logical_date(text) if text else pendulum.now("UTC")
 
@@ -86,10 +86,10 @@ def _print_templates(recipe, logical_date, note: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.dag_builder.templating import LogicalDateError
     from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists, sanitize_dag_id
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.planning.plan import build_plan
-    from airflow_provider_dj.templating import LogicalDateError
 
     note, logical_date = "", None
     try:
@@ -148,7 +148,7 @@ def _wants_ray(recipe) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.airflow_env import AirflowEnvError, prepare_run
+    from airflow_provider_dj.cli.airflow_env import AirflowEnvError, prepare_run
     from airflow_provider_dj.engine.config.recipe import sanitize_dag_id
     from airflow_provider_dj.engine.jobdir.identity import new_job_id
 
@@ -196,9 +196,9 @@ def _checked_run_recipe(args: argparse.Namespace, recipe_path: str):
     """The run's recipe checked before Airflow or Ray start: (recipe, overrides, logical date, note),
     or the exit status 2 after printing why it is refused (bad recipe, input or logical date, or a
     resume that cannot be).  ``note`` is non-empty when a template only the task can render."""
+    from airflow_provider_dj.dag_builder.templating import LogicalDateError
     from airflow_provider_dj.engine.config.recipe import RecipeError, check_input_exists
     from airflow_provider_dj.engine.input.sources import InputError
-    from airflow_provider_dj.templating import LogicalDateError
 
     note, logical_date = "", None
     try:
@@ -272,8 +272,8 @@ def _test_dag(recipe_path: str, dag_id: str, build_kwargs: dict, overrides: dict
     """Build the DAG and run it in this process (``dag.test``); return (run state, run id).
 
     The run's stub folder and DB copy are cleaned up whatever happens."""
-    from airflow_provider_dj.dag_factory import build_dag
-    from airflow_provider_dj.in_process_api import build_for_own_client_only
+    from airflow_provider_dj.cli.in_process_api import build_for_own_client_only
+    from airflow_provider_dj.dag_builder.factory import build_dag
 
     try:
         dag = build_dag(recipe_path, dag_id=dag_id, **build_kwargs)
@@ -408,7 +408,7 @@ def _add_recipe_commands(sub) -> None:
 
 def _add_job_commands(sub) -> None:
     """The commands on existing jobs: unlock, stop, jobs, monitor, gc, why and ray-stop."""
-    from airflow_provider_dj.cli_jobs import (
+    from airflow_provider_dj.cli.main.jobs import (
         add_why_parser,
         cmd_gc,
         cmd_jobs,

@@ -1,7 +1,7 @@
 """``dj-airflow`` commands that manage jobs: unlock, gc, stop, jobs, monitor, why, ray-stop.
 
 They read and write job directories (and the embedded Ray head's state file) and never
-start Airflow, so each answers in about a second; ``cli.py`` keeps ``run`` and ``validate``
+start Airflow, so each answers in about a second; ``cli/main.py`` keeps ``run`` and ``validate``
 and the argument parser that dispatches to these.
 """
 
@@ -54,7 +54,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.control import JobNotFoundError, stop_job
+    from airflow_provider_dj.client.control import JobNotFoundError, stop_job
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
 
     try:
@@ -73,7 +73,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from airflow_provider_dj.control import list_jobs
+    from airflow_provider_dj.client.control import list_jobs
 
     jobs = list_jobs(args.work_dir, running_only=not args.all)
     if args.json:
@@ -91,8 +91,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    from airflow_provider_dj.client.monitor import JobNotFoundError, show_job_progress, watch_job
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
-    from airflow_provider_dj.monitor import JobNotFoundError, show_job_progress, watch_job
 
     try:
         if args.watch:
