@@ -408,7 +408,7 @@ def _add_recipe_commands(sub) -> None:
 
 def _add_job_commands(sub) -> None:
     """The commands on existing jobs: unlock, stop, jobs, monitor, gc, why and ray-stop."""
-    from airflow_provider_dj.cli.main.jobs import (
+    from airflow_provider_dj.cli.jobs import (
         add_why_parser,
         cmd_gc,
         cmd_jobs,

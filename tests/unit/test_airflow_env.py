@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from airflow_provider_dj import airflow_env
+from airflow_provider_dj.cli import airflow_env
 
 
 def _clean_env(home, **extra) -> dict:
@@ -91,7 +91,7 @@ def test_sweep_removes_only_runs_whose_owner_is_gone(tmp_path):
 
 PREPARE = textwrap.dedent("""\
     import json, os, sys, time
-    from airflow_provider_dj import airflow_env
+    from airflow_provider_dj.cli import airflow_env
     go_at = float(sys.argv[2])
     while time.time() < go_at:
         time.sleep(0.01)
@@ -166,7 +166,7 @@ def test_runs_started_together_migrate_one_template_and_each_get_a_private_copy(
 
 SHARED = textwrap.dedent("""\
     import json, os, sys
-    from airflow_provider_dj import airflow_env
+    from airflow_provider_dj.cli import airflow_env
     env = airflow_env.prepare_run("/r/x.yaml", "x")
     seen = {"db": env.db_path, "conn": os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
             "folder_env": os.environ["AIRFLOW__CORE__DAGS_FOLDER"], "dags": env.dags_folder,
@@ -216,7 +216,7 @@ def test_a_failed_migration_names_the_home_and_what_to_do(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     env = _clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql://nobody@127.0.0.1:1/none")
-    code = "from airflow_provider_dj import airflow_env\nairflow_env.prepare_run('/r/x.yaml', 'x')\n"
+    code = "from airflow_provider_dj.cli import airflow_env\nairflow_env.prepare_run('/r/x.yaml', 'x')\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode != 0
     assert "AirflowEnvError" in proc.stderr and "airflow db migrate" in proc.stderr
