@@ -15,6 +15,7 @@ import sys
 import time
 
 from airflow_provider_dj import settings
+from airflow_provider_dj.engine.jobdir.identity import resume_command
 
 
 def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume: str | None = None):
@@ -184,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"Resume token: {job_id}. Re-trigger with resume={job_id} "
-        f"(or dj-airflow run {args.recipe} --resume {job_id}) to resume this job.",
+        f"(or {resume_command(args.recipe, job_id)}) to resume this job.",
         flush=True,
     )
     state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
@@ -308,14 +309,14 @@ def _report_run(
             f"work is kept in {job_dir}",
             file=sys.stderr,
         )
-        print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
+        print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
         return 3
     refused = _held_by_another_runner(recipe.work_dir, job_id, run_id)
     if refused:  # two runs of one job started at the same moment: the other one won the lock
         print(f"\nDAG run {run_id}: refused after {wall:.1f}s: {refused}", file=sys.stderr)
         return 2
     print(f"\nDAG run {run_id}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
-    print(f"Resume with: dj-airflow run {args.recipe} --resume {job_id}", file=sys.stderr)
+    print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
     return 1
 
 

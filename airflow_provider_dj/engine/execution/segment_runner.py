@@ -34,6 +34,7 @@ from airflow_provider_dj.engine.execution.segment_start import (
     start_without_checkpoint,
 )
 from airflow_provider_dj.engine.jobdir import stop_control
+from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
 from airflow_provider_dj.engine.jobdir.layout import failed_file
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
@@ -296,7 +297,7 @@ def _check_failure_rate(sc: SegmentContext, plog, op, i: int, table: pa.Table, o
             outcome.failed_reasons,
             partition_id=sc.partition_id,
             label=sc.label,
-            resume=f"dj-airflow run {sc.recipe.source_file or '<recipe>'} --resume {sc.ctx.job_id}",
+            resume=resume_command(sc.recipe.source_file, sc.ctx.job_id),
         )
     except FailureRateExceededError as exc:
         sc.checkpoints.flush_quietly()

@@ -23,6 +23,7 @@ import xxhash
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
 from airflow_provider_dj.engine.output.accounting import check_accounting
 from airflow_provider_dj.engine.output.errors import (
@@ -170,7 +171,7 @@ def _checked_accounting(job_dir: str, ctx: JobContext, parts: list[dict], marker
         load_settings(job_dir, recipe),
         per_op,
         {pid: m["accounting"] for pid, m in markers.items()},
-        resume=f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+        resume=resume_command(recipe.source_file, ctx.job_id),
     )
     return per_op
 
@@ -384,7 +385,7 @@ def _completed_summary(
         "checkpoint_strategy": plan.strategy,
         "checkpoint_points": plan.checkpoint_points,
         "effective_config": ctx.effective_config,
-        "resume_command": f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}",
+        "resume_command": resume_command(recipe.source_file, ctx.job_id),
     }
 
 

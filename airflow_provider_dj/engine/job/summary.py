@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
@@ -299,7 +300,7 @@ def build_job_summary(
         if reuse_off_reason(recipe):
             summary["reuse"]["off"] = reuse_off_reason(recipe)
     summary["export"] = {"path": recipe.export_path, "written": False}
-    summary["resume_command"] = f"dj-airflow run {recipe.source_file or '<recipe>'} --resume {ctx.job_id}"
+    summary["resume_command"] = resume_command(recipe.source_file, ctx.job_id)
     summary["resume_airflow_conf"] = {"resume": ctx.job_id}
     if status == "stopped":
         from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
