@@ -5,6 +5,8 @@ template preview (``template_preview.py``)."""
 
 from __future__ import annotations
 
-from airflow_provider_dj.cli.main import console_main, main
+from airflow_provider_dj.cli.main import console_main
 
-__all__ = ["console_main", "main"]
+# Only the console script's entry point: a re-exported ``main`` function would shadow the ``main``
+# submodule (``import airflow_provider_dj.cli.main`` would then give the function).
+__all__ = ["console_main"]

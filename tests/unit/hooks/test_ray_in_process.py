@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_dj.cli import main as cli
+import airflow_provider_dj.cli.main as cli
 from airflow_provider_dj.hooks import ray_in_process
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.local_run import LocalRun
