@@ -6,7 +6,7 @@ a row is not in the export.  Everything here works from any machine that sees th
 
 from __future__ import annotations
 
-from typing import Any
+from airflow_provider_dj.core.lazy import lazy_exports
 
 __all__ = [
     "JobUtils",
@@ -31,11 +31,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Names are imported on first use, so ``import airflow_provider_dj.client.control`` stays light."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

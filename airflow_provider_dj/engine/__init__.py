@@ -13,7 +13,7 @@ import the whole engine.
 
 from __future__ import annotations
 
-from typing import Any
+from airflow_provider_dj.core.lazy import lazy_exports
 
 __all__ = ["JobResult", "JobStopped", "run_job"]
 
@@ -24,10 +24,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
