@@ -16,6 +16,7 @@ import time
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir.identity import resume_command
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
 
 
 def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume: str | None = None):
@@ -143,7 +144,7 @@ def _wants_ray(recipe) -> bool:
     if not settings.get("ray_early_start"):
         return False
     if recipe.resume:
-        return _summary_status(os.path.join(recipe.work_dir, recipe.resume, "job_summary.json")) != "completed"
+        return _summary_status(os.path.join(recipe.work_dir, recipe.resume, JOB_SUMMARY)) != "completed"
     path = recipe.dataset_path
     return not (os.path.isfile(path) and os.path.getsize(path) == 0)
 
@@ -234,7 +235,7 @@ def _resume_refusal(recipe) -> str | None:
     another logical date), else None.  The input itself was checked when the job started."""
     from airflow_provider_dj.core import fs as storage  # local paths and s3:// alike
 
-    info = storage.join(recipe.work_dir, recipe.resume, "checkpoints", "partitioning_info.json")
+    info = storage.join(recipe.work_dir, recipe.resume, *PARTITIONING_INFO.split("/"))
     if not storage.exists(info):  # (resume: the input was checked when the job started)
         return (
             f"error: resume refused (metadata_missing): resume={recipe.resume!r}: no planned job at {storage.dirname(storage.dirname(info))} "
@@ -299,7 +300,7 @@ def _report_run(
         from airflow_provider_dj.engine.jobdir.registry import lookup_job
 
         job_dir = lookup_job(job_id) or job_dir
-    summary_path = storage.join(job_dir, "job_summary.json")
+    summary_path = storage.join(job_dir, JOB_SUMMARY)
     if state.endswith("success") and storage.exists(summary_path):
         _print_completed(json.loads(storage.read_bytes(summary_path)), job_id, job_dir, run_id, wall)
         return 0

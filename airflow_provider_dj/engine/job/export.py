@@ -24,7 +24,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, JOB_SUMMARY, write_json
 from airflow_provider_dj.engine.output.accounting import check_accounting
 from airflow_provider_dj.engine.output.errors import (
     AccountingError,
@@ -463,7 +463,7 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
     policy = "keep_all" if st.preserve_intermediate_data else st.retention_policy
     if policy == "keep_all":
         return {"policy": policy, "removed": []}
-    root = storage.join(ctx.job_dir, "checkpoints")
+    root = storage.join(ctx.job_dir, CHECKPOINTS_DIR)
     removed = []
     keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
     for d in storage.listdir(root):

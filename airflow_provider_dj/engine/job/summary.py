@@ -29,6 +29,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import (
+    CHECKPOINTS_DIR,
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
     PARTITIONING_INFO,
@@ -191,7 +192,7 @@ def _checkpoint_inventory(job_dir: str, plan, committed: dict[int, set[int]]) ->
             "op_name": op.name,
             "checkpoint_point": op.index in plan.checkpoint_points,
             "committed_partitions": len(committed.get(op.index, ())),
-            "dir": storage.join("checkpoints", storage.basename(CheckpointStore(job_dir).op_dir(op.index, op.name))),
+            "dir": storage.join(CHECKPOINTS_DIR, storage.basename(CheckpointStore(job_dir).op_dir(op.index, op.name))),
         }
         if op.is_global:
             entry["dedup_keys_partitions"] = len(_committed_pids(keys, op.index, op.name))

@@ -166,7 +166,7 @@ def check(
     _raise_if_failed(job_dir, partitions)
     if wait_for == "export":
         return WaitStatus(False, message="waiting for the job's export (job_summary.json)")
-    if not storage.exists(storage.join(job_dir, "checkpoints", "partitioning_info.json")):
+    if not storage.exists(storage.join(job_dir, *PARTITIONING_INFO.split("/"))):
         return WaitStatus(False, message="job not planned yet")
     ctx = JobContext(job_dir)
     plan = ctx.plan
