@@ -191,7 +191,8 @@ def get_ray(ray_client: Callable[[], Any] | None = None):
     import ray
 
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False)
+        # "local": our own cluster, never a stale one recorded in /tmp/ray by `ray start`.
+        ray.init(address="local", include_dashboard=False, configure_logging=False)
     return ray
 
 

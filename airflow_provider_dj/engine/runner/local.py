@@ -230,7 +230,9 @@ def _local_ray(workers: int):
         if os.environ.get("RAY_ADDRESS"):
             ray.init(address=os.environ["RAY_ADDRESS"], ignore_reinit_error=True)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True)
+            # "local": a cluster of our own, never one that `ray start` left in /tmp/ray (which a bare
+            # ray.init() would join, even when it is long dead).
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, ignore_reinit_error=True)
     return ray
 
 
