@@ -19,6 +19,7 @@ from __future__ import annotations
 
 #: section name -> (module, one-line summary); ``python -m bench --help`` prints them in this order.
 SECTIONS: dict[str, tuple[str, str]] = {
+    "startup": ("bench.startup_bench", "fixed start-up: an empty-input dj-airflow run against `import airflow`"),
     "e2e": ("bench.run_bench", "dj-airflow run against Data-Juicer's default executor, end to end, same corpus"),
     "all": ("bench.run_all", "checkpoint, resume, scale and per-op sections in one run; Markdown + SVG report"),
     "ops": ("bench.ops.run_ops_bench", "per-op throughput against Data-Juicer's ops of the same name"),

@@ -1,7 +1,10 @@
 """``dj-airflow``: run, validate and inspect recipes from a shell.
 
-``dj-airflow run`` executes the recipe's generated DAG through Airflow's
-in-process runner (``dag.test()``): the same operators, XComs, retries and
+``dj-airflow run`` runs the steps of the recipe's generated DAG in the DAG's
+order on the engine's local executor (cli/run_engine.py): the job directory,
+checkpoints, events and export a DAG run writes, without Airflow's start-up.
+``dj-airflow run --airflow`` executes the generated DAG itself through
+Airflow's in-process runner (``dag.test()``): the same operators, XComs and
 metadata DB records the scheduler would produce, without a scheduler.  Ray
 is started once in this process and reused by every task.
 """
@@ -15,6 +18,7 @@ import sys
 import time
 
 from airflow_provider_dj import settings
+from airflow_provider_dj.cli.run_report import held_by_another_runner, print_completed, summary_status, wants_ray
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
 
@@ -37,10 +41,14 @@ def _render_preview(recipe_path: str, recipe, overrides: dict, logical_date):
 
     Returns (recipe, note): the unrendered recipe and a note when a template uses a name that only
     the task's context has; raises RecipeError for a template that does not render."""
+    from airflow_provider_dj.cli.airflow_env import configure_airflow_env
     from airflow_provider_dj.cli.template_preview import preview_renderer
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable
 
+    # The preview renders with Airflow's Jinja environment, so it imports Airflow: with our own home
+    # (~/.dj-airflow/airflow) unless AIRFLOW_HOME names one, never Airflow's default ~/airflow.
+    configure_airflow_env()
     renderer = preview_renderer(logical_date, recipe.schedule, overrides)
     try:
         return load_recipe(recipe_path, overrides, override_source="--set", renderer=renderer), ""
@@ -136,19 +144,6 @@ def _check_input_fields(recipe) -> None:
 _CONSOLE = {"active": False}
 
 
-def _wants_ray(recipe) -> bool:
-    """Whether to start the in-process Ray at launch: not for a configured cluster, an empty
-    local input file, or a resumed job that already completed (those never need it)."""
-    if os.environ.get("RAY_ADDRESS") or os.environ.get("AIRFLOW_CONN_RAY_DEFAULT"):
-        return False
-    if not settings.get("ray_early_start"):
-        return False
-    if recipe.resume:
-        return _summary_status(os.path.join(recipe.work_dir, recipe.resume, JOB_SUMMARY)) != "completed"
-    path = recipe.dataset_path
-    return not (os.path.isfile(path) and os.path.getsize(path) == 0)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_dj.cli.airflow_env import AirflowEnvError, prepare_run
     from airflow_provider_dj.engine.config.recipe import sanitize_dag_id
@@ -164,14 +159,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not recipe.resume:
         overrides["job_id"] = job_id
     if recipe.job_id or recipe.resume:
-        refused = _held_by_another_runner(recipe.work_dir, job_id)
+        refused = held_by_another_runner(recipe.work_dir, job_id)
         if refused:  # before Airflow and Ray start: a second run of a running job is refused in a second
             print(f"error: {refused}", file=sys.stderr)
             return 2
+    through_airflow = _why_through_airflow(args, note)
+    if through_airflow is None:
+        from airflow_provider_dj.cli.run_engine import run_on_engine
+
+        return run_on_engine(args, recipe_path, recipe, overrides, logical_date, job_id)
+    if not args.airflow:
+        print(f"note: running the DAG through Airflow (dag.test): {through_airflow}", flush=True)
     dag_id = sanitize_dag_id(recipe.project_name)
     num_cpus = args.num_cpus or os.cpu_count() or 1
     build_kwargs = _build_kwargs(num_cpus)
-    if _wants_ray(recipe):
+    if wants_ray(recipe):
         # Overlap Ray's ~3 s start with Airflow's cold start (hooks/ray_in_process.py).
         from airflow_provider_dj.hooks import ray_in_process
 
@@ -192,6 +194,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
     wall = time.perf_counter() - t0
     return _report_run(args, recipe, job_id, note, state=state, run_id=run_id, wall=wall)
+
+
+def _why_through_airflow(args: argparse.Namespace, note: str) -> str | None:
+    """Why this run goes through the generated DAG in Airflow, or None for the engine's local executor.
+
+    The engine runs the DAG's own steps (cli/run_engine.py); Airflow is needed only where it asked
+    for (``--airflow``) or where the job needs something only Airflow has: a template that uses a
+    running task's context, or Ray given as Airflow's ``ray_default`` connection."""
+    if args.airflow:
+        return "--airflow"
+    if note:
+        return note
+    if os.environ.get("AIRFLOW_CONN_RAY_DEFAULT"):
+        return "Ray is Airflow's ray_default connection (AIRFLOW_CONN_RAY_DEFAULT)"
+    return None
 
 
 def _checked_run_recipe(args: argparse.Namespace, recipe_path: str):
@@ -302,9 +319,9 @@ def _report_run(
         job_dir = lookup_job(job_id) or job_dir
     summary_path = storage.join(job_dir, JOB_SUMMARY)
     if state.endswith("success") and storage.exists(summary_path):
-        _print_completed(json.loads(storage.read_bytes(summary_path)), job_id, job_dir, run_id, wall)
+        print_completed(json.loads(storage.read_bytes(summary_path)), job_id, job_dir, run_id, wall, label="DAG run")
         return 0
-    if _summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
+    if summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
         print(
             f"\nDAG run {run_id}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
             f"work is kept in {job_dir}",
@@ -312,59 +329,13 @@ def _report_run(
         )
         print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
         return 3
-    refused = _held_by_another_runner(recipe.work_dir, job_id, run_id)
+    refused = held_by_another_runner(recipe.work_dir, job_id, run_id)
     if refused:  # two runs of one job started at the same moment: the other one won the lock
         print(f"\nDAG run {run_id}: refused after {wall:.1f}s: {refused}", file=sys.stderr)
         return 2
     print(f"\nDAG run {run_id}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
     print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
     return 1
-
-
-def _print_completed(summary: dict, job_id: str, job_dir: str, run_id: str, wall: float) -> None:
-    """Print a completed job's summary: input, each op's row accounting, the export and reuse."""
-    print(f"\nDAG run {run_id}: success in {wall:.1f}s")
-    print(f"  job:    {job_id} ({job_dir})")
-    print(f"  input:  {summary['input']['total_rows']} rows in {summary['input']['partitions']} partitions")
-    for op in summary["ops"]:
-        print(
-            f"  op {op['op_index']} {op.get('op_name', ''):<34} in {op['rows_in']:>9}  out {op['rows_out']:>9}"
-            f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
-        )
-    print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
-    reuse = summary.get("reuse")
-    if reuse and reuse.get("off"):
-        print(f"  reuse:  off: {reuse['off']}")
-    elif reuse:  # nightly reuse across jobs (docs/nightly.md)
-        print(
-            f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
-            f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "
-            f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
-        )
-
-
-def _held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:
-    """The refusal message if another live runner holds the job's lock (host, pid, run id), else None."""
-    from airflow_provider_dj.core import fs as storage
-    from airflow_provider_dj.engine.jobdir import lock as job_lock
-
-    me = job_lock.owner_identity(airflow_run_id)
-    try:
-        job_lock.check(storage.join(work_dir, job_id), me)
-    except job_lock.JobLockedError as exc:
-        return str(exc)
-    except OSError:
-        return None  # an unreadable work dir is the run's own error to report
-    return None
-
-
-def _summary_status(path: str) -> str | None:
-    from airflow_provider_dj.core import fs as storage
-
-    try:
-        return json.loads(storage.read_bytes(path)).get("status")
-    except (OSError, ValueError):
-        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -378,12 +349,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_recipe_commands(sub) -> None:
     """``run`` and ``validate``: the commands that take a recipe."""
-    run = sub.add_parser("run", help="run a recipe's DAG in-process (Airflow dag.test + local Ray)")
+    run = sub.add_parser(
+        "run", help="run a recipe to its export: the DAG's steps on the engine (or, with --airflow, in dag.test)"
+    )
     run.add_argument("recipe")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe value (dotted key)")
     run.add_argument("--job-id", help="job id for a new job (default: YYYYmmdd_HHMMSS_<6 hex>)")
     run.add_argument("--resume", metavar="TOKEN", help="resume the job with this id")
-    run.add_argument("--num-cpus", type=int, help="CPUs for the in-process Ray (default: all)")
+    run.add_argument("--num-cpus", type=int, help="CPUs for the in-process Ray or the process pool (default: all)")
+    run.add_argument(
+        "--executor",
+        choices=("ray", "local"),
+        default="ray",
+        help="where partitions run: a private in-process Ray (default, or the cluster at RAY_ADDRESS) or a "
+        "pool of local processes (no Ray at all)",
+    )
+    run.add_argument(
+        "--airflow",
+        action="store_true",
+        help="run the generated DAG through Airflow's dag.test() (its operators, XComs and a throwaway "
+        "metadata DB) instead of the engine's local executor; same job directory and export, seconds slower",
+    )
     run.add_argument(
         "--logical-date",
         metavar="DATE",

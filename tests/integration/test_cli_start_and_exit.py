@@ -6,7 +6,7 @@
 * The console script leaves with ``os._exit`` after killing its Ray
   processes: nothing of the run may be left running, and nothing it wrote
   may be missing.
-* An empty input runs one placeholder partition task instead of mapping
+* Under ``--airflow``, an empty input runs one placeholder partition task instead of mapping
   over nothing (dag.test sleeps a second for each empty expansion).
 """
 
@@ -134,7 +134,7 @@ def test_run_exits_fast_with_everything_written_and_no_ray_left(tmp_path, airflo
 
 def test_empty_input_runs_a_placeholder_partition_task(tmp_path, airflow_home):
     recipe = _recipe(tmp_path, "cli_empty", [])
-    rc, out, left = _run_console_script(["run", recipe, "--job-id", "empty1"], tmp_path)
+    rc, out, left = _run_console_script(["run", "--airflow", recipe, "--job-id", "empty1"], tmp_path)
     assert rc == 0, out[-4000:]
     assert left == []
     assert os.path.getsize(tmp_path / "cli_empty_out.jsonl") == 0

@@ -1,7 +1,7 @@
 """Several `dj-airflow run` on one machine at once are independent (issue 12).
 
-Real console scripts, each with its own in-process Ray, real Airflow
-(``dag.test()``), real files; nothing is mocked.  All runs start in a fresh
+Real console scripts, each with its own in-process Ray, on the engine and
+(``--airflow``) on real Airflow (``dag.test()``), real files; nothing is mocked.  All runs start in a fresh
 Airflow home and a fresh ``$HOME`` (no Ray token yet), as on a new machine,
 so they also race for the first-run set-up (the template DB migration,
 Airflow's default config, Ray's token file).  Started together:
@@ -190,9 +190,11 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     gamma_dir = os.path.join(cc.work, "gamma1")
     write_faults(gamma_dir, [_hold_at_first_op()])
 
+    # Two runs through Airflow (dag.test, each with its private Airflow home) beside two on the engine:
+    # the single runs below are on the engine, so the comparison also holds the two paths to one export.
     runs = {
-        "alpha1": cc.start("run", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
-        "beta1": cc.start("run", beta, "--job-id", "beta1", "--num-cpus", "1", log="beta1"),
+        "alpha1": cc.start("run", "--airflow", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
+        "beta1": cc.start("run", "--airflow", beta, "--job-id", "beta1", "--num-cpus", "1", log="beta1"),
         "gamma1": cc.start("run", gamma, "--job-id", "gamma1", "--num-cpus", "1", log="gamma1"),
         "alpha2": cc.start(
             "run", alpha, "--job-id", "alpha2", "--num-cpus", "1", "--set", f"export_path={alpha2_export}", log="alpha2"

@@ -40,7 +40,8 @@ from tests.integration.crash_helpers import (
 pytestmark = pytest.mark.integration
 
 CLI_ENV = {"DJ_TASK_RETRIES": "0"}  # nothing retries: a kill is a kill, a failed resume fails the test
-RUN_FLAGS = ["--num-cpus", "1"]
+#: A whole DAG run in dag.test(): the reference and the "cli" cases are Airflow-level.
+RUN_FLAGS = ["--airflow", "--num-cpus", "1"]
 ENGINE_FLAGS = ["--workers", "1"]
 SEG0, SEG1 = "partitions_seg0", "partitions_seg1"
 GLOBAL_TASK = "global_op4_document_deduplicator"

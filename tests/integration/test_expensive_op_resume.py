@@ -1,14 +1,12 @@
 """An expensive op (text_embedding_mapper, real MiniLM on the CPU) killed between batches, then resumed.
 
-A clean reference run through the real ``dj-airflow`` CLI (Airflow dag.test +
-a private local Ray, the model in an actor pool), then the engine's own
-driver (``python -m airflow_provider_dj.engine.runner``: the same steps, no
-Airflow) SIGKILLed (``kill_run``: its whole session) right after batch 2 of
-partition 1's embedding op is committed, and a ``--resume``: the kill point
-is the engine's, and the driver's export must equal the DAG run's.  The resume must load the three committed batches from the
-batch cursor, compute only batches 3 and 4, drop the batch files once the
-op's checkpoint is committed, and export bytes identical to the clean run.
-Nothing is mocked.
+A clean reference run through the real ``dj-airflow run`` (the engine with a private local Ray, the
+model in an actor pool; the same op through the DAG is tests/integration/test_actor_pool_runs.py), then
+the engine's own driver (``python -m airflow_provider_dj.engine.runner``: partitions in the driver
+itself) SIGKILLed (``kill_run``: its whole session) right after batch 2 of partition 1's embedding op is
+committed, and a ``--resume``: the driver's export must equal the Ray run's.  The resume must load the
+three committed batches from the batch cursor, compute only batches 3 and 4, drop the batch files once
+the op's checkpoint is committed, and export bytes identical to the clean run.  Nothing is mocked.
 """
 
 from __future__ import annotations

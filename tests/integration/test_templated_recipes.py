@@ -50,11 +50,15 @@ def nightly(tmp_path):
     return make
 
 
+@pytest.mark.parametrize("path", ["engine", "airflow"])
 def test_cli_run_with_a_logical_date_renders_the_paths_and_records_them(
-    nightly, tmp_path, airflow_home, ray_cluster, capsys
+    path, nightly, tmp_path, airflow_home, ray_cluster, capsys
 ):
+    """Both paths of `dj-airflow run` render the same values and record them alike; under Airflow the
+    export's Asset event names the rendered file too."""
     recipe = nightly("tmpl_nightly")
-    assert main(["run", recipe, "--logical-date", "2026-11-30", "--job-id", "tmpl_job"]) == 0
+    flags = ["--airflow"] if path == "airflow" else []
+    assert main(["run", recipe, "--logical-date", "2026-11-30", "--job-id", "tmpl_job", *flags]) == 0
     out = capsys.readouterr().out
     assert "dataset_path: '" in out and f"-> '{tmp_path}/crawl/2026-11-30/*.jsonl'" in out
 
@@ -82,6 +86,8 @@ def test_cli_run_with_a_logical_date_renders_the_paths_and_records_them(
         "process[1].words_num_filter.min_num": {"template": "{{ 1 + 2 }}", "rendered": "3"},
     }
 
+    if path == "engine":
+        return  # no Airflow: no Asset event
     # The Asset is the template's pattern (fixed at parse time); the event names the rendered file.
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
@@ -132,3 +138,25 @@ def test_a_template_that_does_not_render_fails_the_validate_task_before_any_work
     assert f"tmpl_bad.yaml: export_path: template '{tmp_path}/clean/{{{{ dss }}}}.jsonl' does not render" in refused
     assert "'dss' is undefined" in refused and "RecipeRefused" in refused
     assert not (tmp_path / "clean").exists() and not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("path", ["engine", "airflow"])
+def test_a_templated_recipe_runs_from_the_console_script_in_a_fresh_home(path, nightly, tmp_path):
+    """A first-time user's shell: a new HOME, no Airflow or Ray variables.  The preview imports Airflow
+    before the run starts; it must use the CLI's own Airflow home, never create Airflow's ~/airflow,
+    and (``--airflow``) the DAG run must find a migrated metadata DB."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8"}
+    recipe = nightly("fresh_nightly")
+    cmd = [os.path.join(os.path.dirname(sys.executable), "dj-airflow"), "run", recipe, "--logical-date", "2026-11-30"]
+    cmd += ["--executor", "local", "--job-id", f"fresh_{path}"] + (["--airflow"] if path == "airflow" else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    rows = [json.loads(line)["text"] for line in (tmp_path / "clean" / "20261130.jsonl").read_text().splitlines()]
+    assert rows == ["one two three", "a b c d", "four words are here"]
+    assert not (home / "airflow").exists(), "the CLI wrote into Airflow's default home"
+    assert (home / ".dj-airflow" / "airflow").is_dir()

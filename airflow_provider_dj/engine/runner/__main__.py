@@ -28,23 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _refusals() -> tuple[type[BaseException], ...]:
-    """Errors raised before a job does any work: nothing to resume, fix the named thing and run again."""
-    from airflow_provider_dj.engine.config.recipe import RecipeError
-    from airflow_provider_dj.engine.history.index import HistoryIndexError
-    from airflow_provider_dj.engine.input.sources import InputError
-    from airflow_provider_dj.engine.job.setup import ResumeRefusedError
-    from airflow_provider_dj.engine.jobdir.identity import JobIdError
-    from airflow_provider_dj.engine.jobdir.lock import JobLockedError
-
-    return (RecipeError, InputError, ResumeRefusedError, HistoryIndexError, JobIdError, JobLockedError)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
     from airflow_provider_dj.engine.config.overrides import parse_set_args
-    from airflow_provider_dj.engine.runner.local import run_job
+    from airflow_provider_dj.engine.runner.local import refusal_errors, run_job
     from airflow_provider_dj.engine.runner.stop import JobStopped
 
     say = logging.getLogger("dj.runner").info
@@ -62,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     except JobStopped as exc:
         print(str(exc), file=sys.stderr)
         return 130
-    except _refusals() as exc:
+    except refusal_errors() as exc:
         reason = getattr(exc, "reason", None)
         print(f"refused before any work{f' ({reason})' if reason else ''}: {exc}", file=sys.stderr)
         return 2

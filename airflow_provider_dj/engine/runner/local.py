@@ -54,10 +54,24 @@ class JobResult:
     checksum: str
     already_complete: bool
     summary: dict
+    #: This invocation's identity in the job's lock and events (``local__<time>_<pid>``).
+    run_id: str = ""
 
     @property
     def resume_token(self) -> str:
         return self.job_id
+
+
+def refusal_errors() -> tuple[type[BaseException], ...]:
+    """Errors raised before a job does any work: nothing to resume, fix the named thing and run again."""
+    from airflow_provider_dj.engine.config.recipe import RecipeError
+    from airflow_provider_dj.engine.history.index import HistoryIndexError
+    from airflow_provider_dj.engine.input.sources import InputError
+    from airflow_provider_dj.engine.job.setup import ResumeRefusedError
+    from airflow_provider_dj.engine.jobdir.identity import JobIdError
+    from airflow_provider_dj.engine.jobdir.lock import JobLockedError
+
+    return (RecipeError, InputError, ResumeRefusedError, HistoryIndexError, JobIdError, JobLockedError)
 
 
 def run_job(
@@ -70,6 +84,7 @@ def run_job(
     workers: int | None = None,
     executor: str = "local",
     renderer: Any = None,
+    ray_client: Callable[[], Any] | None = None,
     say: Callable[[str], None] = log.info,
 ) -> JobResult:
     """Run the recipe file ``recipe`` to its export; returns what was exported.
@@ -79,6 +94,9 @@ def run_job(
     committed checkpoints, and never clears them.  ``workers``: local processes for partitions
     (1: this process; default: one per core); with ``executor="ray"``, CPUs of a private Ray.
     ``renderer`` renders templated values (``{{ ds }}``; see ``airflow_provider_dj.dag_builder.templating``).
+    ``ray_client`` (with ``executor="ray"``): returns the connected ``ray`` module, called when the first
+    partition is dispatched (so a job with nothing to run never starts Ray); default: the Ray this process
+    is connected to, else the cluster at ``RAY_ADDRESS``, else a private local one.
 
     Raises ``RecipeError`` / ``InputError`` / ``ResumeRefusedError`` before any work, ``JobStopped``
     when a stop was requested (``dj-airflow stop``), ``PartitionFailedError`` when a partition failed
@@ -95,7 +113,9 @@ def run_job(
     # This invocation's identity in the job's lock: another run of the same job (a resume after a crash,
     # a second process started by mistake) is another owner, refused while this one lives.
     run_id = f"local__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started_at))}_{os.getpid()}"
-    dispatcher = _dispatcher(executor, workers)
+    if executor == "ray" and ray_client is None:
+        ray_client = lambda: _local_ray(workers)  # noqa: E731 - called at most at the first dispatch
+    dispatcher = RayDispatcher(ray_client) if executor == "ray" else LocalDispatcher(workers)
     try:
         gpu_preflight_step(
             recipe,
@@ -103,7 +123,7 @@ def run_job(
             renderer=lambda: renderer,
             job_id=chosen,
             executor=executor,
-            ray_client=(lambda: _local_ray(workers)) if executor == "ray" else None,
+            ray_client=ray_client,
             say=say,
         )
         started = start_job(
@@ -160,6 +180,7 @@ def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult
         checksum=result["checksum"],
         already_complete=bool(result.get("already_complete")),
         summary=summary,
+        run_id=run_id,
     )
 
 
@@ -214,12 +235,6 @@ def _require_barrier(job_dir: str, segment_index: int) -> None:
     status = barrier_check(job_dir, segment_index=segment_index)
     if not status.done:
         raise BarrierNotReachedError(f"{status.message}: the global step needs every partition's keys")
-
-
-def _dispatcher(executor: str, workers: int):
-    if executor == "ray":
-        return RayDispatcher(lambda: _local_ray(workers))
-    return LocalDispatcher(workers)
 
 
 def _local_ray(workers: int):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import airflow_provider_dj.cli.main as cli
+import airflow_provider_dj.cli.run_report as cli
 from airflow_provider_dj.hooks import ray_in_process
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.local_run import LocalRun
@@ -28,20 +28,20 @@ def test_wants_ray_only_when_the_run_will_need_the_in_process_cluster(tmp_path, 
     data.write_text('{"text": "x"}\n')
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    assert cli._wants_ray(_recipe(tmp_path, str(data)))
-    assert not cli._wants_ray(_recipe(tmp_path, str(empty)))  # an empty input never starts Ray
-    assert cli._wants_ray(_recipe(tmp_path, str(tmp_path / "*.jsonl")))  # a glob: assume rows
+    assert cli.wants_ray(_recipe(tmp_path, str(data)))
+    assert not cli.wants_ray(_recipe(tmp_path, str(empty)))  # an empty input never starts Ray
+    assert cli.wants_ray(_recipe(tmp_path, str(tmp_path / "*.jsonl")))  # a glob: assume rows
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "job_summary.json").write_text('{"status": "completed"}')
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "job_summary.json").write_text('{"status": "failed"}')
-    assert not cli._wants_ray(_recipe(tmp_path, str(data), resume="done"))
-    assert cli._wants_ray(_recipe(tmp_path, str(data), resume="half"))
+    assert not cli.wants_ray(_recipe(tmp_path, str(data), resume="done"))
+    assert cli.wants_ray(_recipe(tmp_path, str(data), resume="half"))
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # a configured cluster: no private one
-    assert not cli._wants_ray(_recipe(tmp_path, str(data)))
+    assert not cli.wants_ray(_recipe(tmp_path, str(data)))
     monkeypatch.delenv("RAY_ADDRESS")
     monkeypatch.setenv("DJ_RAY_EARLY_START", "0")
-    assert not cli._wants_ray(_recipe(tmp_path, str(data)))
+    assert not cli.wants_ray(_recipe(tmp_path, str(data)))
 
 
 def test_placeholder_group_only_under_the_in_process_runner():
