@@ -53,7 +53,7 @@ from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.jobdir import faults
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
-from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE
+from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE, partition_name
 from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
@@ -80,7 +80,7 @@ def op_batches_dir(job_dir: str, op_index: int, op_name: str) -> str:
 
 
 def batch_dir(job_dir: str, op_index: int, op_name: str, partition_id: int) -> str:
-    return storage.join(op_batches_dir(job_dir, op_index, op_name), f"partition_{partition_id:05d}")
+    return storage.join(op_batches_dir(job_dir, op_index, op_name), partition_name(partition_id))
 
 
 def batch_size_for(op: Op) -> int:
@@ -458,7 +458,7 @@ def discard_superseded(job_dir: str, partition_id: int, upto_op_index: int) -> l
             continue
         if not name.startswith("op_") or idx > upto_op_index:
             continue
-        d = storage.join(root, name, f"partition_{partition_id:05d}")
+        d = storage.join(root, name, partition_name(partition_id))
         if storage.exists(d):
             storage.remove_tree(d)
             removed.append(d)

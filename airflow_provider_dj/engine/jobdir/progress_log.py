@@ -24,13 +24,13 @@ from datetime import datetime, timezone
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import JOB_LOG, LOGS_DIR
+from airflow_provider_dj.engine.jobdir.layout import JOB_LOG, LOGS_DIR, partition_name
 
 _lock = threading.Lock()
 
 
 def partition_log_path(job_dir: str, partition_id: int) -> str:
-    return storage.join(job_dir, LOGS_DIR, f"partition_{partition_id:05d}.log")
+    return storage.join(job_dir, LOGS_DIR, f"{partition_name(partition_id)}.log")
 
 
 def _stamp(now: float) -> str:

@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
-from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT
+from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT, partition_name
 from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
 from airflow_provider_dj.engine.storage.resume_point import read_input_rows
 from airflow_provider_dj.ops.base import SignatureDeduplicator
@@ -115,7 +115,7 @@ def parts_dir(job_dir: str, op_index: int, op_name: str) -> str:
 
 
 def candidate_path(job_dir: str, op_index: int, op_name: str, partition_id: int) -> str:
-    return storage.join(parts_dir(job_dir, op_index, op_name), f"partition_{partition_id:05d}.json")
+    return storage.join(parts_dir(job_dir, op_index, op_name), f"{partition_name(partition_id)}.json")
 
 
 # -- step 1: per partition -----------------------------------------------------

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, partition_name
 from airflow_provider_dj.ops.columns import DELTA_KEEP_COLUMN, DELTA_SET_PREFIX
 
 log = logging.getLogger(__name__)
@@ -167,10 +167,10 @@ class CheckpointStore:
         return storage.join(self.root, f"{self.prefix}_{op_index:03d}_{op_name}")
 
     def data_path(self, op_index: int, op_name: str, partition_id: int) -> str:
-        return storage.join(self.op_dir(op_index, op_name), f"partition_{partition_id:05d}.{self.fmt.extension}")
+        return storage.join(self.op_dir(op_index, op_name), f"{partition_name(partition_id)}.{self.fmt.extension}")
 
     def marker_path(self, op_index: int, op_name: str, partition_id: int) -> str:
-        return storage.join(self.op_dir(op_index, op_name), f"partition_{partition_id:05d}{MARKER_SUFFIX}")
+        return storage.join(self.op_dir(op_index, op_name), f"{partition_name(partition_id)}{MARKER_SUFFIX}")
 
     # -- write ------------------------------------------------------------
     def save(
