@@ -426,5 +426,17 @@ def row_lookup(job_dir: str, input_row: int) -> dict | None:
             reason=f"changed by {ops}; {kept}",
             sample={"original_text": s.before, "processed_text": s.after},
             source=lineage_src,
+            export_row=path.export_row,
+        )
+    if path.fate == "kept" and path.export_row is not None:  # lineage records it through every op, kept
+        return dict(
+            base,
+            fate="kept",
+            op_index=None,
+            op_name=None,
+            reason=kept,
+            sample=None,
+            source=lineage_src,
+            export_row=path.export_row,
         )
     return dict(base, fate="not_found", op_index=None, op_name=None, reason=kept, sample=None, source=lineage_src)

@@ -12,7 +12,8 @@ Three sources, asked in this order:
 
 A job without lineage (an older one, or recording off) is answered from 2 and 3.  Each answer is a
 dict: ``input_row``, ``partition_id``, ``partition_label``, ``fate`` (one of :data:`FATES`),
-``op_index``, ``op_name``, ``reason``, ``sample``, ``source``; where lineage has the row, ``path``
+``op_index``, ``op_name``, ``reason``, ``sample``, ``source`` (and ``export_row`` for a kept or changed
+row that lineage followed into the export); where lineage has the row, ``path``
 holds its whole path op by op (``RowPath.to_dict()``).
 """
 
@@ -28,9 +29,11 @@ from airflow_provider_dj.engine.observe.tracer import candidate_path, trace_file
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN, STATS_COLUMN
 
-#: ``not_found``: no record says the row was removed (it was kept, or the tracer did not keep it:
-#: only the first ``trace_num`` removals per op are traced).
-FATES = ("failed", "filtered", "duplicate", "changed", "not_found")
+#: ``kept``: lineage followed the row through every op into the export (``export_row`` names its row
+#: there; a ``changed`` row is kept too, and names it the same way).  ``not_found``: no record says
+#: what became of the row (a job without lineage where the tracer did not keep it: only the first
+#: ``trace_num`` removals per op are traced; or an op not committed yet).
+FATES = ("failed", "filtered", "duplicate", "changed", "kept", "not_found")
 
 __all__ = ["FATES", "RowNotFoundError", "RowOutOfRangeError", "explain", "failed_sample_files", "why_row"]
 

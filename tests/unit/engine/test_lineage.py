@@ -82,6 +82,22 @@ def test_kept_rows_have_their_export_row(finished):
         assert back.input_row == input_row
 
 
+def test_the_one_why_names_a_kept_row_kept_with_its_export_row(finished):
+    """`dj-airflow why`, the job view and client.explain answer through why_row: a row lineage followed
+    into the export is `kept` (or `changed`, when an op rewrote it), never `not_found`."""
+    from airflow_provider_dj.engine.observe.why import why_row
+
+    job_dir, export = finished
+    exported = [json.loads(line)["id"] for line in export.read_text().splitlines()]
+    answer = why_row(job_dir, 6)  # no op changed it
+    assert (answer["fate"], answer["export_row"]) == ("kept", 3)
+    assert exported[answer["export_row"]] == ROWS[6]["id"]
+    assert answer["reason"] == "kept: export row 3"
+    changed = why_row(job_dir, 0)  # clean_email_mapper rewrote it, then it was kept
+    assert (changed["fate"], changed["export_row"]) == ("changed", 0)
+    assert why_row(job_dir, 1)["fate"] not in ("kept", "not_found")  # a removed row keeps its removal
+
+
 def test_changed_by_which_op_with_text_before_and_after(finished):
     job_dir, _ = finished
     [p] = why(job_dir, input_row=0)
