@@ -21,6 +21,7 @@ import sys
 import time
 
 from airflow_provider_dj.cli.run_report import print_completed
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 
 log = logging.getLogger("dj.run")
@@ -35,7 +36,7 @@ def run_on_engine(
 
     _log_to_stdout()
     num_cpus = args.num_cpus or os.cpu_count() or 1
-    job_dir = os.path.join(recipe.work_dir, job_id)
+    job_dir = storage.join(recipe.work_dir, job_id)  # s3:// work dirs too
     print(
         f"Resume token: {job_id}. Re-trigger with resume={job_id} "
         f"(or {resume_command(args.recipe, job_id)}) to resume this job.",

@@ -428,15 +428,9 @@ def row_lookup(job_dir: str, input_row: int) -> dict | None:
             source=lineage_src,
             export_row=path.export_row,
         )
-    if path.fate == "kept" and path.export_row is not None:  # lineage records it through every op, kept
-        return dict(
-            base,
-            fate="kept",
-            op_index=None,
-            op_name=None,
-            reason=kept,
-            sample=None,
-            source=lineage_src,
-            export_row=path.export_row,
-        )
-    return dict(base, fate="not_found", op_index=None, op_name=None, reason=kept, sample=None, source=lineage_src)
+    # Kept when lineage followed it through every op into the export; else no record says what became of it.
+    fate = "kept" if path.fate == "kept" and path.export_row is not None else "not_found"
+    out = dict(base, fate=fate, op_index=None, op_name=None, reason=kept, sample=None, source=lineage_src)
+    if fate == "kept":
+        out["export_row"] = path.export_row
+    return out

@@ -16,6 +16,7 @@ local one).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -114,7 +115,7 @@ def run_job(
     # a second process started by mistake) is another owner, refused while this one lives.
     run_id = f"local__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started_at))}_{os.getpid()}"
     if executor == "ray" and ray_client is None:
-        ray_client = lambda: _local_ray(workers)  # noqa: E731 - called at most at the first dispatch
+        ray_client = functools.partial(_local_ray, workers)  # called at most at the first dispatch
     dispatcher = RayDispatcher(ray_client) if executor == "ray" else LocalDispatcher(workers)
     try:
         gpu_preflight_step(
