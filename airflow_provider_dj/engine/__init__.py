@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from airflow_provider_dj.core.lazy import lazy_exports
 
-__all__ = ["JobResult", "JobStopped", "run_job"]
+__all__ = ["JobResult", "JobStopped", "run_job", "run_prepared_job"]
 
 _EXPORTS = {
     "run_job": "airflow_provider_dj.engine.runner.local",
+    "run_prepared_job": "airflow_provider_dj.engine.runner.local",
     "JobResult": "airflow_provider_dj.engine.runner.local",
     "JobStopped": "airflow_provider_dj.engine.runner.stop",
 }

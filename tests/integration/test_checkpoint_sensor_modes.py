@@ -19,11 +19,10 @@ import threading
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.testing.sample_corpus import write_corpus
 from tests.integration import sensor_wait_helpers as H
 
@@ -34,13 +33,20 @@ IDS = ["poke", "reschedule", "deferrable"]
 
 
 @pytest.fixture
-def job(tmp_path):
+def planned(tmp_path):
+    """The planned job (validate done, nothing run)."""
     data = write_corpus(str(tmp_path / "in.jsonl"), 90, seed=5)
     (tmp_path / "r.yaml").write_text(
         f"dataset_path: {data}\nexport_path: {tmp_path}/corpus.jsonl\npartition: {{mode: manual, num_of_partitions: 3}}\n"
         "process:\n  - whitespace_normalization_mapper:\n  - document_deduplicator:\n  - words_num_filter: {min_num: 3}\n"
     )
-    return prepare_job(load_recipe(str(tmp_path / "r.yaml")), job_id="corpus_job").job_dir
+    return prepare_job(load_recipe(str(tmp_path / "r.yaml")), job_id="corpus_job")
+
+
+@pytest.fixture
+def job(planned):
+    """The planned job's directory."""
+    return planned.job_dir
 
 
 @pytest.fixture
@@ -93,21 +99,12 @@ def _ti(dr, task_id="wait"):
         return str(ti.state).split(".")[-1].lower(), ti.try_number
 
 
-def _whole_job(job_dir):
-    for p in range(3):
-        run_segment(job_dir, 0, p)
-    resolve_global_op(job_dir, 1)
-    for p in range(3):
-        run_segment(job_dir, 1, p)
-    export_job(job_dir)
-
-
 @pytest.mark.parametrize("mode,deferrable", MODES, ids=IDS)
-def test_waits_for_export_then_succeeds(sensor_dag, job, mode, deferrable):
+def test_waits_for_export_then_succeeds(sensor_dag, planned, job, mode, deferrable):
     dag = sensor_dag(
         f"dj_wait_export_{IDS[MODES.index((mode, deferrable))]}", job, mode, deferrable, {"wait_for": "export"}
     )
-    t = _run_after_first_poke(lambda: _whole_job(job))
+    t = _run_after_first_poke(lambda: run_prepared_job(planned))
     dr = dag.test()
     t.join()
     assert str(dr.state).endswith("success")

@@ -11,10 +11,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DOC = os.path.join(ROOT, "docs", "python_api.md")
 
 
-def _first_python_block() -> str:
+def _python_blocks() -> list[str]:
     with open(DOC, encoding="utf-8") as fh:
         text = fh.read()
-    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def _first_python_block() -> str:
+    return _python_blocks()[0]
 
 
 def test_the_documented_example_runs(tmp_path, monkeypatch):
@@ -29,3 +33,15 @@ def test_the_documented_example_runs(tmp_path, monkeypatch):
     job_dir = tmp_path / "demo_output" / "api_jobs" / result.job_id
     assert (job_dir / "job_summary.json").exists()
     assert scope["again"].already_complete
+
+
+def test_the_documented_planned_job_example_runs(tmp_path, monkeypatch):
+    shutil.copytree(os.path.join(ROOT, "dags", "recipes"), tmp_path / "dags" / "recipes")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(_python_blocks()[1], DOC, "exec"), scope)
+    planned = scope["planned"]
+    assert planned.job_id == "planned-001" and planned.rows == 874
+    with open(tmp_path / "demo_output" / "planned.jsonl", encoding="utf-8") as fh:
+        assert sum(1 for _ in fh) == 874
+    assert not (tmp_path / "demo_output" / "api_jobs" / "planned-001" / "metadata" / "runner.lock").exists()

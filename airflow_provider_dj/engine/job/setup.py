@@ -52,6 +52,8 @@ class PreparedJob:
     job_complete: bool = False
     accepted_changes: list[str] = field(default_factory=list)
     lock_note: str = ""
+    #: The ``airflow_run_id`` the job's runner lock was taken for: the later steps must name the same one.
+    runner_id: str | None = None
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
@@ -87,8 +89,11 @@ def prepare_job(
     owner = job_lock.owner_identity(airflow_run_id, run_pid=run_pid)
     args = (recipe, paths, plan, owner, job_id, group_size, event_defaults, say)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
-        return _prepare_resumed_job(*args)
-    return _prepare_new_job(*args)
+        prepared = _prepare_resumed_job(*args)
+    else:
+        prepared = _prepare_new_job(*args)
+    prepared.runner_id = airflow_run_id
+    return prepared
 
 
 def _prepare_resumed_job(

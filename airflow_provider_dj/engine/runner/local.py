@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.job.setup import PreparedJob
 from airflow_provider_dj.engine.job.summary import read_job_summary
 from airflow_provider_dj.engine.job.watch import check as barrier_check
 from airflow_provider_dj.engine.jobdir import lock as job_lock
@@ -145,7 +146,33 @@ def run_job(
         dispatcher.close()
 
 
-def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult:
+def run_prepared_job(
+    prepared: PreparedJob,
+    *,
+    workers: int = 1,
+    executor: str = "local",
+    ray_client: Callable[[], Any] | None = None,
+    say: Callable[[str], None] = log.info,
+) -> JobResult:
+    """Every step after the first (each segment on each group, the barrier and global steps, the export)
+    for a job that ``engine.job.setup.prepare_job`` planned or proved; what ``run_job`` runs after its
+    first step.  For callers that plan a job themselves (tests of one step's effect, tools that inspect
+    a plan before running it); the steps run as the runner ``prepare_job`` took the job's lock for.
+
+    ``workers``: local processes for partitions (1: this process).  Raises as ``run_job`` does."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r}: use one of {', '.join(EXECUTORS)}")
+    if executor == "ray" and ray_client is None:
+        ray_client = functools.partial(_local_ray, workers)
+    dispatcher = RayDispatcher(ray_client) if executor == "ray" else LocalDispatcher(max(1, workers))
+    try:
+        started = StartedJob(recipe=None, prepared=prepared, groups=prepared.groups)
+        return _run_started(started, dispatcher, prepared.runner_id, say)
+    finally:
+        dispatcher.close()
+
+
+def _run_started(started: StartedJob, dispatcher, run_id: str | None, say) -> JobResult:
     """Every step after the first, under the stop protocol; a failure is recorded in the job directory."""
     job_dir = started.job_dir
     where = "the first step"
@@ -163,7 +190,7 @@ def _run_started(started: StartedJob, dispatcher, run_id: str, say) -> JobResult
         result = stoppable(
             job_dir,
             lambda: finish_job(job_dir, event_defaults=_step(where), run_id=run_id, say=say),
-            step_key=f"{run_id}.export",
+            step_key=f"{run_id or 'local'}.export",
             run_id=run_id,
             event_defaults=_step(where),
             say=say,
@@ -212,7 +239,7 @@ def _run_group_step(job_dir: str, segment_index: int, step: str, group: dict, di
         lambda: run_group(
             job_dir, segment_index, group, dispatcher, event_defaults=_step(step), run_id=run_id, say=say
         ),
-        step_key=f"{run_id}.{step}.{group['group_id']}",
+        step_key=f"{run_id or 'local'}.{step}.{group['group_id']}",
         run_id=run_id,
         event_defaults=_step(step),
         say=say,
@@ -223,7 +250,7 @@ def _run_global(job_dir: str, op_index: int, step: str, run_id: str, say) -> Non
     result = stoppable(
         job_dir,
         lambda: run_global_step(job_dir, op_index, event_defaults=_step(step)),
-        step_key=f"{run_id}.{step}",
+        step_key=f"{run_id or 'local'}.{step}",
         run_id=run_id,
         event_defaults=_step(step),
         say=say,

@@ -1,8 +1,8 @@
 """Per-row lineage: the exact fate of hand-made rows, and lineage after a crash and resume equal to a
 clean run's.
 
-Real engine, real files: jobs are prepared and run in-process (run_segment, resolve_global_op,
-export_job), no Airflow, no Ray.  Every row of the input below has one known fate.
+Real engine, real files: jobs are prepared and run in-process (a whole job through
+``run_prepared_job``; the crash test step by step), no Airflow, no Ray.  Every row of the input below has one known fate.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, RowNotFoundError, partition_lineage, why
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 
 ROWS = [
     {"id": "a", "text": "mail me at bob@example.com about the plan"},  # 0: changed by op 0, kept
@@ -62,7 +63,7 @@ def run_all(job_dir, *, export=True):
 def finished(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lineage")
     job = make_job(tmp, "clean")
-    run_all(job.job_dir)
+    run_prepared_job(job)
     return job.job_dir, tmp / "clean.jsonl"
 
 

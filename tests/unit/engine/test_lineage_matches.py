@@ -1,6 +1,6 @@
 """Lineage names the row every deduplicator's duplicate was kept against (exact, MinHash, SimHash).
 
-Real engine, real files (in-process: run_segment, resolve_global_op, export_job; no Airflow, no Ray).
+Real engine, real files (in-process through ``run_prepared_job``; no Airflow, no Ray).
 The near-duplicates below sit in both partitions, so the match crosses a partition boundary; the
 MinHash band is checked with the op's own hashing (``compute_hash``), not with lineage's.
 """
@@ -15,11 +15,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, why
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.ops.registry import create_op
 
 BASE = "the river bank was quiet that morning and the old ferry waited for the first travellers of the day"
@@ -48,12 +46,7 @@ def run_job(tmp_path, op_name: str, rows=ROWS):
         f"process:\n  - {op_name}: {json.dumps(OPS[op_name])}\n"
     )
     job = prepare_job(load_recipe(str(recipe)), job_id=op_name)
-    for p in range(2):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, 0)
-    for p in range(2):
-        run_segment(job.job_dir, 1, p)
-    export_job(job.job_dir)
+    run_prepared_job(job)
     return job.job_dir, tmp_path / f"{op_name}.jsonl"
 
 

@@ -2,7 +2,7 @@
 with exact and near duplicates of night-1 rows exports the same bytes as a from-scratch run, says what it
 reused, never trusts a damaged source checkpoint, and recomputes past a deduplicator whose mask moved.
 
-Real engine, real files: jobs run in-process (run_segment, resolve_global_op, export_job), no Airflow, no Ray.
+Real engine, real files: jobs run in-process (``run_prepared_job``), no Airflow, no Ray.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import shutil
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.input import index_cache
-from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.gc import collect
 from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, pinned_sources
 from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
@@ -46,13 +45,7 @@ def run_job(tmp, data, name, work, reuse=True):
         f"checkpoint: {{strategy: every_n_ops, n_ops: 2}}\n{PROCESS}"
     )
     job = prepare_job(load_recipe(str(recipe)), job_id=name)
-    ctx = JobContext(job.job_dir)
-    for seg in ctx.plan.segments:
-        for p in range(len(ctx.partitioning_info["partitions"])):
-            run_segment(job.job_dir, seg.index, p)
-        if seg.keys_for_global is not None:
-            resolve_global_op(job.job_dir, seg.keys_for_global)
-    return job.job_dir, export_job(job.job_dir)
+    return job.job_dir, run_prepared_job(job).summary
 
 
 def _bytes(path):
@@ -189,14 +182,6 @@ def test_gc_keeps_running_resumable_and_referenced_jobs_and_removes_the_rest(nig
         summary = json.load(open(work / name / "job_summary.json"))
         summary.update(status=status, end_time=end, job_id=name)
         json.dump(summary, open(work / name / "job_summary.json", "w"))
-    lock = (work / "night1" / "metadata" / "runner.lock").read_bytes()  # held by this (live) process
-    for name in (
-        "night1",
-        "night2",
-        "night0",
-        "broken",
-    ):  # the export task releases a finished job's lock; in-process runs keep it
-        os.remove(work / name / "metadata" / "runner.lock")
     ReuseIndex(str(work)).publish("00deadbeef", {"job_id": "night0", "partition_id": 0})
     dry = collect(str(work), keep_last_n_jobs=1, dry_run=True)
     assert [d["job_id"] for d in dry.deleted] == ["night0"] and os.path.isdir(work / "night0" / "checkpoints")
@@ -213,7 +198,7 @@ def test_gc_keeps_running_resumable_and_referenced_jobs_and_removes_the_rest(nig
     assert [d["job_id"] for d in tight.deleted] == []
     assert {k["job_id"] for k in tight.kept} == {"night2", "night1", "broken"}
     # a running job (its lock held by a live process) is never touched, even with nothing else kept
-    (work / "night2" / "metadata" / "runner.lock").write_bytes(lock)
+    job_lock.acquire(str(work / "night2"), job_lock.owner_identity("gc-test"))  # held by this (live) process
     none_kept = collect(str(work), keep_last_n_jobs=0)
     assert {k["job_id"]: k["why"] for k in none_kept.kept}["night2"] == "running"
     assert "night1" in {k["job_id"] for k in none_kept.kept}  # still referenced by the running job

@@ -1,8 +1,8 @@
 """The tracer (open_tracer): per-partition candidates + merge give the same trace files for
 1, 3 and 8 partitions, equal to a single pass over the whole input in order.
 
-Real engine, real files: jobs are prepared and run in-process (run_segment,
-resolve_global_op, export_job) with no Airflow and no Ray.
+Real engine, real files: jobs are prepared and run in-process (``run_prepared_job``,
+or step by step where a test resumes) with no Airflow and no Ray.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
 from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.ops.registry import create_op
 from airflow_provider_dj.testing.sample_corpus import write_corpus
 
@@ -60,13 +61,7 @@ def run_job(
         f"checkpoint: {{strategy: {strategy}}}\n{PROCESS}"
     )
     job = prepare_job(load_recipe(str(recipe)), job_id=name)
-    for p in range(parts):
-        run_segment(job.job_dir, 0, p)
-    resolve_global_op(job.job_dir, 3)
-    for p in range(parts):
-        run_segment(job.job_dir, 1, p)
-    summary = export_job(job.job_dir)
-    return job.job_dir, summary
+    return job.job_dir, run_prepared_job(job).summary
 
 
 def read_jsonl(path):

@@ -13,7 +13,6 @@ import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.job.setup import prepare_job
-from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 RECIPE = """\
@@ -58,6 +57,7 @@ def new_job(tmp_path):
             "job_start", status="new", partitions=prepared.num_partitions
         )
         return {
+            "prepared": prepared,
             "dir": prepared.job_dir,
             "work": str(tmp_path / "work"),
             "recipe": str(rpath),
@@ -68,26 +68,17 @@ def new_job(tmp_path):
     return make
 
 
-def run_all(job_dir: str) -> dict:
-    """Run every task of the job in order, in-process, and export."""
-    from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-    from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.job.export import export_job
+def run_all(job: dict) -> dict:
+    """Run every step of the planned job in this process, as the DAG's tasks would, and export."""
+    from airflow_provider_dj.engine.runner.local import run_prepared_job
 
-    for pid in range(3):
-        run_segment(job_dir, 0, pid, try_number=1)
-    resolve_global_op(job_dir, 2)
-    for pid in range(3):
-        run_segment(job_dir, 1, pid, try_number=1)
-    summary = export_job(job_dir)
-    job_lock.release(job_dir, "run_1")
-    return summary
+    return run_prepared_job(job["prepared"]).summary
 
 
 @pytest.fixture
 def completed_job(new_job):
     job = new_job("done")
-    job["summary"] = run_all(job["dir"])
+    job["summary"] = run_all(job)
     return job
 
 

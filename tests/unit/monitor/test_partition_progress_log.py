@@ -12,7 +12,7 @@ from tests.unit.monitor.conftest import read_lines, run_all
 
 def test_segment_runner_writes_one_log_per_partition_across_segments(new_job):
     job = new_job("logged")
-    run_all(job["dir"])
+    run_all(job)  # the local executor: one try, so no try tag in the lines
     assert sorted(os.listdir(os.path.join(job["dir"], "logs"))) == [
         "job.log",
         "partition_00000.log",
@@ -21,15 +21,15 @@ def test_segment_runner_writes_one_log_per_partition_across_segments(new_job):
     ]
     lines = read_lines(partition_log_path(job["dir"], 1))
     bodies = [re.sub(r"^\S+Z ", "", ln) for ln in lines]
-    assert bodies[0] == "[p1 seg0 try1] partition start: rows 40-79 (40 rows), 2 ops to run"
-    assert bodies[1] == "[p1 seg0 try1] op 0 whitespace_normalization_mapper start (1/2 of this segment): 40 rows in"
+    assert bodies[0] == "[p1 seg0] partition start: rows 40-79 (40 rows), 2 ops to run"
+    assert bodies[1] == "[p1 seg0] op 0 whitespace_normalization_mapper start (1/2 of this segment): 40 rows in"
     assert re.fullmatch(
-        r"\[p1 seg0 try1\] op 0 whitespace_normalization_mapper done \(1/2\): 40 -> 40 rows in "
+        r"\[p1 seg0\] op 0 whitespace_normalization_mapper done \(1/2\): 40 -> 40 rows in "
         r"\d+\.\d{3}s \([\d,]+ rows/s\), ETA \d+\.\d+s for 1 more ops",
         bodies[2],
     )
-    assert any(b.startswith("[p1 seg1 try1] op 2 document_deduplicator done (1/1): ") for b in bodies)
-    assert bodies[-1].startswith("[p1 seg1 try1] partition segment done: ")
+    assert any(b.startswith("[p1 seg1] op 2 document_deduplicator done (1/1): ") for b in bodies)
+    assert bodies[-1].startswith("[p1 seg1] partition segment done: ")
     assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", ln) for ln in lines)
 
 

@@ -2,7 +2,7 @@
 
 Both ops are ``stateful`` (their models load once per Ray actor).  This runs
 one recipe holding both over the conformance inputs, partitioned in three,
-(1) in-process with ``run_segment`` (the plain path: no actor, the op built
+(1) in-process with ``run_prepared_job`` (the plain path: no actor, the op built
 per partition, models loaded on the first batch) and (2) on a real local Ray
 through ``run_partitions``, which puts the segment on an actor pool.  Both
 exports must hold exactly the rows Data-Juicer kept with the same models
@@ -76,12 +76,10 @@ def _check_export(out: Path) -> None:
 
 
 def test_plain_path_in_process(tmp_path):
-    from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.runner.local import run_prepared_job
 
     job, out = _job(tmp_path, "plain")
-    for pid in range(job.num_partitions):
-        run_segment(job.job_dir, 0, pid)
-    export_job(job.job_dir)
+    run_prepared_job(job)
     _check_export(out)
 
 
