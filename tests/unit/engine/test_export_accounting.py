@@ -45,9 +45,8 @@ def test_mismatch_fails(per):
 
 def test_export_keeps_stats_when_asked(tmp_path):
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.job.export import export_job
     from airflow_provider_dj.engine.job.setup import prepare_job
+    from airflow_provider_dj.engine.runner.local import run_prepared_job
     from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 60, seed=5)
@@ -58,9 +57,7 @@ def test_export_keeps_stats_when_asked(tmp_path):
             "partition: {mode: manual, num_of_partitions: 3}\nprocess:\n  - text_length_filter: {min_len: 30}\n"
         )
         job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id=f"k{keep}")
-        for pid in range(3):
-            run_segment(job.job_dir, 0, pid)
-        summary = export_job(job.job_dir)
+        summary = run_prepared_job(job).summary
         if keep:
             rows = [json.loads(line) for line in open(out)]
             assert all(r["__dj__stats__"]["text_len"] >= 30 for r in rows)

@@ -26,6 +26,7 @@ from airflow_provider_dj.engine.job.export import MissingFinalCheckpointError, e
 from airflow_provider_dj.engine.job.resume import config_diff
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.planning.plan import build_plan
+from airflow_provider_dj.engine.runner.local import run_prepared_job
 
 
 @pytest.mark.parametrize(
@@ -121,8 +122,7 @@ def test_a_handful_of_bad_rows_never_stops_a_job(tmp_path):
     data = write_input(tmp_path / "in.jsonl", [True] * 10 + [False] + [True] * 8 + [False])
     rpath, out = write_recipe(tmp_path, data, 2)
     job = prepare_job(load_recipe(rpath), job_id="g2")
-    run_all(job, 2)
-    summary = export_job(job.job_dir)
+    summary = run_prepared_job(job).summary
     assert summary["export"]["rows"] == 18 and summary["failed_samples"] == 2
     assert failed_rows(job.job_dir) == [10, 19]
 

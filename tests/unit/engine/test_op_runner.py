@@ -59,9 +59,8 @@ def test_filter_accounting():
 @pytest.mark.parametrize("policy,kept", [("keep_all", True), ("cleanup_all", False), ("keep_failed_only", False)])
 def test_retention_policy_applied_after_success(tmp_path, policy, kept):
     from airflow_provider_dj.engine.config.recipe import load_recipe
-    from airflow_provider_dj.engine.execution.segment_runner import run_segment
-    from airflow_provider_dj.engine.job.export import export_job
     from airflow_provider_dj.engine.job.setup import prepare_job
+    from airflow_provider_dj.engine.runner.local import run_prepared_job
     from airflow_provider_dj.testing.sample_corpus import write_corpus
 
     data = write_corpus(str(tmp_path / "in.jsonl"), 30, seed=1)
@@ -71,9 +70,7 @@ def test_retention_policy_applied_after_success(tmp_path, policy, kept):
         "partition: {mode: manual, num_of_partitions: 2}\nprocess:\n  - whitespace_normalization_mapper:\n"
     )
     job = prepare_job(load_recipe(tmp_path / "r.yaml"), job_id="ret")
-    for pid in range(2):
-        run_segment(job.job_dir, 0, pid)
-    summary = export_job(job.job_dir)
+    summary = run_prepared_job(job).summary
     cp = os.path.join(job.job_dir, "checkpoints")
     assert os.path.exists(os.path.join(cp, "checkpoint_op_000_whitespace_normalization_mapper")) == kept
     assert os.path.exists(os.path.join(cp, "partitioning_info.json"))  # always kept
