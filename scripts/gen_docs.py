@@ -89,7 +89,7 @@ KEY_TEXT: dict[str, str] = {
     # partition
     "partition.mode": "`auto`: rows per partition from measured bytes/row and `target_size_mb` (text: at most "
     "50,000 rows); `manual`: `num_of_partitions`, else `size`, else 4 partitions.",
-    "partition.num_of_partitions": "Manual mode: the partition count (more partitions than rows is an error).",
+    "partition.num_of_partitions": "Manual mode: the partition count (more partitions than rows is an error). Ignored in auto mode, with a warning at validate and at the run's start.",
     "partition.size": "Rows per partition (manual mode without a count; auto mode's fallback).",
     "partition.target_size_mb": "Auto mode: the target partition size in MB.",
     "partition.max_size_mb": "Auto mode: upper bound; must be at least `target_size_mb`.",

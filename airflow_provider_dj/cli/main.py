@@ -121,9 +121,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for op in plan.ops:
         print(f"  op {op.index}: {op.name} {op.args or ''}{'  [global]' if op.is_global else ''}")
     print(f"  segments: {len(plan.segments)}; checkpoints after ops {plan.checkpoint_points} ({plan.strategy})")
-    if recipe.ignored_keys:
-        print(f"  note: Data-Juicer keys accepted but not used here: {', '.join(recipe.ignored_keys)}")
+    from airflow_provider_dj.engine.config.notices import unused_setting_notices
     from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
+
+    for notice in unused_setting_notices(recipe):
+        print(f"  note: {notice}")
 
     if reuse_off_reason(recipe):
         print(f"  note: intermediate_storage.reuse_across_jobs is ignored: {reuse_off_reason(recipe)}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
+from airflow_provider_dj.engine.config.notices import unused_setting_notices
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.job.setup import PreparedJob, prepare_job
@@ -79,13 +80,13 @@ def choose_job_id(recipe, run: RunIdentity | None = None) -> str:
 
 def report_recipe(recipe, say: Say = log.info, warn: Say = log.warning) -> None:
     """Log what the recipe resolved to that a person should see before any work: rendered
-    templates, accepted-but-unused Data-Juicer keys, and a reuse setting that cannot apply."""
+    templates, settings with no effect (engine/config/notices.py), and a reuse setting that cannot apply."""
     from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
 
     for key, value in (recipe.templates.get("values") or {}).items():
         say(f"Templated {key}: {value['template']!r} -> {value['rendered']!r}")
-    if recipe.ignored_keys:
-        warn("Recipe keys accepted for Data-Juicer compatibility but not used: " + ", ".join(recipe.ignored_keys))
+    for notice in unused_setting_notices(recipe):
+        warn(notice)
     reason = reuse_off_reason(recipe)
     if reason:
         warn(f"intermediate_storage.reuse_across_jobs is ignored: {reason}")
