@@ -26,15 +26,11 @@ def print_completed(summary: dict, job_id: str, job_dir: str, run_id: str, wall:
             f"  filtered {op['filtered']:>7}  dup {op['duplicates']:>7}  failed {op['failed']:>5}"
         )
     print(f"  export: {summary['export']['rows']} rows -> {summary['export']['path']}")
-    reuse = summary.get("reuse")
-    if reuse and reuse.get("off"):
-        print(f"  reuse:  off: {reuse['off']}")
-    elif reuse:  # nightly reuse across jobs (docs/nightly.md)
-        print(
-            f"  reuse:  {reuse['partitions_reused']} partitions reused, {reuse['computed_partitions']} computed; "
-            f"{reuse['checkpoints_reused']} checkpoints, {reuse['bytes_reused']} bytes from "
-            f"{', '.join(reuse['source_jobs']) or 'no earlier job'}"
-        )
+    from airflow_provider_dj.engine.execution.reuse import reuse_line
+
+    line = reuse_line(summary.get("reuse"))  # nightly reuse across jobs (docs/nightly.md)
+    if line:
+        print(f"  reuse:  {line}")
 
 
 def held_by_another_runner(work_dir: str, job_id: str, airflow_run_id: str | None = None) -> str | None:

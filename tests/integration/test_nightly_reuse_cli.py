@@ -50,7 +50,7 @@ def test_two_nights_through_the_cli(tmp_path, airflow_home, ray_cluster, capsys,
     write_growth_file(str(data / "day2_0.jsonl"), texts, 20, seed=7)
     assert main(["run", str(recipe), "--job-id", "night2", "--set", f"export_path={tmp_path / 'out2.jsonl'}"]) == 0
     printed = capsys.readouterr().out
-    assert "reuse:  4 partitions reused, 1 computed" in printed and "from night1" in printed
+    assert "reuse:  reused from night1: 4 of 5 partitions, " in printed and "; 1 computed" in printed
     summary = json.load(open(tmp_path / "work" / "night2" / "job_summary.json"))
     assert summary["reuse"]["partitions_reused"] == 4 and summary["reuse"]["source_jobs"] == ["night1"]
     assert summary["reuse"]["export_parts_reused"] == 4

@@ -280,6 +280,32 @@ def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
     }
 
 
+def reuse_line(reuse: dict | None) -> str | None:
+    """The job summary's ``reuse`` section as the one line a person reads after a night: what was reused
+    from which job (partitions, checkpoints, export bytes) and what was computed; None without reuse."""
+    if not reuse:
+        return None
+    if reuse.get("off"):
+        return f"off: {reuse['off']}"
+    total = reuse["partitions_reused"] + reuse["computed_partitions"]
+    sources = ", ".join(reuse["source_jobs"]) or "no earlier job"
+    line = (
+        f"reused from {sources}: {reuse['partitions_reused']} of {total} partitions, "
+        f"{reuse['checkpoints_reused']} checkpoints ({_size(reuse['bytes_reused'])})"
+    )
+    if reuse.get("export_parts_reused") is not None:
+        line += f", {reuse['export_parts_reused']} export parts ({_size(reuse.get('export_bytes_reused') or 0)})"
+    return line + f"; {reuse['computed_partitions']} computed"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
 # -- export parts: the serialized rows of a reused final checkpoint -------------------------------------
 EXPORT_PART_STORE = "export_part_jsonl"
 

@@ -218,11 +218,12 @@ class _PartLedger:
 
     ``written``: the parts this process wrote or copied, as published entries; ``copied_ranges``: the
     parallel path's parts as (partition, offset, length, xxh3, rows); ``parts_copied``: how many parts
-    came from the last export's bytes."""
+    came from the last export's bytes, ``bytes_copied`` their size."""
 
     written: list[dict] = field(default_factory=list)
     copied_ranges: list[tuple] = field(default_factory=list)
     parts_copied: int = 0
+    bytes_copied: int = 0
 
 
 def _write_export(
@@ -306,6 +307,7 @@ def _reusing_parts(
         else:
             rows_p = int(markers[pid]["num_rows"])
             ledger.parts_copied += 1
+            ledger.bytes_copied += len(data)
         ledger.written.append(
             {
                 "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),
@@ -410,6 +412,7 @@ def _finish_summary(ctx: JobContext, summary: dict, markers: dict[int, dict], le
     if summary.get("reuse") is not None:  # what later jobs may reuse of this one (after retention: only what is kept)
         summary["reuse"]["published_entries"] = publish_job(ctx)
         summary["reuse"]["export_parts_reused"] = ledger.parts_copied
+        summary["reuse"]["export_bytes_reused"] = ledger.bytes_copied
         ledger.written += [
             {
                 "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),

@@ -134,6 +134,10 @@ def finish_job(
             f"filtered={op['filtered']} duplicates={op['duplicates']} failed={op['failed']}"
         )
     say(f"Exported {summary['export']['rows']} rows to {summary['export']['path']}")
+    from airflow_provider_dj.engine.execution.reuse import reuse_line
+
+    if reuse_line(summary.get("reuse")):
+        say(f"Reuse: {reuse_line(summary.get('reuse'))}")
     return _export_result(summary)
 
 

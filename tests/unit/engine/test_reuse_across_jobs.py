@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.execution.reuse import reuse_line
 from airflow_provider_dj.engine.input import index_cache
 from airflow_provider_dj.engine.job.gc import collect
 from airflow_provider_dj.engine.job.setup import prepare_job
@@ -93,6 +94,12 @@ def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights
     assert reuse["bytes_reused"] > 0 and reuse["checkpoints_reused"] >= 2 * reuse["partitions_reused"]
     # the reused partitions' JSONL bytes were copied from night 1's export (checked by their xxh3)
     assert reuse["export_parts_reused"] == reuse["partitions_reused"]
+    assert 0 < reuse["export_bytes_reused"] < os.path.getsize(tmp / "night2.jsonl")
+    assert reuse_line(reuse).startswith(
+        f"reused from night1: {reuse['partitions_reused']} of {reuse['partitions_reused'] + 1} partitions, "
+        f"{reuse['checkpoints_reused']} checkpoints ("
+    )
+    assert reuse_line(reuse).endswith("; 1 computed")
     assert nights["s1"]["reuse"]["partitions_reused"] == 0 and nights["s1"]["reuse"]["published_entries"] > 0
     assert pinned_sources(nights["night2"]) == {"night1"}
     # read in place: night 2 holds reuse markers, not copies of night 1's data files
@@ -202,6 +209,24 @@ def test_gc_keeps_running_resumable_and_referenced_jobs_and_removes_the_rest(nig
     none_kept = collect(str(work), keep_last_n_jobs=0)
     assert {k["job_id"]: k["why"] for k in none_kept.kept}["night2"] == "running"
     assert "night1" in {k["job_id"] for k in none_kept.kept}  # still referenced by the running job
+
+
+def test_the_reuse_line_names_the_counts_sizes_and_source():
+    reuse = {
+        "partitions_reused": 20,
+        "partitions_partly_reused": 0,
+        "checkpoints_reused": 40,
+        "bytes_reused": 64_172_851,
+        "source_jobs": ["night1"],
+        "computed_partitions": 1,
+        "export_parts_reused": 20,
+        "export_bytes_reused": 61_760_000,
+    }
+    assert reuse_line(reuse) == (
+        "reused from night1: 20 of 21 partitions, 40 checkpoints (61.2 MiB), 20 export parts (58.9 MiB); 1 computed"
+    )
+    assert reuse_line({"off": "open_tracer is true"}) == "off: open_tracer is true"
+    assert reuse_line(None) is None
 
 
 def test_a_pin_waits_for_a_running_gc(tmp_path):
