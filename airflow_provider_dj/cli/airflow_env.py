@@ -16,10 +16,17 @@ one writer.  So each run gets a *private run directory* under
   one writer at a time, and a CLI run's metadata is scratch anyway: the job
   directory is the durable record.
 
-With a server DB (PostgreSQL, MySQL: set through
-``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` or ``airflow.cfg``), which takes
-concurrent writers, runs share it; it is migrated once (per Airflow version
-and DB URL) under a lock file, so two first runs do not migrate it at once.
+The copy is made whatever DB the home configures: with ``AIRFLOW_HOME``
+pointing at an existing Airflow (its ``airflow.cfg`` naming PostgreSQL, say),
+a CLI run reads that home's configuration but never migrates or writes that
+DB, which belongs to the deployment.  Only an in-process caller that already
+imported Airflow (a test calling ``cli.main``) uses the configured DB.
+
+The private state is set up in two halves: :func:`reserve_run` before
+anything imports Airflow (the run directory and the two variables Airflow
+reads once, at import), and :func:`prepare_run` once the DAG is known (the
+stub, the DB copy).  So a templated recipe, whose preview imports Airflow
+for its Jinja environment, still runs on its own copy.
 
 A run removes its own run directory when it ends (:meth:`RunEnv.cleanup`)
 and never another's; directories left by crashed runs (their owner process
@@ -146,7 +153,10 @@ def _write_default_config(home: str) -> None:
         [sys.executable, "-c", "import airflow.configuration"], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
-        raise AirflowEnvError(f"Airflow could not write its default configuration in {home}:\n{proc.stderr[-3000:]}")
+        raise AirflowEnvError(
+            f"Airflow could not write its default configuration (AIRFLOW_HOME={home}); fix the error "
+            f"below, or point DJ_AIRFLOW_HOME at a fresh directory:\n{proc.stderr[-3000:]}"
+        )
 
 
 def template_db_path(home: str) -> str:
@@ -331,75 +341,103 @@ class RunEnv:
                 os.environ[key] = value
 
 
-def prepare_run(recipe_path: str, dag_id: str, *, private: bool = True, build_kwargs: dict | None = None) -> RunEnv:
-    """Set up this process's private Airflow state for one run (before Airflow is imported).
+def reserve_run() -> RunEnv | None:
+    """The first half of a private run, before anything in this process imports Airflow.
 
-    Sets AIRFLOW__CORE__DAGS_FOLDER (and, with SQLite,
-    AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) in ``os.environ``: Airflow reads
-    both once, when it is imported.  That is why the private state is for a
-    process that runs one DAG and ends (the ``dj-airflow`` console script).
-    An in-process caller that goes on using Airflow (a test calling
-    ``cli.main``) passes ``private=False``, and one that imported Airflow
-    already gets the same: the stub goes to the DAG folder Airflow already
-    uses (one process, one run at a time) and the configured DB is shared.
-    ``build_kwargs`` go into the DAG stub (:func:`write_cli_dag_stub`).
-    """
+    Creates this run's directory under ``<home>/dj_cli_runs/`` (its owner file names this process)
+    and points AIRFLOW__CORE__DAGS_FOLDER and, with SQLite, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN at
+    its stub folder and DB copy, neither written yet: Airflow reads both variables once, at import,
+    and does not open the DB until a run does.  :func:`prepare_run` with ``reserved=`` completes it;
+    :meth:`RunEnv.cleanup` undoes it.  None when Airflow is already imported (too late to choose)."""
+    if "airflow.settings" in sys.modules:
+        return None
     try:
-        return _prepare_run(recipe_path, dag_id, private, build_kwargs)
-    except OSError as exc:  # an unwritable or full home: say which and what to do, not a traceback
-        home = os.environ.get("AIRFLOW_HOME") or dj_settings.get("airflow_home") or DEFAULT_HOME
-        raise AirflowEnvError(
-            f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
-            f"(and free some space), or point DJ_AIRFLOW_HOME at another directory"
-        ) from exc
+        return _reserve_run()
+    except OSError as exc:
+        raise _home_error(exc) from exc
 
 
-def _prepare_run(recipe_path: str, dag_id: str, private: bool, build_kwargs: dict | None = None) -> RunEnv:
+def _reserve_run() -> RunEnv:
     home = configure_airflow_env()
     saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")}
-    if not private or "airflow.settings" in sys.modules:
-        folder = None
-        if "airflow.settings" in sys.modules:
-            from airflow import settings
-
-            folder = getattr(settings, "DAGS_FOLDER", None)
-        dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=folder, build_kwargs=build_kwargs)
-        if folder is None:
-            os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
-        ensure_db(home)
-        return RunEnv(home=home, run_dir=None, dags_folder=dags, db_path=None, saved_env={})
     sweep_stale_runs(home)
     root = os.path.join(home, RUNS_DIR)
     os.makedirs(root, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root)
     pid = os.getpid()
-    owner = {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "pid_start": _pid_start_time(pid),
-        "started_at": time.time(),
-        "recipe": recipe_path,
-        "dag_id": dag_id,
-    }
+    owner = {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start_time(pid), "started_at": time.time()}
     # Written whole and renamed into place: a sweep by a run starting at this instant never reads half of it.
     tmp_owner = os.path.join(run_dir, RUN_OWNER_FILE + ".tmp")
     with open(tmp_owner, "w", encoding="utf-8") as fh:
         json.dump(owner, fh)
     os.replace(tmp_owner, os.path.join(run_dir, RUN_OWNER_FILE))
-    try:
-        dags = write_cli_dag_stub(
-            home, recipe_path, dag_id, folder=os.path.join(run_dir, "dags"), build_kwargs=build_kwargs
-        )
-        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
-        db_path = None
-        if configured_db_url(home).startswith("sqlite"):
-            template = ensure_template_db(home)
-            db_path = os.path.join(run_dir, "airflow.db")
-            shutil.copyfile(template, db_path)
-            os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{db_path}"
-        else:
-            ensure_db(home)
-    except BaseException:
-        RunEnv(home, run_dir, "", None, saved).cleanup()
-        raise
+    dags = os.path.join(run_dir, "dags")
+    db_path = os.path.join(run_dir, "airflow.db")
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
+    os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{db_path}"
     return RunEnv(home=home, run_dir=run_dir, dags_folder=dags, db_path=db_path, saved_env=saved)
+
+
+def prepare_run(
+    recipe_path: str,
+    dag_id: str,
+    *,
+    private: bool = True,
+    build_kwargs: dict | None = None,
+    reserved: RunEnv | None = None,
+) -> RunEnv:
+    """Set up this process's Airflow state for one run; with ``reserved`` (:func:`reserve_run`),
+    complete that reservation.
+
+    A private run (the ``dj-airflow`` console script) gets its own DAG-stub folder and its own copy
+    of a migrated SQLite metadata DB, set in ``os.environ`` before Airflow is imported; that is why
+    the private state is for a process that runs one DAG and ends.  An in-process caller that goes
+    on using Airflow (a test calling ``cli.main``) passes ``private=False``, and one that imported
+    Airflow without a reservation gets the same: the stub goes to the DAG folder Airflow already
+    uses (one process, one run at a time) and the configured DB is used (and migrated once).
+    ``build_kwargs`` go into the DAG stub (:func:`write_cli_dag_stub`).
+    """
+    try:
+        if reserved is not None:
+            return _complete_reserved(reserved, recipe_path, dag_id, build_kwargs)
+        if not private or "airflow.settings" in sys.modules:
+            return _prepare_shared(recipe_path, dag_id, build_kwargs)
+        return _complete_reserved(_reserve_run(), recipe_path, dag_id, build_kwargs)
+    except OSError as exc:  # an unwritable or full home: say which and what to do, not a traceback
+        raise _home_error(exc) from exc
+
+
+def _home_error(exc: OSError) -> AirflowEnvError:
+    home = os.environ.get("AIRFLOW_HOME") or dj_settings.get("airflow_home") or DEFAULT_HOME
+    return AirflowEnvError(
+        f"cannot prepare the Airflow home {home} for this run ({exc}); make it writable "
+        f"(and free some space), or point DJ_AIRFLOW_HOME at another directory"
+    )
+
+
+def _prepare_shared(recipe_path: str, dag_id: str, build_kwargs: dict | None) -> RunEnv:
+    """An in-process caller's run: the DAG folder and DB Airflow was configured with."""
+    home = configure_airflow_env()
+    folder = None
+    if "airflow.settings" in sys.modules:
+        from airflow import settings
+
+        folder = getattr(settings, "DAGS_FOLDER", None)
+    dags = write_cli_dag_stub(home, recipe_path, dag_id, folder=folder, build_kwargs=build_kwargs)
+    if folder is None:
+        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags
+    ensure_db(home)
+    return RunEnv(home=home, run_dir=None, dags_folder=dags, db_path=None, saved_env={})
+
+
+def _complete_reserved(env: RunEnv, recipe_path: str, dag_id: str, build_kwargs: dict | None) -> RunEnv:
+    """The stub and the DB copy of a reserved run; on any error the reservation is undone."""
+    try:
+        write_cli_dag_stub(env.home, recipe_path, dag_id, folder=env.dags_folder, build_kwargs=build_kwargs)
+        # Migrated with this home's configuration (its airflow.cfg), on a file of ours: whatever DB the
+        # home names is never opened.
+        shutil.copyfile(ensure_template_db(env.home), env.db_path)
+    except BaseException:
+        env.cleanup()
+        raise
+    return env

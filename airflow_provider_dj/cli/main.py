@@ -147,11 +147,22 @@ _CONSOLE = {"active": False}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    recipe_path = os.path.abspath(args.recipe)
+    # Before anything imports Airflow (a templated recipe's preview does): a run that may go through
+    # Airflow takes its private DAG folder and metadata DB now, or it would have to share the home's.
+    reserved = _reserve_airflow_state(args, recipe_path)
+    try:
+        return _run(args, recipe_path, reserved)
+    finally:
+        if reserved is not None and reserved.run_dir is not None and os.path.isdir(reserved.run_dir):
+            reserved.cleanup()  # not taken by an Airflow run (which cleans up its own)
+
+
+def _run(args: argparse.Namespace, recipe_path: str, reserved) -> int:
     from airflow_provider_dj.cli.airflow_env import AirflowEnvError, prepare_run
     from airflow_provider_dj.engine.config.recipe import sanitize_dag_id
     from airflow_provider_dj.engine.jobdir.identity import new_job_id
 
-    recipe_path = os.path.abspath(args.recipe)
     # Validate everything before starting Airflow or Ray: bad input fails in a second.
     checked = _checked_run_recipe(args, recipe_path)
     if isinstance(checked, int):
@@ -184,10 +195,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
     # on the machine neither see nor touch them (airflow_env.py).
     try:
-        run_env = prepare_run(recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs=build_kwargs)
+        run_env = prepare_run(
+            recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs=build_kwargs, reserved=reserved
+        )
     except AirflowEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"Airflow home: {run_env.home}; {_metadata_db_line(run_env)}", flush=True)
     print(
         f"Resume token: {job_id}. Re-trigger with resume={job_id} "
         f"(or {resume_command(args.recipe, job_id)}) to resume this job.",
@@ -196,6 +210,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
     wall = time.perf_counter() - t0
     return _report_run(args, recipe, job_id, note, state=state, run_id=run_id, wall=wall)
+
+
+def _reserve_airflow_state(args: argparse.Namespace, recipe_path: str):
+    """This console run's private Airflow state (cli/airflow_env.py ``reserve_run``), taken before any
+    import of Airflow, when the run may go through Airflow: ``--airflow``, Ray as Airflow's connection,
+    or a recipe with templates (whose preview imports Airflow, and which may need a task's context).
+    None otherwise, and when the home cannot be prepared (the engine does not need it; an Airflow run
+    then reports why)."""
+    from airflow_provider_dj.cli.airflow_env import AirflowEnvError, reserve_run
+
+    if not _CONSOLE["active"]:
+        return None
+    if not (args.airflow or os.environ.get("AIRFLOW_CONN_RAY_DEFAULT") or _may_hold_templates(recipe_path)):
+        return None
+    try:
+        return reserve_run()
+    except AirflowEnvError:
+        return None
+
+
+def _may_hold_templates(recipe_path: str) -> bool:
+    """Whether the recipe file has Jinja markers (a false positive only costs a reservation)."""
+    try:
+        with open(recipe_path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return False  # the recipe check reports it
+    return "{{" in text or "{%" in text
+
+
+def _metadata_db_line(run_env) -> str:
+    if run_env.db_path:
+        return f"metadata DB: a private copy for this run ({run_env.db_path}), removed at its end"
+    return "metadata DB: the one this process's Airflow is configured with"
 
 
 def _why_through_airflow(args: argparse.Namespace, note: str) -> str | None:

@@ -159,4 +159,52 @@ def test_a_templated_recipe_runs_from_the_console_script_in_a_fresh_home(path, n
     rows = [json.loads(line)["text"] for line in (tmp_path / "clean" / "20261130.jsonl").read_text().splitlines()]
     assert rows == ["one two three", "a b c d", "four words are here"]
     assert not (home / "airflow").exists(), "the CLI wrote into Airflow's default home"
-    assert (home / ".dj-airflow" / "airflow").is_dir()
+    ours = home / ".dj-airflow" / "airflow"
+    assert ours.is_dir()
+    assert not (ours / "airflow.db").exists(), "the run used the home's shared DB, not a private copy"
+    assert not os.listdir(ours / "dj_cli_runs"), "the run left its private directory behind"
+    if path == "airflow":
+        assert f"Airflow home: {ours}; metadata DB: a private copy for this run" in proc.stdout
+
+
+@pytest.mark.parametrize("path", ["engine", "airflow"])
+def test_templated_runs_at_once_in_an_existing_airflow_home_never_touch_its_db(path, nightly, tmp_path):
+    """AIRFLOW_HOME names a deployment's home whose airflow.cfg points at its PostgreSQL (nothing listens
+    there: opening it would fail the run).  Two nights at once read that configuration, each runs on a
+    DB of its own, and the deployment's DB is neither migrated nor written."""
+    import subprocess
+    import sys
+
+    prod = tmp_path / "prod_airflow"
+    prod.mkdir()
+    cfg = "[core]\nload_examples = False\n[database]\nsql_alchemy_conn = postgresql://airflow@127.0.0.1:1/prod\n"
+    (prod / "airflow.cfg").write_text(cfg)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8", "AIRFLOW_HOME": str(prod)}
+    recipe = nightly("prod_nightly")
+    dj = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
+    flags = ["--executor", "local"] + (["--airflow"] if path == "airflow" else [])
+    procs = {
+        day: subprocess.Popen(
+            [dj, "run", recipe, "--logical-date", day, "--job-id", f"prod_{path}_{day}", *flags],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for day in ("2026-11-30", "2026-12-01")
+    }
+    outs = {day: p.communicate(timeout=600) for day, p in procs.items()}
+    for day, p in procs.items():
+        assert p.returncode == 0, (day, outs[day][0][-3000:], outs[day][1][-3000:])
+        if path == "airflow":
+            assert f"Airflow home: {prod}; metadata DB: a private copy for this run" in outs[day][0]
+
+    def texts(name):
+        return [json.loads(line)["text"] for line in (tmp_path / "clean" / name).read_text().splitlines()]
+
+    assert texts("20261130.jsonl") == ["one two three", "a b c d", "four words are here"]
+    assert texts("20261201.jsonl") == ["another day entirely here", "its rows must not be read"]
+    assert (prod / "airflow.cfg").read_text() == cfg
+    assert not (prod / "airflow.db").exists()
+    assert not [n for n in os.listdir(prod) if n.startswith(".dj_db_migrated")], "the deployment's DB was migrated"
+    assert os.listdir(prod / "dj_cli_runs") == []  # each run removed its private directory

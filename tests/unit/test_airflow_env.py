@@ -177,12 +177,12 @@ SHARED = textwrap.dedent("""\
 """)
 
 
-def test_a_server_db_is_shared_and_migrated_once(tmp_path):
-    """With a DB that takes concurrent writers the run shares it: only the stub folder is private."""
+def test_a_server_db_the_home_configures_is_never_opened(tmp_path):
+    """An AIRFLOW_HOME whose configuration names a server DB (an existing deployment's): the run reads
+    that configuration but migrates and writes only its own SQLite copy, and leaves the setting as it was."""
     home = tmp_path / "home"
     home.mkdir()
-    url = "postgresql://dj@127.0.0.1:1/shared"  # never connected to: the marker says it is migrated
-    open(airflow_env._migrated_marker(str(home), url), "w").close()
+    url = "postgresql://dj@127.0.0.1:1/production"  # nothing listens there: opening it would fail the run
     proc = subprocess.run(
         [sys.executable, "-c", SHARED],
         capture_output=True,
@@ -192,12 +192,46 @@ def test_a_server_db_is_shared_and_migrated_once(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen["db"] is None and seen["conn"] == url == seen["conn_after"]  # shared, and left as it was
+    assert seen["db"].startswith(seen["run_dir"]) and seen["conn"] == f"sqlite:///{seen['db']}"
+    assert seen["conn_after"] == url  # restored for whatever the process does next
     assert seen["folder_env"] == seen["dags"] and seen["dags"].startswith(seen["run_dir"])
     assert seen["stubs"] == ["dj_cli_x.py"]
     assert not os.path.exists(seen["run_dir"])
-    # Another URL is another DB: it gets its own marker (it would be migrated).
-    assert airflow_env._migrated_marker(str(home), url + "2") != airflow_env._migrated_marker(str(home), url)
+    assert not any(n.startswith(".dj_db_migrated") for n in os.listdir(home))  # the server DB was never migrated
+
+
+RESERVED = textwrap.dedent("""\
+    import json, os, sys
+    from airflow_provider_dj.cli import airflow_env
+    reserved = airflow_env.reserve_run()
+    import airflow.settings  # what a templated recipe's preview does: Airflow reads its settings now
+    early = {"conn": airflow.settings.SQL_ALCHEMY_CONN, "dags": airflow.settings.DAGS_FOLDER,
+             "db_exists_before": os.path.exists(reserved.db_path)}
+    env = airflow_env.prepare_run("/r/x.yaml", "x", reserved=reserved)
+    from sqlalchemy import text
+    with airflow.settings.engine.connect() as c:  # the copy is a migrated DB, and the one Airflow uses
+        version = c.execute(text("select version_num from alembic_version")).scalar()
+    print(json.dumps({**early, "db": env.db_path, "run_dir": env.run_dir, "version": version,
+                      "stubs": os.listdir(env.dags_folder)}))
+    env.cleanup()
+""")
+
+
+def test_a_run_reserved_before_airflow_is_imported_gets_its_own_db_after_the_import(tmp_path):
+    """A templated recipe's preview imports Airflow before the DAG is known: the reservation made before
+    it points Airflow at this run's DB copy, which prepare_run then writes; nothing is shared."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", RESERVED], capture_output=True, text=True, timeout=300, env=_clean_env(home)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["conn"] == f"sqlite:///{seen['db']}" and seen["db"].startswith(seen["run_dir"])
+    assert seen["dags"].startswith(seen["run_dir"]) and seen["stubs"] == ["dj_cli_x.py"]
+    assert seen["db_exists_before"] is False and seen["version"]
+    assert not os.path.exists(seen["run_dir"])
+    assert not os.path.exists(home / "airflow.db")  # the home's own DB was never created
 
 
 def test_an_in_process_caller_uses_the_dag_folder_airflow_already_reads(tmp_path):
@@ -215,13 +249,17 @@ def test_an_in_process_caller_uses_the_dag_folder_airflow_already_reads(tmp_path
 def test_a_failed_migration_names_the_home_and_what_to_do(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = _clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql://nobody@127.0.0.1:1/none")
+    # A home whose configuration breaks every Airflow command: writing the default configuration fails
+    # (no airflow.cfg yet), and with one in place the template's migration does.
+    env = _clean_env(home, AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="no_such_module.CONNECT_ARGS")
     code = "from airflow_provider_dj.cli import airflow_env\nairflow_env.prepare_run('/r/x.yaml', 'x')\n"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode != 0
-    assert "AirflowEnvError" in proc.stderr and "airflow db migrate" in proc.stderr
-    assert f"AIRFLOW_HOME={home}" in proc.stderr and "DJ_AIRFLOW_HOME" in proc.stderr
-    assert os.listdir(home / airflow_env.RUNS_DIR) == []  # the failed run left no directory behind
+    for step in ("default configuration", "airflow db migrate"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode != 0
+        assert "AirflowEnvError" in proc.stderr and step in proc.stderr
+        assert f"AIRFLOW_HOME={home}" in proc.stderr and "DJ_AIRFLOW_HOME" in proc.stderr
+        assert os.listdir(home / airflow_env.RUNS_DIR) == []  # the failed run left no directory behind
+        (home / "airflow.cfg").write_text("[core]\nload_examples = False\n")
 
 
 def test_an_unwritable_home_is_refused_naming_it_and_what_to_do(tmp_path, monkeypatch):
