@@ -24,6 +24,10 @@ import pytest
 from tests.e2e.airflow_server import REPO_ROOT, VENV_BIN, AirflowServer
 from tests.e2e.rest_client import AirflowRestClient
 
+# The scenarios live in a plain module that the per-DB test modules import: rewrite its asserts as
+# pytest does a test module's, so a failure shows the values.
+pytest.register_assert_rewrite("tests.e2e.rest_api_scenarios")
+
 DJ_AIRFLOW = os.path.join(VENV_BIN, "dj-airflow")
 
 CLEAN_ROWS = 600
@@ -240,9 +244,15 @@ E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow")
 CONSUMER_DAG = "example_train_on_export"
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+#: The metadata DBs a test module may name in ``E2E_DB`` (tests/e2e/test_e2e_rest_api_*.py).
+E2E_DBS = ("sqlite", "postgres")
+
+
+@pytest.fixture(scope="module")
 def e2e(request, e2e_inputs):
-    db = request.param
+    """The module's server: ``airflow standalone`` on the metadata DB its ``E2E_DB`` names."""
+    db = getattr(request.module, "E2E_DB", None)
+    assert db in E2E_DBS, f"{request.module.__name__}: set E2E_DB to one of {E2E_DBS} to use the e2e fixture"
     # The DB first: a PostgreSQL variant that skips should not start anything.
     pg_url = request.getfixturevalue("postgres_base_url") if db == "postgres" else None
     request.getfixturevalue("reference")  # starts the direct run now, in parallel with the server's start-up

@@ -1,7 +1,9 @@
 """End to end: a real ``airflow standalone`` driven only through the REST API v2.
 
-Each scenario runs once with SQLite and once with PostgreSQL as the metadata
-DB (the ``e2e`` fixture, one server per DB).  Nothing here imports Airflow
+The scenarios, collected by one test module per metadata DB
+(``test_e2e_rest_api_sqlite.py``, ``test_e2e_rest_api_postgres.py``), so that
+the two servers start and run on two test workers at once; the ``e2e``
+fixture starts the server for the module's ``E2E_DB``.  Nothing here imports Airflow
 or calls the engine to act: the tests trigger, clear and mark task
 instances over HTTP, as a user's script or the UI would, and check the
 results on disk (exports, the job's event log, checkpoints) and through
@@ -64,49 +66,6 @@ def _ops_started(job_dir: str, pid: int, try_number: int, task_id: str = "partit
         for e in read_events(job_dir, "op_start")
         if e.get("partition_id") == pid and e.get("try_number") == try_number and e.get("airflow_task_id") == task_id
     ]
-
-
-def test_a_rest_write_waits_for_the_sqlite_write_lock_instead_of_failing(e2e):
-    """SQLite has one writer at a time; Airflow's components take turns.  A REST call that writes must
-    wait while another holds the lock longer than the sqlite3 driver's default 5 s (which answered
-    HTTP 500 "Database error": database is locked).  Sent without the client's retries, so the
-    server's own wait is what is checked."""
-    if e2e.db != "sqlite":
-        pytest.skip("the single-writer lock is SQLite's")
-    import sqlite3
-    import threading
-
-    import httpx
-
-    c = e2e.client
-    paused = c.get_dag("e2e_slow")["is_paused"]
-    answer: dict = {}
-
-    def patch() -> None:  # a change, so the server must write
-        try:
-            answer["resp"] = httpx.patch(
-                f"{c.base_url}/api/v2/dags/e2e_slow",
-                json={"is_paused": not paused},
-                headers={"Authorization": f"Bearer {c.token()}"},
-                timeout=300,
-            )
-        except Exception as exc:  # noqa: BLE001 - shown by the assertion below
-            answer["error"] = exc
-
-    db = sqlite3.connect(e2e.server.sql_alchemy_conn.removeprefix("sqlite:///"), timeout=120, isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")  # the write lock, as a long transaction of another component holds it
-        t = threading.Thread(target=patch)
-        t.start()
-        t.join(8)  # longer than the driver's default busy timeout
-        assert t.is_alive(), f"the write did not wait for the lock: {answer}"
-    finally:
-        db.execute("ROLLBACK")
-        db.close()
-    t.join(300)
-    assert "resp" in answer and answer["resp"].status_code == 200, answer
-    assert answer["resp"].json()["is_paused"] is (not paused)
-    assert c.set_paused("e2e_slow", paused)["is_paused"] is paused
 
 
 def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e, reference):

@@ -8,7 +8,7 @@ one after the other, in the background, while the server starts.
 
 One server for the module, with SQLite as its metadata DB (the harder case
 for concurrent writers; the PostgreSQL variant of the REST scenarios is in
-test_e2e_rest_api.py).  Nothing is mocked.
+rest_api_scenarios.py).  Nothing is mocked.
 
 Runs of one recipe are one DAG, and the generated DAGs allow one active
 run at a time (``max_active_runs=1`` in dag_factory.py): the second run of

@@ -11,10 +11,10 @@ dead run's lock at once and redo only the work that was not committed.
 The kill points are the engine's, so most cases kill the engine's own driver
 (``python -m airflow_provider_dj.engine.runner``: the same steps the DAG's
 tasks call, no Airflow); the cases marked ``via="cli"`` kill a whole
-``dj-airflow run`` (Airflow's ``dag.test()``, Ray, the parallel export's Ray
-workers) to show the DAG's tasks resume the same way.  The clean reference
-is a ``dj-airflow run``, so every engine case also shows that the engine's
-driver exports the DAG's bytes.
+``dj-airflow run --airflow`` (Airflow's ``dag.test()``, Ray, the parallel
+export's Ray workers) to show the DAG's tasks resume the same way.  The clean
+reference is a run of the engine's driver, so every "cli" case also shows
+that the DAG's tasks export the engine's bytes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tests.integration.crash_helpers import (
 pytestmark = pytest.mark.integration
 
 CLI_ENV = {"DJ_TASK_RETRIES": "0"}  # nothing retries: a kill is a kill, a failed resume fails the test
-#: A whole DAG run in dag.test(): the reference and the "cli" cases are Airflow-level.
+#: A whole DAG run in dag.test(): the "cli" cases are Airflow-level.
 RUN_FLAGS = ["--airflow", "--num-cpus", "1"]
 ENGINE_FLAGS = ["--workers", "1"]
 SEG0, SEG1 = "partitions_seg0", "partitions_seg1"
@@ -103,7 +103,7 @@ def env(tmp_path_factory, corpus, airflow_home) -> Env:
             name="crash_matrix", data=corpus, export=root / "ref_out.jsonl", work=work, parts=4, strategy="every_op"
         )
     )
-    run = run_cli(["run", str(recipe), "--job-id", "ref", *RUN_FLAGS], str(root / "ref.log"), env_extra=CLI_ENV)
+    run = run_engine([str(recipe), "--job-id", "ref", *ENGINE_FLAGS], str(root / "ref.log"), env_extra=CLI_ENV)
     assert run.rc == 0, tail(run.output)
     with open(work / "ref" / "job_summary.json") as fh:
         summary = json.load(fh)
