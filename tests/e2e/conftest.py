@@ -106,6 +106,9 @@ class Reference:
                     recipe,
                     "--job-id",
                     "ref",
+                    # The bytes do not depend on where partitions run; no private Ray beside the server.
+                    "--executor",
+                    "local",
                     "--set",
                     f"partition.num_of_partitions={CONF_PARTITIONS}",
                 ],

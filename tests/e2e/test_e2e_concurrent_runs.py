@@ -46,14 +46,16 @@ RECIPES = {"e2e_cc_one": (CLEAN_OPS, 3), "e2e_cc_two": (OTHER_OPS, 2)}
 
 
 class DirectRuns:
-    """``dj-airflow run`` of each recipe, one after the other, in one background shell."""
+    """``dj-airflow run`` of each recipe, one after the other, in one background shell (on the engine's
+    local executor: the bytes do not depend on where partitions run, and a private Ray per run would
+    only compete with the server for the two cores)."""
 
     def __init__(self, root: str, recipes: dict[str, str]) -> None:
         self.exports = {name: os.path.join(root, f"{name}_direct.jsonl") for name in recipes}
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "RAY_ADDRESS"}
         env["AIRFLOW_HOME"] = os.path.join(root, "airflow")
         cmds = [
-            f"{DJ_AIRFLOW} run {path} --job-id {name}_direct --num-cpus 1 "
+            f"{DJ_AIRFLOW} run {path} --job-id {name}_direct --executor local --num-cpus 1 "
             f"--set export_path={self.exports[name]} || exit $?"
             for name, path in recipes.items()
         ]

@@ -220,7 +220,9 @@ def drill(session_dir):
     for name, text in refs.items():
         with open(os.path.join(root, "direct", name), "w") as fh:
             fh.write(text)
-    run = [DJ_AIRFLOW, "run", "--num-cpus", "1"]
+    # On the engine's local executor: the references' bytes do not depend on where partitions run, and a
+    # private Ray per direct run would only compete with the server for the two cores.
+    run = [DJ_AIRFLOW, "run", "--executor", "local", "--num-cpus", "1"]
     direct = DirectRuns(
         os.path.join(root, "direct"),
         [
@@ -251,7 +253,10 @@ def drill(session_dir):
         # The scheduler creates no runs of its own: unpausing a DAG whose catchup is off runs its latest cron
         # point at once (today's 03:00), which would read today's folder and, for the accumulating recipe,
         # publish reuse entries before night 1.  Triggered runs still run; the DAG keeps its timetable.
-        extra_env={"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"},
+        # Each night's partitions (up to five) in one mapped partition task per segment: this module is about
+        # what the nights reuse and deduplicate, not the per-partition task shape (the REST scenarios' subject),
+        # and every task instance is a process with its own Ray driver on two shared cores.
+        extra_env={"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "AIRFLOW__DJ__DEFAULT_GROUP_SIZE": "8"},
     )
     try:
         # Its client's per-request timeout outlasts the server's SQLite busy timeout (rest_client.py).

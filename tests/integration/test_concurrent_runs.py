@@ -264,6 +264,8 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
                 cc.recipe(name),
                 "--job-id",
                 f"{name}_single",
+                "--executor",  # the bytes do not depend on where partitions run: no Ray for the singles
+                "local",
                 "--num-cpus",
                 "1",
                 "--set",
@@ -417,7 +419,9 @@ def test_two_corpora_sharing_one_history_started_at_once_both_commit(cc):
         return path
 
     seed_recipe = recipe("hist_seed", paths["seed"], "")
-    rc, out = _finish(cc.start("run", seed_recipe, "--job-id", "hist_seed", "--num-cpus", "1", log="hist_seed"))
+    # The engine's local executor: what is tested is the history's commits, not where partitions run.
+    local = ("--executor", "local", "--num-cpus", "1")
+    rc, out = _finish(cc.start("run", seed_recipe, "--job-id", "hist_seed", *local, log="hist_seed"))
     assert rc == 0, out[-3000:]
     seed_export = [json.loads(line) for line in open(cc.export("hist_seed"))]
     history_keys = {r["text"].lower().strip() for r in seed_export}
@@ -426,9 +430,7 @@ def test_two_corpora_sharing_one_history_started_at_once_both_commit(cc):
         "a": recipe("hist_a", paths["a"], "  - text_length_filter: {min_len: 0}\n"),
         "b": recipe("hist_b", paths["b"], "  - words_num_filter: {min_num: 0, max_num: 100000}\n"),
     }
-    procs = {
-        n: cc.start("run", r, "--job-id", f"hist_{n}", "--num-cpus", "1", log=f"hist_{n}") for n, r in recipes.items()
-    }
+    procs = {n: cc.start("run", r, "--job-id", f"hist_{n}", *local, log=f"hist_{n}") for n, r in recipes.items()}
     for n, proc in procs.items():
         rc, out = _finish(proc)
         assert rc == 0, f"hist_{n} failed:\n{out[-5000:]}"
