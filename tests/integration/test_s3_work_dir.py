@@ -1,7 +1,7 @@
 """Whole jobs with ``work_dir`` and ``export_path`` on S3 (moto_server on loopback, started by the test).
 
-``dj-airflow run`` runs in a subprocess session (real Airflow dag.test, its
-own Ray, s3fs against the server) and the results are compared with a
+``dj-airflow run`` runs in a subprocess session (the engine with its own
+private Ray, s3fs against the server in the Ray workers) and the results are compared with a
 local-disk run of the same recipe:
 
 * a clean run on S3 exports an object byte-identical to the local export,

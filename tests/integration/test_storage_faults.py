@@ -195,6 +195,11 @@ def test_flipped_byte_in_a_committed_checkpoint_is_recomputed_through_the_dag(
     assert committed_but_invalid(job_dir) == []
 
 
+#: The engine's local executor, partitions in the CLI's own process: the seam is the storage layer's,
+#: the same whatever runs the partitions, and a private Ray would only add its start-up.
+SEAM_FLAGS = ["--executor", "local", "--num-cpus", "1"]
+
+
 def test_enospc_through_the_fault_seam_in_a_cli_run(tmp_path, big_corpus, clean_export, airflow_home):
     """The fault seam (no mount needed): every write of op 1's checkpoints fails as a full disk would."""
     from tests.integration.conftest import RECIPE
@@ -208,7 +213,7 @@ def test_enospc_through_the_fault_seam_in_a_cli_run(tmp_path, big_corpus, clean_
     )
     env = {"DJ_TASK_RETRIES": "0", "DJ_STORAGE_ENOSPC": "checkpoint_op_001_whitespace_normalization_mapper"}
     run = run_cli(
-        ["run", str(recipe), "--job-id", "seam", "--num-cpus", "1"],
+        ["run", str(recipe), "--job-id", "seam", *SEAM_FLAGS],
         str(tmp_path / "seam.log"),
         env_extra=env,
         timeout=480,
@@ -219,7 +224,7 @@ def test_enospc_through_the_fault_seam_in_a_cli_run(tmp_path, big_corpus, clean_
     assert not export.exists() and committed_but_invalid(str(job_dir)) == [] and temp_files(str(job_dir)) == []
     env.pop("DJ_STORAGE_ENOSPC")
     run = run_cli(
-        ["run", str(recipe), "--resume", "seam", "--num-cpus", "1"],
+        ["run", str(recipe), "--resume", "seam", *SEAM_FLAGS],
         str(tmp_path / "seam2.log"),
         env_extra=env,
         timeout=480,

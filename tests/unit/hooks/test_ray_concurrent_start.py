@@ -62,8 +62,11 @@ def test_no_token_file_when_the_token_comes_from_elsewhere(tmp_path, monkeypatch
 KILL_SCRIPT = """
 import json, subprocess, sys, time
 from airflow_provider_dj.hooks import ray_in_process
-sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+# Their output goes nowhere: a child holding this script's stdout pipe would keep the test's
+# subprocess.run waiting for the pipe to close until the child's sleep ends.
+quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], **quiet)
+detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, **quiet)
 time.sleep(0.3)
 killed = ray_in_process.kill_children()
 print(json.dumps({"killed": killed, "sleeper_rc": sleeper.wait(timeout=10), "detached_pid": detached.pid,
