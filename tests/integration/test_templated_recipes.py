@@ -152,9 +152,13 @@ def test_a_templated_recipe_runs_from_the_console_script_in_a_fresh_home(path, n
     home.mkdir()
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8"}
     recipe = nightly("fresh_nightly")
-    cmd = [os.path.join(os.path.dirname(sys.executable), "dj-airflow"), "run", recipe, "--logical-date", "2026-11-30"]
-    cmd += ["--executor", "local", "--job-id", f"fresh_{path}"] + (["--airflow"] if path == "airflow" else [])
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    flags = ["--executor", "local"] + (["--airflow"] if path == "airflow" else [])
+
+    def night(day: str, job_id: str) -> list[str]:
+        dj = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
+        return [dj, "run", recipe, "--logical-date", day, "--job-id", job_id, *flags]
+
+    proc = subprocess.run(night("2026-11-30", f"fresh_{path}"), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     rows = [json.loads(line)["text"] for line in (tmp_path / "clean" / "20261130.jsonl").read_text().splitlines()]
     assert rows == ["one two three", "a b c d", "four words are here"]
@@ -165,6 +169,12 @@ def test_a_templated_recipe_runs_from_the_console_script_in_a_fresh_home(path, n
     assert not os.listdir(ours / "dj_cli_runs"), "the run left its private directory behind"
     if path == "airflow":
         assert f"Airflow home: {ours}; metadata DB: a private copy for this run" in proc.stdout
+    # A later run on the same machine (the next night): the set-up the first run made is reused.
+    again = subprocess.run(night("2026-12-01", f"fresh_{path}_2"), env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout[-3000:], again.stderr[-3000:])
+    rows = [json.loads(line)["text"] for line in (tmp_path / "clean" / "20261201.jsonl").read_text().splitlines()]
+    assert rows == ["another day entirely here", "its rows must not be read"]
+    assert not (ours / "airflow.db").exists() and not os.listdir(ours / "dj_cli_runs")
 
 
 @pytest.mark.parametrize("path", ["engine", "airflow"])
