@@ -9,9 +9,12 @@ process): no Airflow, no Ray.  A ``dj-airflow run`` adds its own fixed start-up 
 same recipe, measured in the same bench run (ours: an empty input through the same engine calls; DJ: a
 1-row input, since 1.6.1 fails on an empty one).  The export step is printed on its own too (bytes
 written, time, MB/s): the issue allows the export copy to be linear in bytes, so the ratio night 2 /
-scratch is printed with and without it.
+scratch is printed with and without it.  ``--cli`` (the default) runs the same nights again through
+``dj-airflow run`` (a process per job, the local executor with one worker), each against an empty-input
+``dj-airflow run`` of the same bench run.
 
     .venv/bin/python -m bench nightly --rows 1000000 --files 10
+    ... --no-cli                     # in-process only
     .venv/bin/python -m bench nightly --rows 20000 --files 4 --size 2500   # quick
     ... --no-dj                      # ours only
     ... --profile-night2 night2.prof # cProfile of night 2
@@ -25,6 +28,7 @@ import filecmp
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,8 +54,8 @@ PROCESS = """process:
 OPS = yaml.safe_load(PROCESS)["process"]  # the same ops and arguments for Data-Juicer
 
 
-def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, profile: str | None = None) -> dict:
-    """One job through the engine; wall time split into planning + ops and the export step."""
+def write_recipe(tmp: str, data: str, name: str, work: str, reuse: bool, size: int) -> tuple[str, str]:
+    """The bench's recipe for one job: (recipe path, export path)."""
     recipe = os.path.join(tmp, f"{name}.yaml")
     export = os.path.join(tmp, f"{name}.jsonl")
     with open(recipe, "w") as fh:
@@ -60,6 +64,34 @@ def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, p
             f"partition: {{mode: manual, size: {size}, align: file}}\n"
             f"intermediate_storage: {{reuse_across_jobs: {str(reuse).lower()}}}\n{PROCESS}"
         )
+    return recipe, export
+
+
+def run_cli_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int) -> dict:
+    """The same job through ``dj-airflow run`` (a new process: its start-up included), on the engine's
+    local executor with one worker, as ``run_job`` runs it in this process."""
+    recipe, export = write_recipe(tmp, data, f"cli_{name}", work, reuse, size)
+    dj = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
+    cmd = [dj, "run", recipe, "--job-id", f"cli_{name}", "--executor", "local", "--num-cpus", "1"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"dj-airflow run of {name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    job_dir = os.path.join(work, f"cli_{name}")
+    export_start = read_events(job_dir, "export_start")[-1]["timestamp"]
+    export_s = read_events(job_dir, "job_complete")[-1]["timestamp"] - export_start
+    print(f"cli {name}: {wall:.2f} s (export step {export_s:.2f} s)", flush=True)
+    with open(os.path.join(job_dir, "job_summary.json"), encoding="utf-8") as fh:
+        summary = json.load(fh)
+    return {"wall": wall, "export_s": export_s, "summary": summary, "path": export}
+
+
+def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, profile: str | None = None) -> dict:
+    """One job through the engine; wall time split into planning + ops and the export step."""
+    recipe, export = write_recipe(tmp, data, name, work, reuse, size)
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
@@ -115,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dj-timeout", type=float, default=3600, help="seconds before a Data-Juicer run is stopped")
     ap.add_argument("--profile-night2", metavar="PATH", help="write a cProfile of night 2 to PATH")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (printed)")
+    ap.add_argument(
+        "--cli", action=argparse.BooleanOptionalAction, default=True, help="the same nights through dj-airflow run"
+    )
     args = ap.parse_args(argv)
     if args.dj and not os.path.exists(_nightly_dj.DJ_PROCESS):
         sys.exit(f"{_nightly_dj.DJ_PROCESS} not found: pass --no-dj")
@@ -140,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(index_cache.RACY_MARGIN_NS / 1e9 + 0.1)
         cold = run_job(tmp, empty_dir, "empty_cold", os.path.join(tmp, "empty_work"), False, args.size)
         n1 = run_job(tmp, data, "night1", os.path.join(tmp, "work"), True, args.size)
+        cli = {}
+        if args.cli:  # night 1 through the CLI before night 2's files arrive, in a work dir of its own
+            cli["empty"] = run_cli_job(tmp, empty_dir, "empty", os.path.join(tmp, "cli_empty_work"), False, args.size)
+            cli["n1"] = run_cli_job(tmp, data, "night1", os.path.join(tmp, "cli_work"), True, args.size)
         # The fixed cost of one more job in this (warm) process, as night 2 and scratch run; the cold
         # run's extra is the first job's imports.
         empty = run_job(tmp, empty_dir, "empty", os.path.join(tmp, "empty_work"), False, args.size)
@@ -153,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         n2 = run_job(tmp, data, "night2", os.path.join(tmp, "work"), True, args.size, args.profile_night2)
         sc = run_job(tmp, data, "scratch", os.path.join(tmp, "scratch_work"), False, args.size)
         same = filecmp.cmp(n2["path"], sc["path"], shallow=False)
+        if args.cli:
+            cli["n2"] = run_cli_job(tmp, data, "night2", os.path.join(tmp, "cli_work"), True, args.size)
+            cli["sc"] = run_cli_job(tmp, data, "scratch", os.path.join(tmp, "cli_scratch_work"), False, args.size)
+            cli["same"] = filecmp.cmp(cli["n2"]["path"], sc["path"], shallow=False)
         dj = dj_start = cmp = None
         if args.dj:
             dj_in = os.path.join(tmp, "dj_in")
@@ -167,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DJ night 2 input: {fmt_s(dj['wall_s'])}, exit {dj['rc']} (log {dj['log']})", flush=True)
             cmp = _nightly_dj.compare_rows(sc["path"], dj["export"]) if dj["rc"] == 0 else None
         report(args, empty, n1, n2, sc, same, dj, dj_start, cmp)
+        if cli:
+            report_cli(cli, n2, sc, empty)
     finally:
         if args.keep:
             print(f"kept {tmp}")
@@ -252,6 +297,25 @@ def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
         )
     elif dj is not None:
         print(f"Data-Juicer failed (exit {dj['rc']}); see {dj['log']} (--keep keeps it)")
+
+
+def report_cli(cli: dict, n2: dict, sc: dict, empty: dict) -> None:
+    """Night 2 against from scratch through ``dj-airflow run``, beside the in-process figures."""
+    start = cli["empty"]["wall"]
+    rows = []
+    for label, r, base in (
+        ("night 2, dj-airflow run", cli["n2"], start),
+        ("from scratch, dj-airflow run", cli["sc"], start),
+        ("night 2, in-process", n2, empty["wall"]),
+        ("from scratch, in-process", sc, empty["wall"]),
+    ):
+        rows.append([label, fmt_s(r["wall"]), fmt_s(base), fmt_s(r["wall"] - base), fmt_s(r["export_s"])])
+    print()
+    print(md_table(["run", "wall", "empty-input run", "marginal", "export step"], rows))
+    m_cli = ratio(cli["n2"]["wall"] - start, cli["sc"]["wall"] - start)
+    m_in = ratio(n2["wall"] - empty["wall"], sc["wall"] - empty["wall"])
+    print(f"night 2 / scratch, marginal, export included: dj-airflow run {m_cli}, in-process {m_in}  (aim: <= 0.15)")
+    print(f"dj-airflow run's night 2 export equals the in-process scratch export: {cli['same']}")
 
 
 if __name__ == "__main__":
