@@ -154,8 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return _run(args, recipe_path, reserved)
     finally:
-        if reserved is not None and reserved.run_dir is not None and os.path.isdir(reserved.run_dir):
-            reserved.cleanup()  # not taken by an Airflow run (which cleans up its own)
+        if reserved is not None:
+            reserved.cleanup()  # idempotent: an Airflow run has already cleaned up what it took
 
 
 def _run(args: argparse.Namespace, recipe_path: str, reserved) -> int:

@@ -298,12 +298,15 @@ def reuse_line(reuse: dict | None) -> str | None:
     return line + f"; {reuse['computed_partitions']} computed"
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+def _size(n: float) -> str:
+    """Bytes for a person: B below 1 KiB, else KiB, MiB or GiB with one decimal."""
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n} B"
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 # -- export parts: the serialized rows of a reused final checkpoint -------------------------------------

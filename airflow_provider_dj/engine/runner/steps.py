@@ -136,8 +136,9 @@ def finish_job(
     say(f"Exported {summary['export']['rows']} rows to {summary['export']['path']}")
     from airflow_provider_dj.engine.execution.reuse import reuse_line
 
-    if reuse_line(summary.get("reuse")):
-        say(f"Reuse: {reuse_line(summary.get('reuse'))}")
+    line = reuse_line(summary.get("reuse"))
+    if line:
+        say(f"Reuse: {line}")
     return _export_result(summary)
 
 
