@@ -164,6 +164,14 @@ SETTINGS: tuple[Setting, ...] = (
         "30",
     ),
     _s(
+        "heartbeat_interval_s",
+        "float",
+        10.0,
+        "Seconds between two heartbeats of a running partition when its work has not moved "
+        "(heartbeats/partition_NNNNN.json; a move is written within a second).",
+        "30",
+    ),
+    _s(
         "delta_checkpoints",
         "boolean",
         True,

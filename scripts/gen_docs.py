@@ -117,6 +117,11 @@ KEY_TEXT: dict[str, str] = {
     "(each file split by `size`, or `num_of_partitions` allotted in proportion to rows), so new files "
     "leave the old partitions and their hashes unchanged, for `reuse_across_jobs` "
     "([nightly.md](nightly.md#reuse-across-nights)).",
+    "partition.stall_timeout_s": "The watchdog: a running partition with no progress (no op started or "
+    "ended, no batch committed) for this many seconds is cancelled and run again from its checkpoint; "
+    "null = off ([stop_and_kill.md](stop_and_kill.md#hung-partitions-the-watchdog)).",
+    "partition.stall_retries": "How many times a stalled partition is run again before its task fails naming "
+    "the partition, op, row range, rows done and last heartbeat.",
     "partition.pool": 'An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS ""`).',
     # checkpoint
     "checkpoint.enabled": "false is the same as `strategy: disabled`.",

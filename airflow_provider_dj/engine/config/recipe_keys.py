@@ -232,6 +232,11 @@ PARTITION_EXTRA: dict[str, tuple[Any, str]] = {
     # rows: one even split of all rows; file: partitions never span two input files, so a growing
     # input keeps its old partitions for reuse across jobs (docs/nightly.md, "Reuse across nights").
     "align": ("rows", "align"),
+    # The watchdog (engine/execution/watchdog.py, docs/stop_and_kill.md): a running partition with no
+    # progress for this many seconds is cancelled and retried from its checkpoint; null = off.
+    "stall_timeout_s": (None, "opt_pos_number"),
+    # How many times a stalled partition is retried before its task fails naming it.
+    "stall_retries": (1, "nonneg_int"),
 }
 PARTITION_ALIGNS = ("rows", "file")
 DEFAULT_MANUAL_PARTITIONS = 4  # Data-Juicer's count when manual mode gives neither count nor size

@@ -333,6 +333,13 @@ class GroupActorPool:
             return
         self.free.append(actor)
 
+    def discard(self, ref) -> None:
+        """The partition behind ``ref`` is given up (the watchdog found it stalled): its actor is killed,
+        and a new one starts when work needs it."""
+        actor = self.busy.pop(ref, None)
+        if actor is not None:
+            self._kill(actor)
+
     def _kill(self, actor) -> None:
         try:
             self.ray.kill(actor, no_restart=True)

@@ -237,8 +237,11 @@ def run_expensive_op(
     events=None,
     fault_spec: list[dict] | None = None,
     label: str = "",
+    on_rows_done=None,
 ) -> OpOutcome:
-    """Apply ``op`` to ``table`` batch by batch with durable commits; same result and accounting as ``apply_op``."""
+    """Apply ``op`` to ``table`` batch by batch with durable commits; same result and accounting as ``apply_op``.
+
+    ``on_rows_done(rows)`` (optional) is told the rows done after each committed batch (the heartbeat)."""
     if not isinstance(op, (Mapper, Filter)):
         raise TypeError(f"{op.name}: only mappers and filters can run in committed batches, not {op.kind}s")
     if KEY_COLUMN not in table.column_names:
@@ -273,6 +276,8 @@ def run_expensive_op(
         outs.append(out)
         start = entry["end"]
         _report_commit(run, entry, batch, out, done_before, time.perf_counter() - t_run)
+        if on_rows_done is not None:
+            on_rows_done(start)
         if fault_spec:
             faults.maybe_fail(job_dir, fault_spec, partition_id, op_index, point="batch_commit", batch=b)
         check_stop(job_dir)

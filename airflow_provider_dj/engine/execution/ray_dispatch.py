@@ -212,6 +212,9 @@ class _GroupDispatch:
         self.stopped: dict[int, dict] = {}
         self.errors: list[tuple[int, BaseException]] = []
         self.forced: dict | None = None
+        from airflow_provider_dj.engine.execution.watchdog import watchdog_for
+
+        self.watchdog = watchdog_for(job_dir, segment_index, try_number=try_number, event_defaults=event_defaults)
 
     def open_pool(self, *, max_in_flight: int | None, actor_resources: dict | None, say: Callable[[str], None]) -> None:
         """Set how many partitions run at once; for a segment with a stateful op, check the cluster
@@ -248,6 +251,8 @@ class _GroupDispatch:
     def submit(self, n: int) -> list:
         """Submit the next ``n`` queued partitions (to the pool or as tasks); return their refs, tracked."""
         queue, defaults = self.queue, self.event_defaults
+        for pid in queue[:n]:
+            self.watchdog.submitted(pid)
         if self.pool is not None:
             new = [self.pool.submit(pid, self.try_number, dict(defaults or {})) for pid in queue[:n]]
         else:
@@ -284,6 +289,35 @@ class _GroupDispatch:
             else:
                 self.results[pid] = out
 
+    def cancel_stalled(self, pending: list) -> list:
+        """Cancel the partitions in flight that the watchdog finds stalled; each goes back to the front
+        of the queue while it has retries left, else it ends with its StalledPartitionError.  Returns
+        the refs still in flight."""
+        by_pid = {self.refs[ref]: ref for ref in pending}
+        stalled = self.watchdog.stalled(list(by_pid))
+        for pid in stalled:
+            ref = by_pid.pop(pid)
+            if self.pool is not None:
+                self.pool.discard(ref)  # the actor is killed; a new one starts for the next partition
+            else:
+                try:
+                    self.ray.cancel(ref, force=True, recursive=True)
+                except Exception as exc:  # noqa: BLE001 - it ended on its own meanwhile
+                    log.debug("cancel of a stalled partition: %s", exc)
+            try:
+                self.ray.wait([ref], timeout=15)
+            except Exception as exc:  # noqa: BLE001 - Ray shut down: nothing left to wait for
+                log.debug("wait after a stall: %s", exc)
+            del self.refs[ref]
+            error = self.watchdog.cancelled(pid)
+            if error is None:
+                self.queue.insert(0, pid)
+            else:
+                self.errors.append((pid, error))
+        if stalled:
+            self.handle.track(self.ray, list(self.refs))
+        return list(by_pid.values())
+
     def check_forced_stop(self) -> None:
         """Cancel the in-flight tasks when the job's stop request is a forced one."""
         from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
@@ -309,6 +343,8 @@ class _GroupDispatch:
                         f"segment {self.segment_index}: partitions {self.partition_ids} killed "
                         f"({self.handle.killed}); their Ray tasks were cancelled"
                     )
+                if pending and self.forced is None:
+                    pending = self.cancel_stalled(list(pending))
                 if self.queue and self.forced is None and len(pending) < self.limit:
                     pending = list(pending) + self.submit(self.limit - len(pending))
                 if pending and self.forced is None:

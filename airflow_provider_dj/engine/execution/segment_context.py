@@ -94,6 +94,7 @@ class SegmentContext:
             self.store, self.events, self.plan, job_dir, partition_id, self.phash, self.target
         )
         self.lineage = LineageRecorder(job_dir, partition_id, self.plan)  # each row's fate, per checkpoint point
+        self.heartbeat = None  # the running partition's PartitionHeartbeat (engine/jobdir/heartbeat.py)
 
     # -- ops -----------------------------------------------------------------
     def fp(self, i: int) -> str:
@@ -115,6 +116,25 @@ class SegmentContext:
     def fault(self, op_index: int, point: str = "after_op") -> None:
         """An injected fault, if the job's fault file names this point (engine.jobdir.faults)."""
         faults.maybe_fail(self.job_dir, self.fault_spec, self.partition_id, op_index, point=point)
+
+    def beat(self, stage: str, **where) -> None:
+        """The work moved (``where``: op_index, op_name, rows_in, rows_done): tell the heartbeat."""
+        if self.heartbeat is not None:
+            self.heartbeat.progress(stage, **where)
+
+    def heartbeat_for_run(self):
+        """This partition's heartbeat for one run of the segment (a context manager; started on entry)."""
+        from airflow_provider_dj.engine.jobdir.heartbeat import PartitionHeartbeat
+
+        self.heartbeat = PartitionHeartbeat(
+            self.job_dir,
+            self.partition_id,
+            segment=self.segment_index,
+            try_number=self.try_number,
+            start_row=self.part["start_row"],
+            end_row=self.part["end_row"],
+        )
+        return self.heartbeat
 
     # -- events --------------------------------------------------------------
     def emit_op_start(self, i: int, op_name: str, rows: int) -> None:

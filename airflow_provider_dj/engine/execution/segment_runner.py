@@ -97,8 +97,15 @@ def run_segment(
     if rows_done is not None:
         return _report_already_complete(sc, rows_done)
     sc.stop_point(None)  # a stop pending before this partition started: do nothing at all
+    with sc.heartbeat_for_run():
+        return _run_started(sc, progress)
+
+
+def _run_started(sc: SegmentContext, progress) -> SegmentResult:
+    """The segment's work once it has started: resume point, ops, key phase, report."""
     plog = _report_start(sc)
     t_start = time.perf_counter()
+    sc.beat("resume", rows_in=sc.part["num_rows"])
     state = resume_from_checkpoint(sc, plog)
     if state is None:
         state = reuse_from_earlier_job(sc, plog)  # nightly reuse; None unless the recipe opts in
@@ -109,6 +116,7 @@ def run_segment(
         sc.result.resumed_from_op = -1 if sc.seg.applies_global is None else sc.seg.applies_global - 1
     state = run_ops(sc, plog, state, progress)
     if sc.seg.keys_for_global is not None and not sc.reused_keys:
+        sc.beat("key_phase", op_index=sc.seg.keys_for_global, rows_in=state.table.num_rows, rows_done=0)
         key_phase(sc, state.table)
     return _report_complete(sc, plog, state.table, t_start)
 
@@ -181,6 +189,7 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
     table = state.table
     sc.emit_op_start(i, op.name, table.num_rows)
     plog.op_start(i, op.name, table.num_rows, n, total_ops)
+    sc.beat("op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=0)
     outcome = _apply(sc, plog, op, i, table)
     if outcome.failed_rows is not None:
         outcome.accounting[FAILED_FILE_KEY] = _write_failed(
@@ -194,6 +203,7 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
     state = PartitionState(outcome.table, state.accounting + [acct], i, state.committed)
     sc.result.ops_run.append(i)
     sc.result.failed_rows += acct["failed"]
+    sc.beat("op_done", op_index=i, op_name=op.name, rows_in=acct["rows_in"], rows_done=acct["rows_in"])
     sc.emit_op_complete(i, op.name, acct, state.table.num_rows, filtered=acct["filtered"], failed=acct["failed"])
     log.info(
         "%s: op %d/%d %s done: %d -> %d rows in %.3fs (ops %d/%d of this segment)",
@@ -264,6 +274,9 @@ def _apply(sc: SegmentContext, plog, op, i: int, table: pa.Table):
                 events=sc.events,
                 fault_spec=sc.fault_spec,
                 label=sc.label,
+                on_rows_done=lambda rows: sc.beat(
+                    "op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=rows
+                ),
             )
         needs = tuple(type(op).input_fields(sc.ops_by_index[i].args, sc.recipe.text_key))
         return apply_op(op, i, table, sc.recipe.skip_op_error, needs)

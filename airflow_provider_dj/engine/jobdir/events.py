@@ -70,6 +70,7 @@ EVENT_TYPES = frozenset(
         "batch_commit",  # an expensive op's batch committed to its cursor (engine/execution/batch_cursor.py)
         "batch_resume",  # an expensive op resumed from its batch cursor
         "actor_start",  # an actor of a group's pool started (engine/execution/actor_pool.py)
+        "partition_stalled",  # the watchdog cancelled a partition with no progress (engine/execution/watchdog.py)
         "op_init",  # a kept (stateful) op instance was created and set up, with its duration
     }
 )

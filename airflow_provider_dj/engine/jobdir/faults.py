@@ -34,7 +34,10 @@ task at a known point.  With ``until`` (a path relative to the job
 directory) the hold ends as soon as that file exists, and ``seconds`` is
 only its upper bound: a test holds the job until its own action has
 landed (a stop request, say) instead of racing a fixed sleep.  Without the
-file this costs one stat per call site.
+file this costs one stat per call site.  ``hang`` is a ``delay`` that stands
+for a stuck call (a model that never answers): it holds for ``seconds`` (an
+hour if omitted), making no progress, until the watchdog
+(engine/execution/watchdog.py) or a kill ends it.
 """
 
 from __future__ import annotations
@@ -126,8 +129,8 @@ def maybe_fail(
             continue
         storage.atomic_write_bytes(storage.join(fired_dir, f"{prefix}{len(fired)}"), b"fired")
         kind = f.get("kind", "raise")
-        if kind == "delay":
-            _hold(job_dir, float(f.get("seconds", 1.0)), f.get("until"))
+        if kind in ("delay", "hang"):
+            _hold(job_dir, float(f.get("seconds", 1.0 if kind == "delay" else 3600.0)), f.get("until"))
             continue
         if kind == "exit":
             os._exit(17)

@@ -64,6 +64,16 @@ def lineage_file(partition_id: int, op_index: int) -> str:
     return f"{LINEAGE_DIR}/{partition_name(partition_id)}/op_{op_index:03d}.parquet"
 
 
+#: What each running partition is doing, rewritten at a fixed interval (jobdir/heartbeat.py): what the
+#: watchdog (execution/watchdog.py) reads to tell a hung partition from a slow one.
+HEARTBEATS_DIR = "heartbeats"
+
+
+def heartbeat_file(partition_id: int) -> str:
+    """``heartbeats/partition_<p>.json`` (relative path): the latest heartbeat of partition ``partition_id``."""
+    return f"{HEARTBEATS_DIR}/{partition_name(partition_id)}.json"
+
+
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

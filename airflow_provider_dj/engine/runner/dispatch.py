@@ -107,44 +107,31 @@ class LocalDispatcher:
         actor_resources: dict | None = None,
     ) -> list[dict]:
         from airflow_provider_dj.engine.execution.actor_pool import op_modules
+        from airflow_provider_dj.engine.execution.watchdog import watchdog_for
         from airflow_provider_dj.engine.storage.context import JobContext
 
         modules = tuple(op_modules(JobContext(job_dir).plan))
         args = [(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules) for pid in partition_ids]
+        watchdog = watchdog_for(job_dir, segment_index, try_number=try_number, event_defaults=event_defaults)
         t0 = time.perf_counter()
-        if self.workers == 1 or len(partition_ids) == 1:
+        # A hung call cannot be ended from inside its own process: with the watchdog on, even one
+        # worker is a process of the pool.
+        if (self.workers == 1 or len(partition_ids) == 1) and not watchdog.policy.enabled:
             outcomes = {}
             for a in args:
                 outcomes[a[2]] = _outcome(lambda a=a: _segment_task(*a))
                 on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
         else:
-            outcomes = self._on_pool(job_dir, segment_index, partition_ids, args, on_progress, rows_by_partition, t0)
+            run = _PoolRun(self, job_dir, segment_index, partition_ids, args, watchdog)
+            outcomes = run.wait_all(on_progress, rows_by_partition, t0)
         return _results(job_dir, segment_index, partition_ids, outcomes)
 
-    def _on_pool(self, job_dir, segment_index, partition_ids, args, on_progress, rows_by_partition, t0) -> dict:
-        """Submit every partition, wait for all; a forced stop request kills the pool's workers."""
-        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
-
+    def _pool_now(self) -> ProcessPoolExecutor:
         if self._pool is None:
             import multiprocessing
 
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
-        futures: dict[Future, int] = {self._pool.submit(_segment_task, *a): a[2] for a in args}
-        outcomes: dict[int, tuple[str, Any]] = {}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=self.poll_s, return_when=FIRST_COMPLETED)
-            for fut in done:
-                outcomes[futures[fut]] = _outcome(fut.result)
-            if done:
-                on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
-            request = read_stop_request(job_dir) if pending else None
-            if request is not None and request.get("force"):
-                self._kill(f"forced stop requested by {request.get('requested_by')}")
-                for fut in pending:
-                    outcomes[futures[fut]] = ("stopped", request)
-                pending = set()
-        return outcomes
+        return self._pool
 
     def _kill(self, reason: str) -> None:
         """End the pool's worker processes now: what they held in memory is lost, their commits stay."""
@@ -166,6 +153,58 @@ class LocalDispatcher:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _PoolRun:
+    """One group's partitions on the dispatcher's pool: submit every one, wait for all.  A forced stop
+    request kills the pool's workers; so does a stalled partition (a pool cannot end one worker), and
+    then the partitions that were in flight beside it run again from their checkpoints."""
+
+    def __init__(self, dispatcher: LocalDispatcher, job_dir, segment_index, partition_ids, args, watchdog) -> None:
+        self.dispatcher, self.job_dir, self.segment_index = dispatcher, job_dir, segment_index
+        self.partition_ids, self.watchdog = partition_ids, watchdog
+        self.args = {a[2]: a for a in args}
+        self.futures: dict[Future, int] = {}
+        self.outcomes: dict[int, tuple[str, Any]] = {}
+
+    def submit(self, pid: int) -> None:
+        self.watchdog.submitted(pid)
+        self.futures[self.dispatcher._pool_now().submit(_segment_task, *self.args[pid])] = pid
+
+    def wait_all(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
+        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
+
+        for pid in self.args:
+            self.submit(pid)
+        while self.futures:
+            done, _ = wait(set(self.futures), timeout=self.dispatcher.poll_s, return_when=FIRST_COMPLETED)
+            for fut in done:
+                self.outcomes[self.futures.pop(fut)] = _outcome(fut.result)
+            if done:
+                on_progress(_line(self.segment_index, self.partition_ids, self.outcomes, rows_by_partition, t0))
+            if self.futures:
+                self.restart_stalled()
+            request = read_stop_request(self.job_dir) if self.futures else None
+            if request is not None and request.get("force"):
+                self.dispatcher._kill(f"forced stop requested by {request.get('requested_by')}")
+                for pid in self.futures.values():
+                    self.outcomes[pid] = ("stopped", request)
+                self.futures.clear()
+        return self.outcomes
+
+    def restart_stalled(self) -> None:
+        stalled = self.watchdog.stalled(list(self.futures.values()))
+        if not stalled:
+            return
+        in_flight = list(self.futures.values())
+        self.dispatcher._kill(f"partition(s) {stalled} stalled")
+        self.futures.clear()
+        for pid in in_flight:
+            error = self.watchdog.cancelled(pid) if pid in stalled else None
+            if error is not None:
+                self.outcomes[pid] = ("error", error)
+            else:
+                self.submit(pid)
 
 
 def _outcome(call: Callable[[], dict]) -> tuple[str, Any]:
