@@ -172,6 +172,15 @@ SETTINGS: tuple[Setting, ...] = (
         "30",
     ),
     _s(
+        "op_slice_mb",
+        "float",
+        256.0,
+        "A per-row op (mapper, filter, a global op's keys) runs on slices of a partition holding at most "
+        "this many MiB of text, one after the other: Arrow's string arrays hold at most 2 GiB, and a "
+        "slice bounds the op's working memory. Results do not depend on it.",
+        "512",
+    ),
+    _s(
         "delta_checkpoints",
         "boolean",
         True,

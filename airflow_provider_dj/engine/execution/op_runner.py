@@ -1,9 +1,13 @@
 """Apply one op to one table, with row accounting and per-sample failure isolation.
 
-With ``skip_op_error`` an op that raises on a batch is retried row by row
-so that only the rows that really fail are set aside — with the op and the
-reason — in ``failed/``; they never reach the export silently, and they are
-counted (invariant 6: in = out + filtered + duplicates + failed).
+The op runs on slices of the table bounded by bytes of text (engine/execution/table_slices.py), in
+order; a partition under the bound is one slice.  With ``skip_op_error`` an op that raises on a
+slice is run again on its two halves, and so on down to the rows that really fail, which are set
+aside (with the op and the reason) in ``failed/``: k bad rows among n cost about k·log2(n) op calls,
+not n.  They never reach the export silently, and they are counted (invariant 6: in = out +
+filtered + duplicates + failed).  An error that is not about a row (``ArrowCapacityError``, out of
+memory) halves the slice too, whatever ``skip_op_error`` says, and fails only a single row that
+alone is too big.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.execution.table_slices import byte_slices, concat_in_order
 from airflow_provider_dj.engine.storage.checkpoints import PATCH_FLAG_PREFIX
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
@@ -219,6 +224,57 @@ def split_missing_fields(
     return table.filter(pc.invert(missing)), bad, [reason] * bad.num_rows
 
 
+#: Errors about the size of what an op was given, not about a row: the slice is halved.
+RESOURCE_ERRORS = (pa.ArrowCapacityError, pa.ArrowMemoryError, MemoryError)
+
+
+class _SlicedRun:
+    """One op over a table's slices, in order: the outputs, the filtered count, and the rows that
+    failed with their reasons.  A slice the op raises on is halved (see the module docstring)."""
+
+    def __init__(self, op: Op, skip_op_error: bool) -> None:
+        self.op, self.skip_op_error = op, skip_op_error
+        self.outs: list[pa.Table] = []
+        self.kept: list[tuple] = []  # (filter input with stats, keep mask) per slice; mappers: none
+        self.failed: list[pa.Table] = []
+        self.reasons: list[str] = []
+        self.filtered = 0
+        self.calls = 0  # op calls made, halvings included
+
+    def apply(self, piece: pa.Table) -> None:
+        self.calls += 1
+        try:
+            out, filtered, kept = _apply_whole(self.op, piece)
+        except OpFatalError:
+            raise
+        except Exception as exc:
+            if piece.num_rows > 1 and (self.skip_op_error or isinstance(exc, RESOURCE_ERRORS)):
+                half = piece.num_rows // 2
+                self.apply(piece.slice(0, half))
+                self.apply(piece.slice(half))
+                return
+            if not self.skip_op_error:
+                raise
+            self.failed.append(piece)  # one row: the sample's failure, recorded with it
+            self.reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
+            return
+        self.outs.append(out)
+        self.filtered += filtered
+        if kept is not None:
+            self.kept.append(kept)
+
+    def result(self, table: pa.Table) -> tuple[pa.Table, int, tuple | None]:
+        """(output, filtered, (input with stats, keep mask) when every row went through the op, else None)."""
+        outs = [o for o in self.outs if o.num_rows] or self.outs[:1]
+        out = concat_in_order(outs, table.slice(0, 0)) if outs else table.slice(0, 0)
+        kept = None
+        if self.kept and not self.failed:
+            with_stats = concat_in_order([k[0] for k in self.kept])
+            mask = concat_in_order([k[1] for k in self.kept])
+            kept = (with_stats, mask)
+        return out, self.filtered, kept
+
+
 def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs: tuple[str, ...] = ()) -> OpOutcome:
     """``needs``: the top-level fields the op reads (``Op.input_fields``); rows lacking one fail
     up front (``split_missing_fields``).  Empty: no such check (the op sees every row)."""
@@ -226,33 +282,18 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
     rows_in = table.num_rows
     failed: list[pa.Table] = []
     reasons: list[str] = []
-    kept = None
     table, missing_rows, missing_reasons = split_missing_fields(op, table, needs)
     if missing_rows is not None:
         failed.append(missing_rows)
         reasons.extend(missing_reasons)
-    try:
-        if missing_rows is not None and table.num_rows == 0:
-            out, filtered = table, 0  # no row the op could read: nothing to run it on
-        else:
-            out, filtered, kept = _apply_whole(op, table)
-    except Exception as exc:
-        if not skip_op_error or isinstance(exc, OpFatalError):
-            raise
-        # Isolate the failing rows: process one row at a time.
-        pieces: list[pa.Table] = []
-        filtered = 0
-        for i in range(table.num_rows):
-            row = table.slice(i, 1)
-            try:
-                o, f, _ = _apply_whole(op, row)
-                pieces.append(o)
-                filtered += f
-            except Exception as exc:  # noqa: BLE001 - recorded with the sample
-                failed.append(row)
-                reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
-        pieces = [p for p in pieces if p.num_rows]
-        out = pa.concat_tables(pieces, promote_options="permissive") if pieces else table.slice(0, 0)
+    run = _SlicedRun(op, skip_op_error)
+    # An empty table still goes through the op (its output columns), unless its rows failed up front.
+    slices = byte_slices(table, op.text_key) or ([(0, 0)] if missing_rows is None else [])
+    for offset, length in slices:
+        run.apply(table.slice(offset, length))
+    failed.extend(run.failed)
+    reasons.extend(run.reasons)
+    out, filtered, kept = run.result(table)
     out = _split_flagged_rows(out, failed, reasons)
     n_failed = sum(t.num_rows for t in failed)
     acct = {
@@ -267,6 +308,10 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
         "duration_s": round(time.perf_counter() - t0, 6),
     }
     failed_table = pa.concat_tables(failed, promote_options="permissive") if failed else None
+    if kept is not None and len(slices) > 1:
+        # Delta checkpoints tell a passed-through column by its buffers: compare against the input
+        # cut into the same slices the op saw.
+        table = concat_in_order([table.slice(offset, length) for offset, length in slices])
     delta = row_delta(table, *kept) if kept is not None and not failed else None
     return OpOutcome(out, acct, failed_table, reasons, delta)
 

@@ -33,6 +33,7 @@ from airflow_provider_dj.engine.execution.segment_start import (
     resume_from_checkpoint,
     start_without_checkpoint,
 )
+from airflow_provider_dj.engine.execution.table_slices import byte_slices, concat_in_order
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
@@ -355,7 +356,10 @@ def key_phase(sc: SegmentContext, table: pa.Table) -> pa.Table:
     g = sc.seg.keys_for_global
     op = sc.make_op(g)
     t0 = time.perf_counter()
-    keys = op.compute_hash(table)
+    # Keys are per row: computed slice by slice they are the same keys, and no slice holds more text
+    # than one Arrow string array can (engine/execution/table_slices.py).
+    slices = byte_slices(table, op.text_key) or [(0, 0)]
+    keys = concat_in_order([op.compute_hash(table.slice(offset, length)) for offset, length in slices])
     keys_table = keys if isinstance(keys, pa.Table) else pa.table({KEYS_COLUMN: keys})
     if keys_table.num_rows != table.num_rows:
         raise RuntimeError(f"{op.name}.compute_hash returned {keys_table.num_rows} rows for {table.num_rows}")
