@@ -181,6 +181,15 @@ SETTINGS: tuple[Setting, ...] = (
         "512",
     ),
     _s(
+        "partition_memory_limit_gb",
+        "float",
+        None,
+        "The memory one partition may use on a worker; a plan whose largest partition would need more "
+        "(about 3.5x its input bytes) is refused before any work. Unset: the memory of the machine that "
+        "plans the job; set it when the workers have another size.",
+        "64",
+    ),
+    _s(
         "delta_checkpoints",
         "boolean",
         True,

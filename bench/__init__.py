@@ -34,6 +34,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "expensive-ops": ("bench.expensive_ops_bench", "embedding throughput on the CPU, and what committed batches cost"),
     "gpu-planning": ("bench.gpu_planning_bench", "GPU preflight probe and planner decisions on the CPU path"),
     "job-view": ("bench.job_view_bench", "the Airflow UI job view's page time on a 1,000-partition job"),
+    "big-partition": (
+        "bench.big_partition_bench",
+        "one partition past Arrow's 2 GiB string limit through dj-airflow run: exact export, memory, time",
+    ),
     "plot": ("bench.report.published", "redraw docs/img/benchmarks.svg from the published end-to-end table"),
 }
 

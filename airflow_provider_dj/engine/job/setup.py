@@ -157,6 +157,7 @@ def _prepare_new_job(
     """No job directory yet: refuse a resume (metadata_missing), else check the input, plan the
     partitions and write the job directory (partitioning_info.json last: it marks a planned job)."""
     from airflow_provider_dj.engine.config.recipe import check_input_exists
+    from airflow_provider_dj.engine.input.partition_memory import check_partitions_fit
 
     info_path = paths.path(PARTITIONING_INFO)
     if recipe.resume:
@@ -168,6 +169,7 @@ def _prepare_new_job(
     t0 = time.perf_counter()
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
     info = plan_partitions(recipe.dataset_path, recipe.partition, _input_index_cache(recipe))
+    check_partitions_fit(info)  # a partition no worker could hold: refused before anything is written
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
     from airflow_provider_dj.engine.history.pin import current_pin, write_pin
 

@@ -68,12 +68,21 @@ def refusal_errors() -> tuple[type[BaseException], ...]:
     """Errors raised before a job does any work: nothing to resume, fix the named thing and run again."""
     from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.engine.history.index import HistoryIndexError
+    from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
     from airflow_provider_dj.engine.input.sources import InputError
     from airflow_provider_dj.engine.job.setup import ResumeRefusedError
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
     from airflow_provider_dj.engine.jobdir.lock import JobLockedError
 
-    return (RecipeError, InputError, ResumeRefusedError, HistoryIndexError, JobIdError, JobLockedError)
+    return (
+        RecipeError,
+        InputError,
+        ResumeRefusedError,
+        HistoryIndexError,
+        JobIdError,
+        JobLockedError,
+        PartitionTooLargeError,
+    )
 
 
 def run_job(
