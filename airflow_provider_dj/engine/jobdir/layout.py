@@ -74,6 +74,16 @@ def heartbeat_file(partition_id: int) -> str:
     return f"{HEARTBEATS_DIR}/{partition_name(partition_id)}.json"
 
 
+#: Ray Jobs mode (jobdir/ray_jobs.py): per execution group of a segment, the Ray Job submissions that ran
+#: it, written by their drivers on the cluster (state transitions, results), read by the submitter to reattach.
+RAY_JOBS_DIR = "ray_jobs"
+
+
+def ray_job_record(segment_index: int, group_id: int) -> str:
+    """``ray_jobs/seg<k>_group<g>.json`` (relative path): the Ray Job submissions of one group of one segment."""
+    return f"{RAY_JOBS_DIR}/seg{segment_index}_group{group_id}.json"
+
+
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

@@ -1,0 +1,109 @@
+"""Ray Jobs mode's state in the job directory: the deterministic submission ids and the groups' records.
+
+A partition group submitted as a Ray Job (engine/runner/group_job.py is its driver) has a submission
+id that is a function of the job directory, the segment and the group, and of the attempt: the first
+submission is ``dj-<job id>-<job dir hash>-s<k>-g<g>``, a resubmission after a failed or stopped one
+appends ``-r<n>``.  So any submitter (a retry, a UI clear, a second worker) computes the same ids and
+finds the group's submissions on the cluster instead of starting a duplicate: Ray refuses a second
+submission under an id it knows.  The job directory's hash keeps two work dirs that reuse a job id
+apart on one cluster.
+
+The record (``layout.ray_job_record``) is written only by the drivers, after their identity and
+version checks pass, so a refused submission writes nothing in the job directory.  Each driver
+appends its submission and its state transitions (``started`` -> ``succeeded`` | ``failed`` |
+``stopped``) and, on success, its partitions' results.  Drivers of one group never run at once (a
+submitter resubmits only after the previous one ended), so a read-modify-write by atomic replace is
+enough.  A submitter reads the record where the cluster has forgotten a submission (a restarted head).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import xxhash
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import ray_job_record, read_json, write_json
+
+#: A driver's states, in the order it passes them; the last three end it.
+STATES = ("started", "succeeded", "failed", "stopped")
+ENDED = frozenset({"succeeded", "failed", "stopped"})
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def base_submission_id(job_dir: str, job_id: str, segment_index: int, group_id: int) -> str:
+    """The first submission's id of one group of one segment of one job directory."""
+    digest = xxhash.xxh3_64_hexdigest(job_dir.rstrip("/").encode())
+    safe = _UNSAFE.sub("_", job_id)[:64]
+    return f"dj-{safe}-{digest[:8]}-s{int(segment_index)}-g{int(group_id)}"
+
+
+def submission_id(base: str, attempt: int) -> str:
+    """Attempt 0 is ``base``; a resubmission after attempt n-1 failed or was stopped is ``base-r<n>``."""
+    return base if attempt == 0 else f"{base}-r{int(attempt)}"
+
+
+def attempt_of(base: str, sid: str) -> int | None:
+    """The attempt number of ``sid`` among ``base``'s ids; None when it is not one of them."""
+    if sid == base:
+        return 0
+    m = re.fullmatch(re.escape(base) + r"-r(\d+)", sid)
+    return int(m.group(1)) if m else None
+
+
+def record_path(job_dir: str, segment_index: int, group_id: int) -> str:
+    return storage.join(job_dir, *ray_job_record(segment_index, group_id).split("/"))
+
+
+def read_record(job_dir: str, segment_index: int, group_id: int) -> dict | None:
+    """The group's record, or None when no driver of it has started."""
+    path = record_path(job_dir, segment_index, group_id)
+    if not storage.exists(path):
+        return None
+    return read_json(path)
+
+
+def latest_submission(record: dict | None) -> dict | None:
+    """The record's submission with the highest attempt, or None."""
+    subs = (record or {}).get("submissions") or []
+    return max(subs, key=lambda s: s.get("attempt", 0)) if subs else None
+
+
+def find_submission(record: dict | None, sid: str) -> dict | None:
+    return next((s for s in (record or {}).get("submissions") or [] if s.get("submission_id") == sid), None)
+
+
+def record_transition(
+    job_dir: str,
+    segment_index: int,
+    group: dict,
+    sid: str,
+    state: str,
+    *,
+    job_id: str,
+    attempt: int,
+    identity: dict | None = None,
+    **fields,
+) -> dict:
+    """Append ``state`` to submission ``sid``'s transitions (creating its entry from ``identity``: host,
+    pid, provider version); ``fields`` (results, error) are set on the entry.  Returns the entry."""
+    if state not in STATES:
+        raise ValueError(f"unknown Ray job state {state!r}: use one of {', '.join(STATES)}")
+    gid = int(group["group_id"])
+    record = read_record(job_dir, segment_index, gid) or {
+        "job_id": job_id,
+        "segment_index": int(segment_index),
+        "group_id": gid,
+        "partition_ids": list(group["partition_ids"]),
+        "submissions": [],
+    }
+    entry = find_submission(record, sid)
+    if entry is None:
+        entry = {"submission_id": sid, "attempt": int(attempt), **(identity or {}), "transitions": []}
+        record["submissions"].append(entry)
+    entry["state"] = state
+    entry["transitions"].append({"state": state, "at": time.time()})
+    entry.update(fields)
+    write_json(record_path(job_dir, segment_index, gid), record)
+    return entry

@@ -1,0 +1,229 @@
+"""The driver of one Ray Job: one execution group of one segment of a planned job, on the cluster it runs on.
+
+``python -m airflow_provider_dj.engine.runner.group_job --spec '<json>'`` is the entrypoint a
+submitter (hooks/ray_jobs.py, for ``PartitionGroupOperator`` in Ray Jobs mode) gives Ray's Job
+Submission API.  It makes the call a partition-group task makes in its own process, ``run_group``
+under the stop protocol with a ``RayDispatcher``, so checkpoints, events, lineage and the export are
+the same bytes whichever mode ran the group; only the process that drives the Ray tasks differs, and
+it lives on the cluster, so it outlives the submitter.
+
+Before it touches anything it refuses (exit status 2, nothing written) a submitter of another
+provider version (both are named) and a job directory this host does not see as the submitter
+planned it: missing at the path (a work dir not mounted at the same path on the cluster's nodes), or
+holding another job.  Then it records in the job directory what it is and how it ended
+(engine/jobdir/ray_jobs.py).  Exit status: 0 done, 1 failed, 2 refused, 130 stopped.
+
+No Airflow import anywhere below this module: the cluster's image needs this package, not Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_dj import __version__
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
+
+log = logging.getLogger("dj.group_job")
+
+MODULE = "airflow_provider_dj.engine.runner.group_job"
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 130
+#: The line a refusal prints first, so a submitter can quote it from the Ray job's logs.
+REFUSED_PREFIX = "refused before any work: "
+
+
+class GroupJobRefusedError(DJError, RuntimeError):
+    """The Ray Job cannot run this group here; the message says what to change.  Nothing was written."""
+
+
+class _Terminated(BaseException):
+    """SIGTERM from Ray's ``stop_job``: end the group as stopped (a BaseException: no handler swallows it)."""
+
+
+@dataclass(frozen=True)
+class GroupJobSpec:
+    """Everything a driver needs, passed by the submitter as one JSON argument."""
+
+    job_dir: str
+    job_id: str
+    segment_index: int
+    group: dict
+    submission_id: str
+    attempt: int
+    provider_version: str
+    submitter_host: str = ""
+    try_number: int | None = None
+    run_id: str | None = None
+    step_key: str = ""
+    event_defaults: dict = field(default_factory=dict)
+    num_cpus: float = 1
+    namespace: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> GroupJobSpec:
+        data = json.loads(text)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def entrypoint(spec: GroupJobSpec, python: str = "python") -> str:
+    """The Ray Job's entrypoint command line for ``spec`` (a shell command, quoted)."""
+    import shlex
+
+    return f"{shlex.quote(python)} -m {MODULE} --spec {shlex.quote(spec.to_json())}"
+
+
+def check_version(spec: GroupJobSpec, installed: str = __version__) -> None:
+    if spec.provider_version != installed:
+        raise GroupJobRefusedError(
+            f"provider version mismatch: the Ray cluster ({socket.gethostname()}) runs airflow-provider-dj "
+            f"{installed}, the submitter ({spec.submitter_host or 'Airflow'}) runs {spec.provider_version}; "
+            f"install airflow-provider-dj=={spec.provider_version} in the cluster's image (or the same version "
+            f"on both sides) and submit again"
+        )
+
+
+def check_identity(spec: GroupJobSpec) -> None:
+    """The job directory exists here at the submitter's path and holds the submitter's job."""
+    host = socket.gethostname()
+    config = storage.join(spec.job_dir, *EFFECTIVE_CONFIG.split("/"))
+    if not storage.exists(config):
+        what = "does not exist" if not storage.exists(spec.job_dir) else f"has no {EFFECTIVE_CONFIG}"
+        raise GroupJobRefusedError(
+            f"job directory {spec.job_dir} {what} on host {host} (where this Ray Job runs); the submitter "
+            f"({spec.submitter_host or 'Airflow'}) planned it there: mount the work dir at the same path on every "
+            f"node of the Ray cluster (or use an object-store URL as work_dir)"
+        )
+    found = read_json(config).get("job_id") or storage.basename(spec.job_dir)
+    if found != spec.job_id:
+        raise GroupJobRefusedError(
+            f"job directory {spec.job_dir} on host {host} holds job {found}, not {spec.job_id}: the cluster sees "
+            f"another work dir at this path; mount the submitter's work dir there"
+        )
+
+
+def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[bool, str]:
+    """Whether every partition of the group committed its segment output (and its dedup keys): what a
+    submitter checks before it trusts a Ray Job that reports success.  (done, a line saying what is seen)."""
+    from airflow_provider_dj.engine.job.watch import check
+
+    status = check(job_dir, segment_index=segment_index, partitions=list(partition_ids))
+    return status.done, status.message
+
+
+def _identity(spec: GroupJobSpec) -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "provider_version": __version__}
+
+
+def _connect(spec: GroupJobSpec):
+    import ray
+
+    if not ray.is_initialized():
+        kwargs = {"namespace": spec.namespace} if spec.namespace else {}
+        ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
+    return ray
+
+
+def _record(spec: GroupJobSpec, state: str, **fields: Any) -> None:
+    ray_jobs.record_transition(
+        spec.job_dir,
+        spec.segment_index,
+        spec.group,
+        spec.submission_id,
+        state,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        identity=_identity(spec),
+        **fields,
+    )
+
+
+def run_group_job(spec: GroupJobSpec) -> int:
+    """Check, record, run the group, record how it ended; the exit status (see the module docstring)."""
+    from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
+    from airflow_provider_dj.engine.runner.steps import run_group
+    from airflow_provider_dj.engine.runner.stop import JobStopped, stoppable
+
+    try:
+        check_version(spec)
+        check_identity(spec)
+    except GroupJobRefusedError as exc:
+        print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    _record(spec, "started")
+    dispatcher = RayDispatcher(lambda: _connect(spec), num_cpus=spec.num_cpus)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        results = stoppable(
+            spec.job_dir,
+            lambda: run_group(
+                spec.job_dir,
+                spec.segment_index,
+                spec.group,
+                dispatcher,
+                try_number=spec.try_number,
+                event_defaults=spec.event_defaults,
+                run_id=spec.run_id,
+                say=log.info,
+            ),
+            step_key=spec.step_key or spec.submission_id,
+            try_number=spec.try_number,
+            run_id=spec.run_id,
+            event_defaults=spec.event_defaults,
+            say=log.info,
+            warn=log.warning,
+        )
+    except JobStopped as exc:
+        _record(spec, "stopped", error=str(exc)[:4000])
+        print(str(exc), file=sys.stderr, flush=True)
+        return EXIT_STOPPED
+    except _Terminated:
+        dispatcher.cancel("the Ray job was stopped (SIGTERM)")
+        _record(spec, "stopped", error="the Ray job was stopped (stop_job)")
+        return EXIT_STOPPED
+    except Exception as exc:
+        _record(spec, "failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
+        log.exception("group %s of segment %s failed", spec.group.get("group_id"), spec.segment_index)
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _record(spec, "succeeded", results=results)
+    return EXIT_OK
+
+
+def _fatal(exc: BaseException) -> bool:
+    """A failure a retry would only repeat (the failure-rate guard): the submitter fails without retry."""
+    from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError
+
+    return isinstance(exc, FailureRateExceededError) or isinstance(
+        getattr(exc, "cause", None), FailureRateExceededError
+    )
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser.add_argument("--spec", required=True, help="the submitter's GroupJobSpec as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+    return run_group_job(GroupJobSpec.from_json(args.spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
