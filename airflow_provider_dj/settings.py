@@ -190,6 +190,15 @@ SETTINGS: tuple[Setting, ...] = (
         "64",
     ),
     _s(
+        "global_step_memory_limit_gb",
+        "float",
+        None,
+        "The memory of the machine that runs a global op's step (the job's driver, or the global task's "
+        "worker); a job whose rows' keys would need more (about 78 bytes a row) is refused before any "
+        "work. Unset: the memory of the machine that plans the job.",
+        "64",
+    ),
+    _s(
         "delta_checkpoints",
         "boolean",
         True,

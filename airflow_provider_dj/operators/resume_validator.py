@@ -22,6 +22,7 @@ from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
 from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.job.setup import ResumeRefusedError
+from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators.base import AirflowFailException, DJBaseOperator, event_defaults
@@ -105,9 +106,9 @@ class ResumeValidatorOperator(DJBaseOperator):
             # a retry would be refused the same way (engine/history/pin.py).
             self.log.error("dedup_history refused the job before any work; nothing was planned or written:\n%s", exc)
             raise RecipeRefused(str(exc)) from exc
-        except PartitionTooLargeError as exc:
-            # A partition no worker could hold: the same plan would be refused on every retry.
-            self.log.error("Partitions refused before any work; nothing was written:\n%s", exc)
+        except (PartitionTooLargeError, GlobalStepTooLargeError) as exc:
+            # A partition or a global step no worker could hold: every retry would plan the same.
+            self.log.error("Plan refused before any work (memory); nothing was written:\n%s", exc)
             raise RecipeRefused(str(exc)) from exc
         except InputError as exc:
             # The input does not fit the recipe (a field it reads in no row, bytes that are not UTF-8, a line

@@ -158,6 +158,7 @@ def _prepare_new_job(
     partitions and write the job directory (partitioning_info.json last: it marks a planned job)."""
     from airflow_provider_dj.engine.config.recipe import check_input_exists
     from airflow_provider_dj.engine.input.partition_memory import check_partitions_fit
+    from airflow_provider_dj.engine.planning.global_memory import check_global_steps_fit
 
     info_path = paths.path(PARTITIONING_INFO)
     if recipe.resume:
@@ -170,6 +171,7 @@ def _prepare_new_job(
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
     info = plan_partitions(recipe.dataset_path, recipe.partition, _input_index_cache(recipe))
     check_partitions_fit(info)  # a partition no worker could hold: refused before anything is written
+    check_global_steps_fit(plan, info["total_rows"])  # as is a global step no machine here could run
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
     from airflow_provider_dj.engine.history.pin import current_pin, write_pin
 

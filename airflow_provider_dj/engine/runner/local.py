@@ -73,6 +73,7 @@ def refusal_errors() -> tuple[type[BaseException], ...]:
     from airflow_provider_dj.engine.job.setup import ResumeRefusedError
     from airflow_provider_dj.engine.jobdir.identity import JobIdError
     from airflow_provider_dj.engine.jobdir.lock import JobLockedError
+    from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
 
     return (
         RecipeError,
@@ -82,6 +83,7 @@ def refusal_errors() -> tuple[type[BaseException], ...]:
         JobIdError,
         JobLockedError,
         PartitionTooLargeError,
+        GlobalStepTooLargeError,
     )
 
 

@@ -67,3 +67,50 @@ def test_a_run_is_refused_before_its_job_directory_exists(tmp_path, monkeypatch)
         run_job(str(recipe), job_id="big", workers=1)
     assert not (tmp_path / "work" / "big").exists()
     assert not (tmp_path / "out.jsonl").exists()
+
+
+class _Op:
+    def __init__(self, name: str, is_global: bool) -> None:
+        self.name, self.is_global = name, is_global
+
+
+class _Plan:
+    def __init__(self, *ops) -> None:
+        self.ops = list(ops)
+
+
+def test_a_global_step_over_the_machine_is_refused_naming_the_rows_that_fit():
+    from airflow_provider_dj.engine.planning.global_memory import (
+        KEY_BYTES_PER_ROW,
+        GlobalStepTooLargeError,
+        check_global_steps_fit,
+    )
+
+    plan = _Plan(_Op("clean_email_mapper", False), _Op("document_deduplicator", True))
+    limit = 24 * 10**9
+    check_global_steps_fit(plan, limit // KEY_BYTES_PER_ROW, limit_bytes=limit)  # exactly fits
+    check_global_steps_fit(_Plan(_Op("clean_email_mapper", False)), 10**12, limit_bytes=limit)  # no global op
+    with pytest.raises(GlobalStepTooLargeError) as caught:
+        check_global_steps_fit(plan, 1_000_000_000, limit_bytes=limit)
+    text = str(caught.value)
+    assert text.startswith("global op 1 (document_deduplicator) decides over every row at once: 1,000,000,000 rows")
+    assert f"about 78.0 GB for its step ({KEY_BYTES_PER_ROW} bytes a row), more than 24.0 GB" in text
+    assert f"jobs of at most {limit // KEY_BYTES_PER_ROW:,} rows" in text and "dedup_history" in text
+
+
+def test_a_run_whose_global_step_cannot_fit_is_refused_before_work(tmp_path, monkeypatch):
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
+
+    corpus = write_corpus(str(tmp_path / "corpus.jsonl"), 200, seed=3)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"project_name: too_many_rows\ndataset_path: {corpus}\nexport_path: {tmp_path / 'out.jsonl'}\n"
+        f"work_dir: {tmp_path / 'work'}\nprocess:\n  - clean_email_mapper:\n  - document_deduplicator:\n"
+    )
+    monkeypatch.setenv("DJ_GLOBAL_STEP_MEMORY_LIMIT_GB", str(100 * 78 / 1e9))  # room for 100 rows' keys
+    settings.reset()
+    with pytest.raises(GlobalStepTooLargeError, match=r"200 rows need about .* jobs of at most 100 rows"):
+        run_job(str(recipe), job_id="many", workers=1)
+    assert not (tmp_path / "work" / "many").exists()
