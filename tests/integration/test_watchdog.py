@@ -68,7 +68,7 @@ def _recipe(make_recipe, name: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
+@pytest.mark.parametrize("executor", ["local", "pool2", "ray"])
 def test_a_partition_that_hangs_once_is_run_again_from_its_checkpoint(
     make_recipe, tmp_path, clean_export, executor, request
 ):
@@ -80,7 +80,8 @@ def test_a_partition_that_hangs_once_is_run_again_from_its_checkpoint(
     recipe = _recipe(make_recipe, f"hang_once_{executor}")
     job_dir = str(tmp_path / "work" / "once")
     write_faults(job_dir, _hang(times=1))
-    kwargs = {"workers": 1} if executor == "local" else {"executor": "ray"}
+    # local: one pool process; pool2: two, whose pool is killed for the hung partition and started again.
+    kwargs = {"local": {"workers": 1}, "pool2": {"workers": 2}, "ray": {"executor": "ray"}}[executor]
     result = run_job(recipe, job_id="once", **kwargs)
 
     assert _bytes(result.export_path) == clean_export
