@@ -38,6 +38,7 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.big_partition_bench",
         "one partition past Arrow's 2 GiB string limit through dj-airflow run: exact export, memory, time",
     ),
+    "scale": ("bench.scale_bench", "the spine recipe at 1M, 3M and 10M rows, auto and 4 partitions: memory and time"),
     "plot": ("bench.report.published", "redraw docs/img/benchmarks.svg from the published end-to-end table"),
 }
 

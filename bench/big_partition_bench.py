@@ -29,6 +29,7 @@ from bench._measure import run_measured, tail
 from bench.report import md_table, write_json
 
 VENV_BIN = os.path.dirname(sys.executable)
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # git-ignored
 RECIPE = """\
 project_name: big_partition_bench
 dataset_path: {data}
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--row-kb", type=float, default=8.0)
     p.add_argument("--dup-every", type=int, default=100, help="every N-th row repeats an earlier one (0: none)")
     p.add_argument("--baseline", action="store_true", help="also run with slicing off (expected to fail)")
-    p.add_argument("--out", default="bench_results/big_partition")
+    p.add_argument("--out", default=os.path.join(RESULTS, "big_partition"))
     p.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
