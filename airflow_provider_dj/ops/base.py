@@ -155,6 +155,9 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
     gpu_num_gpus: ClassVar[float | None] = None
     #: A Ray runtime_env the op's probe worker needs (None: the cluster's).
     runtime_env: ClassVar[dict | None] = None
+    #: The arguments that name a file or folder the op reads or writes (a model, a word list):
+    #: a deployment's ``allowed_roots`` confines them (engine/config/path_confinement.py).
+    path_args: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, text_key: str = "text", **common: Any) -> None:
         self.text_key = text_key
@@ -216,6 +219,11 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
                 f"{cls.name} has no argument {key!r}.{hint} Its arguments: {', '.join(sorted(own)) or '(none)'}",
             )
         cls.check_values(args)
+
+    @classmethod
+    def path_arg_names(cls) -> tuple[str, ...]:
+        """The arguments whose values are paths (``path_args``); a hook for ops that derive them."""
+        return cls.path_args
 
     @classmethod  # noqa: B027 - optional hook, empty by default
     def check_values(cls, args: dict[str, Any]) -> None:

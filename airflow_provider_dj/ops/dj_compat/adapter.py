@@ -34,6 +34,7 @@ registry does not know.
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -242,6 +243,12 @@ def _simple_type_ok(value: Any, tag: str | None) -> bool:
     return isinstance(value, (int, float))
 
 
+#: Data-Juicer's arguments that name a file or folder, by its naming habit (``model_path``, ``save_dir``,
+#: ``score_file``, ``model_dir_ASR``, its base ``work_dir``), less the ones that name a field or a JSON path.
+_DJ_PATH_ARG = re.compile(r"(?:_path|_paths|_dir|_file|_files)$|^model_dir_")
+_DJ_NOT_PATH_ARGS = frozenset({"response_path", "tag_field_name_human_track_path"})
+
+
 class _DJAdapted(Op):
     """Shared part of the three adapter kinds: arguments, lazy DJ op, pickling."""
 
@@ -256,6 +263,11 @@ class _DJAdapted(Op):
     def catalog_params(cls) -> dict[str, str | None]:
         kind, _b, _t, _n, _a, own = catalog.OPS[cls.name]
         return {**catalog.BASE_PARAMS[kind], **own}
+
+    @classmethod
+    def path_arg_names(cls) -> tuple[str, ...]:
+        """Data-Juicer declares no path arguments: they are known by name (``_DJ_PATH_ARG``)."""
+        return tuple(k for k in cls.catalog_params() if _DJ_PATH_ARG.search(k) and k not in _DJ_NOT_PATH_ARGS)
 
     @classmethod
     def own_args(cls):  # for tools that list an op's arguments

@@ -131,6 +131,7 @@ class LanguageIDScoreFilter(RangeFilter):
     """
 
     name = OP_NAME
+    path_args = ("model_path",)
     # A lower bound only: DJ's closedness / reversed_range flags apply to the score test.
     bounds = StatBounds(STAT_SCORE, pa.float64(), float, min=("min_score", 0.8), after="lang")
     stateful = True  # the model loads once per actor, not per partition

@@ -120,6 +120,7 @@ class PerplexityFilter(RangeFilter):
     """
 
     name = OP_NAME
+    path_args = ("sp_model_path", "kenlm_model_path")
     bounds = StatBounds(STAT_KEY, pa.float64(), float, min=("min_ppl", 0), max=("max_ppl", 1500), after="lang")
     stateful = True  # the models load once per actor, not per partition
 

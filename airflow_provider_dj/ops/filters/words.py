@@ -154,6 +154,7 @@ class FlaggedWordsFilter(_WordListFilter):
     bounds = ratio_bounds("flagged_words_ratio", 0.0, 0.045, after="tokenization")
     words_type = "flagged_words"
     dir_arg = "flagged_words_dir"
+    path_args = ("flagged_words_dir",)
 
     def __init__(
         self,
@@ -193,6 +194,7 @@ class StopwordsFilter(_WordListFilter):
     bounds = ratio_bounds("stopwords_ratio", 0.3, 1.0, after="tokenization")
     words_type = "stopwords"
     dir_arg = "stopwords_dir"
+    path_args = ("stopwords_dir",)
 
     def __init__(
         self,

@@ -131,6 +131,7 @@ class TextEmbeddingMapper(Mapper):
     """Embed ``text_key`` with a local sentence-transformers model into ``output_key`` (list<float32>)."""
 
     name = "text_embedding_mapper"
+    path_args = ("model_path",)
     uses_cuda: ClassVar[bool] = True
     expensive: ClassVar[bool] = True
     #: a model to load: run on an actor pool that keeps it across partitions
