@@ -109,6 +109,17 @@ SETTINGS: tuple[Setting, ...] = (
         "/data/dj-work",
     ),
     _s(
+        "allowed_roots",
+        "string",
+        None,
+        "Comma-separated local path prefixes and URL roots (`s3://bucket/prefix`) that every path a run "
+        "resolves (dataset_path and the files it lists, export_path, work_dir, dedup_history.path, op model "
+        "and word-list paths) must lie under, after templates, overrides, `~`, `..` and symlinks; a run "
+        "naming another is refused by its first step, before anything is read or written. Unset: no "
+        "confinement (docs/deployment.md, Confining paths).",
+        "/data/corpus,s3://corpus-bucket/clean",
+    ),
+    _s(
         "state_dir",
         "string",
         None,

@@ -91,7 +91,7 @@ def recipe_export_asset(recipe_path: str):
     """
     from airflow_provider_dj.engine.config.recipe import load_recipe
 
-    recipe = load_recipe(recipe_path)
+    recipe = load_recipe(recipe_path, confine_paths=False)  # parse time, as the DAG's own (factory.py)
     return export_asset(recipe.export_path, templated="export_path" in templated_keys(recipe))
 
 

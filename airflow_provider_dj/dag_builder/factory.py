@@ -127,7 +127,9 @@ def build_dag(
     from airflow_provider_dj.operators.resume_validator import ResumeValidatorOperator
 
     recipe_path = os.path.abspath(recipe_path)
-    recipe = load_recipe(recipe_path)  # templated values kept as written: the validate task renders them
+    # Templated values kept as written, paths not confined (that touches the file system): the
+    # validate task renders and confines the recipe a run uses.
+    recipe = load_recipe(recipe_path, confine_paths=False)
     templated = templated_keys(recipe)
     plan = build_plan(recipe)
     dag_id = dag_id or sanitize_dag_id(recipe.project_name)

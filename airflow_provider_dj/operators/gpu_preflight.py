@@ -23,10 +23,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from airflow_provider_dj import settings
+from airflow_provider_dj.engine.config.recipe import RecipeError
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.operators.base import DJBaseOperator
 from airflow_provider_dj.operators.local_run import ray_cpus
-from airflow_provider_dj.operators.resume_validator import run_identity
+from airflow_provider_dj.operators.resume_validator import RecipeRefused, run_identity
 
 
 class GpuPreflightOperator(DJBaseOperator):
@@ -60,14 +61,20 @@ class GpuPreflightOperator(DJBaseOperator):
     def execute(self, context: Any) -> dict:
         from airflow_provider_dj.dag_builder.templating import task_renderer
 
-        return gpu_preflight_step(
-            self.recipe_path,
-            dict(getattr(context.get("dag_run"), "conf", None) or {}),
-            renderer=lambda: task_renderer(self, context),
-            run=run_identity(context) if context.get("dag_run") is not None else None,
-            executor=self.probe_executor or settings.get("probe_executor") or "auto",
-            ray_client=self._ray_client,
-            heartbeat_s=self.heartbeat_s,
-            say=lambda m: self.log.info("%s", m),
-            warn=lambda m: self.log.warning("%s", m),
-        )
+        try:
+            return gpu_preflight_step(
+                self.recipe_path,
+                dict(getattr(context.get("dag_run"), "conf", None) or {}),
+                renderer=lambda: task_renderer(self, context),
+                run=run_identity(context) if context.get("dag_run") is not None else None,
+                executor=self.probe_executor or settings.get("probe_executor") or "auto",
+                ray_client=self._ray_client,
+                heartbeat_s=self.heartbeat_s,
+                say=lambda m: self.log.info("%s", m),
+                warn=lambda m: self.log.warning("%s", m),
+            )
+        except RecipeError as exc:
+            # A bad override, or a path outside [dj] allowed_roots: the first task refuses the run before
+            # it probes (reads) anything, and a retry would be refused the same way.
+            self.log.error("Recipe refused before any work; nothing was read or written:\n%s", exc)
+            raise RecipeRefused(str(exc)) from exc

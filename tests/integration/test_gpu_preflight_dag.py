@@ -75,14 +75,15 @@ def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, short_corpu
 
 
 def test_preflight_disabled_requires_explicit_num_gpus(tmp_path, corpus, fake_gpu_op):
-    from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.operators.gpu_preflight import GpuPreflightOperator
+    from airflow_provider_dj.operators.resume_validator import RecipeRefused
 
     recipe = _recipe(tmp_path, corpus, "no_probe", "  - fake_dag_cuda_mapper:\n", "  gpu_preflight_enabled: false")
     ctx = {"dag_run": SimpleNamespace(conf={}, dag_id="d", run_id="r", logical_date=None)}
     op = GpuPreflightOperator(task_id="gpu_preflight", recipe_path=recipe)
+    # A recipe error fails the task without retries (RecipeRefused), as the validate task's do.
     with pytest.raises(
-        RecipeError, match=r"process\[1\]\.fake_dag_cuda_mapper\.num_gpus.*gpu_preflight_enabled is false"
+        RecipeRefused, match=r"process\[1\]\.fake_dag_cuda_mapper\.num_gpus.*gpu_preflight_enabled is false"
     ):
         op.execute(ctx)
     ok = _recipe(

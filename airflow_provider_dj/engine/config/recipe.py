@@ -26,6 +26,7 @@ import yaml
 from airflow_provider_dj.engine.config import schema as S
 from airflow_provider_dj.engine.config import templates as T
 from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
+from airflow_provider_dj.engine.config.path_confinement import AllowedRoots, PathOutsideRootsError, allowed_roots
 from airflow_provider_dj.engine.config.schema import (
     CheckpointConfig,
     IntermediateStorageConfig,
@@ -45,6 +46,7 @@ __all__ = [
     "IntermediateStorageConfig",
     "OpSpec",
     "PartitionConfig",
+    "PathOutsideRootsError",
     "Recipe",
     "RecipeError",
     "TracerConfig",
@@ -93,11 +95,13 @@ def load_recipe(
     *,
     override_source: str = "dag_run.conf",
     renderer: T.TemplateRenderer | None = None,
+    confine_paths: bool = True,
 ) -> Recipe:
     """Read a recipe file (``yaml.safe_load``) and validate it; every error names the file.
 
     Without ``renderer`` (DAG parsing) templated values are kept as written; with it (the tasks,
-    ``dj-airflow``) they are rendered first and the rendered recipe is validated in full."""
+    ``dj-airflow``) they are rendered first and the rendered recipe is validated in full.
+    ``confine_paths``: see ``parse_recipe``."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         with open(path, encoding="utf-8") as fh:
@@ -113,6 +117,7 @@ def load_recipe(
         overrides=overrides,
         override_source=override_source,
         renderer=renderer,
+        confine_paths=confine_paths,
     )
 
 
@@ -124,11 +129,18 @@ def parse_recipe(
     overrides: dict | None = None,
     override_source: str = "dag_run.conf",
     renderer: T.TemplateRenderer | None = None,
+    confine_paths: bool = True,
 ) -> Recipe:
     """Validate recipe data (overrides merged in first) and build a Recipe.
 
     Templated values (engine/config/templates.py) are refused outside the templatable keys, kept
     as written without ``renderer``, and rendered with it before validation.
+
+    ``confine_paths``: refuse, with ``PathOutsideRootsError``, a path outside the deployment's
+    ``allowed_roots`` (engine/config/path_confinement.py; nothing when the setting is unset).  Every
+    loader of a run's recipe confines; only the DAG's parse opts out, because resolving a path
+    touches the file system and the parse must not (the validate task confines the same recipe).
+    An op's path arguments are confined before the op checks them (a check may read the file).
 
     ``base_dir`` anchors relative paths; it defaults to the file's directory,
     else the current directory."""
@@ -146,6 +158,7 @@ def parse_recipe(
     found = T.find_templates(merged)
     T.refuse_untemplatable(found, source_file, COMMON_OP_ARGS)
     parser = _Parser(source_file, base_dir, _leaves(norm), override_source)
+    parser.roots = allowed_roots() if confine_paths else None
     if not found:
         return parser.parse(merged)
     if renderer is None:
@@ -183,6 +196,9 @@ def _is_number(text: str) -> bool:
 
 class _Parser(SectionParser):
     """The whole recipe: top-level keys, ops, paths (sections and value checks: section_parsers.py)."""
+
+    #: The deployment's allowed roots when this parse confines paths (None: it does not).
+    roots: AllowedRoots | None = None
 
     # -- whole recipe -----------------------------------------------------
     def parse(self, data: dict, templates: dict | None = None) -> Recipe:
@@ -229,7 +245,7 @@ class _Parser(SectionParser):
         project = get_or_default(data, "project_name")
         if project is None:
             project = os.path.splitext(os.path.basename(self.file))[0] if self.file else S.DEFAULT_PROJECT_NAME
-        return Recipe(
+        recipe = Recipe(
             source_file=self.file,
             project_name=self.str_(project, "project_name"),
             dataset_path=dataset_path,
@@ -262,6 +278,8 @@ class _Parser(SectionParser):
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
             templates=templates or {},
         )
+        self.confine_recipe_paths(recipe)
+        return recipe
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
         """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""
@@ -303,8 +321,10 @@ class _Parser(SectionParser):
                 known = op_names()
                 listing = f" Available ops: {', '.join(known)}" if len(known) <= 40 else ""
                 raise self.err(key, f"{exc.message}{listing}") from None
+            checkable = self.checkable_args(cls, key, name, args)
+            self.confine_op_paths(cls, f"{key}.{name}", checkable)
             try:
-                cls.validate_args(self.checkable_args(cls, key, name, args))
+                cls.validate_args(checkable)
             except OpArgumentError as exc:
                 raise self.err(f"{key}.{name}.{exc.key}", str(exc)) from None
             specs.append(OpSpec(i, name, copy.deepcopy(args)))
@@ -366,6 +386,44 @@ class _Parser(SectionParser):
         return value
 
     # -- paths ------------------------------------------------------------
+    def confine(self, key: str, path: str) -> None:
+        """Refuse ``path`` (the value of ``key``) when it lies outside the allowed roots.
+
+        A value still holding a template (a parse without a renderer) is confined once rendered:
+        the validate task parses the rendered recipe with the same check."""
+        if self.roots is None or (self.templated and (key in self.templated or T.is_template(path))):
+            return
+        message = self.roots.refusal(path)
+        if message:
+            error = self.err(key, message)
+            raise PathOutsideRootsError(error.file, error.key, error.message)
+
+    def confine_recipe_paths(self, recipe: Recipe) -> None:
+        """Every top-level path the run reads or writes: the input, the export, the job directories, the
+        history index.  The files a directory or glob holds are confined when listed (engine/input/sources.py)."""
+        for key, path in (
+            ("dataset_path", recipe.dataset_path),
+            ("export_path", recipe.export_path),
+            ("work_dir", recipe.work_dir),
+            ("dedup_history.path", recipe.dedup_history.path if recipe.dedup_history else None),
+        ):
+            if path is not None:
+                self.confine(key, path)
+
+    def confine_op_paths(self, cls, key: str, args: dict) -> None:
+        """An op's path arguments (``Op.path_arg_names``), before the op's own checks may read them.
+
+        A bare name (no folder separator) is not a path the recipe chooses: the op looks it up in the
+        deployment's model folders (ops/dj_compat/model_files.py), so it is left to them."""
+        if self.roots is None:
+            return
+        for arg in cls.path_arg_names():
+            value = args.get(arg)
+            values = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else []
+            for item in values:
+                if isinstance(item, str) and item and ("/" in item or item.startswith("~") or "://" in item):
+                    self.confine(f"{key}.{arg}", item)
+
     def url_driver(self, key: str, value: str) -> None:
         """A URL's fsspec driver must be importable here, or the job would fail mid-run (docs/object_store.md)."""
         if "://" not in value:

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.config.path_confinement import PathOutsideRootsError, allowed_roots
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -34,6 +35,11 @@ PARQUET_SUFFIXES = (".parquet",)
 
 class InputError(DJError, ValueError):
     """The dataset path does not name readable input; the message says what to fix."""
+
+
+class InputOutsideRootsError(PathOutsideRootsError, InputError):
+    """A file the input lists lies outside the deployment's ``allowed_roots`` (a symlink inside a root
+    that points out of it): refused as a bad input is, before any file is read."""
 
 
 @dataclass
@@ -101,6 +107,7 @@ def list_input_files(dataset_path: str) -> list[InputFile]:
         raise InputError(
             f"dataset_path {dataset_path!r} does not exist; give a .jsonl/.parquet file, a directory or a glob"
         )
+    _confine_listed(dataset_path, paths)
     files: list[InputFile] = []
     for p in paths:
         fmt = _format_of(p)
@@ -120,6 +127,18 @@ def list_input_files(dataset_path: str) -> list[InputFile]:
             f"(e.g. a glob like '*.jsonl')"
         )
     return files
+
+
+def _confine_listed(dataset_path: str, paths: list[str]) -> None:
+    """Each listed file, symlinks followed, must lie under the allowed roots: the recipe check confines
+    ``dataset_path`` itself, but a directory or glob inside a root may still list a link to outside it."""
+    roots = allowed_roots()
+    if roots is None:
+        return
+    for p in paths:
+        message = roots.refusal(p, what=f"input file {p!r} (listed from {dataset_path!r})")
+        if message:
+            raise InputOutsideRootsError(None, "dataset_path", message)
 
 
 def _open_stream(f: InputFile) -> IO[bytes]:
