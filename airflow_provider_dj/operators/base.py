@@ -14,6 +14,7 @@ from typing import Any, Callable
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+from airflow_provider_dj.operators.openlineage import OpenLineageMixin
 
 try:  # Airflow 3 task SDK
     from airflow.sdk.exceptions import AirflowFailException
@@ -112,8 +113,11 @@ def release_lock_on_failure(context: Any) -> None:
     )
 
 
-class DJBaseOperator(BaseOperator):
-    """The base of the provider's operators: Airflow context in, one engine step, Airflow's outcome out."""
+class DJBaseOperator(OpenLineageMixin, BaseOperator):
+    """The base of the provider's operators: Airflow context in, one engine step, Airflow's outcome out.
+
+    With Airflow's OpenLineage provider installed and enabled, an operator whose class sets
+    ``lineage_step`` reports its datasets and its job to it (``operators/openlineage.py``)."""
 
     def pre_execute(self, context: Any) -> None:
         """Airflow's connections and secret masker become the engine's host for this task."""

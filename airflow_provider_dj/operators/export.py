@@ -20,6 +20,7 @@ from airflow_provider_dj.operators.local_run import ray_cpus
 class ExportOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
+    lineage_step = "export"
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults
 class GlobalOpOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#f6d9e8"
+    lineage_step = "global"
 
     def __init__(self, *, job_dir: str, op_index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)

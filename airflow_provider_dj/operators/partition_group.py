@@ -38,6 +38,7 @@ MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 class PartitionGroupOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#d9ecf9"
+    lineage_step = "partitions"
 
     def __init__(
         self,

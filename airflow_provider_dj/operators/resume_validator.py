@@ -47,6 +47,7 @@ def run_identity(context: Any) -> RunIdentity:
 class ResumeValidatorOperator(DJBaseOperator):
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#fdf2d0"
+    lineage_step = "validate"
 
     def __init__(
         self,
@@ -115,6 +116,7 @@ class ResumeValidatorOperator(DJBaseOperator):
             # that is not a JSON object): retrying cannot help, so fail without retries (engine/input/schema.py).
             self.log.error("Input refused before any work; nothing was planned or written:\n%s", exc)
             raise InputRefused(str(exc)) from exc
+        self.lineage_job_dir = started.job_dir  # what its OpenLineage events report (operators/openlineage.py)
         ti = context["ti"]
         ti.xcom_push(key="job_dir", value=started.job_dir)
         ti.xcom_push(key="job_id", value=started.job_id)
