@@ -27,6 +27,12 @@ RAY_CONN_FIELDS: dict[str, dict] = {
         "description": "Ray address, e.g. ray://ray-head:10001 or ray-head:6379; wins over host and port",
         "schema": {"type": ["string", "null"]},
     },
+    "dashboard_address": {
+        "label": "Ray Jobs dashboard address",
+        "description": "Ray Jobs mode: the head's dashboard, e.g. http://ray-head:8265; each partition group "
+        "then runs as one Ray Job whose driver lives on the cluster (an http(s):// host does the same)",
+        "schema": {"type": ["string", "null"]},
+    },
     "namespace": {
         "label": "Namespace",
         "description": "Ray namespace for the job's tasks and actors",
@@ -80,10 +86,15 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_dj.triggers.checkpoint"],
+                "python-modules": ["airflow_provider_dj.triggers.checkpoint", "airflow_provider_dj.triggers.ray_job"],
             }
         ],
-        "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dj.hooks.ray"]}],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_dj.hooks.ray", "airflow_provider_dj.hooks.ray_jobs"],
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": "ray",
@@ -92,7 +103,7 @@ def get_provider_info() -> dict:
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "login", "password"],
                     "relabeling": {"host": "Ray address"},
-                    "placeholders": {"host": "ray://ray-head:10001 or ray-head:6379"},
+                    "placeholders": {"host": "http://ray-head:8265 (Ray Jobs), ray-head:6379 or ray://ray-head:10001"},
                 },
                 "conn-fields": copy.deepcopy(RAY_CONN_FIELDS),
             }

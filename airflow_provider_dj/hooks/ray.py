@@ -4,7 +4,9 @@ Resolution order for the cluster address:
 
 1. the Airflow connection (``conn_id``, default ``ray_default``) if it exists:
    its host/port (``ray://host:10001`` for Ray Client, or ``host:6379`` for
-   a GCS address), or ``extra.address``;
+   a GCS address), or ``extra.address``; a dashboard (``http://host:8265``,
+   or ``extra.dashboard_address``) selects Ray Jobs mode, where each
+   partition group runs as a Ray Job (hooks/ray_jobs.py, ``get_jobs_client``);
 2. the ``RAY_ADDRESS`` environment variable;
 3. otherwise an *embedded* local Ray.
 
@@ -18,7 +20,7 @@ later task only connects to it (about a second instead of several).
 
 Only allowlisted connection extras reach ``ray.init`` (never the whole
 extra dict): ``namespace``, ``runtime_env``, ``num_cpus`` (embedded only),
-``object_store_memory`` (embedded only), ``address``: the keys of
+``object_store_memory`` (embedded only), ``address``, ``dashboard_address``: the keys of
 ``provider_info.RAY_CONN_FIELDS``, which the connection form shows.
 """
 
@@ -97,24 +99,55 @@ class RayHook(BaseHook):  # type: ignore[misc]
         return settings
 
     def resolve(self) -> dict[str, Any]:
-        """{'mode': 'cluster'|'embedded', 'address': ..., 'init_kwargs': {...}} without connecting."""
+        """{'mode': 'cluster'|'embedded'|'jobs', 'address': ..., 'init_kwargs': {...}} without connecting.
+
+        ``jobs`` (Ray Jobs mode, hooks/ray_jobs.py): the connection names a dashboard
+        (``dashboard_address``, or an ``http(s)://`` address); partition groups are submitted there as
+        Ray Jobs, and ``dashboard_address`` says where.  Its ``address`` (a GCS address, or None: the
+        embedded Ray) is where the steps that stay in the worker reach Ray."""
+        from airflow_provider_dj.hooks.ray_jobs import is_dashboard_address
+
         settings = self._connection_settings()
         address = settings.pop("address", None) or os.environ.get("RAY_ADDRESS") or None
+        dashboard = settings.pop("dashboard_address", None)
+        if not dashboard and is_dashboard_address(address):
+            dashboard, address = address, None
         init_kwargs: dict[str, Any] = {}
         if settings.get("namespace"):
             init_kwargs["namespace"] = settings["namespace"]
         if settings.get("runtime_env"):
             init_kwargs["runtime_env"] = settings["runtime_env"]
-        if address:
-            return {"mode": "cluster", "address": address, "init_kwargs": init_kwargs}
         embedded = {k: settings[k] for k in ("num_cpus", "object_store_memory") if k in settings}
-        return {"mode": "embedded", "address": None, "init_kwargs": init_kwargs, "embedded": embedded}
+        if dashboard:
+            mode = {"mode": "jobs", "dashboard_address": dashboard}
+        else:
+            mode = {"mode": "cluster" if address else "embedded"}
+        if address:
+            return {**mode, "address": address, "init_kwargs": init_kwargs}
+        return {**mode, "address": None, "init_kwargs": init_kwargs, "embedded": embedded}
+
+    def get_jobs_client(self):
+        """Ray Jobs mode's client (hooks/ray_jobs.RayJobsClient); raises RayDashboardUnreachableError
+        naming the address when the dashboard does not answer, and RayConnectionError when the
+        connection names no dashboard."""
+        from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+        cfg = self.resolve()
+        if cfg["mode"] != "jobs":
+            raise RayConnectionError(
+                f"the Ray connection {self.ray_conn_id!r} names no dashboard: set its host to http://<head>:8265 "
+                f"or its extra dashboard_address for Ray Jobs mode"
+            )
+        kwargs = cfg["init_kwargs"]
+        return RayJobsClient(
+            cfg["dashboard_address"], runtime_env=kwargs.get("runtime_env"), namespace=kwargs.get("namespace")
+        )
 
     # -- connecting ----------------------------------------------------------
     def get_client(self):
         """Return the ``ray`` module, connected.  Cheap when already connected."""
         cfg = self.resolve()
-        if cfg["mode"] == "embedded":
+        if cfg["mode"] != "cluster" and not cfg["address"]:
             # Ray 2.5x+ turns token auth on for `ray start` whenever
             # ~/.ray/auth_token exists, and reads the mode when `ray` is first
             # imported: set it before the import so the head we start and
@@ -131,6 +164,11 @@ class RayHook(BaseHook):  # type: ignore[misc]
         if ray.is_initialized():
             return ray
         t0 = time.perf_counter()
+        if cfg["mode"] == "jobs":
+            # Ray Jobs mode: partition groups run on the cluster as Ray Jobs; what a task does in the
+            # worker itself (a parallel export's parts, a GPU probe) uses the connection's GCS address
+            # when it has one, else the embedded Ray.
+            cfg = dict(cfg, mode="cluster" if cfg["address"] else "embedded")
         if cfg["mode"] == "cluster":
             log.info("connecting to Ray cluster at %s", cfg["address"])
             ray.init(address=cfg["address"], ignore_reinit_error=True, log_to_driver=True, **cfg["init_kwargs"])

@@ -40,7 +40,7 @@ def test_provider_info_matches_airflows_schema():
 def test_conn_fields_are_exactly_the_hooks_allowlist():
     ct = _ray_connection_type()
     assert set(ct["conn-fields"]) == set(ALLOWED_EXTRAS)
-    assert len(ALLOWED_EXTRAS) == 5  # address, namespace, runtime_env, num_cpus, object_store_memory
+    assert len(ALLOWED_EXTRAS) == 6  # address, dashboard_address, namespace, runtime_env, num_cpus, object_store_memory
     for name, field in ct["conn-fields"].items():
         assert field["label"] and field["description"], name
         assert "null" in field["schema"]["type"], f"{name}: an unset extra must be allowed"
@@ -52,6 +52,7 @@ def test_conn_fields_are_exactly_the_hooks_allowlist():
 # would be as false as an allowed one the form hides.
 SAMPLES = {
     "address": ("ray://head-from-extra:10001", lambda cfg: cfg["address"]),
+    "dashboard_address": ("http://head:8265", lambda cfg: cfg["dashboard_address"]),
     "namespace": ("ns1", lambda cfg: cfg["init_kwargs"]["namespace"]),
     "runtime_env": ({"env_vars": {"A": "1"}}, lambda cfg: cfg["init_kwargs"]["runtime_env"]),
     "num_cpus": (3, lambda cfg: cfg["embedded"]["num_cpus"]),
@@ -97,14 +98,27 @@ def _trigger_classes() -> set[str]:
 
 def test_every_trigger_class_is_registered():
     classes = _trigger_classes()
-    assert classes == {"airflow_provider_dj.triggers.checkpoint.CheckpointTrigger"}
+    assert classes == {
+        "airflow_provider_dj.triggers.checkpoint.CheckpointTrigger",
+        "airflow_provider_dj.triggers.ray_job.RayJobTrigger",
+    }
     registered = {m for t in get_provider_info().get("triggers", []) for m in t["python-modules"]}
     assert registered == {c.rsplit(".", 1)[0] for c in classes}
+    required = {  # beyond job_dir: what each trigger cannot run without
+        "RayJobTrigger": {
+            "dashboard_address": "http://h:8265",
+            "submission_id": "dj-x",
+            "segment_index": 0,
+            "partition_ids": [1],
+        },
+    }
     for cls_path in classes:  # each registered module imports, and the trigger serializes to its own path
         module, name = cls_path.rsplit(".", 1)
         cls = getattr(importlib.import_module(module), name)
-        classpath, kwargs = cls(job_dir="/tmp/x").serialize()
+        args = {"job_dir": "/tmp/x", **required.get(name, {})}
+        classpath, kwargs = cls(**args).serialize()
         assert classpath == cls_path and kwargs["job_dir"] == "/tmp/x"
+        assert cls(**kwargs).serialize() == (classpath, kwargs)  # a restarted triggerer rebuilds it as it was
 
 
 def test_every_listed_module_imports_and_integrations_are_declared():

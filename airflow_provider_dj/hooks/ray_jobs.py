@@ -1,0 +1,255 @@
+"""Ray Jobs mode: a partition group runs as one Ray Job whose driver lives on the cluster.
+
+``RayJobsClient`` is a small client over Ray's ``JobSubmissionClient`` (the dashboard's HTTP API):
+submit, status, log tail, stop, and :meth:`RayJobsClient.submit_or_attach`, which finds a group's
+existing submission instead of starting a duplicate.  The group's submission ids are deterministic
+(engine/jobdir/ray_jobs.py), so any submitter walks the same ids on the cluster: a running or
+pending one is attached to, a succeeded one is trusted once the group's checkpoints are verified,
+and after a failed or stopped one the next id (``-r<n>``) is submitted, whose driver resumes from the
+checkpoints.  Where the cluster has forgotten a submission (a restarted head), the drivers' record
+in the job directory says how it ended.
+
+The client is built before anything is submitted or written: a dashboard that does not answer is
+refused (:class:`RayDashboardUnreachableError`, naming its address) with the job directory untouched.
+The provider-version and job-directory checks run in the driver on the cluster
+(engine/runner/group_job.py), which also writes nothing when it refuses.
+
+Only the connection's allowlisted extras reach Ray: ``runtime_env`` goes to ``submit_job``,
+``namespace`` to the driver's ``ray.init``; nothing else of the extra is passed on.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from airflow_provider_dj import __version__
+from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.runner.group_job import GroupJobSpec, entrypoint, verify_group
+
+log = logging.getLogger(__name__)
+
+#: Ray's job states, as ``JobStatus`` spells them.
+ACTIVE = frozenset({"PENDING", "RUNNING"})
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+#: At most this many submissions of one group are looked up on the cluster (one HTTP call each).
+MAX_ATTEMPTS = 1000
+
+
+class RayDashboardUnreachableError(DJError, ConnectionError):
+    """The Ray dashboard named by the ``ray`` connection does not answer; nothing was submitted."""
+
+
+class RayJobSubmitError(DJError, RuntimeError):
+    """The dashboard refused a submission (not because a submission of that id already exists)."""
+
+
+class RayJobFailedError(DJError, RuntimeError):
+    """A group's Ray Job ended without committing its partitions; the message carries its log tail.
+    A retry (or a UI clear) submits the group again and resumes from its checkpoints."""
+
+
+def is_dashboard_address(address: str | None) -> bool:
+    """A Ray Jobs address (the dashboard's HTTP API) rather than a GCS or ``ray://`` address."""
+    return bool(address) and address.split("://", 1)[0].lower() in ("http", "https")
+
+
+@dataclass(frozen=True)
+class GroupSubmission:
+    """Where a group's Ray Job stands after :meth:`RayJobsClient.submit_or_attach`.
+
+    ``action``: ``submitted`` (first submission), ``resubmitted`` (after a failed or stopped one),
+    ``attached`` (one is pending or running), ``succeeded`` (one succeeded and the checkpoints are
+    all there: nothing to run)."""
+
+    submission_id: str
+    attempt: int
+    action: str
+    status: str
+    note: str = ""
+
+
+class RayJobsClient:
+    """Ray's Job Submission API at ``address`` (``http://head:8265``), for partition groups."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        runtime_env: dict | None = None,
+        namespace: str | None = None,
+        python: str = "python",
+        client_factory: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.address = address
+        self.runtime_env = runtime_env
+        self.namespace = namespace
+        self.python = python
+        try:
+            if client_factory is None:
+                from ray.job_submission import JobSubmissionClient
+
+                client_factory = JobSubmissionClient
+            self._client = client_factory(address)  # checks the connection (GET /api/version)
+        except Exception as exc:
+            raise RayDashboardUnreachableError(
+                f"the Ray dashboard at {address} does not answer ({type(exc).__name__}: {exc}); check the `ray` "
+                f"connection's address (the dashboard's HTTP address, port 8265 by default) and that the head runs "
+                f"its dashboard (`ray start --head --include-dashboard=true`, Ray's `default` extra). Nothing was "
+                f"submitted or written"
+            ) from exc
+
+    # -- one submission --------------------------------------------------------
+    def info(self, submission_id: str) -> Any | None:
+        """The submission's ``JobDetails``, or None when the cluster does not know it."""
+        try:
+            return self._client.get_job_info(submission_id)
+        except RuntimeError as exc:
+            if "does not exist" in str(exc) or "404" in str(exc):
+                return None
+            raise
+
+    def status(self, submission_id: str) -> str | None:
+        info = self.info(submission_id)
+        return None if info is None else str(getattr(info.status, "value", info.status))
+
+    def logs_tail(self, submission_id: str, lines: int = 40) -> str:
+        """The last ``lines`` lines of the driver's log ('' when the cluster has none)."""
+        try:
+            text = self._client.get_job_logs(submission_id)
+        except Exception as exc:  # noqa: BLE001 - a log tail is best effort: the failure is reported anyway
+            return f"(no log from the Ray dashboard at {self.address}: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, submission_id: str) -> bool:
+        """Ask Ray to stop the submission (SIGTERM to its driver, then SIGKILL); False when it had ended."""
+        try:
+            return bool(self._client.stop_job(submission_id))
+        except RuntimeError as exc:
+            log.warning("stop of Ray job %s at %s: %s", submission_id, self.address, exc)
+            return False
+
+    def poll(self, submission_id: str, job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[str, str]:
+        """(Ray's status of the submission, or ``UNKNOWN`` when the cluster has forgotten it; a line on the
+        group's progress read from the job directory): one look, as the trigger and the waiting worker take it."""
+        status = self.status(submission_id) or "UNKNOWN"
+        try:
+            _, progress = verify_group(job_dir, segment_index, partition_ids)
+        except Exception as exc:  # noqa: BLE001 - progress is informative; Ray's status decides
+            progress = f"progress not readable: {exc}"
+        return status, progress
+
+    def list_submissions(self, prefix: str = "dj-") -> list[Any]:
+        """Every submission on the cluster whose id starts with ``prefix``."""
+        return [j for j in self._client.list_jobs() if (j.submission_id or "").startswith(prefix)]
+
+    def submit(self, spec: GroupJobSpec) -> str:
+        """Submit ``spec``'s driver under ``spec.submission_id``; an id the cluster knows is not submitted
+        twice (Ray refuses it), and this returns the id either way."""
+        try:
+            return self._client.submit_job(
+                entrypoint=entrypoint(spec, self.python),
+                submission_id=spec.submission_id,
+                runtime_env=self.runtime_env or None,
+                entrypoint_num_cpus=0,  # the driver only waits; its partitions' tasks ask for CPUs
+                metadata={"dj_job_id": spec.job_id, "dj_segment": str(spec.segment_index)},
+            )
+        except RuntimeError as exc:
+            if self.info(spec.submission_id) is not None:
+                return spec.submission_id  # another submitter was first: the same group, attach to it
+            raise RayJobSubmitError(
+                f"the Ray dashboard at {self.address} refused submission {spec.submission_id}: {exc}"
+            ) from exc
+
+    # -- a group -------------------------------------------------------------
+    def latest_on_cluster(self, base: str) -> tuple[int, Any | None]:
+        """(attempt, JobDetails) of the group's newest submission the cluster knows; (-1, None) if none."""
+        attempt, found = -1, None
+        for n in range(MAX_ATTEMPTS):
+            info = self.info(ray_jobs.submission_id(base, n))
+            if info is None:
+                break
+            attempt, found = n, info
+        return attempt, found
+
+    def submit_or_attach(
+        self,
+        spec_for: Callable[[str, int], GroupJobSpec],
+        *,
+        job_dir: str,
+        job_id: str,
+        segment_index: int,
+        group: dict,
+    ) -> GroupSubmission:
+        """Find the group's current submission and decide: attach, trust, or submit the next attempt.
+
+        ``spec_for(submission_id, attempt)`` builds the driver's spec for a new submission."""
+        gid = int(group["group_id"])
+        base = ray_jobs.base_submission_id(job_dir, job_id, segment_index, gid)
+        attempt, info = self.latest_on_cluster(base)
+        recorded = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, segment_index, gid))
+        if recorded is not None and int(recorded.get("attempt", 0)) > attempt:
+            # The cluster forgot the group's newest submission (a restarted head): its driver's record says.
+            attempt, sid = int(recorded["attempt"]), recorded["submission_id"]
+            if recorded.get("state") == "succeeded":
+                done = self._verified(sid, attempt, "SUCCEEDED", job_dir, segment_index, group)
+                if done is not None:
+                    return done
+        elif info is not None:
+            status = str(getattr(info.status, "value", info.status))
+            sid = ray_jobs.submission_id(base, attempt)
+            if status in ACTIVE:
+                return GroupSubmission(sid, attempt, "attached", status)
+            if status == "SUCCEEDED":
+                done = self._verified(sid, attempt, status, job_dir, segment_index, group)
+                if done is not None:
+                    return done
+        nxt = attempt + 1
+        sid = self.submit(spec_for(ray_jobs.submission_id(base, nxt), nxt))
+        return GroupSubmission(sid, nxt, "resubmitted" if nxt else "submitted", self.status(sid) or "PENDING")
+
+    def _verified(self, sid, attempt, status, job_dir, segment_index, group) -> GroupSubmission | None:
+        """A succeeded submission whose group's checkpoints are all committed; None when some are missing
+        (removed since, or never written): then the group is submitted again."""
+        done, message = verify_group(job_dir, segment_index, group["partition_ids"])
+        if done:
+            return GroupSubmission(sid, attempt, "succeeded", status, message)
+        log.warning("Ray job %s succeeded but %s: submitting the group again", sid, message)
+        return None
+
+
+def group_spec(
+    *,
+    job_dir: str,
+    job_id: str,
+    segment_index: int,
+    group: dict,
+    submission_id: str,
+    attempt: int,
+    num_cpus: float = 1,
+    namespace: str | None = None,
+    try_number: int | None = None,
+    run_id: str | None = None,
+    step_key: str = "",
+    event_defaults: dict | None = None,
+) -> GroupJobSpec:
+    """The driver's spec as this process submits it: this provider's version and this host's name."""
+    return GroupJobSpec(
+        job_dir=job_dir,
+        job_id=job_id,
+        segment_index=int(segment_index),
+        group=dict(group),
+        submission_id=submission_id,
+        attempt=int(attempt),
+        provider_version=__version__,
+        submitter_host=socket.gethostname(),
+        try_number=try_number,
+        run_id=run_id,
+        step_key=step_key,
+        event_defaults=dict(event_defaults or {}),
+        num_cpus=num_cpus,
+        namespace=namespace,
+    )

@@ -1,0 +1,178 @@
+"""A Ray cluster separate from the test process, serving Ray Jobs on loopback: for Ray Jobs mode's tests.
+
+``ray start --head --block`` in its own session, with its dashboard on a free loopback port, a free
+GCS port and a private temp dir, so it shares nothing with the suite's other clusters; it is ended
+by its own process group (``ray stop`` would end every Ray of the machine).  Its PATH starts with this
+virtualenv's bin, so a Ray Job's ``python`` is the one with this package installed, as the cluster's
+image would provide it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cluster_env() -> dict:
+    """The head's environment: token auth as the suite's other clusters use it, this venv first on PATH."""
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_AUTH_MODE"] = "token"
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+class RayJobsCluster:
+    """One head node with ``num_cpus`` CPUs and its dashboard; ``address`` is the dashboard's URL."""
+
+    def __init__(self, num_cpus: int = 2) -> None:
+        # Short: Ray's unix socket paths under the temp dir must stay under 107 bytes.
+        self.temp_dir = tempfile.mkdtemp(prefix="djrj-", dir="/tmp")
+        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self.gcs_address = f"127.0.0.1:{self.gcs_port}"
+        self.log_path = os.path.join(self.temp_dir, "head.log")
+        self.num_cpus = num_cpus
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120) -> RayJobsCluster:
+        cmd = [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--num-cpus={self.num_cpus}",
+            f"--temp-dir={self.temp_dir}",
+            # Ports Ray would otherwise take at fixed defaults, shared with any other cluster here.
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=cluster_env(),
+            )
+        deadline = time.time() + timeout
+        try:
+            while not self._answers():
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"the Ray head with its dashboard did not start:\n{self.log()}")
+                time.sleep(0.5)
+            self._warm_up(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _warm_up(self, deadline: float) -> None:
+        """Submit one trivial job until the head's job agent takes it, and wait for its end: the
+        dashboard answers before its agent can start drivers ("No available agent")."""
+        from ray.job_submission import JobSubmissionClient
+
+        client = JobSubmissionClient(self.address)
+        while True:
+            try:
+                sid = client.submit_job(entrypoint="python -c pass", submission_id="warm-up", entrypoint_num_cpus=0)
+                break
+            except RuntimeError as exc:
+                if "No available agent" not in str(exc) or time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+        while str(client.get_job_status(sid).value) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            assert time.time() < deadline, self.log()
+            time.sleep(0.3)
+        assert str(client.get_job_status(sid).value) == "SUCCEEDED", client.get_job_logs(sid)
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.address}/api/version", timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answers (token auth refuses an unauthenticated request)
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                return fh.read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 5) -> None:
+        """End the head's process group (raylet, GCS, dashboard, workers): SIGTERM, and SIGKILL after
+        ``grace`` seconds (a draining head waits 30 s otherwise); then any process of this cluster that
+        left the group (a job's driver runs in its own session), found by the cluster's temp dir."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait
+            while time.time() < deadline and _group_alive(proc.pid):
+                time.sleep(0.2)
+        proc.wait(timeout=30)
+        for pid in self._strays():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _strays(self) -> list[int]:
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if self.temp_dir.encode() in fh.read():
+                        out.append(int(name))
+            except OSError:
+                continue
+        return out
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, dead and waiting to be reaped, do not)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

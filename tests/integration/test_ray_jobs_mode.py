@@ -1,0 +1,218 @@
+"""Ray Jobs mode on real parts: a separate Ray head serving Ray Jobs on loopback, real job directories.
+
+One cluster for the module (tests/integration/ray_jobs_cluster.py: its own ports and temp dir, ended
+by its own process group).  A partition group submitted as a Ray Job writes the bytes the in-process
+path writes; a second submission of a group is recognised, a succeeded one is not run again, a failed
+one is submitted again and resumes from its checkpoints; a submitter of another provider version is
+refused on the cluster with nothing written; and a DAG run with the ``ray`` connection in Ray Jobs
+mode runs each group as one Ray Job.  Assertions are on bytes, rows, files and the cluster's job list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from airflow_provider_dj import __version__
+from airflow_provider_dj.engine.jobdir import ray_jobs
+from tests.integration.crash_helpers import write_faults
+from tests.integration.ray_jobs_cluster import RayJobsCluster
+
+pytestmark = pytest.mark.integration
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # the head uses token auth; the client sends the token
+RUN_ID = "ray-jobs-test-run"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = RayJobsCluster(num_cpus=2).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def client(cluster):
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    return RayJobsClient(cluster.address)
+
+
+def _plan(recipe: str, job_id: str):
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.job.setup import prepare_job
+
+    return prepare_job(load_recipe(recipe), job_id=job_id, airflow_run_id=RUN_ID)
+
+
+def _spec_for(prepared, segment_index: int, group: dict, **overrides):
+    from airflow_provider_dj.hooks.ray_jobs import group_spec
+
+    def spec_for(sid: str, attempt: int):
+        spec = group_spec(
+            job_dir=prepared.job_dir,
+            job_id=prepared.job_id,
+            segment_index=segment_index,
+            group=group,
+            submission_id=sid,
+            attempt=attempt,
+            run_id=RUN_ID,
+        )
+        return spec.__class__(**{**spec.__dict__, **overrides})
+
+    return spec_for
+
+
+def _submit(client, prepared, segment_index: int, group: dict, **overrides):
+    return client.submit_or_attach(
+        _spec_for(prepared, segment_index, group, **overrides),
+        job_dir=prepared.job_dir,
+        job_id=prepared.job_id,
+        segment_index=segment_index,
+        group=group,
+    )
+
+
+def _wait(client, sid: str, timeout: float = 240) -> str:
+    deadline = time.time() + timeout
+    while (status := client.status(sid)) in ("PENDING", "RUNNING"):
+        assert time.time() < deadline, client.logs_tail(sid)
+        time.sleep(0.5)
+    return status
+
+
+def _job_submissions(client, prepared) -> list:
+    prefix = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, 0).rsplit("-s0-g0", 1)[0]
+    return client.list_submissions(prefix)
+
+
+def _files(root: str, suffixes: tuple[str, ...]) -> dict[str, bytes]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(suffixes):
+                p = os.path.join(d, f)
+                with open(p, "rb") as fh:
+                    out[os.path.relpath(p, root)] = fh.read()
+    return out
+
+
+def _tree(root: str) -> dict[str, int]:
+    return {
+        os.path.relpath(os.path.join(d, f), root): os.stat(os.path.join(d, f)).st_mtime_ns
+        for d, _, files in os.walk(root)
+        for f in files
+    }
+
+
+def test_groups_as_ray_jobs_write_the_in_process_bytes_once_each(client, make_recipe, tmp_path):
+    from airflow_provider_dj.engine import run_job, run_prepared_job
+
+    recipe = make_recipe("rj_bytes", parts=2)
+    reference = run_job(recipe, job_id="ref", workers=1, overrides={"export_path": str(tmp_path / "ref.jsonl")})
+    prepared = _plan(recipe, "rj")
+    subs = [_submit(client, prepared, 0, g) for g in prepared.groups]
+    assert [s.action for s in subs] == ["submitted"] * len(prepared.groups)
+    again = _submit(client, prepared, 0, prepared.groups[0])  # a retry while it runs: the same Ray job
+    assert again.submission_id == subs[0].submission_id and again.action in ("attached", "succeeded")
+    assert [_wait(client, s.submission_id) for s in subs] == ["SUCCEEDED"] * len(subs)
+    done = _submit(client, prepared, 0, prepared.groups[0])  # after success: verified, nothing submitted
+    assert (done.action, done.submission_id) == ("succeeded", subs[0].submission_id)
+    assert sorted(j.submission_id for j in _job_submissions(client, prepared)) == sorted(s.submission_id for s in subs)
+    for g, s in zip(prepared.groups, subs):
+        record = ray_jobs.read_record(prepared.job_dir, 0, g["group_id"])
+        (entry,) = record["submissions"]
+        assert entry["submission_id"] == s.submission_id and entry["provider_version"] == __version__
+        assert [t["state"] for t in entry["transitions"]] == ["started", "succeeded"]
+        assert [r["partition_id"] for r in entry["results"]] == g["partition_ids"]
+
+    result = run_prepared_job(prepared, workers=1)  # the global step and segment 1 in this process
+    with open(result.export_path, "rb") as a, open(reference.export_path, "rb") as b:
+        assert a.read() == b.read()
+    assert result.rows == reference.rows
+    for sub in ("checkpoints", "lineage"):
+        ours = _files(os.path.join(prepared.job_dir, sub), (".parquet", ".arrow"))
+        theirs = _files(os.path.join(reference.job_dir, sub), (".parquet", ".arrow"))
+        assert ours and ours == theirs, f"{sub}: the Ray Jobs mode's files differ from the in-process run's"
+
+
+def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(client, make_recipe):
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    prepared = _plan(make_recipe("rj_fail", parts=2), "rjf")
+    group = prepared.groups[0]
+    pid = group["partition_ids"][0]
+    write_faults(prepared.job_dir, [{"point": "after_op", "partition_id": pid, "op_index": 1, "times": 1}])
+    first = _submit(client, prepared, 0, group)
+    assert _wait(client, first.submission_id) == "FAILED"
+    record = ray_jobs.read_record(prepared.job_dir, 0, group["group_id"])
+    assert record["submissions"][0]["state"] == "failed" and "injected fault" in record["submissions"][0]["error"]
+    assert "injected fault" in client.logs_tail(first.submission_id)
+
+    second = _submit(client, prepared, 0, group)
+    assert second.action == "resubmitted" and second.submission_id == f"{first.submission_id}-r1"
+    assert _wait(client, second.submission_id) == "SUCCEEDED"
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    assert entry["submission_id"] == second.submission_id and entry["attempt"] == 1
+    (res,) = entry["results"]
+    assert res["resumed_from_op"] == 1 and res["ops_run"] == [2, 3]  # ops 0 and 1 were not run again
+    runs = [(e["op_index"]) for e in read_events(prepared.job_dir, "op_complete") if e.get("partition_id") == pid]
+    assert sorted(runs) == [0, 1, 2, 3]  # each op of the partition committed once over both Ray jobs
+    assert len(_job_submissions(client, prepared)) == 2
+
+
+def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(client, make_recipe):
+    prepared = _plan(make_recipe("rj_version", parts=2), "rjv")
+    before = _tree(prepared.job_dir)
+    sub = _submit(client, prepared, 0, prepared.groups[0], provider_version="0.0.0+elsewhere")
+    assert _wait(client, sub.submission_id) == "FAILED"
+    assert client.info(sub.submission_id).driver_exit_code == 2
+    tail = client.logs_tail(sub.submission_id)
+    assert "provider version mismatch" in tail and "0.0.0+elsewhere" in tail and __version__ in tail
+    assert _tree(prepared.job_dir) == before
+    assert ray_jobs.read_record(prepared.job_dir, 0, prepared.groups[0]["group_id"]) is None
+
+
+def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
+    cluster, client, make_recipe, airflow_home, monkeypatch, tmp_path, caplog
+):
+    """Segment 0's tasks defer to the trigger; segment 1's wait in the worker (deferrable=False)."""
+    import logging
+
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.dag_builder.factory import build_dag
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
+    from airflow_provider_dj.engine.storage.context import JobContext
+
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
+    recipe = make_recipe("rj_dag", parts=2)
+    dag_id = sanitize_dag_id(load_recipe(recipe).project_name)
+    write_cli_dag_stub(airflow_home, recipe, dag_id)
+    dag = build_dag(recipe, dag_id=dag_id)
+    dag.get_task("partitions_seg1").partial_kwargs["deferrable"] = False
+    with caplog.at_level(logging.INFO, logger="airflow.sdk.definitions.dag"):
+        dag_run = dag.test(run_conf={"job_id": "rjdag"})
+    assert dag_run.state == "success"
+    job_dir = str(tmp_path / "work" / "rjdag")
+    with open(os.path.join(job_dir, "job_summary.json")) as fh:
+        summary = json.load(fh)
+    reference = run_job(recipe, job_id="rjdag_ref", workers=1, overrides={"export_path": str(tmp_path / "r.jsonl")})
+    with open(summary["export"]["path"], "rb") as a, open(reference.export_path, "rb") as b:
+        assert a.read() == b.read()
+
+    records = sorted(os.listdir(os.path.join(job_dir, "ray_jobs")))
+    seg0 = [r for r in records if r.startswith("seg0_")]
+    assert len(JobContext(job_dir).plan.segments) == 2 and seg0 and len(records) > len(seg0)
+    prefix = ray_jobs.base_submission_id(job_dir, "rjdag", 0, 0).rsplit("-s0-g0", 1)[0]
+    jobs = client.list_submissions(prefix)
+    assert len(jobs) == len(records)  # one Ray job per group of each segment, none submitted twice
+    assert {str(j.status.value) for j in jobs} == {"SUCCEEDED"}
+    deferred = [r for r in caplog.records if "running trigger in line" in r.getMessage()]
+    assert len(deferred) == len(seg0)  # segment 0's tasks deferred; segment 1's waited in the worker
