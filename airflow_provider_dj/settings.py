@@ -159,6 +159,15 @@ SETTINGS: tuple[Setting, ...] = (
         "unset: 4 under a scheduler, the CPU count under `dj-airflow run`; a bad value counts as unset.",
         "8",
     ),
+    _s(
+        "max_groups_per_segment",
+        "integer",
+        256,
+        "Most mapped task instances (execution groups) of one segment when the recipe sets no integer "
+        "execution_group_size: past it partitions share groups, so the grid stays readable and each run "
+        "starts fewer task processes; 0: only Airflow's [core] max_map_length bounds them.",
+        "512",
+    ),
     # -- the job directory ---------------------------------------------------
     _s(
         "lock_stale_s",

@@ -37,6 +37,15 @@ class RecipeRefused(AirflowFailException):
     would render and validate the same text again, so the task fails at once."""
 
 
+def max_map_length() -> int:
+    """Airflow's ``[core] max_map_length``: the API server refuses to map a downstream task over a
+    longer list (the push of this task's groups fails), so the planner keeps every segment within it.
+    Read from this worker's Airflow configuration, which must match the API server's."""
+    from airflow.configuration import conf
+
+    return conf.getint("core", "max_map_length", fallback=1024)
+
+
 def run_identity(context: Any) -> RunIdentity:
     """The DAG run a job id is derived from when the recipe names none."""
     dag_run = context["dag_run"]
@@ -93,6 +102,7 @@ class ResumeValidatorOperator(DJBaseOperator):
                 max_active_groups=self.max_active_groups,
                 sequential_tasks=self.local_run is not None,
                 cpu_default=local.max_concurrent_partitions(self.local_run),
+                max_mapped_tasks=max_map_length(),
                 event_defaults=event_defaults(context),
                 run_id=context["dag_run"].run_id,
                 run_pid=local.owner_pid(self.local_run),

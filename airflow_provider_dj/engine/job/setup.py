@@ -64,6 +64,7 @@ def prepare_job(
     *,
     job_id: str,
     group_size: int | Callable[[dict, str], int] = 1,
+    max_groups: int | None = None,
     event_defaults: dict | None = None,
     airflow_run_id: str | None = None,
     log_step: Callable[[str], None] | None = None,
@@ -73,6 +74,7 @@ def prepare_job(
 
     ``group_size`` may be a callable (partitioning_info, job_dir) -> int: the
     ``auto`` size needs the partitions and the probe report (engine.gpu).
+    ``max_groups``: no more execution groups than this (``engine.planning.groups.group_cap``).
     ``run_pid``: the pid that lives as long as the run (``dj-airflow run``'s own),
     recorded in the runner lock (engine/jobdir/lock.py).
     """
@@ -87,7 +89,7 @@ def prepare_job(
 
     check_adapted_ops(recipe)
     owner = job_lock.owner_identity(airflow_run_id, run_pid=run_pid)
-    args = (recipe, paths, plan, owner, job_id, group_size, event_defaults, say)
+    args = (recipe, paths, plan, owner, job_id, (group_size, max_groups), event_defaults, say)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
         prepared = _prepare_resumed_job(*args)
     else:
@@ -102,7 +104,7 @@ def _prepare_resumed_job(
     plan,
     owner: dict,
     job_id: str,
-    group_size: int | Callable[[dict, str], int],
+    sizing: tuple[int | Callable[[dict, str], int], int | None],
     event_defaults: dict | None,
     say: Callable[[str], None],
 ) -> PreparedJob:
@@ -122,8 +124,9 @@ def _prepare_resumed_job(
 
         if mark_resumed(paths.job_dir):
             say("job_summary.json of the previous (failed/stopped) run now says running")
+    group_size, max_groups = sizing
     size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
-    groups = [] if report.job_complete else execution_groups(info, size, report.completed)
+    groups = [] if report.job_complete else execution_groups(info, size, report.completed, max_groups=max_groups)
     for g in groups:
         g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
     plan.groups = groups
@@ -150,7 +153,7 @@ def _prepare_new_job(
     plan,
     owner: dict,
     job_id: str,
-    group_size: int | Callable[[dict, str], int],
+    sizing: tuple[int | Callable[[dict, str], int], int | None],
     event_defaults: dict | None,
     say: Callable[[str], None],
 ) -> PreparedJob:
@@ -202,8 +205,9 @@ def _prepare_new_job(
         f"planned {info['num_partitions']} partitions over {info['total_rows']} rows ({info['how_chosen']}) "
         f"in {time.perf_counter() - t0:.2f}s"
     )
+    group_size, max_groups = sizing
     size = group_size(info, paths.job_dir) if callable(group_size) else group_size
-    groups = execution_groups(info, size) if info["partitions"] else []
+    groups = execution_groups(info, size, max_groups=max_groups) if info["partitions"] else []
     plan.groups = groups
     write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
     _register(job_id, paths.job_dir)

@@ -25,7 +25,7 @@ from airflow_provider_dj.engine.planning.concurrency import (
     in_flight_per_group,
     resolve_max_concurrent,
 )
-from airflow_provider_dj.engine.planning.groups import GroupSizeDecision, resolve_group_size
+from airflow_provider_dj.engine.planning.groups import GroupSizeDecision, bound_group_size, resolve_group_size
 from airflow_provider_dj.ops.registry import get_op_class
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,13 @@ def decide_run(
     airflow_max_active: int | None = None,
     sequential_tasks: bool = False,
     cpu_default: int | None = None,
+    max_groups: int | None = None,
+    max_mapped_tasks: int | None = None,
 ) -> RunDecisions:
     """All decisions for one job; raises ``PlanningError`` when even one actor per GPU stage does not fit.
+
+    ``max_groups`` caps the groups of a segment (``engine.planning.groups.group_cap``, from
+    ``max_mapped_tasks``, Airflow's ``[core] max_map_length``): the group size is raised to fit.
 
     ``airflow_max_active`` is the parse-time ``max_active_tis_per_dagrun``
     (groups Airflow may run at once); ``sequential_tasks`` says the runner
@@ -105,6 +110,7 @@ def decide_run(
         group = resolve_group_size(
             extra.get("execution_group_size", "auto"), num_partitions=n, default=default_group_size
         )
+    group = bound_group_size(group, n, max_groups, max_mapped_tasks)
     conc = resolve_max_concurrent(
         recipe.partition.max_concurrent_partitions,
         num_partitions=n,
@@ -113,7 +119,7 @@ def decide_run(
         has_gpu_ops=gpu,
         cpu_default=cpu_default,
     )
-    n_groups = -(-n // group.size)
+    n_groups = min(-(-n // group.size), max_groups or n)
     groups_at_once = 1 if sequential_tasks else min(n_groups, airflow_max_active or n_groups)
     return RunDecisions(group, conc, plan, in_flight_per_group(conc.value, groups_at_once), groups_at_once)
 

@@ -19,12 +19,25 @@ says the ratio was not met.  A positive integer in the recipe wins.
 
 Resume: partitions whose last checkpoints differ run one per group, see
 ``uniform_positions``.
+
+The bound (``group_cap``): each group is one mapped task instance of a
+segment, and Airflow refuses a mapped task of more than ``[core]
+max_map_length`` instances (the ``validate`` task's push of its groups fails).
+So the groups of one segment never outnumber a cap: Airflow's limit, and
+for sizes the planner chose (the default and ``auto``) also the readable
+cap ``[dj] max_groups_per_segment``.  Past the cap the partitions are split
+into exactly ``cap`` contiguous groups whose sizes differ by at most one
+(``balanced_sizes``).  A recipe's explicit integer is honoured up to
+Airflow's limit and raised to fit beyond it, with a warning: under
+automatic partitioning the partition count grows with the corpus, and
+refusing the recipe the night it crosses the limit would fail a job over
+a scheduling preference.  Checkpoints stay per partition either way.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 
@@ -36,6 +49,15 @@ class GroupSizeDecision:
     overhead_ratio: float | None = None  # model start-up share of one group's pool lifetime at ``size``
     target_ratio: float | None = None
     ratio_met: bool | None = None
+    #: Set when the group count cap raised ``size`` (then the largest group's): what capped it
+    #: (``group_cap``) and the size chosen before, which ``group_sizes`` takes with the cap.
+    bounded_by: str | None = None
+    chosen_size: int | None = None
+
+    @property
+    def planned_size(self) -> int:
+        """The size to plan groups with (``group_sizes`` applies the cap itself)."""
+        return self.chosen_size or self.size
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,7 +156,77 @@ def uniform_positions(completed: Mapping[Any, Mapping[str, Any]]) -> bool:
     would either start everyone at op 3 (re-running committed work of the
     second) or need a pipeline per partition inside the group anyway.  One
     partition per group is always correct and keeps the UI grain obvious.
-    Finished partitions do no work, so they never force the fallback.
+    Finished partitions do no work, so they never force the fallback.  Past
+    the group cap (``group_cap``) such partitions share groups anyway: each
+    still resumes from its own checkpoint (the segment runner works one
+    partition at a time), only a model start-up is no longer shared.
     """
     positions = {c["last_op"] for c in completed.values() if not c.get("final")}
     return len(positions) <= 1
+
+
+def group_cap(max_mapped_tasks: int | None, readable_cap: int | None, *, explicit: bool) -> int | None:
+    """The most execution groups one segment may have; ``None``: no cap.
+
+    ``max_mapped_tasks``: Airflow's ``[core] max_map_length`` where Airflow maps
+    the groups, ``None`` where nothing does (the local executor dispatches them
+    itself).  ``readable_cap`` (``[dj] max_groups_per_segment``; 0 or ``None``:
+    none) applies to sizes the planner chose, never to a recipe's ``explicit``
+    integer, and only where Airflow maps the groups (it is about the grid)."""
+    if max_mapped_tasks is None:
+        return None
+    if max_mapped_tasks < 1:
+        raise ValueError(f"max_mapped_tasks must be >= 1 or None, got {max_mapped_tasks}")
+    if explicit or not readable_cap or readable_cap < 1:
+        return max_mapped_tasks
+    return min(max_mapped_tasks, readable_cap)
+
+
+def cap_reason(cap: int, max_mapped_tasks: int | None) -> str:
+    """Which limit ``cap`` is, in words a person can act on."""
+    if cap == max_mapped_tasks:
+        return f"Airflow's [core] max_map_length={cap}"
+    return f"[dj] max_groups_per_segment={cap}"
+
+
+def bound_group_size(
+    decision: GroupSizeDecision, num_partitions: int, cap: int | None, max_mapped_tasks: int | None
+) -> GroupSizeDecision:
+    """``decision`` with its size raised so that its groups number at most ``cap``.
+
+    The size returned is the largest group's (``balanced_sizes``); unchanged when
+    the groups already fit."""
+    n = max(1, num_partitions)
+    if cap is None or -(-n // max(1, decision.size)) <= cap:
+        return decision
+    size = -(-n // cap)
+    what = cap_reason(cap, max_mapped_tasks)
+    reason = (
+        f"{decision.reason}; raised from {decision.size} to {size} partition(s) per group so that "
+        f"{n} partitions make at most {cap} mapped task instances per segment ({what})"
+    )
+    return replace(decision, size=size, reason=reason, bounded_by=what, chosen_size=decision.size)
+
+
+def balanced_sizes(num_partitions: int, num_groups: int) -> list[int]:
+    """Sizes of ``num_groups`` contiguous groups over ``num_partitions``: the first
+    ``num_partitions % num_groups`` hold one more, so sizes differ by at most one."""
+    if num_groups < 1 or num_partitions < num_groups:
+        raise ValueError(f"need 1 <= num_groups <= num_partitions, got {num_groups} groups of {num_partitions}")
+    base, extra = divmod(num_partitions, num_groups)
+    return [base + 1] * extra + [base] * (num_groups - extra)
+
+
+def group_sizes(num_partitions: int, group_size: int, cap: int | None = None) -> list[int]:
+    """Sizes of the contiguous groups over ``num_partitions`` partitions.
+
+    Within the cap: groups of ``group_size``, the last one holding the rest (a
+    recipe's size is what the user asked for).  Past it: exactly ``cap``
+    groups of balanced sizes."""
+    if num_partitions < 1:
+        return []
+    size = max(1, group_size)
+    if cap is not None and -(-num_partitions // size) > cap:
+        return balanced_sizes(num_partitions, cap)
+    full, rest = divmod(num_partitions, size)
+    return [size] * full + ([rest] if rest else [])

@@ -133,23 +133,28 @@ def build_plan(recipe) -> ExecutionPlan:
     )
 
 
-def execution_groups(partitioning_info: dict, group_size: int = 1, completed: dict | None = None) -> list[dict]:
+def execution_groups(
+    partitioning_info: dict, group_size: int = 1, completed: dict | None = None, *, max_groups: int | None = None
+) -> list[dict]:
     """Consecutive partitions grouped for one mapped task each (one per group by default).
 
     ``completed`` (on resume: partition id -> {"last_op", "final"}): when
     unfinished partitions resume from different checkpoints, every group
     holds one partition (why: ``engine.planning.groups.uniform_positions``).
+    ``max_groups``: never more groups than this (``engine.planning.groups.group_cap``);
+    past it the partitions fill exactly ``max_groups`` groups of balanced sizes.
     """
-    from airflow_provider_dj.engine.planning.groups import uniform_positions
+    from airflow_provider_dj.engine.planning.groups import group_sizes, uniform_positions
 
     if completed and not uniform_positions(completed):
         group_size = 1
     parts = partitioning_info["partitions"]
     groups = []
-    for gi, i in enumerate(range(0, len(parts), max(1, group_size))):
-        members = parts[i : i + group_size]
-        first, last = members[0], members[-1]
-        ids = [p["partition_id"] for p in members]
+    i = 0
+    for gi, size in enumerate(group_sizes(len(parts), group_size, max_groups)):
+        first, last = parts[i], parts[i + size - 1]
+        ids = [p["partition_id"] for p in parts[i : i + size]]
+        i += size
         pid_label = f"p{ids[0]}" if len(ids) == 1 else f"p{ids[0]}-p{ids[-1]}"
         groups.append(
             {
@@ -161,3 +166,24 @@ def execution_groups(partitioning_info: dict, group_size: int = 1, completed: di
             }
         )
     return groups
+
+
+def plan_groups(
+    partitioning_info: dict,
+    group_size: int = 1,
+    completed: dict | None = None,
+    *,
+    max_mapped_tasks: int | None = None,
+    explicit: bool = False,
+) -> list[dict]:
+    """``execution_groups`` under the cap for a segment mapped by Airflow.
+
+    ``max_mapped_tasks``: Airflow's ``[core] max_map_length`` (``None``: nothing
+    maps the groups, no cap); ``explicit``: ``group_size`` is the recipe's integer,
+    so the readable cap ``[dj] max_groups_per_segment`` does not apply
+    (``engine.planning.groups.group_cap``)."""
+    from airflow_provider_dj import settings
+    from airflow_provider_dj.engine.planning.groups import group_cap
+
+    cap = group_cap(max_mapped_tasks, settings.get("max_groups_per_segment"), explicit=explicit)
+    return execution_groups(partitioning_info, group_size, completed, max_groups=cap)

@@ -92,8 +92,27 @@ def report_recipe(recipe, say: Say = log.info, warn: Say = log.warning) -> None:
         warn(f"intermediate_storage.reuse_across_jobs is ignored: {reason}")
 
 
+def group_cap_for(recipe, max_mapped_tasks: int | None) -> int | None:
+    """The most execution groups a segment of this recipe may have (``engine.planning.groups.group_cap``):
+    ``None`` where nothing maps them; the readable cap does not bind a recipe's explicit integer."""
+    from airflow_provider_dj import settings
+    from airflow_provider_dj.engine.planning.groups import group_cap
+
+    size = recipe.partition.extra.get("execution_group_size", "auto")
+    explicit = isinstance(size, int) and not isinstance(size, bool)
+    return group_cap(max_mapped_tasks, settings.get("max_groups_per_segment"), explicit=explicit)
+
+
 def _group_size_resolver(
-    recipe, decided: dict, *, default_group_size, max_active_groups, sequential_tasks, cpu_default
+    recipe,
+    decided: dict,
+    *,
+    default_group_size,
+    max_active_groups,
+    sequential_tasks,
+    cpu_default,
+    max_groups,
+    max_mapped_tasks,
 ):
     """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
     from airflow_provider_dj.engine.gpu.profiles import load_report
@@ -108,9 +127,11 @@ def _group_size_resolver(
             airflow_max_active=max_active_groups,
             sequential_tasks=sequential_tasks,
             cpu_default=cpu_default,
+            max_groups=max_groups,
+            max_mapped_tasks=max_mapped_tasks,
         )
         decided["decisions"] = decisions
-        return decisions.group.size
+        return decisions.group.planned_size
 
     return resolve
 
@@ -124,6 +145,7 @@ def start_job(
     max_active_groups: int | None = None,
     sequential_tasks: bool = False,
     cpu_default: int | None = None,
+    max_mapped_tasks: int | None = None,
     event_defaults: dict | None = None,
     run_id: str | None = None,
     run_pid: int | None = None,
@@ -135,7 +157,10 @@ def start_job(
     ``started_at``: when this run began; a stop request older than that is done with and cleared.
     ``default_group_size`` applies when ``partition.execution_group_size`` is auto without GPU figures;
     ``max_active_groups`` is how many groups the orchestrator runs at once; ``sequential_tasks`` says
-    groups run one after another (then ``cpu_default`` CPUs serve one group).  ``run_id`` and
+    groups run one after another (then ``cpu_default`` CPUs serve one group).  ``max_mapped_tasks``:
+    Airflow's ``[core] max_map_length`` where Airflow maps the groups (no segment gets more groups, nor,
+    for a size the planner chose, more than ``[dj] max_groups_per_segment``); ``None`` where nothing maps
+    them (the local executor), so no cap.  ``run_id`` and
     ``run_pid`` identify the runner in the job's lock.  Raises ``ResumeRefusedError``,
     ``HistoryIndexError`` or ``InputError`` before anything is written."""
     started_at = time.time() if started_at is None else started_at
@@ -145,6 +170,7 @@ def start_job(
         " to resume this job."
     )
     decided: dict = {}
+    max_groups = group_cap_for(recipe, max_mapped_tasks)
     prepared = prepare_job(
         recipe,
         job_id=job_id,
@@ -155,7 +181,10 @@ def start_job(
             max_active_groups=max_active_groups,
             sequential_tasks=sequential_tasks,
             cpu_default=cpu_default,
+            max_groups=max_groups,
+            max_mapped_tasks=max_mapped_tasks,
         ),
+        max_groups=max_groups,
         event_defaults=event_defaults,
         airflow_run_id=run_id,
         log_step=say,
@@ -177,7 +206,7 @@ def start_job(
         f"Job {job_id} in {prepared.job_dir}: {'resuming' if prepared.resumed else 'new job'}, "
         f"{prepared.num_partitions} partitions, {prepared.total_rows} rows, {len(prepared.groups)} execution groups"
     )
-    _apply_decisions(started, events, say)
+    _apply_decisions(started, events, say, warn)
     if prepared.resumed:
         final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
         say(f"{final}/{prepared.num_partitions} partitions already final; the rest resume from their last checkpoint")
@@ -201,11 +230,16 @@ def _clear_older_stop(prepared: PreparedJob, started_at: float, event_defaults: 
     )
 
 
-def _apply_decisions(started: StartedJob, events: EventLog, say: Say) -> None:
+def _apply_decisions(started: StartedJob, events: EventLog, say: Say, warn: Say = log.warning) -> None:
     """Carry the planning decisions to every group (in-flight limit, actor sizes) and record them."""
     decisions = started.decisions
     if decisions is None:
         return
+    if decisions.group.bounded_by and decisions.group.source == "recipe":
+        warn(
+            f"partition.execution_group_size: {decisions.group.reason}. Set it to at least "
+            f"{decisions.group.size} (or raise {decisions.group.bounded_by.split('=')[0]}) to silence this."
+        )
     from airflow_provider_dj.engine.execution.actor_pool import stage_resources
 
     resources = stage_resources(started.job_dir, decisions.actor_plan)
