@@ -28,7 +28,13 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.runner.group_job import GroupJobSpec, entrypoint, verify_group
+from airflow_provider_dj.engine.runner.group_job import (
+    EXIT_REFUSED,
+    REFUSED_PREFIX,
+    GroupJobSpec,
+    entrypoint,
+    verify_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +147,23 @@ class RayJobsClient:
         except Exception as exc:  # noqa: BLE001 - progress is informative; Ray's status decides
             progress = f"progress not readable: {exc}"
         return status, progress
+
+    def refusal(self, submission_id: str) -> str | None:
+        """Why the submission could not start, when a retry would only meet the same refusal: its driver
+        refused before any work (another provider version, a job directory this cluster does not see),
+        or its runtime environment did not install.  None for any other outcome."""
+        info = self.info(submission_id)
+        error_type = getattr(info, "error_type", None)
+        if str(getattr(error_type, "value", error_type) or "") == "RUNTIME_ENV_SETUP_FAILURE":
+            return (
+                f"Ray job {submission_id} at {self.address}: its runtime environment (the `ray` connection's "
+                f"runtime_env) did not install on the cluster: {getattr(info, 'message', '')}; fix runtime_env or "
+                f"put what it names in the cluster's image"
+            )
+        if info is not None and getattr(info, "driver_exit_code", None) == EXIT_REFUSED:
+            line = next((ln for ln in self.logs_tail(submission_id).splitlines() if ln.startswith(REFUSED_PREFIX)), "")
+            return f"Ray job {submission_id} at {self.address}: {line or 'refused before any work'}"
+        return None
 
     def list_submissions(self, prefix: str = "dj-") -> list[Any]:
         """Every submission on the cluster whose id starts with ``prefix``."""

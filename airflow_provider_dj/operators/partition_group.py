@@ -201,7 +201,7 @@ class PartitionGroupOperator(DJBaseOperator):
     def _finish(self, client: Any, sid: str, status: str) -> list[dict]:
         """The group's outcome from its Ray Job's status, its driver's record and the checkpoints."""
         from airflow_provider_dj.engine.jobdir import ray_jobs
-        from airflow_provider_dj.engine.runner.group_job import REFUSED_PREFIX, verify_group
+        from airflow_provider_dj.engine.runner.group_job import verify_group
         from airflow_provider_dj.hooks.ray_jobs import RayJobFailedError
 
         group, seg = self.execution_group, self.segment_index
@@ -217,12 +217,12 @@ class PartitionGroupOperator(DJBaseOperator):
             raise RayJobFailedError(
                 f"Ray job {sid} reported {status} but {message}: clear this task to run the group again"
             )
-        tail = client.logs_tail(sid)
         if entry.get("state") == "stopped":
             raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")
-        refusal = next((ln for ln in tail.splitlines() if ln.startswith(REFUSED_PREFIX)), None)
-        if refusal and not entry:  # the driver refused before any work: a retry would be refused again
-            raise AirflowFailException(f"Ray job {sid} at {client.address}: {refusal}")
+        refusal = None if entry else client.refusal(sid)
+        if refusal:  # refused before any work: a retry would be refused again
+            raise AirflowFailException(refusal)
+        tail = client.logs_tail(sid)
         what = entry.get("error") or f"status {status}"
         message = f"Ray job {sid} at {client.address} ended {status}: {what}\n--- its log, last lines ---\n{tail}"
         if entry.get("fatal"):

@@ -176,6 +176,22 @@ def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is
     assert "provider version mismatch" in tail and "0.0.0+elsewhere" in tail and __version__ in tail
     assert _tree(prepared.job_dir) == before
     assert ray_jobs.read_record(prepared.job_dir, 0, prepared.groups[0]["group_id"]) is None
+    refusal = client.refusal(sub.submission_id)  # what the task fails with, without retry
+    assert refusal.startswith(f"Ray job {sub.submission_id} at {client.address}: refused before any work: ")
+    assert "0.0.0+elsewhere" in refusal
+
+
+def test_a_runtime_env_that_does_not_install_is_refused_and_nothing_is_written(cluster, make_recipe):
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    client = RayJobsClient(cluster.address, runtime_env={"conda": "dj-no-such-conda-env"})
+    prepared = _plan(make_recipe("rj_env", parts=2), "rje")
+    before = _tree(prepared.job_dir)
+    sub = _submit(client, prepared, 0, prepared.groups[0])
+    assert _wait(client, sub.submission_id) == "FAILED"
+    refusal = client.refusal(sub.submission_id)
+    assert refusal and "runtime environment" in refusal and "runtime_env" in refusal
+    assert _tree(prepared.job_dir) == before
 
 
 def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
