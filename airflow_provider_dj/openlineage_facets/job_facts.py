@@ -5,9 +5,11 @@ Why plain values and no OpenLineage import: the facts are the job's own (``job_s
 readers, and the tests compare them field by field with the summary whether or not the OpenLineage
 client is installed.  ``lineage.py`` turns them into OpenLineage objects.
 
-The funnel is the summary's: the written ``job_summary.json`` once the job has ended (completed,
-failed or stopped), otherwise the view the monitor builds from checkpoint markers and events (status
-``running``).  Dataset names follow OpenLineage's naming conventions for files and object stores:
+The funnel is the summary's: the written ``job_summary.json`` of a completed job, or of a failed or
+stopped one when the caller reports that failure (the failing task's callback wrote it after the task
+started); otherwise the view the monitor builds from checkpoint markers and events (status
+``running``).  A failed summary left by an earlier try is stale once a cleared task runs again, and
+nothing rewrites it until the job ends, so only the task that failed may report it.  Dataset names follow OpenLineage's naming conventions for files and object stores:
 namespace ``file`` and the absolute path for a local file, ``<scheme>://<bucket>`` and the key for
 an object store URL.  An input given as a directory or a glob is one dataset, named by its
 directory, so a catalogue sees the same dataset night after night while the files in it change.
@@ -163,11 +165,15 @@ def export_fields(path: str) -> tuple[SchemaField, ...]:
     return schema_fields(sampled.schema)
 
 
-def current_summary(job_dir: str) -> dict:
-    """The written summary of an ended job; otherwise the running view built from the job directory."""
+def current_summary(job_dir: str, final_since: float | None = None) -> dict:
+    """The written summary of a completed job, or of a failed or stopped one written at or after
+    ``final_since`` (None: never); otherwise the running view built from the job directory."""
     written = read_job_summary(job_dir)
-    if written and written.get("status") != "running":
+    if written and written.get("status") == "completed":
         return written
+    if written and written.get("status") in ("failed", "stopped") and final_since is not None:
+        if float(written.get("end_time") or 0) >= final_since:
+            return written
     return build_job_summary(job_dir, "running")
 
 
@@ -204,13 +210,15 @@ def _export_facts(summary: dict, export_path: str, with_schema: bool) -> ExportF
     )
 
 
-def read_job_facts(job_dir: str, *, with_schema: bool = True) -> JobFacts:
+def read_job_facts(job_dir: str, *, with_schema: bool = True, final_since: float | None = None) -> JobFacts:
     """The facts of the job in ``job_dir``, which validate has planned (effective config and partitions).
 
-    ``with_schema``: sample the input's (and a written export's) fields, about 1 MiB read per file."""
+    ``with_schema``: sample the input's (and a written export's) fields, about 1 MiB read per file.
+    ``final_since``: a failing task's start (epoch seconds): a failed or stopped summary written since
+    then is this failure's and is reported as it is (see ``current_summary``)."""
     ctx = JobContext(job_dir)
     recipe, info = ctx.recipe, ctx.partitioning_info
-    summary = current_summary(job_dir)
+    summary = current_summary(job_dir, final_since)
     files = info.get("input_files", [])
     location = input_location(info.get("dataset_path") or recipe.dataset_path, [f["path"] for f in files])
     in_namespace, in_name = dataset_name(location)

@@ -112,9 +112,11 @@ def _export_dataset(facts: JobFacts) -> OutputDataset:
     )
 
 
-def operator_lineage(job_dir: str, scope: StepScope) -> OperatorLineage:
-    """The lineage of one task of the job in ``job_dir`` (planned by validate), as of now."""
-    facts = read_job_facts(job_dir, with_schema=scope.reads_input or scope.writes_export)
+def operator_lineage(job_dir: str, scope: StepScope, *, final_since: float | None = None) -> OperatorLineage:
+    """The lineage of one task of the job in ``job_dir`` (planned by validate), as of now.
+
+    ``final_since``: for a failing task, when it started (``job_facts.read_job_facts``)."""
+    facts = read_job_facts(job_dir, with_schema=scope.reads_input or scope.writes_export, final_since=final_since)
     facet = run_facet(
         facts,
         scope.step,

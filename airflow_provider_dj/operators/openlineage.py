@@ -51,7 +51,7 @@ class OpenLineageMixin:
     #: The job directory, for an operator whose ``job_dir`` is not a field (validate sets it in execute).
     lineage_job_dir: str | None = None
 
-    def _lineage(self) -> Any:
+    def _lineage(self, final_since: float | None = None) -> Any:
         if self.lineage_step is None or not openlineage_enabled():
             return None
         job_dir = self.lineage_job_dir or getattr(self, "job_dir", None)
@@ -66,7 +66,7 @@ class OpenLineageMixin:
             partition_ids=group.get("partition_ids") if self.lineage_step == "partitions" else None,
             global_op_index=getattr(self, "op_index", None) if self.lineage_step == "global" else None,
         )
-        return operator_lineage(job_dir, scope)
+        return operator_lineage(job_dir, scope, final_since=final_since)
 
     def get_openlineage_facets_on_start(self) -> Any:
         """The task's datasets and the job's run facet as the task starts (None: nothing to report)."""
@@ -77,6 +77,7 @@ class OpenLineageMixin:
         return self._lineage()
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """The same after a failure: the run facet says how far the job got (the failed summary, when the
-        task's failure callback has written it)."""
-        return self._lineage()
+        """The same after a failure: the run facet says how far the job got, from the failed summary when
+        this task's failure callback wrote it (a final failure: the callback runs before the listener)."""
+        started = getattr(task_instance, "start_date", None)
+        return self._lineage(final_since=started.timestamp() if started is not None else 0.0)

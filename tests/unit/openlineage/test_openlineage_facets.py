@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_dj.openlineage_facets.job_facts import dataset_name, input_location, read_job_facts
 from airflow_provider_dj.openlineage_facets.schema import FACET_KEY, FACET_NAME, SCHEMA_URL, schema_path
-from tests.helpers_openlineage import check_facet_against_summary
+from tests.helpers_openlineage import FUNNEL_KEYS, check_facet_against_summary
 from tests.integration.crash_helpers import write_faults
 
 pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is not installed")
@@ -159,7 +159,9 @@ def test_a_failed_partitions_facet_is_the_failed_summarys(jobs):
     summary = _summary(jobs["failed"])
     assert summary["status"] == "failed"
     assert [len(p["accounting"]) for p in summary["partitions"]] == [3, 2]  # partition 1 failed after op 1
-    lineage = operator_lineage(jobs["failed"], StepScope("partitions", segment_index=0, partition_ids=[1]))
+    # The failing task's FAIL event: the summary was written by its failure callback, after it started.
+    scope = StepScope("partitions", segment_index=0, partition_ids=[1])
+    lineage = operator_lineage(jobs["failed"], scope, final_since=summary["end_time"] - 60)
     facet = _run_facet_json(lineage)
     check_facet_against_summary(facet, summary)
     _validate_against_packaged_schema(facet)
@@ -170,20 +172,23 @@ def test_a_failed_partitions_facet_is_the_failed_summarys(jobs):
     )
 
 
-def test_a_running_job_reports_the_monitors_view(jobs):
-    """No written summary (a task of a job still running): the facts are the view built from the job
-    directory, with status running."""
+def test_a_failed_summary_is_reported_only_by_the_failure_it_records(jobs):
+    """A cleared task that runs again, or a task that failed before the summary was written (a retry
+    pending), reports the view built from the job directory, status running: the failed summary stays on
+    disk, stale, until the job ends again."""
     from airflow_provider_dj.engine.job.summary import build_job_summary
 
     job_dir = jobs["failed"]
-    os.rename(os.path.join(job_dir, "job_summary.json"), os.path.join(job_dir, "job_summary.json.aside"))
-    try:
-        facts = read_job_facts(job_dir, with_schema=False)
-        view = build_job_summary(job_dir, "running")
-    finally:
-        os.rename(os.path.join(job_dir, "job_summary.json.aside"), os.path.join(job_dir, "job_summary.json"))
-    assert facts.status == "running" and facts.inputs[0].fields == ()
-    assert [s["rowsOut"] for s in facts.funnel] == [op["rows_out"] for op in view["ops"]]
+    summary = _summary(job_dir)
+    view = build_job_summary(job_dir, "running")
+    for since in (None, summary["end_time"] + 1):
+        facts = read_job_facts(job_dir, with_schema=False, final_since=since)
+        assert facts.status == "running" and facts.inputs[0].fields == ()
+        assert list(facts.funnel) == [
+            {**{camel: op[key] for camel, key in FUNNEL_KEYS.items()}, "partitionsDone": op["partitions_done"]}
+            for op in view["ops"]
+        ]
+    assert read_job_facts(job_dir, with_schema=False, final_since=summary["end_time"]).status == "failed"
 
 
 def test_the_pinned_history_version_is_reported(jobs, tmp_path):
