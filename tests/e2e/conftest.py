@@ -14,6 +14,7 @@ developer machine and fails under CI (``CI`` set), where it must run.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -234,6 +235,8 @@ class E2E:
     root: str
     work: str
     exports: str
+    #: Where Airflow's OpenLineage provider writes each event it sends, one file per event (file transport).
+    openlineage_dir: str = ""
 
     def job_dir(self, job_id: str) -> str:
         return os.path.join(self.work, job_id)
@@ -260,8 +263,8 @@ def e2e(request, e2e_inputs):
     pg_url = request.getfixturevalue("postgres_base_url") if db == "postgres" else None
     request.getfixturevalue("reference")  # starts the direct run now, in parallel with the server's start-up
     root = os.path.join(e2e_inputs["root"], db)
-    recipes, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))
-    for d in (recipes, work, exports):
+    recipes, work, exports, ol_dir = (os.path.join(root, d) for d in ("recipes", "work", "exports", "openlineage"))
+    for d in (recipes, work, exports, ol_dir):
         os.makedirs(d, exist_ok=True)
     corpus, slow = e2e_inputs["corpus"], e2e_inputs["slow"]
     for name, data, parts, ops, schedule in (
@@ -293,6 +296,13 @@ def e2e(request, e2e_inputs):
             # A cron schedule runs at its points (CronTriggerTimetable, Airflow 3's default), not at
             # the end of an interval that would last until the next point.
             "AIRFLOW__SCHEDULER__CREATE_CRON_DATA_INTERVALS": "False",
+            # OpenLineage (the openlineage extra, installed with the test extra): every task's events go to
+            # files, one per event, which the scenarios read back (tests/e2e/openlineage_checks.py).  Only the
+            # event files are added: the tasks run and end exactly as without it.
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": os.path.join(ol_dir, "event")}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": f"e2e_{db}",
         },
     )
     try:
@@ -304,7 +314,7 @@ def e2e(request, e2e_inputs):
         # The scheduled recipe starts now, so its first run overlaps the
         # first scenario instead of adding a minute of waiting.
         client.set_paused("e2e_sched", False)
-        yield E2E(db=db, server=server, client=client, root=root, work=work, exports=exports)
+        yield E2E(db=db, server=server, client=client, root=root, work=work, exports=exports, openlineage_dir=ol_dir)
     finally:
         server.stop()
         if drop is not None:

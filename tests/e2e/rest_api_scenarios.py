@@ -26,6 +26,7 @@ import pytest
 from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.e2e.airflow_server import ray_worker_pids
 from tests.e2e.conftest import CONF_PARTITIONS, CONSUMER_DAG, SLOW_OPS
+from tests.e2e.openlineage_checks import check_failed_partition, check_successful_run
 from tests.integration.crash_helpers import fired, write_faults
 
 pytestmark = pytest.mark.e2e
@@ -92,6 +93,8 @@ def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e
         summary = json.load(fh)
     assert summary["input"]["partitions"] == CONF_PARTITIONS
     assert summary["export"]["rows"] == reference.export().count(b"\n")
+    # What the tasks sent to OpenLineage (file transport) says what the summary says.
+    check_successful_run(e2e.openlineage_dir, "conf_run", summary, CONF_PARTITIONS)
 
 
 def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
@@ -184,6 +187,10 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     assert fired(job_dir) == ["fault0_0"]
     assert not os.path.exists(export)
     assert _ops_started(job_dir, 1, 1) == [0, 1, 2]
+    with open(os.path.join(job_dir, "job_summary.json")) as fh:
+        failed_summary = json.load(fh)
+    assert failed_summary["status"] == "failed"
+    check_failed_partition(e2e.openlineage_dir, job_id, failed_summary, partition_id=1)
 
     # Clear only the failed mapped instance (and what depends on it), as the UI does.
     c.clear_task_instances("e2e_clean", run_id, [("partitions_seg0", 1)])
