@@ -311,6 +311,22 @@ SETTINGS: tuple[Setting, ...] = (
         "`0` keeps the ordinary (3-4 s slower) exit.",
         "0",
     ),
+    _s(
+        "cli_progress_interval_s",
+        "float",
+        30.0,
+        "Seconds between the `progress: ...` lines `dj-airflow run` prints when its output is not a "
+        "terminal (a pipe, cron, CI); `0` prints none (docs/cli_progress.md).",
+        "10",
+    ),
+    _s(
+        "cli_force_exit_after_s",
+        "float",
+        10.0,
+        "After a forced stop of `dj-airflow run` (a second Ctrl-C, or SIGTERM), seconds to wait for the "
+        "run to end before its processes are killed; committed checkpoints are kept either way.",
+        "30",
+    ),
     # -- GPU -----------------------------------------------------------------
     _s(
         "probe_executor",

@@ -18,9 +18,9 @@ import sys
 import time
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.cli.run_report import held_by_another_runner, print_completed, summary_status, wants_ray
+from airflow_provider_dj.cli.run_report import held_by_another_runner, wants_ray
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
+from airflow_provider_dj.engine.jobdir.layout import PARTITIONING_INFO
 
 
 def _load(recipe: str, sets: list[str] | None, job_id: str | None = None, resume: str | None = None):
@@ -191,25 +191,27 @@ def _run(args: argparse.Namespace, recipe_path: str, reserved) -> int:
         from airflow_provider_dj.hooks import ray_in_process
 
         ray_in_process.start_in_background(num_cpus)
+    from airflow_provider_dj.cli.run_output import RunOutput
+    from airflow_provider_dj.cli.run_report import report_dag_run
+    from airflow_provider_dj.core import fs as storage
+
     t0 = time.perf_counter()
-    # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
-    # on the machine neither see nor touch them (airflow_env.py).
-    try:
-        run_env = prepare_run(
-            recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs=build_kwargs, reserved=reserved
-        )
-    except AirflowEnvError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"Airflow home: {run_env.home}; {_metadata_db_line(run_env)}", flush=True)
-    print(
-        f"Resume token: {job_id}. Re-trigger with resume={job_id} "
-        f"(or {resume_command(args.recipe, job_id)}) to resume this job.",
-        flush=True,
-    )
-    state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
-    wall = time.perf_counter() - t0
-    return _report_run(args, recipe, job_id, note, state=state, run_id=run_id, wall=wall)
+    # Output, the progress display, Ctrl-C and SIGTERM as for the engine's run (cli/run_output.py).
+    job_dir = storage.join(recipe.work_dir, job_id)
+    with RunOutput(args, job_dir=job_dir, job_id=job_id, title=f"{args.recipe}: job {job_id} (Airflow)") as out:
+        # This run's own DAG-stub folder and (SQLite) metadata DB copy: other runs
+        # on the machine neither see nor touch them (airflow_env.py).
+        try:
+            run_env = prepare_run(
+                recipe_path, dag_id, private=_CONSOLE["active"], build_kwargs=build_kwargs, reserved=reserved
+            )
+        except AirflowEnvError as exc:
+            return out.failed([f"error: {exc}"], code=2)
+        out.header(resume_command(args.recipe, job_id), [f"Airflow home: {run_env.home}; {_metadata_db_line(run_env)}"])
+        out.start_display()
+        state, run_id = _test_dag(recipe_path, dag_id, build_kwargs, overrides, logical_date, run_env)
+        wall = time.perf_counter() - t0
+        return report_dag_run(out, args, recipe, job_id, note, state=state, run_id=run_id, wall=wall)
 
 
 def _reserve_airflow_state(args: argparse.Namespace, recipe_path: str):
@@ -355,39 +357,6 @@ def _test_dag(recipe_path: str, dag_id: str, build_kwargs: dict, overrides: dict
     return state, run_id
 
 
-def _report_run(
-    args: argparse.Namespace, recipe, job_id: str, note: str, *, state: str, run_id: str, wall: float
-) -> int:
-    """Print how the DAG run ended; return the exit status: 0 completed, 3 stopped on request, 2 refused
-    (another run won the job's lock), 1 failed."""
-    from airflow_provider_dj.core import fs as storage
-
-    job_dir = storage.join(recipe.work_dir, job_id)
-    if note:  # the task rendered work_dir: it registered where the job is
-        from airflow_provider_dj.engine.jobdir.registry import lookup_job
-
-        job_dir = lookup_job(job_id) or job_dir
-    summary_path = storage.join(job_dir, JOB_SUMMARY)
-    if state.endswith("success") and storage.exists(summary_path):
-        print_completed(json.loads(storage.read_bytes(summary_path)), job_id, job_dir, run_id, wall, label="DAG run")
-        return 0
-    if summary_status(summary_path) == "stopped":  # a requested stop, not a crash: exit 3 (docs/stop_and_kill.md)
-        print(
-            f"\nDAG run {run_id}: job {job_id} STOPPED on request after {wall:.1f}s; committed "
-            f"work is kept in {job_dir}",
-            file=sys.stderr,
-        )
-        print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
-        return 3
-    refused = held_by_another_runner(recipe.work_dir, job_id, run_id)
-    if refused:  # two runs of one job started at the same moment: the other one won the lock
-        print(f"\nDAG run {run_id}: refused after {wall:.1f}s: {refused}", file=sys.stderr)
-        return 2
-    print(f"\nDAG run {run_id}: {state} after {wall:.1f}s; job {job_id} in {job_dir}", file=sys.stderr)
-    print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
-    return 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``dj-airflow`` command line: each subcommand with its arguments and the function it calls."""
     p = argparse.ArgumentParser(prog="dj-airflow", description=__doc__.splitlines()[0])
@@ -426,6 +395,9 @@ def _add_recipe_commands(sub) -> None:
         help="the DAG run's logical date, which templated recipe values ({{ ds }}) render with: 2026-11-30 "
         "or an ISO datetime (default: now; with --resume, the date the job was rendered for)",
     )
+    from airflow_provider_dj.cli.run_output import add_output_arguments
+
+    add_output_arguments(run)
     run.set_defaults(func=cmd_run)
     val = sub.add_parser("validate", help="validate a recipe without running anything")
     val.add_argument("recipe")

@@ -20,7 +20,6 @@ import os
 import sys
 import time
 
-from airflow_provider_dj.cli.run_report import print_completed
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 
@@ -30,18 +29,24 @@ log = logging.getLogger("dj.run")
 def run_on_engine(
     args: argparse.Namespace, recipe_path: str, recipe, overrides: dict, logical_date, job_id: str
 ) -> int:
-    """Run the checked recipe to its export with ``run_job``; print what the DAG path prints."""
+    """Run the checked recipe to its export with ``run_job``; print what the DAG path prints.
+
+    Output, the progress display, Ctrl-C and SIGTERM: cli/run_output.py."""
+    from airflow_provider_dj.cli.run_output import RunOutput
+
+    job_dir = storage.join(recipe.work_dir, job_id)  # s3:// work dirs too
+    with RunOutput(args, job_dir=job_dir, job_id=job_id, title=f"{args.recipe}: job {job_id}") as out:
+        _log_to_stdout()  # the log file on a terminal (fd 1 points at it), else stdout
+        out.header(resume_command(args.recipe, job_id))
+        out.start_display()
+        return _run(args, recipe_path, recipe, overrides, logical_date, job_id, job_dir, out)
+
+
+def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: str, job_dir: str, out) -> int:
     from airflow_provider_dj.engine.runner.local import refusal_errors, run_job
     from airflow_provider_dj.engine.runner.stop import JobStopped
 
-    _log_to_stdout()
     num_cpus = args.num_cpus or os.cpu_count() or 1
-    job_dir = storage.join(recipe.work_dir, job_id)  # s3:// work dirs too
-    print(
-        f"Resume token: {job_id}. Re-trigger with resume={job_id} "
-        f"(or {resume_command(args.recipe, job_id)}) to resume this job.",
-        flush=True,
-    )
     t0 = time.perf_counter()
     try:
         result = run_job(
@@ -50,27 +55,30 @@ def run_on_engine(
             workers=num_cpus,
             executor=args.executor,
             renderer=_renderer(recipe, overrides, logical_date),
-            ray_client=_private_ray(num_cpus, recipe) if args.executor == "ray" else None,
+            ray_client=_private_ray(num_cpus, recipe, out) if args.executor == "ray" else None,
             say=log.info,
         )
     except JobStopped:
         wall = time.perf_counter() - t0
-        print(
-            f"\nJob {job_id} STOPPED on request after {wall:.1f}s; committed work is kept in {job_dir}", file=sys.stderr
+        return out.stopped(
+            wall,
+            legacy_lines=[
+                f"\nJob {job_id} STOPPED on request after {wall:.1f}s; committed work is kept in {job_dir}",
+                f"Resume with: {resume_command(args.recipe, job_id)}",
+            ],
         )
-        print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
-        return 3
     except refusal_errors() as exc:
         reason = getattr(exc, "reason", None)
-        print(f"error: refused before any work{f' ({reason})' if reason else ''}: {exc}", file=sys.stderr)
-        return 2
+        return out.failed([f"error: refused before any work{f' ({reason})' if reason else ''}: {exc}"], code=2)
     except Exception as exc:  # noqa: BLE001 - reported with the resume command; the exit status says failed
         wall = time.perf_counter() - t0
-        print(f"\nJob {job_id} failed after {wall:.1f}s in {job_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print(f"Resume with: {resume_command(args.recipe, job_id)}", file=sys.stderr)
-        return 1
-    print_completed(result.summary, result.job_id, result.job_dir, result.run_id, time.perf_counter() - t0, label="Run")
-    return 0
+        return out.failed(
+            [
+                f"\nJob {job_id} failed after {wall:.1f}s in {job_dir}: {type(exc).__name__}: {exc}",
+                f"Resume with: {resume_command(args.recipe, job_id)}",
+            ]
+        )
+    return out.completed(result.summary, result.run_id, time.perf_counter() - t0, label="Run")
 
 
 def _renderer(recipe, overrides: dict, logical_date):
@@ -83,12 +91,20 @@ def _renderer(recipe, overrides: dict, logical_date):
     return preview_renderer(logical_date, recipe.schedule, overrides)
 
 
-def _private_ray(num_cpus: int, recipe):
+def _private_ray(num_cpus: int, recipe, out):
     """The Ray client for this run: the cluster at ``RAY_ADDRESS`` when set (run_job's default), else
     this process's private Ray, started now in the background while the job is planned (so planning
     and Ray's start overlap) when there is work for it, else at the first dispatch."""
     if os.environ.get("RAY_ADDRESS"):
-        return None
+
+        def connect_cluster():
+            from airflow_provider_dj.engine.runner.local import _local_ray
+
+            ray = _local_ray(num_cpus)
+            out.reinstall_signals()  # ray.init in this thread replaced SIGTERM's handler
+            return ray
+
+        return connect_cluster
     from airflow_provider_dj.cli.run_report import wants_ray
     from airflow_provider_dj.hooks import ray_in_process
 
@@ -97,6 +113,7 @@ def _private_ray(num_cpus: int, recipe):
 
     def connect():
         ray_in_process.ensure_started(num_cpus, {})
+        out.reinstall_signals()  # a ray.init in this thread replaced SIGTERM's handler (cli/interrupts.py)
         import ray
 
         return ray

@@ -87,6 +87,14 @@ def ray_job_record(segment_index: int, group_id: int) -> str:
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"
+
+
+def cli_run_log(stamp: str, pid: int) -> str:
+    """``logs/dj-airflow-run_<UTC time>_<pid>.log`` (relative path): the full log of one ``dj-airflow run``
+    whose terminal shows the progress display instead (cli/run_output.py); one file per invocation."""
+    return f"{LOGS_DIR}/dj-airflow-run_{stamp}_{pid}.log"
+
+
 #: Event log files: events_<writer>.jsonl at the top of the job directory (jobdir/events.py).
 EVENTS_PREFIX = "events_"
 #: The tracer's samples (observe/tracer.py): per-partition parts, merged files and the report.

@@ -130,7 +130,11 @@ class LocalDispatcher:
         if self._pool is None:
             import multiprocessing
 
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_ignore_terminal_interrupt,
+            )
         return self._pool
 
     def _kill(self, reason: str) -> None:
@@ -172,10 +176,17 @@ class _PoolRun:
         self.futures[self.dispatcher._pool_now().submit(_segment_task, *self.args[pid])] = pid
 
     def wait_all(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
-        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
-
         for pid in self.args:
             self.submit(pid)
+        try:
+            return self._wait(on_progress, rows_by_partition, t0)
+        except KeyboardInterrupt:  # a library caller's Ctrl-C: the workers ignore it (see _pool_now)
+            self.dispatcher._kill("KeyboardInterrupt")
+            raise
+
+    def _wait(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
+        from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
+
         while self.futures:
             done, _ = wait(set(self.futures), timeout=self.dispatcher.poll_s, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -205,6 +216,16 @@ class _PoolRun:
                 self.outcomes[pid] = ("error", error)
             else:
                 self.submit(pid)
+
+
+def _ignore_terminal_interrupt() -> None:
+    """A pool worker ignores SIGINT.  A terminal's Ctrl-C goes to its whole foreground process group,
+    workers included; the driver decides what it means (``dj-airflow run``: a graceful stop first, so
+    the workers finish their op and commit) and ends the workers itself when it must, instead of
+    each dying mid-op with a KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _outcome(call: Callable[[], dict]) -> tuple[str, Any]:
