@@ -39,7 +39,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "one partition past Arrow's 2 GiB string limit through dj-airflow run: exact export, memory, time",
     ),
     "scale": ("bench.scale_bench", "the spine recipe at 1M, 3M and 10M rows, auto and 4 partitions: memory and time"),
-    "at-scale": ("bench.at_scale_bench", "10M, 100M and 1B rows planned by the real planner and DAG: counts, memory, limits"),
+    "at-scale": (
+        "bench.at_scale_bench",
+        "10M, 100M and 1B rows planned by the real planner and DAG: counts, memory, limits",
+    ),
     "plot": ("bench.report.published", "redraw docs/img/benchmarks.svg from the published end-to-end table"),
 }
 
