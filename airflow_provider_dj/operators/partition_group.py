@@ -23,7 +23,10 @@ worker; ``execute_complete`` verifies the group's checkpoints and succeeds, or f
 Job's log tail.  A retry or a UI clear finds the group's submission (on the cluster by its id, and
 in the job directory's ``ray_jobs/`` record) and attaches to a running one, trusts a succeeded one
 once its checkpoints are verified, and submits again after a failed or stopped one, resuming from
-the checkpoints.  ``on_kill`` stops the Ray Job.
+the checkpoints.  ``on_kill`` stops the Ray Job.  Airflow 3.3's ``ResumableJobMixin`` is not used:
+it persists an id the external system chose, after submitting, in a store a clear may reset; here
+the id is computed before submitting, so there is no window in which a submitted job has no
+record, and the cluster and the job directory answer on any Airflow version.
 """
 
 from __future__ import annotations
@@ -217,8 +220,8 @@ class PartitionGroupOperator(DJBaseOperator):
             raise RayJobFailedError(
                 f"Ray job {sid} reported {status} but {message}: clear this task to run the group again"
             )
-        if entry.get("state") == "stopped":
-            raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")
+        if entry.get("state") == "stopped" and entry.get("stopped_by") == "stop_request":
+            raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")  # the job's stop protocol
         refusal = None if entry else client.refusal(sid)
         if refusal:  # refused before any work: a retry would be refused again
             raise AirflowFailException(refusal)

@@ -166,6 +166,31 @@ def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(clie
     assert len(_job_submissions(client, prepared)) == 2
 
 
+def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client, make_recipe):
+    """What ``on_kill`` does in Ray Jobs mode (``stop_job``), and what the retry does after it."""
+    prepared = _plan(make_recipe("rj_stop", parts=2), "rjs")
+    group = prepared.groups[0]
+    pid = group["partition_ids"][0]
+    hold = {"point": "op_start", "partition_id": pid, "op_index": 1, "kind": "delay", "seconds": 300}
+    write_faults(prepared.job_dir, [hold])
+    first = _submit(client, prepared, 0, group)
+    fired = os.path.join(prepared.job_dir, "_fault_injection.fired", "fault0_0")
+    deadline = time.time() + 240
+    while not os.path.exists(fired):  # op 0 committed, op 1 held: the Ray job is mid-group
+        assert time.time() < deadline and client.status(first.submission_id) in ("PENDING", "RUNNING")
+        time.sleep(0.3)
+    assert client.stop(first.submission_id)
+    assert _wait(client, first.submission_id) == "STOPPED"
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_job") and "SIGTERM" in entry["error"], entry
+
+    second = _submit(client, prepared, 0, group)
+    assert second.action == "resubmitted" and second.submission_id == f"{first.submission_id}-r1"
+    assert _wait(client, second.submission_id) == "SUCCEEDED"
+    (res,) = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))["results"]
+    assert res["resumed_from_op"] == 0 and res["ops_run"] == [1, 2, 3]
+
+
 def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(client, make_recipe):
     prepared = _plan(make_recipe("rj_version", parts=2), "rjv")
     before = _tree(prepared.job_dir)

@@ -11,7 +11,8 @@ apart on one cluster.
 The record (``layout.ray_job_record``) is written only by the drivers, after their identity and
 version checks pass, so a refused submission writes nothing in the job directory.  Each driver
 appends its submission and its state transitions (``started`` -> ``succeeded`` | ``failed`` |
-``stopped``) and, on success, its partitions' results.  Drivers of one group never run at once (a
+``stopped``, with ``stopped_by``: ``stop_request`` for the job's stop protocol, ``stop_job`` for Ray's)
+and, on success, its partitions' results.  Drivers of one group never run at once (a
 submitter resubmits only after the previous one ended), so a read-modify-write by atomic replace is
 enough.  A submitter reads the record where the cluster has forgotten a submission (a restarted head).
 """

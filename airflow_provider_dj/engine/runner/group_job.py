@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,10 @@ REFUSED_PREFIX = "refused before any work: "
 
 class GroupJobRefusedError(DJError, RuntimeError):
     """The Ray Job cannot run this group here; the message says what to change.  Nothing was written."""
+
+
+#: Set once Ray's stop_job reached this driver (SIGTERM) and the stop is recorded.
+_STOPPED = threading.Event()
 
 
 class _Terminated(BaseException):
@@ -134,7 +139,13 @@ def _connect(spec: GroupJobSpec):
     if not ray.is_initialized():
         kwargs = {"namespace": spec.namespace} if spec.namespace else {}
         ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
+        _handle_sigterm(spec)  # ray.init put its own handler (a bare exit) in place of ours
     return ray
+
+
+def _handle_sigterm(spec: GroupJobSpec):
+    """Make Ray's ``stop_job`` (SIGTERM) end the group as stopped; returns the handler it replaced."""
+    return signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(spec))
 
 
 def _record(spec: GroupJobSpec, state: str, **fields: Any) -> None:
@@ -165,7 +176,7 @@ def run_group_job(spec: GroupJobSpec) -> int:
         return EXIT_REFUSED
     _record(spec, "started")
     dispatcher = RayDispatcher(lambda: _connect(spec), num_cpus=spec.num_cpus)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = _handle_sigterm(spec)
     try:
         results = stoppable(
             spec.job_dir,
@@ -187,14 +198,16 @@ def run_group_job(spec: GroupJobSpec) -> int:
             warn=log.warning,
         )
     except JobStopped as exc:
-        _record(spec, "stopped", error=str(exc)[:4000])
+        _record(spec, "stopped", error=str(exc)[:4000], stopped_by="stop_request")
         print(str(exc), file=sys.stderr, flush=True)
         return EXIT_STOPPED
     except _Terminated:
-        dispatcher.cancel("the Ray job was stopped (SIGTERM)")
-        _record(spec, "stopped", error="the Ray job was stopped (stop_job)")
+        dispatcher.cancel("the Ray job was stopped (SIGTERM)")  # Ray would end them with the driver anyway
         return EXIT_STOPPED
     except Exception as exc:
+        if _STOPPED.is_set():  # the handler's exception, raised inside Ray's C code, came out as another
+            dispatcher.cancel("the Ray job was stopped (SIGTERM)")
+            return EXIT_STOPPED
         _record(spec, "failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
         log.exception("group %s of segment %s failed", spec.group.get("group_id"), spec.segment_index)
         return EXIT_FAILED
@@ -213,7 +226,12 @@ def _fatal(exc: BaseException) -> bool:
     )
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_sigterm(spec: GroupJobSpec) -> None:
+    """Ray's ``stop_job``: SIGTERM, then SIGKILL a few seconds later.  The stop is recorded here, at
+    once, because the unwinding after it (cancelling the group's Ray tasks) may outlast that grace."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one record, even if Ray signals twice
+    _record(spec, "stopped", error="the Ray job was stopped (stop_job: SIGTERM to its driver)", stopped_by="stop_job")
+    _STOPPED.set()
     raise _Terminated()
 
 
