@@ -86,6 +86,22 @@ def _wait(client, sid: str, timeout: float = 240) -> str:
     return status
 
 
+def _operator(job_dir: str, segment_index: int, group: dict):
+    from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
+
+    return PartitionGroupOperator(
+        task_id=f"partitions_seg{segment_index}", job_dir=job_dir, segment_index=segment_index, execution_group=group
+    )
+
+
+def _context(run_id: str, try_number: int = 2) -> dict:
+    """What the operator reads of a task instance's context: a retry (or a cleared task's next try)."""
+    from types import SimpleNamespace
+
+    ti = SimpleNamespace(dag_id="d", run_id=run_id, task_id="partitions_seg0", map_index=0, try_number=try_number)
+    return {"ti": ti, "dag_run": SimpleNamespace(run_id=run_id)}
+
+
 def _job_submissions(client, prepared) -> list:
     prefix = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, 0).rsplit("-s0-g0", 1)[0]
     return client.list_submissions(prefix)
@@ -153,6 +169,11 @@ def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(clie
     record = ray_jobs.read_record(prepared.job_dir, 0, group["group_id"])
     assert record["submissions"][0]["state"] == "failed" and "injected fault" in record["submissions"][0]["error"]
     assert "injected fault" in client.logs_tail(first.submission_id)
+    from airflow_provider_dj.hooks.ray_jobs import RayJobFailedError
+
+    with pytest.raises(RayJobFailedError, match="injected fault") as failed:  # what the task fails with
+        _operator(prepared.job_dir, 0, group)._finish(client, first.submission_id, "FAILED")
+    assert "its log, last lines" in str(failed.value) and first.submission_id in str(failed.value)
 
     second = _submit(client, prepared, 0, group)
     assert second.action == "resubmitted" and second.submission_id == f"{first.submission_id}-r1"
@@ -201,9 +222,13 @@ def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is
     assert "provider version mismatch" in tail and "0.0.0+elsewhere" in tail and __version__ in tail
     assert _tree(prepared.job_dir) == before
     assert ray_jobs.read_record(prepared.job_dir, 0, prepared.groups[0]["group_id"]) is None
-    refusal = client.refusal(sub.submission_id)  # what the task fails with, without retry
+    refusal = client.refusal(sub.submission_id)
     assert refusal.startswith(f"Ray job {sub.submission_id} at {client.address}: refused before any work: ")
     assert "0.0.0+elsewhere" in refusal
+    from airflow_provider_dj.operators.base import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="provider version mismatch"):  # failed without retry
+        _operator(prepared.job_dir, 0, prepared.groups[0])._finish(client, sub.submission_id, "FAILED")
 
 
 def test_a_runtime_env_that_does_not_install_is_refused_and_nothing_is_written(cluster, make_recipe):
@@ -257,3 +282,10 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     assert {str(j.status.value) for j in jobs} == {"SUCCEEDED"}
     deferred = [r for r in caplog.records if "running trigger in line" in r.getMessage()]
     assert len(deferred) == len(seg0)  # segment 0's tasks deferred; segment 1's waited in the worker
+
+    # A clear of a succeeded group: its next try verifies the checkpoints and submits nothing.
+    record = ray_jobs.read_record(job_dir, 0, 0)
+    group = {"group_id": 0, "partition_ids": record["partition_ids"], "label": "p0"}
+    results = _operator(job_dir, 0, group).execute(_context(dag_run.run_id))
+    assert results == ray_jobs.latest_submission(record)["results"] and results
+    assert len(client.list_submissions(prefix)) == len(records)
