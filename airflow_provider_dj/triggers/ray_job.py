@@ -7,7 +7,8 @@ reads never stall the triggerer's event loop.  It yields exactly one event, when
 ``{"status": <Ray's final status | "UNKNOWN" | "error">, "submission_id", "progress", "message"}``.
 The operator's ``execute_complete`` verifies the checkpoints and succeeds, or fails with the Ray
 Job's log tail.  The trigger holds no state the task needs: a restarted triggerer runs it again
-from its serialized arguments and finds the same Ray Job by its id.  Importable without the
+from its serialized arguments and finds the same Ray Job by its id.  A user's kill of the deferred
+task (mark failed, clear) reaches ``on_kill``, which stops the Ray Job.  Importable without the
 provider's operators, as the triggerer requires.
 """
 
@@ -71,3 +72,15 @@ class RayJobTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # noqa: BLE001 - one event either way: the task decides (retry reattaches)
             yield TriggerEvent({**event, "status": "error", "message": f"{type(exc).__name__}: {exc}"})
+
+    async def on_kill(self) -> None:
+        """A user marked the deferred task failed (or succeeded) or cleared it: stop its Ray Job, as the
+        operator's ``on_kill`` does for a task waiting in the worker.  Airflow calls this only on a user's
+        action, never when a triggerer restarts or hands the trigger to another one."""
+        from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+        def stop() -> bool:
+            return RayJobsClient(self.dashboard_address).stop(self.submission_id)
+
+        stopped = await asyncio.to_thread(stop)
+        self.log.warning("on_kill: stopping Ray job %s at %s: %s", self.submission_id, self.dashboard_address, stopped)

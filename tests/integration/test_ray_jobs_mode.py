@@ -188,7 +188,8 @@ def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(clie
 
 
 def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client, make_recipe):
-    """What ``on_kill`` does in Ray Jobs mode (``stop_job``), and what the retry does after it."""
+    """What ``on_kill`` (the trigger's; the operator's makes the same call) does in Ray Jobs mode, and what
+    the retry does after it."""
     prepared = _plan(make_recipe("rj_stop", parts=2), "rjs")
     group = prepared.groups[0]
     pid = group["partition_ids"][0]
@@ -200,7 +201,18 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
     while not os.path.exists(fired):  # op 0 committed, op 1 held: the Ray job is mid-group
         assert time.time() < deadline and client.status(first.submission_id) in ("PENDING", "RUNNING")
         time.sleep(0.3)
-    assert client.stop(first.submission_id)
+    import asyncio
+
+    from airflow_provider_dj.triggers.ray_job import RayJobTrigger
+
+    trigger = RayJobTrigger(
+        dashboard_address=client.address,
+        submission_id=first.submission_id,
+        job_dir=prepared.job_dir,
+        segment_index=0,
+        partition_ids=group["partition_ids"],
+    )
+    asyncio.run(trigger.on_kill())  # a user marks the deferred task failed: the triggerer calls this
     assert _wait(client, first.submission_id) == "STOPPED"
     entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
     assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_job") and "SIGTERM" in entry["error"], entry
