@@ -19,11 +19,18 @@ import time
 from airflow_provider_dj.client.monitor.progress import job_progress
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.job.watch import failures
-from airflow_provider_dj.engine.jobdir.events import read_events
-from airflow_provider_dj.engine.jobdir.layout import EXECUTION_PLAN, GPU_PROBE_REPORT, TRACE_DIR, TRACE_REPORT
+from airflow_provider_dj.engine.jobdir import event_cache
+from airflow_provider_dj.engine.jobdir.layout import (
+    EXECUTION_PLAN,
+    GPU_PROBE_REPORT,
+    TRACE_DIR,
+    TRACE_REPORT,
+    loads_json,
+)
 from airflow_provider_dj.engine.jobdir.progress_log import partition_log_path, tail_lines
 from airflow_provider_dj.engine.observe.tracer import trace_file_name
 from airflow_provider_dj.engine.observe.why import failed_sample_files
+from airflow_provider_dj.engine.storage import marker_cache
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.columns import (
     FAILED_ERROR_COLUMN,
@@ -48,7 +55,7 @@ CELL_STATES = ("completed", "running", "failed", "partial", "pending")
 
 def _plan_doc(job_dir: str) -> dict:
     try:
-        return json.loads(storage.read_bytes(storage.join(job_dir, EXECUTION_PLAN)))
+        return loads_json(storage.read_bytes(storage.join(job_dir, EXECUTION_PLAN)))
     except (FileNotFoundError, ValueError):
         return {}
 
@@ -155,8 +162,10 @@ def gpu_report(job_dir: str) -> dict | None:
 def job_overview(job_dir: str, *, dag_id: str | None = None, run_id: str | None = None) -> dict:
     """Everything the job page shows at once (the big lists — samples, logs — are fetched per partition)."""
     t0 = time.perf_counter()
-    events = read_events(job_dir)  # once: the big read on a big job (the monitor and the sensor rule share it)
-    prog = job_progress(job_dir, events=events)
+    # Once, and only what was appended since the last page: the big read on a big job (the monitor
+    # and the sensor rule share it; engine/jobdir/event_cache.py).
+    events = event_cache.shared.read(job_dir)
+    prog = job_progress(job_dir, events=events, markers=marker_cache.shared)
     job_failures = failures(job_dir, events)
     failed = failed_partition_ids(job_dir, job_failures)
     plan_doc = _plan_doc(job_dir)
@@ -237,8 +246,9 @@ def partition_detail(job_dir: str, partition_id: int) -> dict:
         part = ctx.partition(partition_id)
     except IndexError:
         raise KeyError(partition_id) from None
-    events = [e for e in read_events(job_dir) if e.get("partition_id") == partition_id]
-    failed = failed_partition_ids(job_dir)
+    all_events = event_cache.shared.read(job_dir)
+    events = [e for e in all_events if e.get("partition_id") == partition_id]
+    failed = failed_partition_ids(job_dir, failures(job_dir, all_events))
     return {
         "partition_id": partition_id,
         "label": f"p{partition_id} rows {part['start_row']}-{int(part['end_row']) - 1}",

@@ -38,10 +38,11 @@ def _current_ops(events: list[dict]) -> dict[int, dict]:
     return cur
 
 
-def job_progress(job_dir: str, *, now: float | None = None, events: list[dict] | None = None) -> dict:
+def job_progress(job_dir: str, *, now: float | None = None, events: list[dict] | None = None, markers=None) -> dict:
     """Everything the monitor shows, as data (render.py turns it into text).
 
-    ``events`` may be passed when the caller has read them already (the job view reads them once)."""
+    ``events`` may be passed when the caller has read them already (the job view reads them once);
+    ``markers``: a long-lived reader's ``engine.storage.marker_cache.MarkerCache``."""
     now = now or time.time()
     events = read_events(job_dir) if events is None else events
     written = read_job_summary(job_dir)
@@ -49,7 +50,9 @@ def job_progress(job_dir: str, *, now: float | None = None, events: list[dict] |
     # Always rebuilt from markers and events: a failure summary is a snapshot
     # taken when the first task failed (siblings may have finished since), and
     # a completed summary loses per-partition detail when retention runs.
-    view = build_job_summary(job_dir, status if status in FINAL_STATUSES else "running", events=events, now=now)
+    view = build_job_summary(
+        job_dir, status if status in FINAL_STATUSES else "running", events=events, now=now, markers=markers
+    )
     if written and written.get("status") == status:
         for key in ("start_time", "end_time", "duration_s", "error", "stop_request"):
             if written.get(key) is not None:
@@ -158,8 +161,13 @@ def watch_job(
     job_dir = resolve_job_dir(job_id, work_dir)
     clear = (file is not None and hasattr(file, "isatty") and file.isatty()) if clear is None else clear
     frames: list[str] = []
+    from airflow_provider_dj.engine.jobdir.event_cache import EventCache
+    from airflow_provider_dj.engine.storage.marker_cache import MarkerCache
+
+    # Each frame parses only the events appended since the last, and re-reads only changed markers.
+    events, markers = EventCache(max_jobs=1), MarkerCache()
     while True:
-        prog = job_progress(job_dir)
+        prog = job_progress(job_dir, events=events.read(job_dir), markers=markers)
         text = render_progress(prog, detailed=detailed)
         frames.append(text)
         if file is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
+from typing import Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
@@ -104,7 +105,7 @@ def _from_event(ev: dict) -> dict:
 
 def _partition_state(
     ctx_plan,
-    store: CheckpointStore,
+    read_marker: Callable[[int, str, int], dict | None],
     committed: dict[int, set[int]],
     part: dict,
     op_events: dict,
@@ -118,7 +119,7 @@ def _partition_state(
     last_cp = None
     for i in sorted(committed, reverse=True):
         if pid in committed[i]:
-            marker = store.read_marker(i, ctx_plan.ops[i].name, pid)
+            marker = read_marker(i, ctx_plan.ops[i].name, pid)
             if (
                 marker
                 and marker.get("partition_hash") == part["content_hash"]
@@ -247,9 +248,18 @@ def _errors(events: list[dict], since: float) -> list[dict]:
 
 
 def build_job_summary(
-    job_dir: str, status: str, *, error: str | None = None, events: list[dict] | None = None, now: float | None = None
+    job_dir: str,
+    status: str,
+    *,
+    error: str | None = None,
+    events: list[dict] | None = None,
+    now: float | None = None,
+    markers=None,
 ) -> dict:
-    """The summary of a job in whatever state its directory is in.  Reads only."""
+    """The summary of a job in whatever state its directory is in.  Reads only.
+
+    ``markers``: a long-lived reader's ``engine.storage.marker_cache.MarkerCache`` (the job view);
+    without one every commit marker is read from the job directory."""
     from airflow_provider_dj.engine.jobdir.events import read_events
     from airflow_provider_dj.engine.storage.context import JobContext
 
@@ -291,7 +301,7 @@ def build_job_summary(
         "partitions": len(info["partitions"]),
         "hash_algorithm": info.get("algorithm"),
     }
-    parts = _add_partition_sections(summary, job_dir, plan, info, events, last_start)
+    parts = _add_partition_sections(summary, job_dir, plan, info, events, last_start, markers)
     summary["checkpoint_strategy"] = plan.strategy
     summary["checkpoint_points"] = plan.checkpoint_points
     if recipe.intermediate_storage.reuse_across_jobs:  # nightly reuse: what came from earlier jobs
@@ -311,17 +321,18 @@ def build_job_summary(
 
 
 def _add_partition_sections(
-    summary: dict, job_dir: str, plan, info: dict, events: list[dict], last_start: float
+    summary: dict, job_dir: str, plan, info: dict, events: list[dict], last_start: float, markers=None
 ) -> list[dict]:
     """Add each partition's state and what follows from them (per-op totals, progress, accounting,
     failed samples, checkpoint inventory) to ``summary``; return the partitions' states.
 
     ``last_start``: when this run started; only its events say which partitions run or failed."""
     store = CheckpointStore(job_dir, StorageFormat())
+    read_marker = markers.reader(store) if markers is not None else store.read_marker
     committed = {i: _committed_pids(store, i, plan.ops[i].name) for i in plan.checkpoint_points if i < len(plan.ops)}
     running, failed = _partition_run_states(events, last_start)
     op_events = _latest_op_events(events)
-    parts = [_partition_state(plan, store, committed, p, op_events, running, failed) for p in info["partitions"]]
+    parts = [_partition_state(plan, read_marker, committed, p, op_events, running, failed) for p in info["partitions"]]
     problems = [
         msg for p in parts for msg in check_partition_chain(p["partition_id"], p["input_rows"], p["accounting"])
     ]

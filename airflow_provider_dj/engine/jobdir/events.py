@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.layout import loads_json
 
 EVENT_TYPES = frozenset(
     {
@@ -176,7 +177,7 @@ def parse_event_lines(data: bytes) -> list[dict]:
         if not line.strip():
             continue
         try:
-            ev = json.loads(line)
+            ev = loads_json(line)
         except ValueError:
             continue
         if isinstance(ev, dict) and "event_type" in ev:

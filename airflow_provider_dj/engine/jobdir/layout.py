@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import orjson
+
 from airflow_provider_dj.core import fs as storage
 
 # Paths are relative to the job directory, "/"-separated (JobPaths.path / JobContext.path split them).
@@ -155,4 +157,15 @@ def write_json(path: str, obj) -> None:
 
 
 def read_json(path: str):
-    return json.loads(storage.read_bytes(path))
+    return loads_json(storage.read_bytes(path))
+
+
+def loads_json(data: bytes):
+    """JSON text as written by ``json.dumps`` here: orjson first (several times faster: the job view
+    reads a marker per partition and about ten events per partition on every page), the standard
+    library for what orjson refuses but ``json.dumps`` writes (NaN, Infinity, integers past 64 bits).
+    Raises ValueError when neither reads it."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)

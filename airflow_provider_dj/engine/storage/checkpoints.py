@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, partition_name
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, partition_name, read_json
 from airflow_provider_dj.ops.columns import DELTA_KEEP_COLUMN, DELTA_SET_PREFIX
 
 log = logging.getLogger(__name__)
@@ -379,7 +379,7 @@ class CheckpointStore:
     def read_marker(self, op_index: int, op_name: str, partition_id: int) -> dict | None:
         mpath = self.marker_path(op_index, op_name, partition_id)
         try:
-            return json.loads(storage.read_bytes(mpath))
+            return read_json(mpath)
         except FileNotFoundError:
             return None
         except (ValueError, OSError) as exc:
