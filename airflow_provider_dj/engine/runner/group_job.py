@@ -121,12 +121,38 @@ def check_identity(spec: GroupJobSpec) -> None:
 
 
 def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[bool, str]:
-    """Whether every partition of the group committed its segment output (and its dedup keys): what a
-    submitter checks before it trusts a Ray Job that reports success.  (done, a line saying what is seen)."""
-    from airflow_provider_dj.engine.job.watch import check
+    """Whether every partition of the group committed its segment output (and the keys a following
+    global op needs), by their commit markers, as the barrier checks them: what a submitter checks
+    before it trusts a Ray Job that reports success.  A completed job counts as done (retention may have
+    removed its checkpoints).  Failures recorded for other groups do not matter here.  Returns (done, a
+    line saying what is seen)."""
+    from airflow_provider_dj.engine.job.export import is_job_complete
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.engine.storage.global_op_state import keys_store
 
-    status = check(job_dir, segment_index=segment_index, partitions=list(partition_ids))
-    return status.done, status.message
+    if is_job_complete(job_dir):
+        return True, "the job is complete"
+    ctx = JobContext(job_dir)
+    plan = ctx.plan
+    seg = plan.segments[segment_index]
+    by_id = {p["partition_id"]: p for p in ctx.partitioning_info["partitions"]}
+    store, keys = CheckpointStore(job_dir, ctx.storage_format), keys_store(job_dir)
+
+    def committed(st, i: int, pid: int) -> bool:
+        op = plan.ops[i]
+        return st.is_committed(i, op.name, pid, by_id[pid]["content_hash"], op.fingerprint)
+
+    target = seg.end - 1
+    missing = [
+        pid
+        for pid in partition_ids
+        if not (target < 0 or committed(store, target, pid))
+        or not (seg.keys_for_global is None or committed(keys, seg.keys_for_global, pid))
+    ]
+    n = len(partition_ids)
+    line = f"segment {segment_index}: {n - len(missing)}/{n} partitions of the group committed"
+    return not missing, line + (f" (not yet: {missing})" if missing else "")
 
 
 def _identity(spec: GroupJobSpec) -> dict:

@@ -124,3 +124,23 @@ def test_the_spec_travels_as_one_quoted_shell_argument(planned):
     words = shlex.split(group_job.entrypoint(spec, python="/opt/py/bin/python"))
     assert words[:3] == ["/opt/py/bin/python", "-m", group_job.MODULE]
     assert GroupJobSpec.from_json(words[4]) == spec
+
+
+def test_verify_group_reads_the_commit_markers_and_ignores_other_groups_failures(planned):
+    from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.runner.stop import record_job_failure
+
+    job_dir, groups = planned
+    g0, g1 = groups
+    assert group_job.verify_group(job_dir, 0, g0["partition_ids"]) == (
+        False,
+        f"segment 0: 0/1 partitions of the group committed (not yet: {g0['partition_ids']})",
+    )
+    for pid in g0["partition_ids"]:
+        run_segment(job_dir, 0, pid)
+    record_job_failure(job_dir, "partitions_seg0 (map index 1)", RuntimeError("group 1 failed"))
+    assert group_job.verify_group(job_dir, 0, g0["partition_ids"]) == (
+        True,
+        "segment 0: 1/1 partitions of the group committed",
+    )
+    assert group_job.verify_group(job_dir, 0, g1["partition_ids"])[0] is False
