@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -169,23 +170,30 @@ class RayJobsClient:
         """Every submission on the cluster whose id starts with ``prefix``."""
         return [j for j in self._client.list_jobs() if (j.submission_id or "").startswith(prefix)]
 
-    def submit(self, spec: GroupJobSpec) -> str:
+    def submit(self, spec: GroupJobSpec, *, agent_wait_s: float = 60.0) -> str:
         """Submit ``spec``'s driver under ``spec.submission_id``; an id the cluster knows is not submitted
-        twice (Ray refuses it), and this returns the id either way."""
-        try:
-            return self._client.submit_job(
-                entrypoint=entrypoint(spec, self.python),
-                submission_id=spec.submission_id,
-                runtime_env=self.runtime_env or None,
-                entrypoint_num_cpus=0,  # the driver only waits; its partitions' tasks ask for CPUs
-                metadata={"dj_job_id": spec.job_id, "dj_segment": str(spec.segment_index)},
-            )
-        except RuntimeError as exc:
-            if self.info(spec.submission_id) is not None:
-                return spec.submission_id  # another submitter was first: the same group, attach to it
-            raise RayJobSubmitError(
-                f"the Ray dashboard at {self.address} refused submission {spec.submission_id}: {exc}"
-            ) from exc
+        twice (Ray refuses it), and this returns the id either way.  A head that has just started answers
+        before its job agent can start drivers ("No available agent"): that is retried for
+        ``agent_wait_s`` seconds."""
+        deadline = time.monotonic() + agent_wait_s
+        while True:
+            try:
+                return self._client.submit_job(
+                    entrypoint=entrypoint(spec, self.python),
+                    submission_id=spec.submission_id,
+                    runtime_env=self.runtime_env or None,
+                    entrypoint_num_cpus=0,  # the driver only waits; its partitions' tasks ask for CPUs
+                    metadata={"dj_job_id": spec.job_id, "dj_segment": str(spec.segment_index)},
+                )
+            except RuntimeError as exc:
+                if self.info(spec.submission_id) is not None:
+                    return spec.submission_id  # another submitter was first: the same group, attach to it
+                if "No available agent" in str(exc) and time.monotonic() < deadline:
+                    time.sleep(1.0)
+                    continue
+                raise RayJobSubmitError(
+                    f"the Ray dashboard at {self.address} refused submission {spec.submission_id}: {exc}"
+                ) from exc
 
     # -- a group -------------------------------------------------------------
     def latest_on_cluster(self, base: str) -> tuple[int, Any | None]:

@@ -1,0 +1,52 @@
+"""Ray Jobs mode refuses a dashboard that does not answer before the partition task writes anything.
+
+A real planned job directory and a real loopback port nothing listens on: the operator's execute
+raises ``RayDashboardUnreachableError`` naming the address, and the job directory is as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.job.setup import prepare_job
+from airflow_provider_dj.testing.sample_corpus import write_corpus
+
+
+def _tree(root: str) -> dict[str, int]:
+    return {
+        os.path.relpath(os.path.join(d, f), root): os.stat(os.path.join(d, f)).st_mtime_ns
+        for d, _, files in os.walk(root)
+        for f in files
+    }
+
+
+def test_a_dead_dashboard_is_refused_naming_it_and_nothing_is_written(tmp_path, monkeypatch):
+    from airflow_provider_dj.hooks.ray_jobs import RayDashboardUnreachableError
+    from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
+
+    data = write_corpus(str(tmp_path / "in.jsonl"), 20, seed=5)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"dataset_path: {data}\nexport_path: {tmp_path / 'out.jsonl'}\nwork_dir: {tmp_path / 'work'}\n"
+        "partition: {mode: manual, num_of_partitions: 2}\nprocess:\n  - words_num_filter: {min_num: 3}\n"
+    )
+    prepared = prepare_job(load_recipe(recipe), job_id="dead", airflow_run_id="run1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps({"conn_type": "ray", "host": address}))
+    op = PartitionGroupOperator(
+        task_id="partitions_seg0", job_dir=prepared.job_dir, segment_index=0, execution_group=prepared.groups[0]
+    )
+    ti = SimpleNamespace(dag_id="d", run_id="run1", task_id="partitions_seg0", map_index=0, try_number=1)
+    before = _tree(prepared.job_dir)
+    with pytest.raises(RayDashboardUnreachableError, match=f"the Ray dashboard at {address} does not answer"):
+        op.execute({"ti": ti, "dag_run": SimpleNamespace(run_id="run1")})
+    assert _tree(prepared.job_dir) == before
