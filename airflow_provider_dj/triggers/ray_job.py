@@ -32,6 +32,7 @@ class RayJobTrigger(BaseTrigger):
         segment_index: int,
         partition_ids: list[int],
         poll_interval: float = 5.0,
+        max_poll_errors: int = 5,
     ) -> None:
         super().__init__()
         self.dashboard_address = dashboard_address
@@ -40,6 +41,7 @@ class RayJobTrigger(BaseTrigger):
         self.segment_index = segment_index
         self.partition_ids = list(partition_ids)
         self.poll_interval = poll_interval
+        self.max_poll_errors = max_poll_errors  # consecutive failed looks before the task is told
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
@@ -49,6 +51,7 @@ class RayJobTrigger(BaseTrigger):
             "segment_index": self.segment_index,
             "partition_ids": self.partition_ids,
             "poll_interval": self.poll_interval,
+            "max_poll_errors": self.max_poll_errors,
         }
 
     def _poll(self, client) -> tuple[str, str]:
@@ -58,20 +61,29 @@ class RayJobTrigger(BaseTrigger):
         from airflow_provider_dj.hooks.ray_jobs import ACTIVE, RayJobsClient
 
         event: dict[str, Any] = {"submission_id": self.submission_id, "progress": ""}
-        try:
-            client = await asyncio.to_thread(RayJobsClient, self.dashboard_address)
-            last = None
-            while True:
+        client, last, errors = None, None, 0
+        while True:
+            try:
+                if client is None:
+                    client = await asyncio.to_thread(RayJobsClient, self.dashboard_address)
                 status, progress = await asyncio.to_thread(self._poll, client)
-                if (status, progress) != last:
-                    self.log.info("Ray job %s: %s; %s", self.submission_id, status, progress)
-                    last = (status, progress)
-                if status not in ACTIVE:
-                    yield TriggerEvent({**event, "status": status, "progress": progress, "message": ""})
+                errors = 0
+            except Exception as exc:  # noqa: BLE001 - a dashboard that blinks (a head restarting) is asked again
+                errors += 1
+                if errors >= self.max_poll_errors:  # one event either way: the task decides (a retry reattaches)
+                    yield TriggerEvent({**event, "status": "error", "message": f"{type(exc).__name__}: {exc}"})
                     return
+                self.log.warning("Ray job %s: poll %d failed (%s); asking again", self.submission_id, errors, exc)
+                client = None
                 await asyncio.sleep(self.poll_interval)
-        except Exception as exc:  # noqa: BLE001 - one event either way: the task decides (retry reattaches)
-            yield TriggerEvent({**event, "status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                continue
+            if (status, progress) != last:
+                self.log.info("Ray job %s: %s; %s", self.submission_id, status, progress)
+                last = (status, progress)
+            if status not in ACTIVE:
+                yield TriggerEvent({**event, "status": status, "progress": progress, "message": ""})
+                return
+            await asyncio.sleep(self.poll_interval)
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed (or succeeded) or cleared it: stop its Ray Job, as the

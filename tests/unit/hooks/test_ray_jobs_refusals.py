@@ -50,3 +50,29 @@ def test_a_dead_dashboard_is_refused_naming_it_and_nothing_is_written(tmp_path, 
     with pytest.raises(RayDashboardUnreachableError, match=f"the Ray dashboard at {address} does not answer"):
         op.execute({"ti": ti, "dag_run": SimpleNamespace(run_id="run1")})
     assert _tree(prepared.job_dir) == before
+
+
+def test_a_trigger_whose_dashboard_stops_answering_tells_the_task_once():
+    import asyncio
+
+    from airflow_provider_dj.triggers.ray_job import RayJobTrigger
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    trigger = RayJobTrigger(
+        dashboard_address=f"http://127.0.0.1:{port}",
+        submission_id="dj-x-s0-g0",
+        job_dir="/nonexistent",
+        segment_index=0,
+        partition_ids=[0],
+        poll_interval=0.01,
+        max_poll_errors=3,
+    )
+
+    async def events() -> list:
+        return [e.payload async for e in trigger.run()]
+
+    (event,) = asyncio.run(events())
+    assert event["status"] == "error" and event["submission_id"] == "dj-x-s0-g0"
+    assert f"http://127.0.0.1:{port} does not answer" in event["message"]
