@@ -192,9 +192,13 @@ def render_steps(
         if s.detail:
             status.append(f"  {s.detail}", style="dim")
         table.add_row(Text(s.label, style="" if s.state != "waiting" else "dim"), parts, rows, rate, eta, status)
-        for pid, reason in sorted(s.failed.items()):
-            table.add_row(Text(f"  partition {pid} failed: {_clip(reason)}", style="red"), "", "", "", "", "")
-    parts = [header, table]
+    # Failures under the table, not in it: a long reason in the first column would squeeze the others.
+    failures = [
+        Text(f"{s.label.split(' (')[0]}, partition {pid} failed: {_clip(reason)}", style="red")
+        for s in steps
+        for pid, reason in sorted(s.failed.items())
+    ]
+    parts = [header, table, *failures]
     parts.extend(Text(text, style=style) for text, style in notes)
     return Group(*parts)
 

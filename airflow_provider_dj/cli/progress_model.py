@@ -18,6 +18,7 @@ text a log file or a pipe gets.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +26,9 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.events import iter_event_files, parse_event_lines
 from airflow_provider_dj.engine.jobdir.heartbeat import read_heartbeat
 from airflow_provider_dj.engine.jobdir.layout import PARTITIONING_INFO
+
+#: How ``PartitionFailedError`` names the partition (engine/runner/dispatch.py, engine/execution/ray_dispatch.py).
+_PARTITION_FAILED = re.compile(r"partition (\d+) failed in segment (\d+): (.*)", re.S)
 
 
 @dataclass
@@ -177,6 +181,7 @@ class ProgressModel:
             self.job_state = "stopped"
         elif kind == "job_failed":
             self.job_state = "failed"
+            self._job_failed(str(ev.get("error_message") or "failed"))
         elif kind == "stop_requested":
             self.stop_requested = {"force": bool(ev.get("force")), "by": ev.get("requested_by")}
         elif kind in ("global_op_start", "global_op_complete") and op is not None:
@@ -188,6 +193,15 @@ class ProgressModel:
             self.export["start" if kind == "export_start" else "end"] = ts
             if kind == "export_complete":
                 self.export["rows"] = ev.get("output_rows")
+
+    def _job_failed(self, error: str) -> None:
+        """A job's failure names the partition when one failed outside an op (a crashed worker, an error
+        between ops), which writes no ``partition_failed``: its segment shows it as failed."""
+        found = _PARTITION_FAILED.search(error)
+        if found and self.segments and int(found.group(2)) < len(self.segments):
+            seg = self.segments[int(found.group(2))]
+            seg.failed.setdefault(int(found.group(1)), found.group(3))
+            seg.in_flight.discard(int(found.group(1)))
 
     def _fold_partition(self, ev: dict, kind: str, ts: float) -> None:
         """A partition's event: where it is in its segment."""
@@ -309,7 +323,7 @@ class ProgressModel:
         if self.export.get("end"):
             row.state = "done"
             row.elapsed_s = self.export["end"] - self.export.get("start", self.export["end"])
-            row.detail = f"{self.export.get('rows') or 0:,} rows written" if self.export.get("rows") is not None else ""
+            row.detail = f"{self.export['rows']:,} rows" if self.export.get("rows") is not None else ""
         elif self.export.get("start"):
             row.state, row.elapsed_s = "running", now - self.export["start"]
         return row

@@ -10,6 +10,7 @@ image would provide it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -148,6 +149,7 @@ class RayJobsCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)  # its session logs go with it
 
     def _strays(self) -> list[int]:
         out = []

@@ -81,7 +81,8 @@ class Pane:
         conf = tmp_path / f"{name}.tmux.conf"
         conf.write_text("set -g remain-on-exit on\nset -g history-limit 2000\n")
         envs = " ".join(f"{k}={_q(v)}" for k, v in env.items())
-        cmd = f"cd {_q(str(tmp_path))} && exec env -u RAY_ADDRESS -u COLUMNS -u LINES {envs} {' '.join(_q(a) for a in argv)}"
+        run = f"env -u RAY_ADDRESS -u COLUMNS -u LINES {envs} {' '.join(_q(a) for a in argv)}"
+        cmd = f"cd {_q(str(tmp_path))} && exec {run}"
         self._tmux("-f", str(conf), "new-session", "-d", "-s", "main", "-x", str(width), "-y", "40", cmd)
         self.pid = int(self._tmux("display", "-p", "-t", "main", "#{pane_pid}").strip())
 
@@ -91,8 +92,9 @@ class Pane:
         ).stdout
 
     def screen(self) -> str:
-        """The visible screen, wrapped lines joined, trailing blank lines dropped."""
-        return self._tmux("capture-pane", "-p", "-J", "-t", "main").rstrip("\n") + "\n"
+        """The screen with its scrollback (tmux moves a short screen into it when it writes "Pane is
+        dead"), wrapped lines joined, trailing blank lines dropped."""
+        return self._tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "main").rstrip("\n") + "\n"
 
     def keys(self, *keys: str) -> None:
         self._tmux("send-keys", "-t", "main", *keys)
@@ -118,12 +120,7 @@ class Pane:
         while time.monotonic() < deadline:
             status = self.exit_status()
             if status is not None:
-                # tmux marks the pane dead once it has read the pty to its end: the screen is complete then.
-                while self._tmux("display", "-p", "-t", "main", "#{pane_dead}").strip() != "1":
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.1)
-                return status
+                return status  # (tmux may still be drawing the last output: wait_for the last line)
             time.sleep(0.2)
         raise AssertionError(f"the run did not end in {timeout}s; screen:\n{self.screen()}")
 
@@ -215,7 +212,7 @@ def test_ctrl_c_once_stops_gracefully_and_the_resume_exports_what_a_clean_run_ex
     run.keys("C-c")
     run.wait_for("Ctrl-C: stopping at each running partition's next checkpoint; committed work is kept")
     assert run.wait_exit(90) == 130
-    screen = run.screen()
+    screen = run.wait_for("Resume with: dj-airflow run tty_graceful.yaml --resume graceful\nLog: ")
     print(f"--- the screen after one Ctrl-C ---\n{screen}")
     _no_noise(screen)
     _final_line(screen, job_dir, "tty_graceful.yaml", "graceful")
@@ -272,7 +269,7 @@ def test_ctrl_c_twice_stops_at_once(tmp_path, corpus, pane):
     run.keys("C-c")
     assert run.wait_exit(60) == 130
     took = time.monotonic() - t0
-    screen = run.screen()
+    screen = run.wait_for("Resume with: dj-airflow run tty_twice.yaml --resume twice\nLog: ")
     print(f"--- the screen after two Ctrl-C ---\n{screen}")
     assert "Ctrl-C again: stopping now" in screen
     assert "the run did not end within 2s of the forced stop: ending it" in screen
@@ -289,7 +286,7 @@ def test_sigterm_on_ray_ends_the_run_with_143_the_resume_hint_and_no_ray_stack(t
     _wait_fired(job_dir, run, timeout=180)
     os.kill(run.pid, 15)
     assert run.wait_exit(60) == 143
-    screen = run.screen()
+    screen = run.wait_for("Resume with: dj-airflow run tty_term.yaml --resume term\nLog: ")
     print(f"--- the screen after SIGTERM ---\n{screen}")
     assert "SIGTERM: stopping now" in screen
     _no_noise(screen)
@@ -302,7 +299,7 @@ def test_quiet_prints_only_the_final_lines(tmp_path, corpus, pane):
     _recipe(tmp_path, corpus, "tty_quiet")
     run = pane("quiet", ["run", "tty_quiet.yaml", "--executor", "local", "--num-cpus", "1", "--job-id", "q", "-q"])
     assert run.wait_exit(120) == 0, run.screen()
-    screen = run.screen()
+    screen = run.wait_for("(job q)")
     lines = [ln for ln in screen.splitlines() if ln.strip() and not ln.startswith("Pane is dead")]
     assert len(lines) == 1 and re.match(
         r"Exported 353 rows to .*tty_quiet_out\.jsonl in [\d.]+s \(job q\)", lines[0]

@@ -87,7 +87,7 @@ def test_the_model_counts_each_segment_from_the_events_as_they_arrive(finished):
     final = {s.key: s for s in model.snapshot(now=events[-1]["timestamp"])}
     assert (final["seg0"].partitions_done, final["seg0"].rows_done, final["seg0"].state) == (3, 120.0, "done")
     assert final["global2"].state == "done" and final["seg1"].state == "done"
-    assert final["export"].state == "done" and final["export"].detail.endswith("rows written")
+    assert final["export"].state == "done" and final["export"].detail.endswith(" rows")
     assert model.job_state == "completed"
 
 
@@ -144,11 +144,30 @@ def test_a_failed_partition_is_drawn_in_red_with_its_reason(finished):
     console = Console(width=110, file=out, force_terminal=True, color_system="standard")
     console.print(render_steps(steps, "r.yaml: job j", 3.0, [("Ctrl-C: stopping", "bold yellow")]))
     drawn = out.getvalue()
-    assert "\x1b[31m  partition 1 failed: op 1 (words_num_filter): ValueError: bad row" in drawn  # red
+    assert "\x1b[31msegment 0, partition 1 failed: op 1 (words_num_filter): ValueError: bad row" in drawn  # red
     text = _text(render_steps(steps, "r.yaml: job j", 3.0, [("Ctrl-C: stopping", "bold yellow")]))
-    assert "partition 1 failed: op 1 (words_num_filter): ValueError: bad row" in text
+    assert "segment 0, partition 1 failed: op 1 (words_num_filter): ValueError: bad row" in text
     assert "FAILED" in text and "Ctrl-C: stopping" in text
     assert plain_line(steps).endswith(", 1 failed")
+
+
+def test_a_partition_that_failed_outside_an_op_is_named_by_the_job_failure(finished):
+    model = ProgressModel(finished["job_dir"], finished["t0"])
+    model.load_plan()
+    now = time.time()
+    model.feed(
+        [
+            {"event_type": "partition_start", "partition_id": 2, "segment": 0, "timestamp": now},
+            {
+                "event_type": "job_failed",
+                "error_message": "partitions_seg0 failed: PartitionFailedError: partition 2 failed in segment 0: "
+                "InjectedFault: boom",
+                "timestamp": now + 1,
+            },
+        ]
+    )
+    seg0 = model.snapshot(now=now + 2, heartbeats=False)[0]
+    assert seg0.state == "failed" and seg0.failed == {2: "InjectedFault: boom"}
 
 
 def test_the_table_shows_partitions_rows_rate_and_eta_per_step(finished):
