@@ -110,6 +110,8 @@ class RunOutput:
         from airflow_provider_dj.cli.progress_display import LiveProgress, PlainProgress
 
         if self.mode == "live":
+            if self.log_path and self.verbose:  # the lines already on the terminal are not shown again
+                self._log_offset = os.path.getsize(self.log_path)
             self.display = LiveProgress(
                 self.job_dir,
                 self.run_start,
@@ -221,10 +223,10 @@ class RunOutput:
     # -- how the run ends ----------------------------------------------------------
     def completed(self, summary: dict, run_id: str, wall: float, *, label: str) -> int:
         """The summary of an exported job; 0."""
+        self._stop_display()  # first: with --verbose the display would show the log's copy below too
         print_completed(summary, self.job_id, self.job_dir, run_id, wall, label=label)  # the log (or stdout)
         if self.mode == "plain":
             return 0
-        self._stop_display()
         export = summary.get("export") or {}
         if self.mode == "live":
             from airflow_provider_dj.cli.progress_display import funnel_table
