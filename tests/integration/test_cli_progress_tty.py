@@ -85,6 +85,7 @@ class Pane:
         cmd = f"cd {_q(str(tmp_path))} && exec {run}"
         self._tmux("-f", str(conf), "new-session", "-d", "-s", "main", "-x", str(width), "-y", "40", cmd)
         self.pid = int(self._tmux("display", "-p", "-t", "main", "#{pane_pid}").strip())
+        self.socket_path = self._tmux("display", "-p", "-t", "main", "#{socket_path}").strip()
 
     def _tmux(self, *args: str) -> str:
         return subprocess.run(
@@ -136,6 +137,8 @@ class Pane:
     def close(self) -> None:
         kill_session(self.pid)  # the pane's command leads a session: the run, its pool or Ray, all go
         subprocess.run([self.tmux, "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        if self.socket_path.endswith(self.socket) and os.path.exists(self.socket_path):
+            os.remove(self.socket_path)  # tmux leaves its socket file behind
 
 
 def _q(text: str) -> str:
