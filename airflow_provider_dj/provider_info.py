@@ -33,6 +33,12 @@ RAY_CONN_FIELDS: dict[str, dict] = {
         "then runs as one Ray Job whose driver lives on the cluster (an http(s):// host does the same)",
         "schema": {"type": ["string", "null"]},
     },
+    "entrypoint_python": {
+        "label": "Ray Jobs driver's Python",
+        "description": "Ray Jobs mode: the Python a group's driver runs with on the cluster (the one with this "
+        "provider installed), e.g. /opt/venv/bin/python; default: python on the head's PATH",
+        "schema": {"type": ["string", "null"]},
+    },
     "namespace": {
         "label": "Namespace",
         "description": "Ray namespace for the job's tasks and actors",

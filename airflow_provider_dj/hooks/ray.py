@@ -20,7 +20,8 @@ later task only connects to it (about a second instead of several).
 
 Only allowlisted connection extras reach ``ray.init`` (never the whole
 extra dict): ``namespace``, ``runtime_env``, ``num_cpus`` (embedded only),
-``object_store_memory`` (embedded only), ``address``, ``dashboard_address``: the keys of
+``object_store_memory`` (embedded only), ``address``, ``dashboard_address``,
+``entrypoint_python`` (Ray Jobs mode): the keys of
 ``provider_info.RAY_CONN_FIELDS``, which the connection form shows.
 """
 
@@ -110,6 +111,7 @@ class RayHook(BaseHook):  # type: ignore[misc]
         settings = self._connection_settings()
         address = settings.pop("address", None) or os.environ.get("RAY_ADDRESS") or None
         dashboard = settings.pop("dashboard_address", None)
+        python = settings.pop("entrypoint_python", None) or "python"
         if not dashboard and is_dashboard_address(address):
             dashboard, address = address, None
         init_kwargs: dict[str, Any] = {}
@@ -122,6 +124,7 @@ class RayHook(BaseHook):  # type: ignore[misc]
             mode = {"mode": "jobs", "dashboard_address": dashboard}
         else:
             mode = {"mode": "cluster" if address else "embedded"}
+        mode["entrypoint_python"] = python  # what a Ray Job's driver runs with (Ray Jobs mode only)
         if address:
             return {**mode, "address": address, "init_kwargs": init_kwargs}
         return {**mode, "address": None, "init_kwargs": init_kwargs, "embedded": embedded}
@@ -140,7 +143,10 @@ class RayHook(BaseHook):  # type: ignore[misc]
             )
         kwargs = cfg["init_kwargs"]
         return RayJobsClient(
-            cfg["dashboard_address"], runtime_env=kwargs.get("runtime_env"), namespace=kwargs.get("namespace")
+            cfg["dashboard_address"],
+            runtime_env=kwargs.get("runtime_env"),
+            namespace=kwargs.get("namespace"),
+            python=cfg["entrypoint_python"],
         )
 
     # -- connecting ----------------------------------------------------------

@@ -224,12 +224,18 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
     assert res["resumed_from_op"] == 0 and res["ops_run"] == [1, 2, 3]
 
 
-def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(client, make_recipe):
+def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(cluster, make_recipe):
+    import sys
+
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    client = RayJobsClient(cluster.address, python=sys.executable)  # the connection's entrypoint_python
     prepared = _plan(make_recipe("rj_version", parts=2), "rjv")
     before = _tree(prepared.job_dir)
     sub = _submit(client, prepared, 0, prepared.groups[0], provider_version="0.0.0+elsewhere")
     assert _wait(client, sub.submission_id) == "FAILED"
-    assert client.info(sub.submission_id).driver_exit_code == 2
+    info = client.info(sub.submission_id)
+    assert info.driver_exit_code == 2 and info.entrypoint.startswith(f"{sys.executable} -m ")
     tail = client.logs_tail(sub.submission_id)
     assert "provider version mismatch" in tail and "0.0.0+elsewhere" in tail and __version__ in tail
     assert _tree(prepared.job_dir) == before

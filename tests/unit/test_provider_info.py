@@ -40,7 +40,8 @@ def test_provider_info_matches_airflows_schema():
 def test_conn_fields_are_exactly_the_hooks_allowlist():
     ct = _ray_connection_type()
     assert set(ct["conn-fields"]) == set(ALLOWED_EXTRAS)
-    assert len(ALLOWED_EXTRAS) == 6  # address, dashboard_address, namespace, runtime_env, num_cpus, object_store_memory
+    # address, dashboard_address, entrypoint_python, namespace, runtime_env, num_cpus, object_store_memory
+    assert len(ALLOWED_EXTRAS) == 7
     for name, field in ct["conn-fields"].items():
         assert field["label"] and field["description"], name
         assert "null" in field["schema"]["type"], f"{name}: an unset extra must be allowed"
@@ -53,6 +54,7 @@ def test_conn_fields_are_exactly_the_hooks_allowlist():
 SAMPLES = {
     "address": ("ray://head-from-extra:10001", lambda cfg: cfg["address"]),
     "dashboard_address": ("http://head:8265", lambda cfg: cfg["dashboard_address"]),
+    "entrypoint_python": ("/opt/venv/bin/python", lambda cfg: cfg["entrypoint_python"]),
     "namespace": ("ns1", lambda cfg: cfg["init_kwargs"]["namespace"]),
     "runtime_env": ({"env_vars": {"A": "1"}}, lambda cfg: cfg["init_kwargs"]["runtime_env"]),
     "num_cpus": (3, lambda cfg: cfg["embedded"]["num_cpus"]),

@@ -60,6 +60,7 @@ def test_provider_info_declares_ray_conn_fields():
     assert set(ct["conn-fields"]) == {
         "address",
         "dashboard_address",
+        "entrypoint_python",
         "namespace",
         "runtime_env",
         "num_cpus",
