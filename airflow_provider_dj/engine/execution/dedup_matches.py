@@ -40,7 +40,7 @@ def keep_and_representatives(op_impl, keys: list[pa.Table]) -> tuple[np.ndarray,
     if isinstance(op_impl, SignatureDeduplicator):
         mask, rep = op_impl.keep_and_representatives(keys)
         return np.asarray(mask, dtype=bool), None if rep is None else np.asarray(rep, dtype=np.int64)
-    rep = first_occurrence_index([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+    rep = first_occurrence_index([k.column(KEYS_COLUMN) for k in keys])
     return rep == np.arange(len(rep)), rep
 
 

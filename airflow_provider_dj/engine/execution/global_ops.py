@@ -128,7 +128,7 @@ def _keep_flags(op_impl, keys: list[pa.Table], total: int, op, op_index: int) ->
         # partitions' signatures, in input order, themselves.
         mask = np.asarray(op_impl.resolve_global(keys), dtype=bool)
     else:
-        mask = first_occurrence_mask([k.column(KEYS_COLUMN).combine_chunks() for k in keys])
+        mask = first_occurrence_mask([k.column(KEYS_COLUMN) for k in keys])
     if len(mask) != total:
         raise RuntimeError(f"global op {op_index} ({op.name}) returned {len(mask)} keep flags for {total} rows")
     return mask, rep

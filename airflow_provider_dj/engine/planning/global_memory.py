@@ -16,7 +16,9 @@ import os
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
 
-#: Peak bytes per row of the global step (the keys, their sort order and sorted copy, the mask).
+#: Peak bytes per row of the global step, measured on 10M keys: with lineage (the default) the loaded
+#: keys and input rows (24), one contiguous copy of the keys (16), the sort's order and its working
+#: copies, each row's representative and the mask: 75; without lineage 57.  Rounded up.
 KEY_BYTES_PER_ROW = 78
 GB = 1e9
 

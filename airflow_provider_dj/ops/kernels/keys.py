@@ -14,6 +14,9 @@ import pyarrow as pa
 #: Every deduplicator's key column: 16 bytes per row (an xxh3-128 digest or an LSH band signature).
 KEY_TYPE = pa.binary(16)
 
+#: Rows compared at a time when finding runs of equal keys in sorted order.
+_RUN_BLOCK = 1 << 20
+
 KeysLike = Union[pa.Array, pa.ChunkedArray, Sequence[Union[pa.Array, pa.ChunkedArray]]]
 
 
@@ -62,9 +65,12 @@ def _sorted_key_runs(keys: KeysLike) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("dedup keys must not be null")
     words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
     order = np.lexsort((words[:, 1], words[:, 0]))
-    ordered = words[order]
+    # Runs are found block by block, so no sorted copy of all keys (16 bytes a row) is ever held: the
+    # global step's peak memory is what bounds a job's row count (engine/planning/global_memory.py).
     starts = np.ones(n, dtype=bool)
-    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    for lo in range(1, n, _RUN_BLOCK):
+        hi = min(n, lo + _RUN_BLOCK)
+        starts[lo:hi] = (words[order[lo:hi]] != words[order[lo - 1 : hi - 1]]).any(axis=1)
     return order, starts
 
 
