@@ -255,6 +255,8 @@ class _SlicedRun:
                 return
             if not self.skip_op_error:
                 raise
+            if piece.num_rows == 0:
+                return  # no row to blame (an op that cannot run on an empty table): nothing failed
             self.failed.append(piece)  # one row: the sample's failure, recorded with it
             self.reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
             return

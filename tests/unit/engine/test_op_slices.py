@@ -173,3 +173,12 @@ def test_a_job_on_tiny_slices_exports_the_same_bytes(tmp_path, monkeypatch):
         exports[job_id] = export.read_bytes()
         assert 0 < result.rows < 300
     assert exports["sliced"] == exports["whole"]
+
+
+def test_an_op_that_cannot_run_on_an_empty_table_fails_no_row():
+    """After every row of a partition failed, the next op sees an empty table without its text field:
+    under skip_op_error nothing more fails (there is no row), as when rows were isolated one by one."""
+    empty = pa.table({"id": pa.array([], pa.int64()), "body": pa.array([], pa.string())})
+    out = apply_op(create_op("words_num_filter", {"min_num": 1}), 1, empty, skip_op_error=True, needs=("text",))
+    assert out.table.num_rows == 0 and out.failed_rows is None and out.failed_reasons == []
+    assert out.accounting["failed"] == 0
