@@ -13,6 +13,8 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Where sections write results and cache corpora by default (git-ignored).
+RESULTS_DIR = os.path.join(REPO, "bench", "results")
 
 
 def module_cmd(module: str, *args: object) -> list[str]:

@@ -21,6 +21,20 @@ OPS: list[dict] = [
 ]
 
 
+def spine_process_yaml(max_words: int = 100_000) -> str:
+    """The spine recipe's ``process:`` section as YAML text, for a section that writes its recipe as a
+    template: the demo's five ops with a words ceiling no synthetic row reaches (``max_words``) and no
+    length ceiling, so only short rows and duplicates are removed."""
+    return (
+        "process:\n"
+        "  - clean_email_mapper:\n"
+        "  - whitespace_normalization_mapper:\n"
+        f"  - words_num_filter:\n      min_num: 5\n      max_num: {max_words}\n"
+        "  - text_length_filter:\n      min_len: 20\n"
+        "  - document_deduplicator:\n      lowercase: true\n"
+    )
+
+
 def _partition_section(partitions: str) -> dict:
     if partitions == "auto":
         return {"mode": "auto"}

@@ -27,9 +27,10 @@ import os
 import sys
 import tempfile
 
+from bench._proc import RESULTS_DIR
+from bench._recipes import spine_process_yaml
 from bench.report import md_table, write_json
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # git-ignored
 #: The synthetic corpus's JSON bytes per row (bench/run_bench.py's generator, measured at 1M rows).
 CORPUS_BYTES_PER_ROW = 660
 MACHINE_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -45,17 +46,7 @@ partition:
 dedup_history:
   path: {out}/history_{label}
   ops: [document_deduplicator]
-process:
-  - clean_email_mapper:
-  - whitespace_normalization_mapper:
-  - words_num_filter:
-      min_num: 5
-      max_num: 100000
-  - text_length_filter:
-      min_len: 20
-  - document_deduplicator:
-      lowercase: true
-"""
+""" + spine_process_yaml(100000)
 
 
 def _tree(path: str) -> tuple[int, int]:
@@ -189,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000_000, 100_000_000, 1_000_000_000])
     p.add_argument("--small-rows", type=int, default=20_000, help="rows of the measured jobs (part 1)")
     p.add_argument("--max-map-length", type=int, default=1024, help="Airflow's [core] max_map_length")
-    p.add_argument("--out", default=os.path.join(RESULTS, "at_scale"))
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "at_scale"))
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)

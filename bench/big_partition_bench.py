@@ -26,10 +26,11 @@ import shutil
 import sys
 
 from bench._measure import run_measured, tail
+from bench._proc import RESULTS_DIR
+from bench._recipes import spine_process_yaml
 from bench.report import md_table, write_json
 
 VENV_BIN = os.path.dirname(sys.executable)
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # git-ignored
 RECIPE = """\
 project_name: big_partition_bench
 dataset_path: {data}
@@ -41,17 +42,7 @@ partition:
   num_of_partitions: 1
 checkpoint:
   strategy: every_op
-process:
-  - clean_email_mapper:
-  - whitespace_normalization_mapper:
-  - words_num_filter:
-      min_num: 5
-      max_num: 100000000
-  - text_length_filter:
-      min_len: 20
-  - document_deduplicator:
-      lowercase: true
-"""
+""" + spine_process_yaml(100000000)
 
 
 def write_big_corpus(path: str, rows: int, row_kb: float, dup_every: int, seed: int = 7) -> tuple[int, int]:
@@ -112,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--row-kb", type=float, default=8.0)
     p.add_argument("--dup-every", type=int, default=100, help="every N-th row repeats an earlier one (0: none)")
     p.add_argument("--baseline", action="store_true", help="also run with slicing off (expected to fail)")
-    p.add_argument("--out", default=os.path.join(RESULTS, "big_partition"))
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "big_partition"))
     p.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)

@@ -24,11 +24,12 @@ import shutil
 import sys
 
 from bench._measure import run_measured
+from bench._proc import RESULTS_DIR
+from bench._recipes import spine_process_yaml
 from bench.report import md_table, write_chart, write_json
 from bench.run_bench import ensure_corpus
 
 VENV_BIN = os.path.dirname(sys.executable)
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # git-ignored
 RECIPE = """\
 project_name: scale_bench
 dataset_path: {data}
@@ -37,17 +38,7 @@ work_dir: {out}/jobs
 text_keys: text
 partition:
 {partition}
-process:
-  - clean_email_mapper:
-  - whitespace_normalization_mapper:
-  - words_num_filter:
-      min_num: 5
-      max_num: 100000
-  - text_length_filter:
-      min_len: 20
-  - document_deduplicator:
-      lowercase: true
-"""
+""" + spine_process_yaml(100000)
 MODES = {
     "auto": "  mode: auto",
     "manual4": "  mode: manual\n  num_of_partitions: 4",
@@ -113,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 3_000_000, 10_000_000])
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    p.add_argument("--data-dir", default=os.path.join(RESULTS, "data"), help="where corpora are cached")
+    p.add_argument("--data-dir", default=os.path.join(RESULTS_DIR, "data"), help="where corpora are cached")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--out", default=os.path.join(RESULTS, "scale"))
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "scale"))
     p.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
