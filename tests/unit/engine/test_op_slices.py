@@ -18,6 +18,7 @@ from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.execution.table_slices import byte_slices, concat_in_order
 from airflow_provider_dj.ops.base import Mapper
 from airflow_provider_dj.ops.registry import create_op
+from tests.unit.engine.recipe_helpers import small_recipe
 
 
 @pytest.fixture
@@ -153,23 +154,19 @@ def test_without_skip_op_error_a_row_error_is_raised_not_isolated():
 def test_a_job_on_tiny_slices_exports_the_same_bytes(tmp_path, monkeypatch):
     """The spine recipe, including the exact deduplicator's key phase, sliced and not."""
     from airflow_provider_dj.engine import run_job
-    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
-    corpus = write_corpus(str(tmp_path / "corpus.jsonl"), 300, seed=5)
-    recipe = tmp_path / "spine.yaml"
-    recipe.write_text(
-        f"project_name: spine_slices\ndataset_path: {corpus}\nexport_path: {tmp_path / 'out.jsonl'}\n"
-        f"work_dir: {tmp_path / 'work'}\npartition:\n  mode: manual\n  num_of_partitions: 2\nprocess:\n"
+    spine = (
         "  - clean_email_mapper:\n  - whitespace_normalization_mapper:\n"
         "  - words_num_filter: {min_num: 5, max_num: 2000}\n  - text_length_filter: {min_len: 20}\n"
         "  - document_deduplicator: {lowercase: true}\n"
     )
+    recipe = small_recipe(tmp_path, "spine_slices", spine, rows=300, seed=5)
     exports = {}
     for job_id, mb in (("whole", "1024"), ("sliced", str(2048 / (1 << 20)))):
         monkeypatch.setenv("DJ_OP_SLICE_MB", mb)
         settings.reset()
         export = tmp_path / f"{job_id}.jsonl"
-        result = run_job(str(recipe), job_id=job_id, workers=1, overrides={"export_path": str(export)})
+        result = run_job(recipe, job_id=job_id, workers=1, overrides={"export_path": str(export)})
         exports[job_id] = export.read_bytes()
         assert 0 < result.rows < 300
     assert exports["sliced"] == exports["whole"]

@@ -14,6 +14,7 @@ from airflow_provider_dj.engine.input.partition_memory import (
     check_partitions_fit,
     memory_limit_bytes,
 )
+from tests.unit.engine.recipe_helpers import small_recipe
 
 
 def _info(*sizes_gib: float) -> dict:
@@ -52,19 +53,12 @@ def test_the_limit_comes_from_the_setting_else_the_machine(monkeypatch):
 
 def test_a_run_is_refused_before_its_job_directory_exists(tmp_path, monkeypatch):
     from airflow_provider_dj.engine import run_job
-    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
-    corpus = write_corpus(str(tmp_path / "corpus.jsonl"), 200, seed=3)
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        f"project_name: too_big\ndataset_path: {corpus}\nexport_path: {tmp_path / 'out.jsonl'}\n"
-        f"work_dir: {tmp_path / 'work'}\npartition:\n  mode: manual\n  num_of_partitions: 2\n"
-        "process:\n  - clean_email_mapper:\n"
-    )
+    recipe = small_recipe(tmp_path, "too_big", "  - clean_email_mapper:\n")
     monkeypatch.setenv("DJ_PARTITION_MEMORY_LIMIT_GB", str(1000 / GIB))  # 1,000 bytes a worker
     settings.reset()
     with pytest.raises(PartitionTooLargeError, match=r"^partition [01] \(rows (0-99|100-199)\) holds"):
-        run_job(str(recipe), job_id="big", workers=1)
+        run_job(recipe, job_id="big", workers=1)
     assert not (tmp_path / "work" / "big").exists()
     assert not (tmp_path / "out.jsonl").exists()
 
@@ -101,16 +95,12 @@ def test_a_global_step_over_the_machine_is_refused_naming_the_rows_that_fit():
 def test_a_run_whose_global_step_cannot_fit_is_refused_before_work(tmp_path, monkeypatch):
     from airflow_provider_dj.engine import run_job
     from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
-    from airflow_provider_dj.testing.sample_corpus import write_corpus
 
-    corpus = write_corpus(str(tmp_path / "corpus.jsonl"), 200, seed=3)
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        f"project_name: too_many_rows\ndataset_path: {corpus}\nexport_path: {tmp_path / 'out.jsonl'}\n"
-        f"work_dir: {tmp_path / 'work'}\nprocess:\n  - clean_email_mapper:\n  - document_deduplicator:\n"
+    recipe = small_recipe(
+        tmp_path, "too_many_rows", "  - clean_email_mapper:\n  - document_deduplicator:\n", partitions=None
     )
     monkeypatch.setenv("DJ_GLOBAL_STEP_MEMORY_LIMIT_GB", str(100 * 78 / 1e9))  # room for 100 rows' keys
     settings.reset()
     with pytest.raises(GlobalStepTooLargeError, match=r"200 rows need about .* jobs of at most 100 rows"):
-        run_job(str(recipe), job_id="many", workers=1)
+        run_job(recipe, job_id="many", workers=1)
     assert not (tmp_path / "work" / "many").exists()
