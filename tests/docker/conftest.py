@@ -9,10 +9,11 @@ the compose plugin is missing (this machine has the Docker client only).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 
 import pytest
+
+from tests.ports import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,18 +44,12 @@ def docker_engine() -> None:
         pytest.skip(f"Docker stack test skipped: {problem}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def stack_env(tmp_path_factory, docker_engine) -> dict:
     """Environment the compose file reads: a host work dir we can inspect, our uid, a free API port."""
     work = tmp_path_factory.mktemp("compose_work")
     os.chmod(work, 0o777)
-    env = {"DJ_WORK_HOST_DIR": str(work), "AIRFLOW_UID": str(os.getuid()), "DJ_API_PORT": str(_free_port())}
+    env = {"DJ_WORK_HOST_DIR": str(work), "AIRFLOW_UID": str(os.getuid()), "DJ_API_PORT": str(free_port())}
     os.environ.update(env)
     return env
 

@@ -23,7 +23,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import httpx
 
 from tests.e2e.rest_client import AirflowRestClient, RestError
 from tests.integration.crash_helpers import kill_session, live_session_members
+from tests.ports import free_port
 
 VENV_BIN = os.path.dirname(sys.executable)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -67,14 +67,12 @@ def sqlite_url_with_busy_timeout(url: str, timeout_s: float = SQLITE_BUSY_TIMEOU
     return parsed.update_query_dict({"timeout": str(timeout_s)}).render_as_string(hide_password=False)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServerStartError(RuntimeError):
     pass
+
+
+class ApiServerPortTaken(ServerStartError):
+    """The api-server could not listen: its port was taken between our pick and its bind."""
 
 
 @dataclass
@@ -89,6 +87,7 @@ class AirflowServer:
     proc: subprocess.Popen | None = None
     client: AirflowRestClient | None = None
     started_s: float = 0.0
+    _log_start: int = 0  # where this start's lines begin in the log
 
     @property
     def ray_state_dir(self) -> str:
@@ -155,6 +154,20 @@ class AirflowServer:
 
     # -- life cycle ----------------------------------------------------------
     def start(self, timeout: float = 300.0) -> AirflowRestClient:
+        """Start the server and wait until every component is healthy; a client logged in as admin.
+
+        Once, when the api-server could not listen because its port was taken after we picked it
+        (another process on the machine), the whole server starts again on another port: that is
+        the machine's race, not the server's fault.  Any other failure is raised at once."""
+        try:
+            return self._start_once(timeout)
+        except ApiServerPortTaken:
+            self.port = free_port()
+            with open(self.log_path, "a") as log:
+                log.write(f"[tests] the api-server's port was taken: starting again on port {self.port}\n")
+            return self._start_once(timeout)
+
+    def _start_once(self, timeout: float) -> AirflowRestClient:
         os.makedirs(self.home, exist_ok=True)
         os.makedirs(self.ray_state_dir, exist_ok=True)
         self.port = self.port or free_port()
@@ -171,6 +184,7 @@ class AirflowServer:
             env=env,
         )
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self.proc = subprocess.Popen(
                 [os.path.join(VENV_BIN, "airflow"), "standalone"],
                 cwd=self.home,
@@ -197,11 +211,22 @@ class AirflowServer:
         # The loop below asks again: one slow answer must not hold it past its deadline for long.
         probe = AirflowRestClient(self.base_url, "", "", timeout=30.0)
         last: object = None
+        api_server_seen = False
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServerStartError(
                     f"airflow standalone exited with {self.proc.returncode}; log tail:\n{self.log_tail()}"
                 )
+            # standalone goes on without a component whose process ended: an api-server that
+            # could not listen, or started and is gone, will never answer, so say why now instead of
+            # at the deadline.  (After a failed bind its process may linger for minutes.)
+            lines = self.component_lines("api-server")
+            if "address already in use" in lines.lower():
+                raise ApiServerPortTaken(lines)
+            if self._api_server_running():
+                api_server_seen = True
+            elif api_server_seen:
+                raise ServerStartError(f"the api-server of airflow standalone ended; its last lines:\n{lines}")
             try:
                 last = probe.health()
                 if all(
@@ -214,7 +239,7 @@ class AirflowServer:
             time.sleep(1.0)
         raise ServerStartError(
             f"airflow standalone on port {self.port} not healthy in time (last answer: {last!r}); "
-            f"log tail:\n{self.log_tail()}"
+            f"log tail:\n{self.log_tail()}\n--- the api-server's last lines ---\n{self.component_lines('api-server')}"
         )
 
     def _admin_password(self, deadline: float) -> str:
@@ -246,6 +271,29 @@ class AirflowServer:
                 self.proc.wait(timeout=10)
         killed += stop_ray_head(self.ray_state_dir)
         return killed
+
+    def _api_server_running(self) -> bool:
+        if self.proc is None:
+            return False
+        for pid in live_session_members(self.proc.pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmdline = fh.read()  # the CLI's argv, or the title the api-server gives itself
+            except FileNotFoundError:
+                continue
+            if b"api-server" in cmdline or b"airflow api_server" in cmdline:
+                return True
+        return False
+
+    def component_lines(self, name: str, n: int = 60) -> str:
+        """The last ``n`` lines standalone printed for one component (``api-server``, ``scheduler``, ...)."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(self._log_start)  # this start's lines only
+                mine = [line for line in fh if line.split("|", 1)[0].strip() == name]
+        except FileNotFoundError:
+            return "(no log)"
+        return "".join(mine[-n:]) or f"(no {name} lines)"
 
     def log_tail(self, n: int = 4000) -> str:
         try:

@@ -11,7 +11,6 @@ so they can grep logs and job files for it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 
 import pytest
+
+from tests.ports import free_port
 
 MOTO_SERVER = os.path.join(os.path.dirname(sys.executable), "moto_server")
 ACCESS_KEY = "AKIADJTESTKEY0000001"
@@ -68,16 +69,10 @@ class S3Server:
         return f"s3://{self.bucket}/{key}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory):
     """A started moto S3 server with one empty bucket; killed at teardown."""
-    port = _free_port()
+    port = free_port()
     log_path = str(tmp_path_factory.mktemp("moto") / "moto_server.log")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,23 @@ import time
 import urllib.error
 import urllib.request
 
+from tests.ports import free_port
+
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def node_port_args(head: bool) -> list[str]:
+    """``ray start`` flags for the ports a node would otherwise take at fixed defaults or from the
+    ephemeral range, shared with every other node and cluster on this machine: claimed ones instead."""
+    args = [
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+    ]
+    return [f"--ray-client-server-port={free_port()}", *args] if head else args
 
 
 def cluster_env() -> dict:
@@ -65,12 +74,7 @@ class RayJobsCluster:
             f"--dashboard-port={self.dashboard_port}",
             f"--num-cpus={self.num_cpus}",
             f"--temp-dir={self.temp_dir}",
-            # Ports Ray would otherwise take at fixed defaults, shared with any other cluster here.
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
+            *node_port_args(head=True),
         ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

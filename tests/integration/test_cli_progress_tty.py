@@ -214,7 +214,7 @@ def test_ctrl_c_once_stops_gracefully_and_the_resume_exports_what_a_clean_run_ex
 
     run.keys("C-c")
     run.wait_for("Ctrl-C: stopping at each running partition's next checkpoint; committed work is kept")
-    assert run.wait_exit(90) == 130
+    assert run.wait_exit(180) == 130, run.screen()
     screen = run.wait_for("Resume with: dj-airflow run tty_graceful.yaml --resume graceful\nLog: ")
     print(f"--- the screen after one Ctrl-C ---\n{screen}")
     _no_noise(screen)
@@ -270,7 +270,7 @@ def test_ctrl_c_twice_stops_at_once(tmp_path, corpus, pane):
     run.wait_for("(Ctrl-C again to stop now)")
     t0 = time.monotonic()
     run.keys("C-c")
-    assert run.wait_exit(60) == 130
+    assert run.wait_exit(180) == 130, run.screen()
     took = time.monotonic() - t0
     screen = run.wait_for("Resume with: dj-airflow run tty_twice.yaml --resume twice\nLog: ")
     print(f"--- the screen after two Ctrl-C ---\n{screen}")
@@ -288,7 +288,7 @@ def test_sigterm_on_ray_ends_the_run_with_143_the_resume_hint_and_no_ray_stack(t
     run = pane("term", ["run", "tty_term.yaml", "--num-cpus", "2", "--job-id", "term"])  # on Ray
     _wait_fired(job_dir, run, timeout=180)
     os.kill(run.pid, 15)
-    assert run.wait_exit(60) == 143
+    assert run.wait_exit(180) == 143, run.screen()
     screen = run.wait_for("Resume with: dj-airflow run tty_term.yaml --resume term\nLog: ")
     print(f"--- the screen after SIGTERM ---\n{screen}")
     assert "SIGTERM: stopping now" in screen

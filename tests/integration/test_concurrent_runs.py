@@ -326,7 +326,8 @@ def test_scheduler_tasks_racing_to_start_the_shared_ray_head_start_one(tmp_path)
     """Three task processes find no head at the same instant: one starts it, the others connect to it."""
     import sys
 
-    from tests.e2e.airflow_server import free_port, stop_ray_head
+    from tests.e2e.airflow_server import stop_ray_head
+    from tests.ports import free_port
 
     state = str(tmp_path / "ray-state")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

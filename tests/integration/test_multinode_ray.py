@@ -23,6 +23,8 @@ import pytest
 from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.integration.conftest import RECIPE
 from tests.integration.crash_helpers import kill_session, run_cli, tail, write_faults
+from tests.integration.ray_jobs_cluster import node_port_args
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -39,25 +41,27 @@ def ray_env() -> dict:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RayNodes:
     """Ray nodes started with ``ray start --block``, each in its own session so one can be killed alone."""
 
     def __init__(self, root) -> None:
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}
 
     def _start(self, name: str, args: list[str]) -> None:
         log = open(os.path.join(self.root, f"ray_{name}.log"), "wb")
         self.procs[name] = subprocess.Popen(
-            [RAY, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
+            [
+                RAY,
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--node-ip-address=127.0.0.1",
+                *args,
+                *node_port_args(head="--head" in args),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
