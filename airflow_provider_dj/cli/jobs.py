@@ -64,12 +64,32 @@ def cmd_stop(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             work_dir=args.work_dir,
             requested_by=f"dj-airflow stop (pid {os.getpid()})",
+            ray_address=getattr(args, "ray_address", None),
         )
     except (JobIdError, JobNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{res.state}: {res.message}")
+    _print_ray_stops(res.ray_jobs)
     return 0 if res.state in ("stopped", "completed", "not_running") or args.timeout == 0 else 1
+
+
+def _print_ray_stops(stops: list[dict]) -> None:
+    """Ray Jobs mode: one line per group's Ray Job; the ones Ray could not be asked to stop on stderr,
+    with why, and that the stop request in the job directory stays for their drivers."""
+    if not stops:
+        return
+    from airflow_provider_dj.hooks.ray_jobs import RayJobStop
+
+    for stop in [RayJobStop(**d) for d in stops]:
+        print(stop.line(), file=sys.stderr if stop.outcome == "not_stopped" else sys.stdout)
+    missed = sum(1 for s in stops if s["outcome"] == "not_stopped")
+    if missed:
+        print(
+            f"warning: {missed} Ray job(s) could not be stopped through Ray; the stop request stays in the job "
+            f"directory and their drivers stop at their next committed boundary",
+            file=sys.stderr,
+        )
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

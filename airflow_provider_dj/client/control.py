@@ -3,11 +3,15 @@
 Why a module of its own, above the engine: it is what a notebook, a
 script or the CLI calls, and it only reads and writes the job directory —
 the same state the workers read — so it works from any machine that sees
-the work dir, without Airflow's API or the Ray cluster.
+the work dir, without Airflow's API or the Ray cluster (Ray Jobs mode's
+stop also asks the Ray dashboard, and still works when it does not answer).
 
     from airflow_provider_dj.client.control import stop_job, list_jobs
     stop_job("20250101_120000_ab12cd", work_dir="/data/work")            # graceful, waits up to 60 s
     stop_job("20250101_120000_ab12cd", force=True, work_dir="/data/work")  # cancel the Ray work now
+
+In Ray Jobs mode a stop also reaches the groups' Ray Jobs through the
+dashboard their records name (``StopResult.ray_jobs`` says how each went).
 
 A job is found by ``work_dir/job_id``; without a work dir, in the
 recent-jobs registry (``engine.jobdir.registry``) and then under
@@ -45,6 +49,8 @@ class StopResult:
     request: dict | None = None
     waited_s: float = 0.0
     summary: dict | None = field(default=None, repr=False)
+    #: Ray Jobs mode: what the stop did to each group's running Ray Job (``hooks.ray_jobs.RayJobStop``).
+    ray_jobs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "summary"}
@@ -58,6 +64,7 @@ def stop_job(
     work_dir: str | None = None,
     requested_by: str | None = None,
     poll_s: float = 0.5,
+    ray_address: str | None = None,
 ) -> StopResult:
     """Ask a job to stop, and wait up to ``timeout`` seconds until it has.
 
@@ -67,6 +74,13 @@ def stop_job(
     kept).  ``timeout=0`` only writes the request.  A completed job is left
     alone.  Resume with ``dj-airflow run RECIPE --resume JOB_ID`` (or
     trigger the DAG with ``{"resume": JOB_ID}``, or clear the stopped tasks).
+
+    Ray Jobs mode: after the request is written, each group whose record
+    says its Ray Job runs is stopped through Ray's dashboard too (at the
+    address its record names, or ``ray_address``), so a driver stuck
+    between boundaries ends as well; ``ray_jobs`` says what happened to
+    each, and a dashboard that does not answer leaves the request in
+    place for the drivers to read.  The ``stop_requested`` event lists them.
     """
     job_dir = resolve_job_dir(job_id, work_dir)
     summary = read_job_summary(job_dir)
@@ -77,11 +91,14 @@ def stop_job(
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
+    ray_stops = _stop_ray_jobs(job_dir, ray_address)
     from airflow_provider_dj.engine.jobdir.events import EventLog
 
-    EventLog(job_dir, job_id).emit("stop_requested", status="requested", force=bool(force), requested_by=who)
+    EventLog(job_dir, job_id).emit(
+        "stop_requested", status="requested", force=bool(force), requested_by=who, ray_jobs=ray_stops or None
+    )
     if not running:
-        return StopResult(
+        res = StopResult(
             job_id,
             job_dir,
             "not_running",
@@ -89,7 +106,22 @@ def stop_job(
             f"stops at its next boundary, and the next resume clears it",
             request,
         )
-    return _wait_for_stop(job_id, job_dir, request, timeout=timeout, poll_s=poll_s)
+    else:
+        res = _wait_for_stop(job_id, job_dir, request, timeout=timeout, poll_s=poll_s)
+    res.ray_jobs = ray_stops
+    return res
+
+
+def _stop_ray_jobs(job_dir: str, address: str | None) -> list[dict]:
+    """Ray Jobs mode: stop the groups' running Ray Jobs (``hooks.ray_jobs.stop_running_groups``); [] when
+    no record says one runs, without importing the Ray client."""
+    from airflow_provider_dj.engine.jobdir import ray_jobs
+
+    if not ray_jobs.running_submissions(job_dir):
+        return []
+    from airflow_provider_dj.hooks.ray_jobs import stop_running_groups
+
+    return [s.to_dict() for s in stop_running_groups(job_dir, address=address)]
 
 
 def _wait_for_stop(job_id: str, job_dir: str, request: dict, *, timeout: float, poll_s: float) -> StopResult:

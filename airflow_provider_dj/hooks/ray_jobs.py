@@ -14,15 +14,21 @@ refused (:class:`RayDashboardUnreachableError`, naming its address) with the job
 The provider-version and job-directory checks run in the driver on the cluster
 (engine/runner/group_job.py), which also writes nothing when it refuses.
 
+Each submission carries the dashboard's address (credentials removed) and its time, which its driver
+keeps in the group's record: the job view shows them, and :func:`stop_running_groups` (``dj-airflow
+stop``) stops the submissions the records say are running there, reporting any it could not reach.
+
 Only the connection's allowlisted extras reach Ray: ``runtime_env`` goes to ``submit_job``,
 ``namespace`` to the driver's ``ray.init``; nothing else of the extra is passed on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -62,6 +68,15 @@ class RayJobFailedError(DJError, RuntimeError):
 def is_dashboard_address(address: str | None) -> bool:
     """A Ray Jobs address (the dashboard's HTTP API) rather than a GCS or ``ray://`` address."""
     return bool(address) and address.split("://", 1)[0].lower() in ("http", "https")
+
+
+def public_address(address: str) -> str:
+    """``address`` without credentials in its URL (``http://user:pw@head:8265`` -> ``http://head:8265``):
+    what the job directory may keep of it."""
+    parts = urllib.parse.urlsplit(address)
+    if "@" not in parts.netloc:
+        return address
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 @dataclass(frozen=True)
@@ -133,11 +148,18 @@ class RayJobsClient:
 
     def stop(self, submission_id: str) -> bool:
         """Ask Ray to stop the submission (SIGTERM to its driver, then SIGKILL); False when it had ended."""
+        stopped, why = self.try_stop(submission_id)
+        if stopped is None:
+            log.warning("stop of Ray job %s at %s: %s", submission_id, self.address, why)
+        return bool(stopped)
+
+    def try_stop(self, submission_id: str) -> tuple[bool | None, str]:
+        """:meth:`stop`, saying how it went: (True, '') Ray stops it; (False, '') it had ended; (None, why)
+        the dashboard refused (a submission it does not know, say)."""
         try:
-            return bool(self._client.stop_job(submission_id))
+            return bool(self._client.stop_job(submission_id)), ""
         except RuntimeError as exc:
-            log.warning("stop of Ray job %s at %s: %s", submission_id, self.address, exc)
-            return False
+            return None, str(exc)
 
     def poll(self, submission_id: str, job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[str, str]:
         """(Ray's status of the submission, or ``UNKNOWN`` when the cluster has forgotten it; a line on the
@@ -175,6 +197,7 @@ class RayJobsClient:
         twice (Ray refuses it), and this returns the id either way.  A head that has just started answers
         before its job agent can start drivers ("No available agent"): that is retried for
         ``agent_wait_s`` seconds."""
+        spec = dataclasses.replace(spec, dashboard_address=public_address(self.address), submitted_at=time.time())
         deadline = time.monotonic() + agent_wait_s
         while True:
             try:
@@ -284,3 +307,88 @@ def group_spec(
         num_cpus=num_cpus,
         namespace=namespace,
     )
+
+
+# -- a job's stop ----------------------------------------------------------------
+#: Seconds ``dj-airflow stop`` waits for a dashboard's port before it reports the dashboard unreachable.
+STOP_CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class RayJobStop:
+    """What a job's stop did to one group's running Ray Job.
+
+    ``outcome``: ``stopped`` (Ray stops it: SIGTERM to its driver, SIGKILL a few seconds later),
+    ``ended`` (Ray says it had already ended), ``not_stopped`` (``reason`` says why: the dashboard does
+    not answer or refused, or the record names none).  The job's stop request stays either way."""
+
+    segment_index: int
+    group_id: int
+    submission_id: str
+    address: str
+    outcome: str
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """One line for a person: the submission, the group and what happened to it."""
+        what = {"stopped": "stop requested from Ray", "ended": "had already ended on Ray"}.get(self.outcome)
+        where = f" at {self.address}" if self.address else ""
+        head = f"Ray job {self.submission_id} (segment {self.segment_index}, group {self.group_id}){where}"
+        return f"{head}: {what}" if what else f"{head}: NOT stopped: {self.reason}"
+
+
+def stop_running_groups(
+    job_dir: str, *, address: str | None = None, connect_timeout_s: float = STOP_CONNECT_TIMEOUT_S
+) -> list[RayJobStop]:
+    """Ask Ray to stop each submission the job directory's records say is running
+    (``engine/jobdir/ray_jobs.running_submissions``), at the dashboard its record names or at ``address``
+    (``dj-airflow stop --ray-address``).  [] for a job that never ran in Ray Jobs mode.  A dashboard that
+    does not answer is asked once, within ``connect_timeout_s``; nothing here raises for a dashboard: each
+    submission's :class:`RayJobStop` says what happened."""
+    clients: dict[str, RayJobsClient | str] = {}
+    out = []
+    for record, entry in ray_jobs.running_submissions(job_dir):
+        where = address or entry.get("dashboard_address") or ""
+        stop = dict(
+            segment_index=int(record["segment_index"]),
+            group_id=int(record["group_id"]),
+            submission_id=str(entry["submission_id"]),
+            address=public_address(where),
+        )
+        if not where:
+            why = "its record names no Ray dashboard: pass one (dj-airflow stop --ray-address http://<head>:8265)"
+            out.append(RayJobStop(**stop, outcome="not_stopped", reason=why))
+            continue
+        if where not in clients:
+            clients[where] = _stop_client(where, connect_timeout_s)
+        client = clients[where]
+        if isinstance(client, str):
+            out.append(RayJobStop(**stop, outcome="not_stopped", reason=client))
+            continue
+        try:
+            stopped, why = client.try_stop(stop["submission_id"])
+        except Exception as exc:  # noqa: BLE001 - a dashboard that dies meanwhile is reported, not raised
+            stopped, why = None, f"{type(exc).__name__}: {exc}"
+        outcome = "stopped" if stopped else ("ended" if stopped is False else "not_stopped")
+        out.append(RayJobStop(**stop, outcome=outcome, reason=why))
+    return out
+
+
+def _stop_client(address: str, timeout_s: float) -> RayJobsClient | str:
+    """A client of the dashboard at ``address``, or why there is none.  Its port is tried first, within
+    ``timeout_s``: Ray's client waits without a limit on a host that does not answer."""
+    shown = public_address(address)
+    try:
+        parts = urllib.parse.urlsplit(address)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
+            pass
+        return RayJobsClient(address)
+    except RayDashboardUnreachableError as exc:
+        cause = exc.__cause__ or exc
+        return f"the Ray dashboard at {shown} does not answer ({type(cause).__name__}: {cause})"
+    except (OSError, ValueError) as exc:
+        return f"the Ray dashboard at {shown} does not answer ({type(exc).__name__}: {exc})"

@@ -19,7 +19,7 @@ import time
 from airflow_provider_dj.client.monitor.progress import job_progress
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.job.watch import failures
-from airflow_provider_dj.engine.jobdir import event_cache
+from airflow_provider_dj.engine.jobdir import event_cache, ray_jobs
 from airflow_provider_dj.engine.jobdir.layout import (
     EXECUTION_PLAN,
     GPU_PROBE_REPORT,
@@ -193,9 +193,35 @@ def job_overview(job_dir: str, *, dag_id: str | None = None, run_id: str | None 
         "throughput": throughput(events),
         "gpu_report": gpu_report(job_dir),
         "trace": trace_overview(job_dir),
+        "ray_jobs": ray_jobs_overview(job_dir),
         "failures": prog.get("failures") or [],
         "built_in_s": round(time.perf_counter() - t0, 4),
     }
+
+
+def ray_jobs_overview(job_dir: str) -> list[dict]:
+    """Ray Jobs mode: per group, its latest Ray Job as its record in the job directory says (the record is
+    the source of truth; the web server never asks the Ray dashboard).  ``resubmissions`` is the latest
+    submission's attempt number (None when the record has none); [] for a job not run in Ray Jobs mode."""
+    out = []
+    for record in ray_jobs.read_records(job_dir):
+        entry = ray_jobs.latest_submission(record)
+        if entry is None:
+            continue
+        attempt = entry.get("attempt")
+        out.append(
+            {
+                "segment_index": record.get("segment_index"),
+                "group_id": record.get("group_id"),
+                "partition_ids": record.get("partition_ids") or [],
+                "submission_id": entry.get("submission_id"),
+                "state": entry.get("state"),
+                "submitted_at": ray_jobs.submitted_at(entry),
+                "resubmissions": int(attempt) if isinstance(attempt, int) else None,
+                "dashboard_address": entry.get("dashboard_address"),
+            }
+        )
+    return out
 
 
 # -- per partition -------------------------------------------------------------------

@@ -21,6 +21,8 @@ STATE_COLORS = {
     "stopping": "#8e24aa",
     "interrupted": "#ef6c00",
     "planned": "#9e9e9e",
+    "started": "#1e88e5",  # a Ray Job's driver runs (Ray Jobs mode)
+    "succeeded": "#2e7d32",
 }
 
 
@@ -173,6 +175,7 @@ def job_page(
             grid_html(view["grid"], focus),
             "<section id='partition' class='panel' hidden><h2 id='partition-title'></h2>"
             "<div id='partition-body'></div></section>",
+            _ray_jobs_html(view),
             "<h2>Job</h2>",
             facts_html,
             "<h2>Per-op funnel</h2>",
@@ -244,6 +247,26 @@ def _facts_html(view: dict, status: str) -> str:
     if view.get("accounting_errors"):
         facts.append(("accounting errors", esc("; ".join(view["accounting_errors"][:5]))))
     return "<table class='facts'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>"
+
+
+def _ray_jobs_html(view: dict) -> str:
+    """Ray Jobs mode: a table of each group's latest Ray Job from its record; empty for other jobs."""
+    rows = view.get("ray_jobs") or []
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr data-submission='{esc(r['submission_id'])}'><td>{esc(r['segment_index'])}</td><td>{esc(r['group_id'])}"
+        f"</td><td>{esc(', '.join(map(str, r['partition_ids'])))}</td><td><code>{esc(r['submission_id'])}</code></td>"
+        f"<td>{badge(r['state'])}</td><td>{esc(_t(r['submitted_at']))}</td>"
+        f"<td class='num'>{'-' if r['resubmissions'] is None else esc(r['resubmissions'])}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<h2>Ray Jobs</h2><p class='muted'>Each group's latest Ray Job, as its driver recorded it in the job "
+        "directory (not asked of the Ray dashboard).</p><table class='facts' id='ray-jobs'><tr><th>segment</th>"
+        "<th>group</th><th>partitions</th><th>submission id</th><th>state</th><th>submitted</th>"
+        f"<th>resubmissions</th></tr>{body}</table>"
+    )
 
 
 def _trace_html(view: dict) -> str:

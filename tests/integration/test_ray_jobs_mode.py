@@ -224,6 +224,39 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
     assert res["resumed_from_op"] == 0 and res["ops_run"] == [1, 2, 3]
 
 
+def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make_recipe, capsys):
+    """``dj-airflow stop`` in Ray Jobs mode: a group hangs mid-op; the stop writes the request and stops the
+    group's Ray Job at the dashboard its record names, the driver records it as the job's stop, and the
+    ``stop_requested`` event lists the submission."""
+    from airflow_provider_dj.cli.main import main
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    prepared = _plan(make_recipe("rj_cli_stop", parts=2), "rjcs")
+    group = prepared.groups[0]
+    hang = {"point": "op_start", "partition_id": group["partition_ids"][0], "op_index": 0, "kind": "hang"}
+    write_faults(prepared.job_dir, [{**hang, "seconds": 300}])
+    sub = _submit(client, prepared, 0, group)
+    fired = os.path.join(prepared.job_dir, "_fault_injection.fired", "fault0_0")
+    deadline = time.time() + 240
+    while not os.path.exists(fired):  # the driver recorded its start; op 0 of the partition hangs
+        assert time.time() < deadline and client.status(sub.submission_id) in ("PENDING", "RUNNING")
+        time.sleep(0.3)
+
+    work_dir = os.path.dirname(prepared.job_dir)
+    assert main(["stop", prepared.job_id, "--work-dir", work_dir, "--timeout", "0"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"Ray job {sub.submission_id} (segment 0, group {group['group_id']}) at {client.address}: stop requested from Ray"
+        in out
+    )
+    assert _wait(client, sub.submission_id, timeout=60) == "STOPPED"
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_request"), entry
+    assert entry["dashboard_address"] == client.address
+    (event,) = read_events(prepared.job_dir, "stop_requested")
+    assert [(s["submission_id"], s["outcome"]) for s in event["ray_jobs"]] == [(sub.submission_id, "stopped")]
+
+
 def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(cluster, make_recipe):
     import sys
 

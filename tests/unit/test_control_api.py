@@ -117,3 +117,57 @@ def test_cli_stop_and_jobs(job, tmp_path, capsys):
     assert "not a safe job id" in capsys.readouterr().err
     assert main(["stop", "missing", "--work-dir", work]) == 2
     assert "job 'missing' not found" in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stop_in_ray_jobs_mode_with_its_dashboard_down_keeps_the_request_and_names_what_it_could_not_stop(
+    job, tmp_path, capsys
+):
+    """A group's record says its Ray Job runs at a dashboard nothing listens on: the stop request is written,
+    the stop says which submission Ray could not be asked to stop and why, and the event lists it; a group
+    whose Ray Job ended is not asked about."""
+    from airflow_provider_dj.engine.jobdir import ray_jobs
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    g0, g1 = job.groups
+    running = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g0["group_id"])
+    ended = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g1["group_id"])
+    who = {"host": "node1", "dashboard_address": dead, "submitted_at": 1.0}
+    ray_jobs.record_transition(job.job_dir, 0, g0, running, "started", job_id=job.job_id, attempt=0, identity=who)
+    ray_jobs.record_transition(job.job_dir, 0, g1, ended, "started", job_id=job.job_id, attempt=0, identity=who)
+    ray_jobs.record_transition(job.job_dir, 0, g1, ended, "succeeded", job_id=job.job_id, attempt=0, results=[])
+
+    assert main(["stop", "ctl_job", "--work-dir", str(tmp_path / "work"), "--timeout", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "stop_pending" in out
+    line = next(ln for ln in err.splitlines() if running in ln)
+    assert f"Ray job {running} (segment 0, group 0) at {dead}: NOT stopped: the Ray dashboard at {dead}" in line
+    assert "does not answer (ConnectionRefusedError" in line
+    assert "1 Ray job(s) could not be stopped through Ray; the stop request stays" in err
+    assert ended not in out + err
+    assert stop_control.read_stop_request(job.job_dir)["requested_by"].startswith("dj-airflow stop")
+    (event,) = read_events(job.job_dir, "stop_requested")
+    assert [(s["submission_id"], s["outcome"]) for s in event["ray_jobs"]] == [(running, "not_stopped")]
+    assert event["ray_jobs"][0]["reason"] in line
+
+    other = f"http://127.0.0.1:{_closed_port()}"  # --ray-address: the dashboard to use instead of the record's
+    res = stop_job("ctl_job", work_dir=str(tmp_path / "work"), timeout=0, ray_address=other)
+    assert [(s["address"], s["outcome"]) for s in res.ray_jobs] == [(other, "not_stopped")]
+    assert f"the Ray dashboard at {other} does not answer" in res.ray_jobs[0]["reason"]
+
+
+def test_a_stop_of_a_job_not_run_in_ray_jobs_mode_records_no_ray_jobs(job, tmp_path):
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    res = stop_job("ctl_job", work_dir=str(tmp_path / "work"), timeout=0)
+    assert res.ray_jobs == []
+    (event,) = read_events(job.job_dir, "stop_requested")
+    assert "ray_jobs" not in event

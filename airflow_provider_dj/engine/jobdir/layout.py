@@ -86,6 +86,16 @@ def ray_job_record(segment_index: int, group_id: int) -> str:
     return f"{RAY_JOBS_DIR}/seg{segment_index}_group{group_id}.json"
 
 
+def ray_job_record_key(name: str) -> tuple[int, int] | None:
+    """(segment, group) of a file name under ``ray_jobs/`` written by :func:`ray_job_record`; None for
+    any other name (a temporary file of an atomic write, say)."""
+    stem, _, ext = name.partition(".")
+    seg, sep, group = stem.partition("_group")
+    if ext != "json" or not sep or not seg.startswith("seg") or not seg[3:].isdigit() or not group.isdigit():
+        return None
+    return int(seg[3:]), int(group)
+
+
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

@@ -10,9 +10,11 @@ apart on one cluster.
 
 The record (``layout.ray_job_record``) is written only by the drivers, after their identity and
 version checks pass, so a refused submission writes nothing in the job directory.  Each driver
-appends its submission and its state transitions (``started`` -> ``succeeded`` | ``failed`` |
-``stopped``, with ``stopped_by``: ``stop_request`` for the job's stop protocol, ``stop_job`` for Ray's)
-and, on success, its partitions' results.  Drivers of one group never run at once (a
+appends its submission (where and when it was submitted: ``dashboard_address``, ``submitted_at``) and
+its state transitions (``started`` -> ``succeeded`` | ``failed`` | ``stopped``, with ``stopped_by``:
+``stop_request`` for the job's stop protocol, including Ray's ``stop_job`` called by ``dj-airflow stop``,
+``stop_job`` for a Ray stop of that one job) and, on success, its partitions' results.  The job view
+shows the records and ``dj-airflow stop`` stops the submissions they say are running.  Drivers of one group never run at once (a
 submitter resubmits only after the previous one ended), so a read-modify-write by atomic replace is
 enough.  A submitter reads the record where the cluster has forgotten a submission (a restarted head).
 """
@@ -25,7 +27,13 @@ import time
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import ray_job_record, read_json, write_json
+from airflow_provider_dj.engine.jobdir.layout import (
+    RAY_JOBS_DIR,
+    ray_job_record,
+    ray_job_record_key,
+    read_json,
+    write_json,
+)
 
 #: A driver's states, in the order it passes them; the last three end it.
 STATES = ("started", "succeeded", "failed", "stopped")
@@ -63,6 +71,41 @@ def read_record(job_dir: str, segment_index: int, group_id: int) -> dict | None:
     if not storage.exists(path):
         return None
     return read_json(path)
+
+
+def read_records(job_dir: str) -> list[dict]:
+    """Every group's record in the job directory, by segment then group; [] when the job never ran in
+    Ray Jobs mode.  One listing of ``ray_jobs/``; a record removed or half-visible meanwhile is skipped."""
+    keys = sorted(k for k in map(ray_job_record_key, storage.listdir(storage.join(job_dir, RAY_JOBS_DIR))) if k)
+    records = []
+    for seg, gid in keys:
+        try:
+            record = read_record(job_dir, seg, gid)
+        except (OSError, ValueError):
+            continue
+        if record is not None:
+            records.append(record)
+    return records
+
+
+def running_submissions(job_dir: str) -> list[tuple[dict, dict]]:
+    """(record, its latest submission) of every group whose latest driver has started and not ended:
+    the Ray Jobs a stop of the job must reach."""
+    out = []
+    for record in read_records(job_dir):
+        entry = latest_submission(record)
+        if entry is not None and entry.get("state") not in ENDED:
+            out.append((record, entry))
+    return out
+
+
+def submitted_at(entry: dict) -> float | None:
+    """When the submission was made (the submitter's clock, as its spec carried it), else when its driver
+    first recorded a state; None when neither is known."""
+    if isinstance(entry.get("submitted_at"), (int, float)):
+        return float(entry["submitted_at"])
+    first = next(iter(entry.get("transitions") or []), {})
+    return float(first["at"]) if isinstance(first.get("at"), (int, float)) else None
 
 
 def latest_submission(record: dict | None) -> dict | None:

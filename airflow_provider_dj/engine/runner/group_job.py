@@ -32,7 +32,7 @@ from typing import Any
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
 
 log = logging.getLogger("dj.group_job")
@@ -73,6 +73,10 @@ class GroupJobSpec:
     event_defaults: dict = field(default_factory=dict)
     num_cpus: float = 1
     namespace: str | None = None
+    #: Set by the submitter as it submits (hooks/ray_jobs.py): kept in the group's record, where the job
+    #: view reads when the group was submitted and ``dj-airflow stop`` finds the dashboard to stop it at.
+    dashboard_address: str = ""
+    submitted_at: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
@@ -156,7 +160,14 @@ def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> 
 
 
 def _identity(spec: GroupJobSpec) -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "provider_version": __version__}
+    """What the record keeps of this driver: where it runs, and where and when it was submitted."""
+    known = {"dashboard_address": spec.dashboard_address, "submitted_at": spec.submitted_at}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "provider_version": __version__,
+        **{k: v for k, v in known.items() if v},
+    }
 
 
 def _connect(spec: GroupJobSpec):
@@ -256,9 +267,23 @@ def _on_sigterm(spec: GroupJobSpec) -> None:
     """Ray's ``stop_job``: SIGTERM, then SIGKILL a few seconds later.  The stop is recorded here, at
     once, because the unwinding after it (cancelling the group's Ray tasks) may outlast that grace."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one record, even if Ray signals twice
-    _record(spec, "stopped", error="the Ray job was stopped (stop_job: SIGTERM to its driver)", stopped_by="stop_job")
+    _record(spec, "stopped", **_sigterm_cause(spec))
     _STOPPED.set()
     raise _Terminated()
+
+
+def _sigterm_cause(spec: GroupJobSpec) -> dict:
+    """The record's ``stopped_by`` and ``error`` for a SIGTERM: ``stop_request`` when the job's stop request
+    is pending (``dj-airflow stop`` asked Ray too: the task ends stopped, without a retry), else
+    ``stop_job`` (someone stopped only this Ray Job: a retry submits the group again)."""
+    try:
+        request = stop_control.read_stop_request(spec.job_dir)
+    except Exception:  # noqa: BLE001 - the stop must be recorded even if the job directory answers badly
+        request = None
+    if request is not None:
+        who = request.get("requested_by", "unknown")
+        return {"stopped_by": "stop_request", "error": f"the job's stop request ({who}) stopped the Ray job (SIGTERM)"}
+    return {"stopped_by": "stop_job", "error": "the Ray job was stopped (stop_job: SIGTERM to its driver)"}
 
 
 def main(argv: list[str] | None = None) -> int:
