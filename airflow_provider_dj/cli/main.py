@@ -443,8 +443,8 @@ def _add_job_commands(sub) -> None:
     stopj.add_argument("--timeout", type=float, default=60, help="seconds to wait for the stop (0: do not wait)")
     stopj.add_argument(
         "--ray-address",
-        help="Ray Jobs mode: the Ray dashboard to stop the groups' Ray Jobs at (default: the one each group's "
-        "record in the job directory names)",
+        help="Ray Jobs mode with --force: the Ray dashboard to stop the groups' Ray Jobs at (default: the one "
+        "each group's record in the job directory names)",
     )
     stopj.set_defaults(func=cmd_stop)
     jobs = sub.add_parser("jobs", help="list running jobs: id, status, progress, directory")

@@ -104,7 +104,7 @@ SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
 # Top level
 # --------------------------------------------------------------------------
 TRACER_KEYS = ("open_tracer", "op_list_to_trace", "trace_num", "trace_keys")
-SECTIONS = ("partition", "checkpoint", "intermediate_storage", "dedup_history")
+SECTIONS = ("partition", "checkpoint", "intermediate_storage", "dedup_history", "review")
 
 #: Top-level keys this provider reads.
 OWN_TOP_LEVEL_KEYS = (
@@ -249,12 +249,17 @@ DEDUP_HISTORY_FIELDS = ("path", "ops", "memory_mb")
 #: equality; SimHash (a Hamming-distance query) and Data-Juicer's adapted ops are not supported.
 DEDUP_HISTORY_OPS = ("document_deduplicator", "document_minhash_deduplicator")
 DEFAULT_DEDUP_HISTORY_MEMORY_MB = 256
+#: The review gate before export (engine/job/review.py, docs/review_gate.md).
+REVIEW_FIELDS = ("max_removed_fraction", "max_removed_change", "timeout_s", "on_timeout", "sample_rows")
+REVIEW_ON_TIMEOUT = ("reject", "approve")
+DEFAULT_REVIEW_SAMPLE_ROWS = 5
 
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "partition": PARTITION_FIELDS + tuple(PARTITION_EXTRA),
     "checkpoint": CHECKPOINT_FIELDS,
     "intermediate_storage": STORAGE_FIELDS,
     "dedup_history": DEDUP_HISTORY_FIELDS,
+    "review": REVIEW_FIELDS,
 }
 
 #: Keys whose value is a path or an id: ``--set`` keeps their text verbatim

@@ -16,7 +16,9 @@ from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.recipe_keys import *  # noqa: F403
 from airflow_provider_dj.engine.config.recipe_keys import (
     DEFAULT_DEDUP_HISTORY_MEMORY_MB,
+    DEFAULT_REVIEW_SAMPLE_ROWS,
     PARTITION_FIELDS,
+    REVIEW_FIELDS,
     STORAGE_FIELDS,
 )
 
@@ -120,6 +122,27 @@ class DedupHistoryConfig:
 
 
 @dataclass(frozen=True)
+class ReviewConfig:
+    """``review:``: bounds on what one job may remove before its export waits for a person
+    (engine/job/review.py, docs/review_gate.md).
+
+    ``max_removed_fraction``: an op removing more than this fraction of its input rows crosses it.
+    ``max_removed_change``: an op whose removed fraction differs from the previous successful job's
+    (same recipe, same work dir) by more than this, in fraction points, crosses it.  ``timeout_s``:
+    how long the review waits (None: until answered); ``on_timeout``: the answer a timeout gives.
+    ``sample_rows``: removed rows shown per crossed op."""
+
+    max_removed_fraction: float | None = None
+    max_removed_change: float | None = None
+    timeout_s: float | None = None
+    on_timeout: str = "reject"
+    sample_rows: int = DEFAULT_REVIEW_SAMPLE_ROWS
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in REVIEW_FIELDS}
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe: paths absolute (or URLs), defaults filled, overrides applied.
 
@@ -153,6 +176,8 @@ class Recipe:
     export_in_parallel: bool = True
     #: Deduplication against history (None: off).
     dedup_history: DedupHistoryConfig | None = None
+    #: The review gate before export (None: no gate).
+    review: ReviewConfig | None = None
     #: Templated values (engine/config/templates.py): {"logical_date", "run_id", "values": {key path:
     #: {"template", "rendered"}}}; empty when the recipe has none.  "rendered" is absent at parse time.
     templates: dict = field(default_factory=dict)
@@ -211,6 +236,7 @@ class Recipe:
                 if self.dedup_history
                 else {}
             ),
+            **({"review": self.review.to_dict()} if self.review else {}),
             **({"templates": copy.deepcopy(self.templates)} if self.templates.get("values") else {}),
         }
 
@@ -258,6 +284,7 @@ def recipe_from_dict(d: dict) -> Recipe:
                 if d.get("dedup_history")
                 else None
             ),
+            review=ReviewConfig(**{k: d["review"][k] for k in REVIEW_FIELDS}) if d.get("review") else None,
             templates=copy.deepcopy(d.get("templates") or {}),
         )
     except (KeyError, TypeError) as exc:

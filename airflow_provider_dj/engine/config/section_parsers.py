@@ -17,6 +17,7 @@ from airflow_provider_dj.engine.config.schema import (
     OpSpec,
     PartitionConfig,
     RecipeError,
+    ReviewConfig,
 )
 from airflow_provider_dj.ops.base import suggest
 
@@ -282,3 +283,38 @@ class SectionParser(ValueParser):
                 get_or_default(raw, "reuse_across_jobs", False), "intermediate_storage.reuse_across_jobs"
             ),
         )
+
+    def review(self, raw: dict) -> ReviewConfig | None:
+        """``review:`` (docs/review_gate.md): None without the section; at least one bound is required."""
+        if not raw:
+            return None
+        bounds = {
+            k: self.ratio_or_none(raw.get(k), f"review.{k}") for k in ("max_removed_fraction", "max_removed_change")
+        }
+        if all(v is None for v in bounds.values()):
+            raise self.err(
+                "review",
+                "name at least one bound: max_removed_fraction (0-1: the share of an op's input it may remove) "
+                "or max_removed_change (0-1: how far that share may move from the previous successful job)",
+            )
+        timeout = raw.get("timeout_s")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise self.err(
+                "review.timeout_s", f"must be a number of seconds > 0 or null (wait until answered), got {timeout!r}"
+            )
+        return ReviewConfig(
+            **bounds,
+            timeout_s=float(timeout) if timeout is not None else None,
+            on_timeout=self.enum(get_or_default(raw, "on_timeout", "reject"), "review.on_timeout", S.REVIEW_ON_TIMEOUT),
+            sample_rows=self.int_(
+                get_or_default(raw, "sample_rows", S.DEFAULT_REVIEW_SAMPLE_ROWS), "review.sample_rows", minimum=0
+            ),
+        )
+
+    def ratio_or_none(self, value, key: str) -> float | None:
+        """A fraction from 0 to 1, or None when absent."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise self.err(key, f"must be a number from 0 to 1 (a fraction of an op's input rows), got {value!r}")
+        return float(value)

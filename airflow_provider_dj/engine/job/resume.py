@@ -67,6 +67,7 @@ NON_RESULT_KEYS = (
     "max_failed_ratio",  # the failure-rate guard: raising it and resuming is its purpose
     "export_in_parallel",  # how the export is serialized, not what it holds (same bytes)
     "settings",  # on-disk settings (delta checkpoints): each checkpoint records its own format
+    "review",  # the review gate's bounds: a rejected job is resumed with a fixed recipe (docs/review_gate.md)
     "templates",  # how templated values were rendered (the rendered values are compared themselves)
 )
 

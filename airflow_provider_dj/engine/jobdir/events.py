@@ -72,6 +72,8 @@ EVENT_TYPES = frozenset(
         "batch_resume",  # an expensive op resumed from its batch cursor
         "actor_start",  # an actor of a group's pool started (engine/execution/actor_pool.py)
         "partition_stalled",  # the watchdog cancelled a partition with no progress (engine/execution/watchdog.py)
+        "review_decided",  # the review gate's bounds checked before export (engine/job/review.py)
+        "review_answered",  # the review's answer: approved, rejected or timed out
         "op_init",  # a kept (stateful) op instance was created and set up, with its duration
     }
 )

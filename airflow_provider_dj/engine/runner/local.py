@@ -32,7 +32,7 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
-from airflow_provider_dj.engine.runner.steps import finish_job, run_global_step, run_group
+from airflow_provider_dj.engine.runner.steps import finish_job, review_gate, run_global_step, run_group
 from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
 from airflow_provider_dj.engine.storage.context import JobContext
 
@@ -99,6 +99,7 @@ def run_job(
     renderer: Any = None,
     ray_client: Callable[[], Any] | None = None,
     say: Callable[[str], None] = log.info,
+    review: Callable[[Any], bool] | None = None,
 ) -> JobResult:
     """Run the recipe file ``recipe`` to its export; returns what was exported.
 
@@ -110,6 +111,9 @@ def run_job(
     ``ray_client`` (with ``executor="ray"``): returns the connected ``ray`` module, called when the first
     partition is dispatched (so a job with nothing to run never starts Ray); default: the Ray this process
     is connected to, else the cluster at ``RAY_ADDRESS``, else a private local one.
+    ``review``: the recipe's review gate (``review:``, docs/review_gate.md): called with the
+    ``engine.job.review.Review`` when a bound is crossed, it returns True to export; without it a
+    crossed bound fails the job (``ReviewRejectedError``, checkpoints kept).
 
     Raises ``RecipeError`` / ``InputError`` / ``ResumeRefusedError`` before any work, ``JobStopped``
     when a stop was requested (``dj-airflow stop``), ``PartitionFailedError`` when a partition failed
@@ -152,7 +156,7 @@ def run_job(
             run_pid=os.getpid(),
             say=say,
         )
-        return _run_started(started, dispatcher, run_id, say)
+        return _run_started(started, dispatcher, run_id, say, review)
     finally:
         dispatcher.close()
 
@@ -183,7 +187,7 @@ def run_prepared_job(
         dispatcher.close()
 
 
-def _run_started(started: StartedJob, dispatcher, run_id: str | None, say) -> JobResult:
+def _run_started(started: StartedJob, dispatcher, run_id: str | None, say, review=None) -> JobResult:
     """Every step after the first, under the stop protocol; a failure is recorded in the job directory."""
     job_dir = started.job_dir
     where = "the first step"
@@ -197,6 +201,8 @@ def _run_started(started: StartedJob, dispatcher, run_id: str | None, say) -> Jo
                     where = plan.global_task_id(seg.keys_for_global)
                     _require_barrier(job_dir, seg.index)
                     _run_global(job_dir, seg.keys_for_global, where, run_id, say)
+            where = "review"
+            review_gate(job_dir, review, event_defaults=_step(where), say=say)
         where = "export"
         result = stoppable(
             job_dir,

@@ -76,6 +76,38 @@ def run_global_step(job_dir: str, op_index: int, *, event_defaults: dict | None 
     return resolve_global_op(job_dir, op_index, event_defaults=event_defaults)
 
 
+def review_gate(
+    job_dir: str,
+    ask: Callable[[Any], bool] | None,
+    *,
+    event_defaults: dict | None = None,
+    say: Say = log.info,
+) -> None:
+    """The review gate before export (docs/review_gate.md): returns at once when the recipe has no
+    ``review:`` or no bound is crossed; else ``ask(review)`` answers (True: export).  A False answer,
+    or no ``ask``, raises ``ReviewRejectedError`` naming the bounds crossed; checkpoints are kept."""
+    from airflow_provider_dj.engine.job.review import (
+        APPROVED,
+        REJECTED,
+        ReviewRejectedError,
+        decide_review,
+        record_answer,
+        rejection_message,
+    )
+
+    review = decide_review(job_dir, event_defaults=event_defaults)
+    if not review.needs_review:
+        return
+    say(f"review: {review.headline()}")
+    approved = bool(ask(review)) if ask is not None else False
+    record_answer(
+        job_dir, APPROVED if approved else REJECTED, by="terminal" if ask else None, event_defaults=event_defaults
+    )
+    if not approved:
+        raise ReviewRejectedError(rejection_message(review, REJECTED))
+    say("review: approved; exporting")
+
+
 def wants_parallel_export(job_dir: str) -> bool:
     """Whether the export's JSON lines are worth serializing on parallel workers (engine/output/parts.py):
     a JSONL export of two or more partitions past the size threshold, unless most of it is reused."""
