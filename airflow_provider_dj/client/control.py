@@ -10,8 +10,8 @@ stop also asks the Ray dashboard, and still works when it does not answer).
     stop_job("20250101_120000_ab12cd", work_dir="/data/work")            # graceful, waits up to 60 s
     stop_job("20250101_120000_ab12cd", force=True, work_dir="/data/work")  # cancel the Ray work now
 
-In Ray Jobs mode a stop also reaches the groups' Ray Jobs through the
-dashboard their records name (``StopResult.ray_jobs`` says how each went).
+In Ray Jobs mode a forced stop also reaches the groups' Ray Jobs through
+the dashboard their records name (``StopResult.ray_jobs`` says how each went).
 
 A job is found by ``work_dir/job_id``; without a work dir, in the
 recent-jobs registry (``engine.jobdir.registry``) and then under
@@ -75,12 +75,13 @@ def stop_job(
     alone.  Resume with ``dj-airflow run RECIPE --resume JOB_ID`` (or
     trigger the DAG with ``{"resume": JOB_ID}``, or clear the stopped tasks).
 
-    Ray Jobs mode: after the request is written, each group whose record
-    says its Ray Job runs is stopped through Ray's dashboard too (at the
-    address its record names, or ``ray_address``), so a driver stuck
-    between boundaries ends as well; ``ray_jobs`` says what happened to
-    each, and a dashboard that does not answer leaves the request in
-    place for the drivers to read.  The ``stop_requested`` event lists them.
+    Ray Jobs mode, with ``force``: after the request is written, each group
+    whose record says its Ray Job runs is stopped through Ray's dashboard
+    too (at the address its record names, or ``ray_address``), so a driver
+    stuck inside an op ends as well; ``ray_jobs`` says what happened to
+    each, and a dashboard that does not answer leaves the request in place
+    for the drivers to read.  The ``stop_requested`` event lists them.  A
+    graceful stop asks nothing of Ray: the drivers read the request.
     """
     job_dir = resolve_job_dir(job_id, work_dir)
     summary = read_job_summary(job_dir)
@@ -91,7 +92,9 @@ def stop_job(
     who = requested_by or f"stop_job (pid {os.getpid()})"
     running = _live_lock(job_dir) is not None
     request = stop_control.request_stop(job_dir, force=force, requested_by=who)
-    ray_stops = _stop_ray_jobs(job_dir, ray_address)
+    # Graceful: the drivers read the request and stop at their next committed boundary, in every
+    # mode.  Force: in Ray Jobs mode Ray ends each running group's driver now (a hung op included).
+    ray_stops = _stop_ray_jobs(job_dir, ray_address) if force else []
     from airflow_provider_dj.engine.jobdir.events import EventLog
 
     EventLog(job_dir, job_id).emit(

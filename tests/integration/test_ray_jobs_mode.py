@@ -225,7 +225,7 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
 
 
 def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make_recipe, capsys):
-    """``dj-airflow stop`` in Ray Jobs mode: a group hangs mid-op; the stop writes the request and stops the
+    """``dj-airflow stop --force`` in Ray Jobs mode: a group hangs mid-op; the stop writes the request and stops the
     group's Ray Job at the dashboard its record names, the driver records it as the job's stop, and the
     ``stop_requested`` event lists the submission."""
     from airflow_provider_dj.cli.main import main
@@ -243,7 +243,7 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
         time.sleep(0.3)
 
     work_dir = os.path.dirname(prepared.job_dir)
-    assert main(["stop", prepared.job_id, "--work-dir", work_dir, "--timeout", "0"]) == 0
+    assert main(["stop", prepared.job_id, "--force", "--work-dir", work_dir, "--timeout", "0"]) == 0
     out = capsys.readouterr().out
     assert (
         f"Ray job {sub.submission_id} (segment 0, group {group['group_id']}) at {client.address}: stop requested from Ray"

@@ -145,7 +145,11 @@ def test_stop_in_ray_jobs_mode_with_its_dashboard_down_keeps_the_request_and_nam
     ray_jobs.record_transition(job.job_dir, 0, g1, ended, "started", job_id=job.job_id, attempt=0, identity=who)
     ray_jobs.record_transition(job.job_dir, 0, g1, ended, "succeeded", job_id=job.job_id, attempt=0, results=[])
 
-    assert main(["stop", "ctl_job", "--work-dir", str(tmp_path / "work"), "--timeout", "0"]) == 0
+    graceful = stop_job("ctl_job", work_dir=str(tmp_path / "work"), timeout=0)
+    assert graceful.ray_jobs == []  # a graceful stop asks nothing of Ray: the drivers read the request
+    capsys.readouterr()
+
+    assert main(["stop", "ctl_job", "--force", "--work-dir", str(tmp_path / "work"), "--timeout", "0"]) == 0
     out, err = capsys.readouterr()
     assert "stop_pending" in out
     line = next(ln for ln in err.splitlines() if running in ln)
@@ -154,12 +158,13 @@ def test_stop_in_ray_jobs_mode_with_its_dashboard_down_keeps_the_request_and_nam
     assert "1 Ray job(s) could not be stopped through Ray; the stop request stays" in err
     assert ended not in out + err
     assert stop_control.read_stop_request(job.job_dir)["requested_by"].startswith("dj-airflow stop")
-    (event,) = read_events(job.job_dir, "stop_requested")
+    graceful_event, event = read_events(job.job_dir, "stop_requested")
+    assert "ray_jobs" not in graceful_event
     assert [(s["submission_id"], s["outcome"]) for s in event["ray_jobs"]] == [(running, "not_stopped")]
     assert event["ray_jobs"][0]["reason"] in line
 
     other = f"http://127.0.0.1:{_closed_port()}"  # --ray-address: the dashboard to use instead of the record's
-    res = stop_job("ctl_job", work_dir=str(tmp_path / "work"), timeout=0, ray_address=other)
+    res = stop_job("ctl_job", force=True, work_dir=str(tmp_path / "work"), timeout=0, ray_address=other)
     assert [(s["address"], s["outcome"]) for s in res.ray_jobs] == [(other, "not_stopped")]
     assert f"the Ray dashboard at {other} does not answer" in res.ray_jobs[0]["reason"]
 
@@ -167,7 +172,7 @@ def test_stop_in_ray_jobs_mode_with_its_dashboard_down_keeps_the_request_and_nam
 def test_a_stop_of_a_job_not_run_in_ray_jobs_mode_records_no_ray_jobs(job, tmp_path):
     from airflow_provider_dj.engine.jobdir.events import read_events
 
-    res = stop_job("ctl_job", work_dir=str(tmp_path / "work"), timeout=0)
+    res = stop_job("ctl_job", force=True, work_dir=str(tmp_path / "work"), timeout=0)
     assert res.ray_jobs == []
     (event,) = read_events(job.job_dir, "stop_requested")
     assert "ray_jobs" not in event
