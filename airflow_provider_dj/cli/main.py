@@ -185,7 +185,7 @@ def _run(args: argparse.Namespace, recipe_path: str, reserved) -> int:
         print(f"note: running the DAG through Airflow (dag.test): {through_airflow}", flush=True)
     dag_id = sanitize_dag_id(recipe.project_name)
     num_cpus = args.num_cpus or os.cpu_count() or 1
-    build_kwargs = _build_kwargs(num_cpus)
+    build_kwargs = _build_kwargs(num_cpus, review_input=not args.no_input)
     if wants_ray(recipe):
         # Overlap Ray's ~3 s start with Airflow's cold start (hooks/ray_in_process.py).
         from airflow_provider_dj.hooks import ray_in_process
@@ -321,8 +321,9 @@ def _resume_refusal(recipe) -> str | None:
     return None
 
 
-def _build_kwargs(num_cpus: int) -> dict:
-    """The DAG factory's arguments for this in-process run: its group size and its ``local_run``."""
+def _build_kwargs(num_cpus: int, *, review_input: bool = True) -> dict:
+    """The DAG factory's arguments for this in-process run: its group size and its ``local_run``
+    (``review_input``: whether the review gate may ask on the terminal)."""
     # dag.test() runs mapped tasks one after another: a task's partitions run as
     # concurrent Ray tasks on every core unless the setting says otherwise.  Passed
     # to the DAG factory (here and in the DAG stub Airflow parses), not through the environment.
@@ -335,7 +336,7 @@ def _build_kwargs(num_cpus: int) -> dict:
     # every core as the CPU-only max_concurrent_partitions (docs/gpu_planning.md).
     from airflow_provider_dj.operators.local_run import LocalRun
 
-    local_run = LocalRun(ray_cpus=num_cpus, max_concurrent_partitions=num_cpus).to_dict()
+    local_run = LocalRun(ray_cpus=num_cpus, max_concurrent_partitions=num_cpus, review_input=review_input).to_dict()
     return {"default_group_size": group_size, "local_run": local_run}
 
 
@@ -394,6 +395,12 @@ def _add_recipe_commands(sub) -> None:
         metavar="DATE",
         help="the DAG run's logical date, which templated recipe values ({{ ds }}) render with: 2026-11-30 "
         "or an ISO datetime (default: now; with --resume, the date the job was rendered for)",
+    )
+    run.add_argument(
+        "--no-input",
+        action="store_true",
+        help="never ask on the terminal: a review gate whose bound is crossed fails the run before export "
+        "(checkpoints kept; docs/review_gate.md)",
     )
     from airflow_provider_dj.cli.run_output import add_output_arguments
 

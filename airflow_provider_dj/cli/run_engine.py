@@ -43,6 +43,7 @@ def run_on_engine(
 
 
 def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: str, job_dir: str, out) -> int:
+    from airflow_provider_dj.engine.job.review import ReviewRejectedError
     from airflow_provider_dj.engine.runner.local import refusal_errors, run_job
     from airflow_provider_dj.engine.runner.stop import JobStopped
 
@@ -57,6 +58,7 @@ def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: 
             renderer=_renderer(recipe, overrides, logical_date),
             ray_client=_private_ray(num_cpus, recipe, out) if args.executor == "ray" else None,
             say=log.info,
+            review=_review_prompt(args, out),
         )
     except JobStopped:
         wall = time.perf_counter() - t0
@@ -67,6 +69,9 @@ def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: 
                 f"Resume with: {resume_command(args.recipe, job_id)}",
             ],
         )
+    except ReviewRejectedError as exc:
+        note = " (--no-input: nobody to ask)" if getattr(args, "no_input", False) else ""
+        return out.failed([f"\nJob {job_id} stopped by its review gate{note}: {exc}"])
     except refusal_errors() as exc:
         reason = getattr(exc, "reason", None)
         return out.failed([f"error: refused before any work{f' ({reason})' if reason else ''}: {exc}"], code=2)
@@ -79,6 +84,20 @@ def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: 
             ]
         )
     return out.completed(result.summary, result.run_id, time.perf_counter() - t0, label="Run")
+
+
+def _review_prompt(args: argparse.Namespace, out):
+    """The review gate's question (docs/review_gate.md): on the terminal, with the progress display
+    stopped; None under ``--no-input`` (a crossed bound then fails the run, checkpoints kept)."""
+    if getattr(args, "no_input", False):
+        return None
+    from airflow_provider_dj.engine.job.review import ask_on_terminal
+
+    def ask(review) -> bool:
+        out.stop_display()
+        return ask_on_terminal(review)
+
+    return ask
 
 
 def _renderer(recipe, overrides: dict, logical_date):

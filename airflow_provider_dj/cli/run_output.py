@@ -136,6 +136,10 @@ class RunOutput:
         self.interrupts.uninstall()
         self._restore()
 
+    def stop_display(self) -> None:
+        """Stop the progress display for good (before a question on the terminal); idempotent."""
+        self._stop_display()
+
     def _stop_display(self) -> None:
         display, self.display = self.display, None
         if display is not None:

@@ -3,7 +3,9 @@
 Shape, per recipe::
 
     gpu_preflight >> validate >> partitions_seg0 (mapped over execution groups)
-        [>> barrier_seg0 >> global_op<i>_<dedup> >> partitions_seg1 ...] >> export
+        [>> barrier_seg0 >> global_op<i>_<dedup> >> partitions_seg1 ...] [>> review] >> export
+
+``review`` (the review gate, operators/review.py) exists only for a recipe with ``review:``.
 
 ``register_recipe_dags`` builds one DAG per ``*.yaml``/``*.yml`` file in the
 recipes folder.  A broken recipe never hides its siblings: it becomes a
@@ -167,6 +169,8 @@ def build_dag(
         )
         preflight >> validate
         upstream = _add_segment_tasks(plan, validate, concurrency, run_args)
+        if recipe.review is not None:
+            upstream = _add_review_task(recipe, upstream, run_args)
         # The export is an Airflow Asset (its input the inlet): consumer DAGs can be scheduled on it.
         export = ExportOperator(
             task_id="export",
@@ -245,6 +249,24 @@ def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
             upstream >> barrier >> glob_task
             upstream = glob_task
     return upstream
+
+
+def _add_review_task(recipe, upstream, run_args: dict):
+    """The review gate before export (operators/review.py), only for a recipe with ``review:``: it
+    passes at once when no bound is crossed, else waits for an approval.  A rejection fails it, so the
+    export (``none_failed``) does not run; returns the task (the export's upstream)."""
+    from airflow_provider_dj.operators.review import ReviewOperator
+
+    review = ReviewOperator(
+        task_id="review",
+        job_dir=JOB_DIR_TEMPLATE,
+        timeout_s=recipe.review.timeout_s,
+        on_timeout=recipe.review.on_timeout,
+        trigger_rule="none_failed",
+        **run_args,
+    )
+    upstream >> review
+    return review
 
 
 def _broken_dag(dag_id: str, path: str, message: str):

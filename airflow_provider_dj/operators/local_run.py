@@ -33,6 +33,8 @@ from typing import Any
 class LocalRun:
     ray_cpus: int
     max_concurrent_partitions: int | None = None  #: None: the setting or the built-in default
+    #: The review gate (operators/review.py): ask on the terminal (True) or fail at once (``--no-input``).
+    review_input: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,7 +44,7 @@ class LocalRun:
         """The typed view of an operator's ``local_run`` argument (a dict after serialization)."""
         if value is None or isinstance(value, LocalRun):
             return value
-        return cls(**{k: value[k] for k in ("ray_cpus", "max_concurrent_partitions") if k in value})
+        return cls(**{k: value[k] for k in ("ray_cpus", "max_concurrent_partitions", "review_input") if k in value})
 
 
 def ray_cpus(value: Any) -> int | None:

@@ -28,6 +28,11 @@ from tests.helpers_job_view import view_recipe, write_view_input
 VIEW_DAG = "e2e_view"
 VIEW_PARTS = 4
 VIEW_ROWS = 400
+#: A recipe with a review gate (docs/review_gate.md) whose bound every run crosses: the filter and the
+#: null texts remove far more than 5 % of the rows.
+REVIEW_DAG = "e2e_review"
+REVIEW_OPS = "process:\n  - words_num_filter:\n      min_num: 12\n"
+REVIEW_SECTION = "review:\n  max_removed_fraction: 0.05\n  sample_rows: 3\n"
 PLUGIN_SHIM = "from airflow_provider_dj.plugins.job_view_plugin import DataJuicerJobViewPlugin  # noqa: F401\n"
 
 
@@ -73,6 +78,9 @@ def start_view_server(root: str) -> ViewServer:
     data, nulls = write_view_input(os.path.join(root, "data", "view.jsonl"), VIEW_ROWS)
     with open(os.path.join(recipes, f"{VIEW_DAG}.yaml"), "w") as fh:
         fh.write(view_recipe(VIEW_DAG, data, os.path.join(exports, f"{VIEW_DAG}.jsonl"), work, VIEW_PARTS))
+    with open(os.path.join(recipes, f"{REVIEW_DAG}.yaml"), "w") as fh:
+        export = os.path.join(exports, f"{REVIEW_DAG}.jsonl")
+        fh.write(view_recipe(REVIEW_DAG, data, export, work, 2, ops=REVIEW_OPS) + REVIEW_SECTION)
     home = os.path.join(root, "airflow")
     plugins = os.path.join(home, "plugins")
     os.makedirs(plugins, exist_ok=True)
@@ -111,6 +119,7 @@ def start_view_server(root: str) -> ViewServer:
     client = server.start()
     try:
         client.wait_dag(VIEW_DAG)
+        client.wait_dag(REVIEW_DAG)
     except BaseException:
         server.stop()
         raise

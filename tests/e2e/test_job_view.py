@@ -44,7 +44,7 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from tests.e2e.airflow_server import REPO_ROOT, SQLITE_BUSY_TIMEOUT_S
-from tests.e2e.job_view_server import VIEW_DAG, VIEW_PARTS, VIEW_ROWS
+from tests.e2e.job_view_server import REVIEW_DAG, VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows
 from tests.integration.crash_helpers import write_faults
 
@@ -367,3 +367,91 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(browser
     with open(os.path.join(shots, "screenshots.json"), "w") as fh:
         json.dump(sorted(os.listdir(shots)), fh)
     print(f"screenshots in {shots} ({time.strftime('%H:%M:%S')})")
+
+
+# -- the review gate (docs/review_gate.md): approve and reject over REST, one look in the browser ----------
+
+
+def _wait_awaiting_review(vs, run_id: str) -> dict:
+    """The run's review task, once it waits for an answer (Airflow 3.3: state awaiting_input)."""
+
+    def probe():
+        tis = {t["task_id"]: t for t in vs.client.task_instances(REVIEW_DAG, run_id)}
+        review = tis.get("review")
+        if review and review["state"] in ("failed", "upstream_failed", "success"):
+            raise AssertionError(f"review ended without asking: {review}\n{vs.server.log_tail()}")
+        return review if review and review["state"] in ("awaiting_input", "deferred") else None
+
+    return vs.client.wait_for(f"{REVIEW_DAG}/{run_id} to await its review", probe, timeout=300)
+
+
+def _answer(vs, run_id: str, option: str) -> dict:
+    path = f"/api/v2/dags/{REVIEW_DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/review/-1/hitlDetails"
+    return vs.client.request("PATCH", path, json={"chosen_options": [option], "params_input": {}})
+
+
+def _login(d, vs) -> None:
+    from selenium.webdriver.common.by import By
+
+    d.get(f"{vs.base_url}/auth/login?next=%2F")
+    if "/auth/login" not in d.current_url:
+        return  # already logged in (the on-call test above)
+    wait(d, "the login form", lambda d: d.find_elements(By.NAME, "username"))
+    d.find_element(By.NAME, "username").send_keys("admin")
+    d.find_element(By.NAME, "password").send_keys(vs.password("admin"))
+    next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Sign in").click()
+    wait(d, "the login to finish", lambda d: "/auth/login" not in d.current_url)
+
+
+def _review_events(job_dir: str) -> list[tuple[str, str]]:
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    return [(e["event_type"], e["status"]) for e in read_events(job_dir) if e["event_type"].startswith("review_")]
+
+
+def test_the_review_gate_waits_then_approve_exports_and_reject_fails(job_view_server, browser, shots):
+    """Two runs of a recipe whose review bound is crossed: approved over REST, its export holds the rows
+    that passed; rejected, the run fails with no export and the checkpoints kept.  The review's page in
+    the UI is screenshotted (docs/img/review_gate_required_action.png)."""
+    from selenium.webdriver.common.by import By
+
+    vs = job_view_server
+    exports = os.path.join(vs.root, "exports")
+    vs.client.set_paused(REVIEW_DAG, False)
+    runs = {}
+    for job_id in ("review_approve", "review_reject"):
+        conf = {"job_id": job_id, "export_path": os.path.join(exports, f"{job_id}.jsonl")}
+        run_id = vs.client.trigger(REVIEW_DAG, conf)["dag_run_id"]
+        review = _wait_awaiting_review(vs, run_id)
+        detail = vs.client.request(
+            "GET", f"/api/v2/dags/{REVIEW_DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/review/-1/hitlDetails"
+        )
+        assert detail["options"] == ["Approve", "Reject"] and detail["defaults"] == ["Reject"]
+        assert "words_num_filter removed" in detail["subject"]
+        assert "review.max_removed_fraction 5.0%" in detail["body"] and "Removed rows and why" in detail["body"]
+        assert f"/dj-jobs/job/{job_id}" in detail["body"]
+        if job_id == "review_reject":  # one look at the review in the UI, as a reviewer sees it
+            _login(browser, vs)
+            browser.get(f"{vs.base_url}/dags/{REVIEW_DAG}/runs/{quote(run_id, safe='')}/tasks/review/required_actions")
+            wait(browser, "the review's body", lambda d: "Bounds crossed" in d.find_element(By.TAG_NAME, "body").text)
+            time.sleep(1)  # the markdown's last paint
+            browser.save_screenshot(os.path.join(shots, "review_gate_required_action.png"))
+        _answer(vs, run_id, "Approve" if job_id == "review_approve" else "Reject")
+        runs[job_id] = vs.client.wait_run(REVIEW_DAG, run_id, timeout=300)
+        assert review["task_id"] == "review"
+
+    assert runs["review_approve"]["state"] == "success", vs.server.log_tail()
+    approved_dir = vs.job_dir("review_approve")
+    summary = json.load(open(os.path.join(approved_dir, "job_summary.json")))
+    with open(os.path.join(exports, "review_approve.jsonl"), encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert len(rows) == summary["export"]["rows"] == summary["ops"][-1]["rows_out"] > 0
+    assert _review_events(approved_dir) == [("review_decided", "review"), ("review_answered", "approved")]
+
+    assert runs["review_reject"]["state"] == "failed", vs.server.log_tail()
+    rejected_dir = vs.job_dir("review_reject")
+    tis = {t["task_id"]: t["state"] for t in vs.client.task_instances(REVIEW_DAG, runs["review_reject"]["dag_run_id"])}
+    assert tis["review"] == "failed" and tis["export"] == "upstream_failed"
+    assert not os.path.exists(os.path.join(exports, "review_reject.jsonl"))
+    assert any(n.startswith("checkpoint_op_") for n in os.listdir(os.path.join(rejected_dir, "checkpoints")))
+    assert _review_events(rejected_dir) == [("review_decided", "review"), ("review_answered", "rejected")]
