@@ -55,3 +55,18 @@ def test_crossed_with_no_input_fails_nothing_exported_checkpoints_kept(make_reci
         ("review_decided", "review"),
         ("review_answered", "rejected"),
     ]
+
+
+def test_the_dag_review_task_fails_under_no_input_in_dag_test(make_recipe, airflow_home, ray_cluster, capsys):
+    """``dj-airflow run --airflow --no-input``: the DAG's review task itself refuses; export never runs."""
+    recipe = make_recipe("review_dag_cli", parts=2, extra="review:\n  max_removed_fraction: 0.01\n")
+    rc = main(["run", recipe, "--job-id", "gated2", "--no-input", "--airflow", "--num-cpus", "1"])
+    capsys.readouterr()
+    assert rc == 1
+    assert not os.path.exists(recipe.replace(".yaml", "_out.jsonl"))
+    job_dir = os.path.join(os.path.dirname(recipe), "work", "gated2")
+    assert any(d.startswith("checkpoint_op_") for d in os.listdir(os.path.join(job_dir, "checkpoints")))
+    assert _review_events(job_dir) == [
+        ("review_decided", "review", "review"),
+        ("review_answered", "rejected", "review"),
+    ]
