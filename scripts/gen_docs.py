@@ -149,6 +149,16 @@ KEY_TEXT: dict[str, str] = {
     "`document_minhash_deduplicator` (each once in `process`).",
     "dedup_history.memory_mb": "Memory budget of the history lookup (shard chunks read at once), whatever the "
     "history's size.",
+    # review
+    "review": "Section, ours: bounds on what one job may remove; a crossed bound makes the DAG's `review` task "
+    "wait for a person's approval before export ([review_gate.md](review_gate.md)).",
+    "review.max_removed_fraction": "An op removing more than this fraction of its input rows crosses the bound.",
+    "review.max_removed_change": "An op whose removed fraction differs by more than this (fraction points) from "
+    "the previous successful job of the same recipe in the same work_dir crosses the bound.",
+    "review.timeout_s": "Seconds the review waits for an answer; null: until answered.",
+    "review.on_timeout": "The answer a timeout gives: `reject` fails the run before export (checkpoints kept), "
+    "`approve` exports.",
+    "review.sample_rows": "Removed rows shown per crossed op, each with its why.",
 }
 
 # Data-Juicer compatibility, per native op, beyond what is computed (whether
@@ -266,6 +276,10 @@ VALUE_TEXT: dict[str, str] = {
     "dedup_history.path": "local directory",
     "dedup_history.ops": "list of op names",
     "dedup_history.memory_mb": "integer ≥ 8",
+    "review.max_removed_fraction": "number from 0 to 1, or null",
+    "review.max_removed_change": "number from 0 to 1, or null",
+    "review.timeout_s": "number > 0 or null",
+    "review.sample_rows": "integer ≥ 0",
 }
 
 
@@ -341,6 +355,7 @@ def _allowed(key: str) -> str:
         "intermediate_storage.format": S.STORAGE_FORMATS,
         "intermediate_storage.retention_policy": S.RETENTION_POLICIES,
         "partition.align": S.PARTITION_ALIGNS,
+        "review.on_timeout": S.REVIEW_ON_TIMEOUT,
     }
     if key in table:
         return " \\| ".join(_code(v) for v in table[key])
@@ -379,6 +394,12 @@ def _default_for(key: str, eff: dict) -> str:
         "dedup_history.path": "**required** in the section",
         "dedup_history.ops": "**required** in the section",
         "dedup_history.memory_mb": f"`{S.DEFAULT_DEDUP_HISTORY_MEMORY_MB}`",
+        "review": "absent (no gate)",
+        "review.max_removed_fraction": "`null`",
+        "review.max_removed_change": "`null` (one of the two is required)",
+        "review.timeout_s": "`null` (wait until answered)",
+        "review.on_timeout": "`reject`",
+        "review.sample_rows": f"`{S.DEFAULT_REVIEW_SAMPLE_ROWS}`",
         "partition_size": "`null`",
         "max_failed_ratio": "`null` = 0.5",
         "export_type": "`null` (the suffix's)",
