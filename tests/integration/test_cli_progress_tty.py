@@ -307,3 +307,34 @@ def test_quiet_prints_only_the_final_lines(tmp_path, corpus, pane):
     assert len(lines) == 1 and re.match(
         r"Exported 353 rows to .*tty_quiet_out\.jsonl in [\d.]+s \(job q\)", lines[0]
     ), screen
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_a_crossed_review_bound_asks_on_the_terminal_and_the_answer_decides_the_export(tmp_path, corpus, pane, answer):
+    """A review bound crossed (docs/review_gate.md): the display stops, the review is shown with the
+    question; "y" exports what the run without a gate exports, "n" fails the run with no export, the
+    checkpoints kept and the resume command shown.  Both answers are events."""
+    path = _recipe(tmp_path, corpus, f"tty_review_{answer}")
+    with open(path, "a") as fh:
+        fh.write("review:\n  max_removed_fraction: 0.01\n")
+    job = f"rv{answer}"
+    run = pane(job, ["run", os.path.basename(path), "--executor", "local", "--num-cpus", "1", "--job-id", job])
+    screen = run.wait_for("Approve the export? [y/N]", timeout=180)
+    assert "words_num_filter" in screen and "review.max_removed_fraction" in screen, screen
+    run.keys(answer, "Enter")
+    status = run.wait_exit(180)
+    screen = run.screen()
+    export = tmp_path / f"tty_review_{answer}_out.jsonl"
+    job_dir = str(tmp_path / "work" / job)
+    answered = [e["status"] for e in read_events(job_dir, "review_answered")]
+    if answer == "y":
+        assert status == 0, screen
+        assert export.read_text().count("\n") == 353  # the rows the same recipe exports with no gate
+        assert answered == ["approved"]
+    else:
+        assert status == 1, screen
+        assert not export.exists()
+        assert f"--resume {job}" in screen, screen
+        assert answered == ["rejected"]
+        assert any(d.startswith("checkpoint_op_") for d in os.listdir(os.path.join(job_dir, "checkpoints")))
+    _no_noise(screen)

@@ -13,6 +13,7 @@ Nothing here deletes or changes a checkpoint: a rejected job keeps them, so a fi
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -241,12 +242,17 @@ def ask_on_terminal(review: Review) -> bool:
     """Show the review on the controlling terminal and ask y/N; True only for a yes.  No terminal (a
     pipe, a service) or an end of input answers no."""
     try:
-        tty = open("/dev/tty", "r+", encoding="utf-8", errors="replace")
+        # A descriptor, not open("/dev/tty", "r+"): a buffered read-write file needs a seekable
+        # device, and a terminal is not one.
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
     except OSError:
         log.warning("review: no terminal to ask on; the export is not approved")
         return False
-    with tty:
-        tty.write("\n" + render_markdown(review) + "\n\nApprove the export? [y/N] ")
-        tty.flush()
-        answer = tty.readline().strip().lower()
+    try:
+        with open(fd, "w", encoding="utf-8", errors="replace", closefd=False) as out:
+            out.write("\n" + render_markdown(review) + "\n\nApprove the export? [y/N] ")
+        with open(fd, "rb", buffering=0, closefd=False) as tty:
+            answer = tty.readline().decode("utf-8", "replace").strip().lower()
+    finally:
+        os.close(fd)
     return answer in ("y", "yes")
