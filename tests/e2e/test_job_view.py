@@ -382,7 +382,23 @@ def _wait_awaiting_review(vs, run_id: str) -> dict:
             raise AssertionError(f"review ended without asking: {review}\n{vs.server.log_tail()}")
         return review if review and review["state"] in ("awaiting_input", "deferred") else None
 
-    return vs.client.wait_for(f"{REVIEW_DAG}/{run_id} to await its review", probe, timeout=300)
+    review = vs.client.wait_for(f"{REVIEW_DAG}/{run_id} to await its review", probe, timeout=300)
+    # Airflow 3.3's scheduler must also have taken the executor's event for the paused workload: an
+    # answer that lands before it re-queues the task, and the late event then fails it ("finished with
+    # state success, but the task instance's state attribute is queued").  A person never answers that
+    # fast; this test does, so it waits for the scheduler's own line for that event.
+    finished = f"TaskInstance Finished: dag_id={REVIEW_DAG}, task_id=review, run_id={run_id},"
+    vs.client.wait_for(
+        f"the scheduler to take {REVIEW_DAG}/{run_id}'s paused review",
+        lambda: any(finished in ln and "state=awaiting_input" in ln for ln in _server_lines(vs)) or None,
+        timeout=120,
+    )
+    return review
+
+
+def _server_lines(vs) -> list[str]:
+    with open(vs.server.log_path, encoding="utf-8", errors="replace") as fh:
+        return fh.readlines()
 
 
 def _answer(vs, run_id: str, option: str) -> dict:
