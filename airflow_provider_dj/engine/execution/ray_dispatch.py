@@ -98,7 +98,7 @@ class DispatchHandle:
                 log.debug("kill of %s: %s", actor, exc)
         if actors:
             log.warning("killed %d actor(s) of the group's pool (%s)", len(actors), reason)
-        for ref in refs:
+        for ref in _still_running(ray, refs):
             try:
                 ray.cancel(ref, force=force, recursive=True)
                 n += 1
@@ -410,3 +410,17 @@ def _progress_line(segment_index, partition_ids, results, errors, rows_by_partit
             line += f" done, {len(errors)} failed, {elapsed:.1f}s, {rate:,.0f} rows/s, ETA {(total - done) / rate:.1f}s"
             return line
     return line + f" done, {len(errors)} failed, {elapsed:.1f}s"
+
+
+def _still_running(ray, refs: list) -> list:
+    """The refs whose tasks have not finished.  A finished task has nothing to cancel, and Ray's force
+    cancel of a task whose reply is on its way can fail a check inside Ray's core worker, which ends
+    the whole driver process: only the unfinished ones are cancelled."""
+    if not refs:
+        return []
+    try:
+        _ready, not_ready = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+    except Exception as exc:  # noqa: BLE001 - Ray shutting down: cancel what we know of
+        log.debug("ready check before cancel: %s", exc)
+        return list(refs)
+    return list(not_ready)
