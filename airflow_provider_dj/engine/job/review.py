@@ -20,10 +20,11 @@ import numpy as np
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.config.schema import ReviewConfig
 from airflow_provider_dj.engine.job.summary import build_job_summary, read_job_summary
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, REVIEW_BOUNDS, read_json, write_json
 from airflow_provider_dj.engine.storage.context import JobContext
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ def decide_review(job_dir: str, *, job_view_url: str | None = None, event_defaul
     A recipe without ``review:`` gets an empty Review (nothing crossed) and no event.  Reads only."""
     ctx = JobContext(job_dir)
     recipe = ctx.recipe
-    cfg = recipe.review
+    cfg = load_bounds(job_dir, recipe)
     review = Review(job_id=ctx.job_id, crossed=[], funnel=[], job_view_url=job_view_url)
     if cfg is None:
         return review
@@ -193,6 +194,22 @@ def decide_review(job_dir: str, *, job_view_url: str | None = None, event_defaul
         previous_job_id=review.previous_job_id,
     )
     return review
+
+
+def write_bounds(job_dir: str, recipe) -> None:
+    """Record the recipe's ``review:`` bounds (null: no gate) in the job directory; every validate does,
+    new job and resume, so a rejected job resumed with a raised bound is checked against the new one."""
+    bounds = recipe.review.to_dict() if recipe.review is not None else None
+    write_json(storage.join(job_dir, *REVIEW_BOUNDS.split("/")), {"review": bounds})
+
+
+def load_bounds(job_dir: str, recipe) -> ReviewConfig | None:
+    """The bounds the latest validate recorded; the job's own recipe's where none is recorded."""
+    path = storage.join(job_dir, *REVIEW_BOUNDS.split("/"))
+    if not storage.exists(path):
+        return recipe.review
+    bounds = read_json(path).get("review")
+    return ReviewConfig(**bounds) if bounds is not None else None
 
 
 def record_answer(job_dir: str, answer: str, *, by: str | None = None, event_defaults: dict | None = None) -> None:

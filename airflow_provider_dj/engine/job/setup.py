@@ -132,7 +132,7 @@ def _prepare_resumed_job(
     plan.groups = groups
     if not report.job_complete:
         write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
-        _record_guard(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio
+        _record_limits(paths.job_dir, recipe, say)  # a resume may have raised max_failed_ratio or a review bound
         _register(job_id, paths.job_dir)
     return PreparedJob(
         job_id,
@@ -188,7 +188,7 @@ def _prepare_new_job(
     # before it writes anything, or its config (another export_path, say) could replace the winner's.
     lock_note = job_lock.acquire(paths.job_dir, owner)
     write_json(paths.path(EFFECTIVE_CONFIG), cfg)
-    _record_guard(paths.job_dir, recipe, say)
+    _record_limits(paths.job_dir, recipe, say)
     if history_pin is not None:  # before partitioning_info: a planned job always has its pin
         write_pin(paths.job_dir, history_pin)
         say(f"dedup_history: deduplicating against version {history_pin['version']} of {history_pin['path']}")
@@ -233,8 +233,13 @@ def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None)
     return check
 
 
-def _record_guard(job_dir: str, recipe, say: Callable[[str], None]) -> None:
+def _record_limits(job_dir: str, recipe, say: Callable[[str], None]) -> None:
+    """Record this run's failure-rate guard and review bounds: the recipe of the latest validate, new job
+    or resume, is what the partitions and the review gate check against."""
     from airflow_provider_dj.engine.execution.failure_guard import MIN_FAILED_ROWS, write_settings
+    from airflow_provider_dj.engine.job.review import write_bounds
+
+    write_bounds(job_dir, recipe)
 
     g = write_settings(job_dir, recipe)
     extra = f"; per op: {g.per_op}" if g.per_op else ""

@@ -21,6 +21,8 @@ from airflow_provider_dj.core import fs as storage
 EFFECTIVE_CONFIG = "metadata/effective_config.json"
 #: The failure-rate guard's limits, rewritten by every validate (a resume may raise them).
 FAILURE_GUARD = "metadata/failure_guard.json"
+#: The review gate's bounds (job/review.py), rewritten by every validate (a resume may raise them).
+REVIEW_BOUNDS = "metadata/review_bounds.json"
 #: One runner per job (jobdir/lock.py).
 RUNNER_LOCK = "metadata/runner.lock"
 #: The history-index version a job deduplicates against (engine/history/pin.py), written once by the

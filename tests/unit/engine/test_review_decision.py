@@ -118,3 +118,50 @@ def test_the_change_bound_compares_with_the_previous_successful_job_of_the_recip
     assert crossed["value"] - crossed["previous"] > 0.05
     prev = {p["op_name"]: p for p in review.previous_funnel}
     assert prev["words_num_filter"]["removed_fraction"] == pytest.approx(crossed["previous"])
+
+
+def test_a_rejected_job_resumed_with_a_raised_bound_is_checked_against_the_new_bound(tmp_path):
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.job.review import ReviewRejectedError
+
+    recipe = _recipe(tmp_path, "review:\n  max_removed_fraction: 0.01\n")
+    job_dir = str(tmp_path / "work" / "night1")
+    with pytest.raises(ReviewRejectedError):
+        run_job(recipe, job_id="night1", workers=1)
+    assert json.load(open(os.path.join(job_dir, "metadata", "review_bounds.json")))["review"][
+        "max_removed_fraction"
+    ] == pytest.approx(0.01)
+    text = open(recipe, encoding="utf-8").read().replace("max_removed_fraction: 0.01", "max_removed_fraction: 0.9")
+    with open(recipe, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+    result = run_job(recipe, resume="night1", workers=1)  # no one to ask: only a pass exports
+
+    assert result.rows > 0 and (tmp_path / "out.jsonl").exists()
+    assert _review_events(job_dir) == [
+        ("review_decided", "review"),
+        ("review_answered", "rejected"),
+        ("review_decided", "pass"),
+    ]
+    bounds = json.load(open(os.path.join(job_dir, "metadata", "review_bounds.json")))["review"]
+    assert bounds["max_removed_fraction"] == pytest.approx(0.9)
+    # The job's first recipe stays recorded as it was: the bounds file is what the gate reads.
+    first = json.load(open(os.path.join(job_dir, "metadata", "effective_config.json")))["review"]
+    assert first["max_removed_fraction"] == pytest.approx(0.01)
+
+
+def test_a_resume_that_drops_the_review_section_exports_without_a_gate(tmp_path):
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.job.review import ReviewRejectedError
+
+    recipe = _recipe(tmp_path, "review:\n  max_removed_fraction: 0.01\n")
+    with pytest.raises(ReviewRejectedError):
+        run_job(recipe, job_id="night1", workers=1)
+    text = open(recipe, encoding="utf-8").read()
+    with open(recipe, "w", encoding="utf-8") as fh:
+        fh.write(text[: text.index("review:")])
+
+    result = run_job(recipe, resume="night1", workers=1)
+
+    assert result.rows > 0 and (tmp_path / "out.jsonl").exists()
+    assert _review_events(result.job_dir) == [("review_decided", "review"), ("review_answered", "rejected")]
