@@ -12,6 +12,7 @@ Nothing here deletes or changes a checkpoint: a rejected job keeps them, so a fi
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from dataclasses import asdict, dataclass, field
@@ -255,6 +256,28 @@ def render_markdown(review: Review) -> str:
     return "\n".join(lines)
 
 
+def render_for_terminal(review: Review, width: int) -> str:
+    """The review's Markdown laid out for a terminal ``width`` columns wide (headings in bold, the funnel
+    as a drawn table), with ANSI styles; the Markdown itself where rich is not installed."""
+    try:
+        from rich.console import Console
+        from rich.markdown import Markdown
+    except ImportError:
+        return render_markdown(review) + "\n"
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, width=width, color_system="standard").print(
+        Markdown(render_markdown(review))
+    )
+    return buf.getvalue()
+
+
+def _terminal_width(fd: int) -> int:
+    try:
+        return max(40, os.get_terminal_size(fd).columns)
+    except OSError:
+        return 100
+
+
 def ask_on_terminal(review: Review) -> bool:
     """Show the review on the controlling terminal and ask y/N; True only for a yes.  No terminal (a
     pipe, a service) or an end of input answers no."""
@@ -267,7 +290,7 @@ def ask_on_terminal(review: Review) -> bool:
         return False
     try:
         with open(fd, "w", encoding="utf-8", errors="replace", closefd=False) as out:
-            out.write("\n" + render_markdown(review) + "\n\nApprove the export? [y/N] ")
+            out.write("\n" + render_for_terminal(review, _terminal_width(fd)) + "\nApprove the export? [y/N] ")
         with open(fd, "rb", buffering=0, closefd=False) as tty:
             answer = tty.readline().decode("utf-8", "replace").strip().lower()
     finally:

@@ -165,3 +165,33 @@ def test_a_resume_that_drops_the_review_section_exports_without_a_gate(tmp_path)
 
     assert result.rows > 0 and (tmp_path / "out.jsonl").exists()
     assert _review_events(result.job_dir) == [("review_decided", "review"), ("review_answered", "rejected")]
+
+
+def test_the_terminal_prompt_lays_the_review_out_without_markdown_markup():
+    import re
+
+    from airflow_provider_dj.engine.job.review import Review, render_for_terminal
+
+    funnel = [
+        {"op_index": 0, "op_name": "whitespace_normalization_mapper", "rows_in": 100, "rows_out": 100},
+        {"op_index": 1, "op_name": "words_num_filter", "rows_in": 100, "rows_out": 80},
+    ]
+    for op in funnel:
+        op["removed"] = op["rows_in"] - op["rows_out"]
+        op["removed_fraction"] = op["removed"] / op["rows_in"]
+    review = Review(
+        job_id="j1",
+        crossed=[
+            {"op_index": 1, "op_name": "words_num_filter", "bound": "max_removed_fraction", "limit": 0.01, "value": 0.2}
+        ],
+        funnel=funnel,
+        resume_command="dj-airflow run r.yaml --resume j1",
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", render_for_terminal(review, 100))
+    assert "**" not in text and "|---" not in text and "`" not in text
+    assert "Bounds crossed" in text
+    assert "op 1 words_num_filter removed 20.0% of its input (review.max_removed_fraction 1.0%)" in text
+    row = next(line for line in text.splitlines() if "1 words_num_filter" in line and "(20.0%)" in line)
+    assert row.split()[2:5] == ["100", "80", "20"]
+    assert "dj-airflow run r.yaml --resume j1" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
