@@ -27,6 +27,7 @@ from typing import TextIO
 from airflow_provider_dj import settings
 from airflow_provider_dj.cli.interrupts import Interrupts
 from airflow_provider_dj.cli.run_report import print_completed, stopped_line
+from airflow_provider_dj.core import terminal
 
 #: Exit status of a run stopped by ``dj-airflow stop`` (or the job's own stop request), not by a signal.
 EXIT_STOPPED = 3
@@ -120,6 +121,7 @@ class RunOutput:
                 extra_lines=self._new_log_lines if self.verbose else None,
             )
             self.display.start()
+            terminal.register_display(self._stop_display)  # a question asked in this process stops it first
         elif self.mode == "plain":
             interval = float(settings.get("cli_progress_interval_s"))
             if interval > 0:
@@ -141,6 +143,7 @@ class RunOutput:
         self._stop_display()
 
     def _stop_display(self) -> None:
+        terminal.register_display(None)
         display, self.display = self.display, None
         if display is not None:
             try:

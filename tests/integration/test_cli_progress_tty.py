@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from airflow_provider_dj.cli.progress_display import POLL_S
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
 from tests.integration.crash_helpers import DJ_AIRFLOW, kill_session
@@ -309,18 +310,29 @@ def test_quiet_prints_only_the_final_lines(tmp_path, corpus, pane):
     ), screen
 
 
-@pytest.mark.parametrize("answer", ["y", "n"])
-def test_a_crossed_review_bound_asks_on_the_terminal_and_the_answer_decides_the_export(tmp_path, corpus, pane, answer):
+@pytest.mark.parametrize(
+    ("answer", "where"),
+    [("y", ["--executor", "local"]), ("n", ["--executor", "local"]), ("y", ["--airflow"])],
+    ids=["engine-yes", "engine-no", "airflow-yes"],
+)
+def test_a_crossed_review_bound_asks_on_the_terminal_and_the_answer_decides_the_export(
+    tmp_path, corpus, pane, answer, where
+):
     """A review bound crossed (docs/review_gate.md): the display stops, the review is shown with the
     question; "y" exports what the run without a gate exports, "n" fails the run with no export, the
-    checkpoints kept and the resume command shown.  Both answers are events."""
+    checkpoints kept and the resume command shown.  Both answers are events.  Under ``--airflow`` the
+    question comes from the DAG's review task inside ``dag.test()``, and the display (a thread of the
+    same process) must still stop before it: the question stays the last thing on the screen."""
     path = _recipe(tmp_path, corpus, f"tty_review_{answer}")
     with open(path, "a") as fh:
         fh.write("review:\n  max_removed_fraction: 0.01\n")
-    job = f"rv{answer}"
-    run = pane(job, ["run", os.path.basename(path), "--executor", "local", "--num-cpus", "1", "--job-id", job])
+    job = f"rv{answer}" + ("air" if "--airflow" in where else "eng")
+    run = pane(job, ["run", os.path.basename(path), *where, "--num-cpus", "1", "--job-id", job])
     screen = run.wait_for("Approve the export? [y/N]", timeout=180)
     assert "words_num_filter" in screen and "review.max_removed_fraction" in screen, screen
+    time.sleep(4 * POLL_S)  # a display still running would have redrawn over the question by now
+    screen = run.screen()
+    assert screen.rstrip().endswith("Approve the export? [y/N]"), screen
     run.keys(answer, "Enter")
     status = run.wait_exit(180)
     screen = run.screen()

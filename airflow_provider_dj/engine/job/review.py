@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core import terminal
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.schema import ReviewConfig
 from airflow_provider_dj.engine.job.summary import build_job_summary, read_job_summary
@@ -280,7 +281,9 @@ def _terminal_width(fd: int) -> int:
 
 def ask_on_terminal(review: Review) -> bool:
     """Show the review on the controlling terminal and ask y/N; True only for a yes.  No terminal (a
-    pipe, a service) or an end of input answers no."""
+    pipe, a service) or an end of input answers no.  A live display on the terminal (``dj-airflow
+    run``'s) is stopped first, wherever in this process it was started."""
+    terminal.stop_display_for_prompt()
     try:
         # A descriptor, not open("/dev/tty", "r+"): a buffered read-write file needs a seekable
         # device, and a terminal is not one.
