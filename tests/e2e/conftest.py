@@ -65,6 +65,16 @@ checkpoint:
 """
 
 
+#: The second recipe of the concurrency scenario (tests/e2e/test_e2e_rest_api_sqlite.py): other ops than
+#: CLEAN_OPS, so its export differs from e2e_clean's.
+OTHER_OPS = """\
+process:
+  - whitespace_normalization_mapper:
+  - text_length_filter:
+      min_len: 60
+"""
+
+
 def recipe_text(name: str, data: str, export: str, work: str, parts: int, ops: str, schedule: str | None = None) -> str:
     text = RECIPE_HEAD.format(name=name, data=data, export=export, work=work, parts=parts)
     if schedule:
@@ -245,7 +255,7 @@ class E2E:
         return os.path.join(self.exports, f"{name}.jsonl")
 
 
-E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow")
+E2E_DAGS = ("e2e_clean", "e2e_sched", "e2e_slow", "e2e_other")
 #: dags/example_train_on_export.py: runs on each export event of e2e_sched.
 CONSUMER_DAG = "example_train_on_export"
 
@@ -277,6 +287,7 @@ def e2e(request, e2e_inputs):
         # the reference on purpose (the export must not change).
         ("e2e_sched", corpus, 1, CLEAN_OPS, SCHED_CRON),
         ("e2e_slow", slow, 1, slow_ops(), None),
+        ("e2e_other", corpus, 2, OTHER_OPS, None),
     ):
         with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
             fh.write(recipe_text(name, data, os.path.join(exports, f"{name}.jsonl"), work, parts, ops, schedule))

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.integration
 
 TASK = """
@@ -22,13 +24,14 @@ print("RESULT", sum(ray.get([square.remote(i) for i in range(5)])))
 
 
 def test_two_task_processes_share_one_started_head(tmp_path, ray_cluster):
-    env = dict(os.environ, DJ_RAY_STATE_DIR=str(tmp_path), DJ_RAY_HEAD_PORT="26391")
+    port = free_port()  # claimed: no other test worker's server or Ray node gets it
+    env = dict(os.environ, DJ_RAY_STATE_DIR=str(tmp_path), DJ_RAY_HEAD_PORT=str(port))
     env.pop("RAY_ADDRESS", None)
     try:
         first = subprocess.run([sys.executable, "-c", TASK], env=env, capture_output=True, text=True, timeout=180)
         assert "RESULT 30" in first.stdout, first.stderr[-3000:]
         head = json.load(open(tmp_path / "ray-head.json"))
-        assert head["address"].endswith(":26391")
+        assert head["address"].endswith(f":{port}")
         second = subprocess.run([sys.executable, "-c", TASK], env=env, capture_output=True, text=True, timeout=180)
         assert "RESULT 30" in second.stdout, second.stderr[-3000:]
         assert json.load(open(tmp_path / "ray-head.json")) == head  # not restarted
