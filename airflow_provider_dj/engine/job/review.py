@@ -97,21 +97,37 @@ def funnel_of(summary: dict) -> list[dict]:
 
 
 def previous_successful_job(job_dir: str, project_name: str) -> dict | None:
-    """The summary of the latest completed job of ``project_name`` in ``job_dir``'s work dir (not this job)."""
+    """The summary of the latest completed job of ``project_name`` in ``job_dir``'s work dir (not this job):
+    the one the project's pointer names (job/project_index.py) when it checks out, else a scan."""
+    from airflow_provider_dj.engine.job.project_index import latest_completed
+
     work_dir, me = storage.dirname(job_dir), storage.basename(job_dir)
+    named = latest_completed(work_dir, project_name)
+    if named and named != me:
+        summary = _completed_summary_of(storage.join(work_dir, named), project_name)
+        if summary is not None:
+            return summary
     best = None
     for name in storage.listdir(work_dir):
-        if name == me or not storage.exists(storage.join(work_dir, name, JOB_SUMMARY)):
+        if name == me or name.startswith(("_", ".")) or not storage.exists(storage.join(work_dir, name, JOB_SUMMARY)):
             continue
-        try:
-            summary = read_job_summary(storage.join(work_dir, name))
-        except (OSError, ValueError):
-            continue
-        if not summary or summary.get("status") != "completed" or summary.get("project_name") != project_name:
+        summary = _completed_summary_of(storage.join(work_dir, name), project_name)
+        if summary is None:
             continue
         if best is None or float(summary.get("end_time") or 0) > float(best.get("end_time") or 0):
             best = summary
     return best
+
+
+def _completed_summary_of(job_dir: str, project_name: str) -> dict | None:
+    """The job's summary when it is a completed job of ``project_name``, else None (unreadable included)."""
+    try:
+        summary = read_job_summary(job_dir)
+    except (OSError, ValueError):
+        return None
+    if not summary or summary.get("status") != "completed" or summary.get("project_name") != project_name:
+        return None
+    return summary
 
 
 def crossed_bounds(review_cfg, funnel: list[dict], previous: dict | None) -> list[dict]:

@@ -431,7 +431,8 @@ def write_job_summary(
 
 
 def after_summary_written(job_dir: str, summary: dict) -> None:
-    """Side effects every final summary gets: a job.log line and the registry entry. Never raises."""
+    """Side effects every final summary gets: a job.log line, the registry entry and, for a completed
+    job, its project's latest-completed pointer. Never raises."""
     try:
         from airflow_provider_dj.engine.jobdir.progress_log import append_job_log
 
@@ -454,6 +455,9 @@ def after_summary_written(job_dir: str, summary: dict) -> None:
         register_job(summary.get("job_id") or storage.basename(job_dir), job_dir, status=summary.get("status"))
     except Exception as exc:  # noqa: BLE001 - the registry is a convenience
         log.warning("could not update the recent-jobs registry: %s", exc)
+    from airflow_provider_dj.engine.job.project_index import record_completed
+
+    record_completed(job_dir, summary)  # the review gate's "previous successful job" (never raises)
 
 
 def mark_resumed(job_dir: str) -> dict | None:

@@ -139,6 +139,22 @@ REUSE_PINS_DIR = "metadata/reused_from"
 INPUT_INDEX_CACHE_DIR = "_reuse/input_index"
 
 
+#: Per project (recipe ``project_name``), the latest completed job in this work dir (job/project_index.py):
+#: what the review gate compares a job with, without reading every job's summary.
+PROJECTS_DIR = "_projects"
+
+
+def latest_completed_file(work_dir: str, project_name: str) -> str:
+    """``_projects/<project>/latest_completed.json``; the project name made safe for a path (characters
+    outside ``[A-Za-z0-9._-]`` become ``_``) plus a short hash of it, so two names never share a file."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", project_name)[:80]
+    digest = hashlib.sha1(project_name.encode()).hexdigest()[:8]
+    return storage.join(work_dir, PROJECTS_DIR, f"{safe}-{digest}", "latest_completed.json")
+
+
 def reuse_index_dir(work_dir: str) -> str:
     return storage.join(work_dir, *REUSE_INDEX_DIR.split("/"))
 

@@ -195,3 +195,29 @@ def test_the_terminal_prompt_lays_the_review_out_without_markdown_markup():
     assert row.split()[2:5] == ["100", "80", "20"]
     assert "dj-airflow run r.yaml --resume j1" in text
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_the_previous_job_comes_from_the_project_pointer_and_a_scan_when_it_is_gone(tmp_path, monkeypatch):
+    import shutil
+
+    from airflow_provider_dj.core import fs
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.job import review as review_mod
+    from airflow_provider_dj.engine.jobdir.layout import latest_completed_file
+
+    recipe = _recipe(tmp_path, "review:\n  max_removed_change: 0.5\n")
+    work = str(tmp_path / "work")
+    run_job(recipe, job_id="night1", workers=1)
+    run_job(recipe, job_id="night2", workers=1)
+    pointer = json.load(open(latest_completed_file(work, "gated")))
+    assert (pointer["project_name"], pointer["job_id"]) == ("gated", "night2")
+    os.makedirs(os.path.join(work, "night3"))
+
+    real_listdir = fs.listdir
+    monkeypatch.setattr(fs, "listdir", lambda path: pytest.fail(f"scanned {path}"))
+    assert review_mod.previous_successful_job(os.path.join(work, "night3"), "gated")["job_id"] == "night2"
+    monkeypatch.setattr(fs, "listdir", real_listdir)
+
+    shutil.rmtree(os.path.join(work, "night2"))  # as dj-airflow gc would: the pointer names a job that is gone
+    assert review_mod.previous_successful_job(os.path.join(work, "night3"), "gated")["job_id"] == "night1"
+    assert review_mod.previous_successful_job(os.path.join(work, "night3"), "another_project") is None
