@@ -201,7 +201,10 @@ def _export_facts(summary: dict, export_path: str, with_schema: bool) -> ExportF
     written = bool(section.get("written")) and "rows" in section
     path = section.get("path") or export_path
     namespace, name = dataset_name(path)
-    fields = export_fields(path) if written and with_schema else ()
+    # A sharded export's path is its manifest; the rows' fields are read from its first shard.
+    shards = section.get("shards")
+    schema_path = path if shards is None else (storage.join(storage.dirname(path), shards[0]["file"]) if shards else "")
+    fields = export_fields(schema_path) if written and with_schema and schema_path else ()
     return ExportFacts(
         DatasetFacts(namespace, name, fields),
         written,

@@ -5,10 +5,11 @@ Each key as in Data-Juicer, or refused with the reason:
 * ``export_type`` (jsonl/json/parquet): accepted when it names the format of
   the ``export_path`` suffix; a contradiction is refused (this engine picks
   the format from the suffix, and the file name must not lie about it).
-* ``export_shard_size``: 0 (Data-Juicer's default, one file) is accepted;
-  > 0 is refused: Data-Juicer would write ``<name>-NN-of-MM`` shard files
-  instead of ``export_path``, and this engine's export is one atomic,
-  checksummed file in input order.
+* ``export_shard_size``: 0 or less (Data-Juicer's default) is one file at
+  ``export_path``; a positive number of bytes writes the ``<stem>-NN-of-MM``
+  shard files Data-Juicer writes for that size, committed as a set with a
+  manifest written last (engine/output/shards.py).  A fractional or
+  non-numeric size is refused.
 * ``export_in_parallel``: accepted.  It changes how, not what, is written (in
   Data-Juicer too: the same file with more writer processes); ``false`` makes
   this engine serialize the JSONL export in its own task instead of on Ray
@@ -37,6 +38,8 @@ EXPORT_TYPES = ("jsonl", "json", "parquet")
 class ExportOptions:
     keep_hashes_in_res_ds: bool = False
     export_in_parallel: bool = True
+    #: Bytes per shard (Data-Juicer's ``export_shard_size``); 0: one export file.
+    export_shard_size: int = 0
 
 
 #: Builds the exception for a refused key: (key, message) -> exception.  The recipe
@@ -86,18 +89,7 @@ def check_export_keys(
                 f"(a .{suffix} file); this engine writes the format the suffix names: "
                 f"name the file *.{export_type.lower()} or remove export_type",
             )
-    shard = data.get("export_shard_size")
-    if shard is not None:
-        if isinstance(shard, bool) or not isinstance(shard, (int, float)):
-            raise err("export_shard_size", f"must be a number of bytes, got {shard!r}")
-        if shard > 0:
-            raise err(
-                "export_shard_size",
-                f"export_shard_size {shard!r} asks for shard files "
-                f"(<name>-NN-of-MM, as Data-Juicer writes them); this engine "
-                f"writes one atomic, checksummed export file in input order. "
-                f"Set export_shard_size: 0 or remove it",
-            )
+    shard_size = _shard_size(data.get("export_shard_size"), err)
     for key, what in (
         ("encrypt_before_export", "encrypt the exported files"),
         ("decrypt_after_reading", "decrypt the input files"),
@@ -122,8 +114,22 @@ def check_export_keys(
             f"keep_hashes_in_res_ds (without it Data-Juicer drops them too)",
         )
     return ExportOptions(
-        keep_hashes_in_res_ds=keep_hashes, export_in_parallel=_bool(data, "export_in_parallel", True, err)
+        keep_hashes_in_res_ds=keep_hashes,
+        export_in_parallel=_bool(data, "export_in_parallel", True, err),
+        export_shard_size=shard_size,
     )
+
+
+def _shard_size(shard, err: ErrorFactory) -> int:
+    """``export_shard_size`` as whole bytes; 0 (one file) for none, zero or a negative size, as in Data-Juicer."""
+    if shard is None:
+        return 0
+    if isinstance(shard, bool) or not isinstance(shard, (int, float)) or shard != int(shard):
+        raise err(
+            "export_shard_size",
+            f"must be a whole number of bytes per shard (0: one export file), got {shard!r}",
+        )
+    return max(int(shard), 0)
 
 
 __all__ = ["EXPORT_TYPES", "ErrorFactory", "ExportOptions", "check_export_keys"]

@@ -275,6 +275,7 @@ class _Parser(SectionParser):
             max_failed_ratio=self.ratio(get_or_default(data, "max_failed_ratio"), "max_failed_ratio"),
             keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
             export_in_parallel=export_opts.export_in_parallel,
+            export_shard_size=export_opts.export_shard_size,
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
             review=self.review(self.section(data, "review")),
             templates=templates or {},

@@ -174,6 +174,7 @@ class Recipe:
     #: Data-Juicer's export keys (engine/output/fields.py).
     keep_hashes_in_res_ds: bool = False
     export_in_parallel: bool = True
+    export_shard_size: int = 0
     #: Deduplication against history (None: off).
     dedup_history: DedupHistoryConfig | None = None
     #: The review gate before export (None: no gate).
@@ -225,6 +226,7 @@ class Recipe:
             # existed compares equal on resume (engine/job/resume.py refuses any changed result key).
             **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
             **({"export_in_parallel": False} if not self.export_in_parallel else {}),
+            **({"export_shard_size": self.export_shard_size} if self.export_shard_size > 0 else {}),
             **(
                 {
                     "dedup_history": {
@@ -277,6 +279,7 @@ def recipe_from_dict(d: dict) -> Recipe:
             max_failed_ratio=d.get("max_failed_ratio"),
             keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
             export_in_parallel=d.get("export_in_parallel", True),
+            export_shard_size=d.get("export_shard_size", 0),
             dedup_history=(
                 DedupHistoryConfig(
                     d["dedup_history"]["path"], tuple(d["dedup_history"]["ops"]), d["dedup_history"]["memory_mb"]

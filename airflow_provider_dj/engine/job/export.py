@@ -32,34 +32,13 @@ from airflow_provider_dj.engine.output.errors import (
     MissingFinalCheckpointError,
 )
 from airflow_provider_dj.engine.output.fields import clean_for_export
+from airflow_provider_dj.engine.output.hashing import HashingWriter
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
-
-
-class _HashingWriter:
-    def __init__(self, fh) -> None:
-        self.fh = fh
-        self.h = xxhash.xxh3_128()
-        self.n = 0
-
-    def write(self, b) -> int:
-        self.h.update(b)
-        self.n += len(b)
-        return self.fh.write(b)
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-    def tell(self) -> int:
-        return self.n
-
-    @property
-    def closed(self) -> bool:
-        return False
 
 
 def _write_table(table: pa.Table, out) -> int:
@@ -104,7 +83,7 @@ def export_job(
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
         part_source = None
     ledger = _PartLedger()
-    rows, checksum, nbytes = _write_export(job_dir, ctx, tables, markers, part_source, ledger)
+    rows, checksum, nbytes, manifest = _write_export(job_dir, ctx, tables, markers, part_source, ledger)
     expected = per_op[-1]["rows_out"] if per_op else 0
     if rows != expected:
         raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
@@ -117,13 +96,15 @@ def export_job(
         duration=round(duration, 6),
         checksum=checksum,
         serialized_in_parallel=part_source is not None or None,
+        manifest=manifest["path"] if manifest else None,
+        shards=[s["file"] for s in manifest["shards"]] if manifest else None,
     )
     summary = _completed_summary(
         ctx,
         markers,
         per_op,
         history,
-        export={"rows": rows, "bytes": nbytes, "checksum": checksum},
+        export={"rows": rows, "bytes": nbytes, "checksum": checksum, "manifest": manifest},
         started_at=started_at,
     )
     summary = _finish_summary(ctx, summary, markers, ledger)
@@ -131,7 +112,7 @@ def export_job(
     from airflow_provider_dj.engine.job.summary import after_summary_written
 
     after_summary_written(job_dir, summary)
-    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, recipe.export_path, nbytes, checksum)
+    log.info("exported %d rows to %s (%d bytes, xxh3 %s)", rows, summary["export"]["path"], nbytes, checksum)
     return summary
 
 
@@ -233,14 +214,27 @@ def _write_export(
     markers: dict[int, dict],
     part_source: Callable[[], Iterator[dict]] | None,
     ledger: _PartLedger,
-) -> tuple[int, str, int]:
-    """Write the export atomically; return (rows written, xxh3-128 hex digest, bytes).
+) -> tuple[int, str, int, dict | None]:
+    """Write the export atomically; return (rows written, xxh3-128 hex digest, bytes, the shard manifest
+    with its ``path``, or None for a single file).
 
     The parallel workers' part files are removed only once the export is committed."""
     recipe = ctx.recipe
+    if recipe.export_shard_size > 0:  # Data-Juicer's shard files, committed as a set
+        from airflow_provider_dj.engine.job.export_shards import write_shards
+
+        result = write_shards(
+            job_dir,
+            ctx,
+            tables,
+            markers,
+            lambda out: _write_jsonl_export(job_dir, ctx, tables, markers, part_source, ledger, out),
+        )
+        _remove_parts(job_dir, part_source)
+        return result
     rows = 0
     with storage.AtomicFileWriter(recipe.export_path, tmp_tag=ctx.job_id, what="the export") as raw:
-        out = _HashingWriter(raw)
+        out = HashingWriter(raw)
         if recipe.export_path.endswith(".parquet"):
             loaded = [t for t in tables.tables()]
             table = pa.concat_tables(loaded, promote_options="permissive") if loaded else pa.table({})
@@ -248,11 +242,16 @@ def _write_export(
             rows = table.num_rows
         else:
             rows = _write_jsonl_export(job_dir, ctx, tables, markers, part_source, ledger, out)
+    _remove_parts(job_dir, part_source)
+    return rows, out.h.hexdigest(), out.n, None
+
+
+def _remove_parts(job_dir: str, part_source: Callable[[], Iterator[dict]] | None) -> None:
+    """Remove the parallel workers' part files, once the export is committed."""
     if part_source is not None:
         from airflow_provider_dj.engine.output.parts import remove_parts
 
-        remove_parts(job_dir)  # only once the export is committed
-    return rows, out.h.hexdigest(), out.n
+        remove_parts(job_dir)
 
 
 def _write_jsonl_export(
@@ -262,7 +261,7 @@ def _write_jsonl_export(
     markers: dict[int, dict],
     part_source: Callable[[], Iterator[dict]] | None,
     ledger: _PartLedger,
-    out: _HashingWriter,
+    out: HashingWriter,
 ) -> int:
     """Write the JSONL export's parts in partition order into ``out``; return the rows written.
 
@@ -273,11 +272,13 @@ def _write_jsonl_export(
 
     # Nightly reuse: each partition's bytes go through one buffer, so their range in the export is known
     # (published for the next night) and a reused final checkpoint's bytes can come from the last export.
-    by_part = reuse.reuse_enabled(recipe) and part_source is None and not recipe.export_path.endswith(".parquet")
+    # A sharded export publishes no byte ranges: they would lie across shard files (engine/output/shards.py).
+    ranges = reuse.reuse_enabled(recipe) and recipe.export_shard_size <= 0
+    by_part = ranges and part_source is None and not recipe.export_path.endswith(".parquet")
     rows = 0
     fault_spec = load_faults(job_dir)
     if part_source:
-        chunks = _jsonl_parts(part_source, out, ledger.copied_ranges if reuse.reuse_enabled(recipe) else None)
+        chunks = _jsonl_parts(part_source, out, ledger.copied_ranges if ranges else None)
     elif by_part:
         chunks = _reusing_parts(ctx, tables, markers, ledger, out)
     else:
@@ -291,7 +292,7 @@ def _write_jsonl_export(
 
 
 def _reusing_parts(
-    ctx: JobContext, tables: _FinalTables, markers: dict[int, dict], ledger: _PartLedger, out: _HashingWriter
+    ctx: JobContext, tables: _FinalTables, markers: dict[int, dict], ledger: _PartLedger, out: HashingWriter
 ) -> Iterator[int]:
     """Write each partition's bytes whole, from the last export when its final checkpoint is reused,
     else serialized here; record each part's range in ``ledger``; yield each part's row count."""
@@ -365,12 +366,13 @@ def _completed_summary(
             "hash_algorithm": ctx.partitioning_info["algorithm"],
         },
         "export": {
-            "path": recipe.export_path,
+            "path": export["manifest"]["path"] if export["manifest"] else recipe.export_path,
             "rows": export["rows"],
             "bytes": export["bytes"],
             "checksum_xxh3_128": export["checksum"],
             "keep_stats_in_res_ds": recipe.keep_stats_in_res_ds,
             "keep_hashes_in_res_ds": recipe.keep_hashes_in_res_ds,
+            **(_shard_summary(export["manifest"]) if export["manifest"] else {}),
         },
         "ops": per_op,
         **({"dedup_history": _history_summary(ctx.job_dir, plan, history, per_op)} if history is not None else {}),
@@ -388,6 +390,15 @@ def _completed_summary(
         "checkpoint_points": plan.checkpoint_points,
         "effective_config": ctx.effective_config,
         "resume_command": resume_command(recipe.source_file, ctx.job_id),
+    }
+
+
+def _shard_summary(manifest: dict) -> dict:
+    """A sharded export in the summary: ``path`` is then its manifest, and these keys name the set."""
+    return {
+        "manifest": manifest["path"],
+        "export_shard_size": manifest["export_shard_size"],
+        "shards": manifest["shards"],
     }
 
 
@@ -506,6 +517,11 @@ def verify_completed_export(job_dir: str) -> dict:
 
     summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
     exp = summary["export"]
+    if "shards" in exp:
+        from airflow_provider_dj.engine.output.shards import verify_shard_set
+
+        verify_shard_set(exp)
+        return _side_output_problems(job_dir, summary)
     # Streamed: a completed job's export may be many GB; one flipped byte anywhere changes the xxh3.
     h, n = xxhash.xxh3_128(), 0
     try:
@@ -524,6 +540,11 @@ def verify_completed_export(job_dir: str) -> dict:
             f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
             f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job"
         )
+    return _side_output_problems(job_dir, summary)
+
+
+def _side_output_problems(job_dir: str, summary: dict) -> dict:
+    """Add the damage found in the job's side outputs to ``summary`` (as ``integrity_problems``)."""
     # The job's side outputs: their damage is reported with the path (the export itself is intact).
     from airflow_provider_dj.engine.jobdir.integrity import failed_file_problems
     from airflow_provider_dj.engine.observe.tracer import trace_file_problems

@@ -14,6 +14,9 @@ the older key ``after_op: <op index>``):
 ``checkpoint_mid_write``   after a checkpoint's data file, before its commit marker
 ``global_mid``             after the first keep mask of a global op is committed
 ``export_mid``             after the first partition is written to the export's temp file
+                           (a sharded export: to its staged shards)
+``export_commit``          a sharded export: after its shards are renamed into place, before
+                           the manifest is written
 ``history_commit``         after a history version's files are written, before CURRENT moves
 ``batch_commit``           after batch ``batch`` (0-based; any batch if omitted) of an
                            expensive op is committed to its batch cursor

@@ -172,7 +172,8 @@ def _recipe(
 @pytest.mark.parametrize(
     "extra, key, needle",
     [
-        ("export_shard_size: 1048576\n", "export_shard_size", "one atomic, checksummed export file"),
+        ("export_shard_size: 1.5\n", "export_shard_size", "whole number of bytes per shard"),
+        ("export_shard_size: big\n", "export_shard_size", "whole number of bytes per shard"),
         ("export_type: parquet\n", "export_type", "contradicts export_path"),
         ("export_type: csv\n", "export_type", "must be one of jsonl, json, parquet"),
         ("encrypt_before_export: true\n", "encrypt_before_export", "leak"),

@@ -1,0 +1,287 @@
+"""Data-Juicer's sharded export (``export_shard_size`` > 0), committed as a set with a manifest.
+
+What Data-Juicer 1.6.1's exporter does, and this module does the same:
+
+* **Shard count**: ``int(dataset_nbytes / export_shard_size) + 1``, at most the number of rows (an
+  empty export has no shards).  ``dataset_nbytes`` is the Arrow size of the exported rows after the
+  fields that are not exported are dropped; here ``engine/output/arrow_size.py`` computes it over
+  the rows we export, equal to pyarrow's ``nbytes`` of them as one table, which is what Data-Juicer
+  reads when its dataset has no indices mapping (its last op a mapper).  After a trailing filter
+  or deduplicator Data-Juicer scales the size of the table before that op by the fraction of rows
+  kept, an estimate of the same quantity: the counts then differ only where the estimate and the
+  exact size fall on two sides of a multiple of ``export_shard_size``.
+* **Split points**: contiguous row ranges in export order, as ``datasets.Dataset.shard(n, i,
+  contiguous=True)``: ``rows // n`` each, the first ``rows % n`` shards one row more.
+* **File names**: ``<stem>-<i>-of-<n>.<suffix>`` beside ``export_path``, both numbers zero-padded to
+  ``len(str(n)) + 1`` digits.  ``stem`` is the file name up to its first dot on a local path; on an
+  ``s3://`` or ``hdfs://`` URL Data-Juicer removes only the last extension, and so does this module.
+
+What this module adds, so a reader never sees half a night: every shard is written to a staged
+name first (a disk-full error there leaves the previous set untouched, and the staged files are
+removed); only then is the previous manifest retired, the shards renamed into place and the new
+manifest (``<stem>.manifest.json``: each shard's file, rows, bytes and xxh3-128; the totals; the job
+id) written last, atomically.  A reader that trusts the manifest sees the previous complete set or,
+in the moment between, no manifest at all; never a manifest naming shards of another night.  The
+previous set's shards that the new one does not overwrite are removed after the commit; the list
+of them is kept in a retiring record (``.<stem>.manifest.json.retiring``) until then, so a crash in
+between leaves them known to be ours.  A file the previous manifest does not name is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Callable
+
+import numpy as np
+import xxhash
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.output.errors import ExportMismatchError
+from airflow_provider_dj.engine.output.hashing import HashingWriter
+
+MANIFEST_FORMAT = "dj-airflow-export-shards"
+MANIFEST_VERSION = 1
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+def shard_count(nbytes: float, rows: int, shard_size: int) -> int:
+    """Data-Juicer's shard count for an export of ``rows`` rows and ``nbytes`` Arrow bytes."""
+    return min(int(nbytes / shard_size) + 1, rows)
+
+
+def shard_bounds(rows: int, count: int) -> list[tuple[int, int]]:
+    """Each shard's [start, end) rows: contiguous, sizes differing by at most one, larger first."""
+    div, mod = divmod(rows, count) if count else (0, 0)
+    bounds, start = [], 0
+    for i in range(count):
+        end = start + div + (1 if i < mod else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def _stem_and_dir(export_path: str) -> tuple[str, str, str]:
+    """(directory, stem, suffix) of Data-Juicer's shard names for ``export_path``."""
+    directory, name = storage.dirname(export_path), storage.basename(export_path)
+    suffix = name.rsplit(".", 1)[-1].lower()
+    scheme = export_path.split("://", 1)[0].lower() if storage.is_url(export_path) else ""
+    stem = name.rsplit(".", 1)[0] if scheme in ("s3", "hdfs") else name.split(".")[0]
+    return directory, stem, suffix
+
+
+def shard_names(export_path: str, count: int) -> list[str]:
+    """The shard file names (no directory) Data-Juicer writes for ``count`` shards."""
+    _, stem, suffix = _stem_and_dir(export_path)
+    width = len(str(count)) + 1
+    return [f"{stem}-{i:0{width}d}-of-{count:0{width}d}.{suffix}" for i in range(count)]
+
+
+def manifest_path(export_path: str) -> str:
+    """Where the manifest of ``export_path``'s shard set lies: beside the shards."""
+    directory, stem, _ = _stem_and_dir(export_path)
+    return storage.join(directory, f"{stem}{MANIFEST_SUFFIX}")
+
+
+def _retiring_path(manifest: str) -> str:
+    return storage.join(storage.dirname(manifest), f".{storage.basename(manifest)}.retiring")
+
+
+def read_manifest(path: str) -> dict | None:
+    """The manifest at ``path``; None when there is none or it is not one of ours."""
+    try:
+        data = json.loads(storage.read_bytes(path))
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        return None
+    return data
+
+
+class ShardSetWriter:
+    """Writes one export as Data-Juicer's shard files, committed as a set (see the module docstring).
+
+    JSONL: ``write`` takes the export's bytes in order (one row per line, as the engine's JSONL writer
+    emits them) and cuts them into shards at row boundaries, so the shards concatenated are the
+    single-file export byte for byte.  Parquet: ``write_table`` once per shard, in order."""
+
+    def __init__(self, export_path: str, bounds: list[tuple[int, int]], *, job_id: str, shard_size: int) -> None:
+        self.export_path, self.job_id, self.shard_size = export_path, job_id, shard_size
+        self.directory = storage.dirname(export_path)
+        self.manifest = manifest_path(export_path)
+        self.names = shard_names(export_path, len(bounds))
+        self.targets = [end - start for start, end in bounds]
+        self.staged = [storage.join(self.directory, f".{n}.staged-{job_id}") for n in self.names]
+        self.shards: list[dict] = []
+        self._index = -1
+        self._rows = 0
+        self._hash = xxhash.xxh3_128()
+        self._bytes = 0
+        self._writer: storage.AtomicFileWriter | None = None
+        self._fh = None
+
+    def _open_next(self) -> None:
+        self._index += 1
+        self._rows, self._bytes, self._hash = 0, 0, xxhash.xxh3_128()
+        what = f"shard {self.names[self._index]} of the export"
+        self._writer = storage.AtomicFileWriter(self.staged[self._index], tmp_tag=self.job_id, what=what)
+        self._fh = self._writer.__enter__()
+
+    def _close_current(self) -> None:
+        writer, self._writer, self._fh = self._writer, None, None
+        writer.__exit__(None, None, None)
+        self.shards.append(
+            {
+                "file": self.names[self._index],
+                "rows": self._rows,
+                "bytes": self._bytes,
+                "xxh3_128": self._hash.hexdigest(),
+            }
+        )
+
+    def _put(self, data) -> None:
+        self._fh.write(data)
+        self._hash.update(data)
+        self._bytes += len(data)
+
+    def write(self, data) -> int:
+        """Append export bytes; a shard is closed as soon as it holds its rows."""
+        view = memoryview(data).cast("B")
+        ends = np.flatnonzero(np.frombuffer(view, dtype=np.uint8) == 10)  # one row ends at each newline
+        pos = used = 0
+        while pos < len(view):
+            if self._fh is None:
+                if self._index + 1 >= len(self.targets):
+                    raise ValueError("the export holds more rows than its shards were planned for")
+                self._open_next()
+            need = self.targets[self._index] - self._rows
+            if len(ends) - used < need:
+                self._put(view[pos:])
+                self._rows += len(ends) - used
+                break
+            cut = int(ends[used + need - 1]) + 1
+            self._put(view[pos:cut])
+            self._rows += need
+            used, pos = used + need, cut
+            self._close_current()
+        return len(view)
+
+    def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+
+    def write_table(self, table, total_hash, write: Callable) -> None:
+        """Write the next shard from ``table`` with ``write(table, file)``; ``total_hash`` (an xxh3 of
+        the whole set) sees its bytes too."""
+        self._open_next()
+        counter = HashingWriter(HashingWriter(self._fh, total_hash), self._hash)
+        write(table, counter)
+        self._rows, self._bytes = table.num_rows, counter.n
+        self._close_current()
+
+    def abort(self, exc: BaseException | None = None) -> Exception | None:
+        """Remove every staged shard of this attempt; the previous set and its manifest stay as they were.
+
+        Returns the disk-full error naming the shard when ``exc`` is the disk filling up mid-shard."""
+        failure = None
+        if self._writer is not None:
+            writer, self._writer, self._fh = self._writer, None, None
+            try:
+                writer.__exit__(type(exc) if exc else RuntimeError, exc, None)
+            except OSError as err:
+                failure = err
+        for path in self.staged:
+            storage.remove(path)
+        return failure
+
+    def commit(self, *, total_rows: int, checksum: str, before_manifest: Callable[[], None] | None = None) -> dict:
+        """Publish the staged shards as the current set; return the manifest written (last).
+
+        ``before_manifest`` runs after the shards are in place and before the manifest is written
+        (a fault point for tests)."""
+        if len(self.shards) != len(self.names) or sum(s["rows"] for s in self.shards) != total_rows:
+            raise ValueError(
+                f"the export wrote {len(self.shards)} of {len(self.names)} shards "
+                f"({sum(s['rows'] for s in self.shards)} of {total_rows} rows)"
+            )
+        retiring = self._retire_previous()
+        for staged, name in zip(self.staged, self.names):
+            storage.rename(staged, storage.join(self.directory, name))
+        if before_manifest is not None:
+            before_manifest()
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "job_id": self.job_id,
+            "export_path": self.export_path,
+            "export_shard_size": self.shard_size,
+            "total_rows": total_rows,
+            "total_bytes": sum(s["bytes"] for s in self.shards),
+            "checksum_xxh3_128": checksum,
+            "shards": self.shards,
+        }
+        data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+        storage.atomic_write_bytes(self.manifest, data, what="the export's shard manifest")
+        self._remove_retired(retiring)
+        return manifest
+
+    def _retire_previous(self) -> list[str]:
+        """Take the previous manifest down, keeping the names of its shards in the retiring record."""
+        record = _retiring_path(self.manifest)
+        old = read_manifest(self.manifest)
+        try:
+            names = list(json.loads(storage.read_bytes(record)).get("files", []))
+        except (FileNotFoundError, ValueError, AttributeError):
+            names = []
+        if old is not None:
+            names = sorted(set(names) | {s["file"] for s in old.get("shards", [])})
+            storage.atomic_write_bytes(record, json.dumps({"files": names}).encode(), what="the retiring record")
+            storage.remove(self.manifest)
+        return names
+
+    def _remove_retired(self, names: list[str]) -> None:
+        keep = set(self.names)
+        for name in names:
+            if name not in keep and posixpath.basename(name) == name:
+                storage.remove(storage.join(self.directory, name))
+        storage.remove(_retiring_path(self.manifest))
+
+
+def verify_shard_set(summary_export: dict) -> None:
+    """Re-check a completed sharded export: the manifest is the job's, and every shard's size and xxh3
+    match it.  Raises ExportMismatchError naming the first file that does not."""
+    manifest_file = summary_export["manifest"]
+    manifest = read_manifest(manifest_file)
+    if manifest is None or manifest.get("shards") != summary_export["shards"]:
+        raise ExportMismatchError(
+            f"the export's manifest {manifest_file} is missing or names other shards than this job wrote; "
+            f"nothing was rewritten: restore the set or start a new job"
+        )
+    directory = storage.dirname(manifest_file)
+    for shard in manifest["shards"]:
+        path = storage.join(directory, shard["file"])
+        h, n = xxhash.xxh3_128(), 0
+        try:
+            with storage.open_read(path) as fh:
+                for chunk in storage.iter_chunks(fh):
+                    h.update(chunk)
+                    n += len(chunk)
+        except FileNotFoundError:
+            raise ExportMismatchError(f"shard {path} of the export is missing; restore it or start a new job") from None
+        if n != shard["bytes"] or h.hexdigest() != shard["xxh3_128"]:
+            raise ExportMismatchError(
+                f"shard {path} changed since the export ({n} bytes, xxh3 {h.hexdigest()}; the manifest "
+                f"recorded {shard['bytes']} bytes, xxh3 {shard['xxh3_128']}); restore it or start a new job"
+            )
+
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "ShardSetWriter",
+    "manifest_path",
+    "read_manifest",
+    "shard_bounds",
+    "shard_count",
+    "shard_names",
+    "verify_shard_set",
+]
