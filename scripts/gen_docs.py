@@ -40,8 +40,8 @@ KEY_TEXT: dict[str, str] = {
     "or `.parquet` files; local or an fsspec URL (`s3://...`). Files are read in sorted path order. May be "
     "templated (`/data/crawl/{{ ds }}/*.jsonl`, [nightly.md](nightly.md)).",
     "export_path": "The result: one `.jsonl`, `.json` (written as JSON Lines) or `.parquet` file, written "
-    "atomically in input order after the accounting check. May be templated (`/data/clean/{{ ds }}.jsonl`; "
-    "the suffix must be outside the template).",
+    "atomically in input order after the accounting check (with `export_shard_size`, Data-Juicer's shard files "
+    "beside it instead). May be templated (`/data/clean/{{ ds }}.jsonl`; the suffix must be outside the template).",
     "work_dir": "Where job directories (`{work_dir}/{job_id}/`) go. Every Ray node and Airflow worker must see it "
     "at the same path. May be templated.",
     "text_keys": "The text field the ops read; only the first is used, as in Data-Juicer.",
@@ -63,8 +63,9 @@ KEY_TEXT: dict[str, str] = {
     "([recipes.md](recipes.md#which-fields-reach-the-export)).",
     "export_type": "Data-Juicer's export format key: accepted when it names the `export_path` suffix's format, "
     "refused when it contradicts it (the format comes from the suffix).",
-    "export_shard_size": "Data-Juicer's shard size in bytes: 0 (one file) is accepted; more is refused (the export "
-    "is one atomic, checksummed file in input order, not shard files).",
+    "export_shard_size": "Data-Juicer's shard size in bytes: 0 or less is one export file; more writes the "
+    "`<stem>-NN-of-MM` shard files Data-Juicer writes for that size (same names, same split points), committed as "
+    "a set by a manifest written last, `<stem>.manifest.json` ([recipes.md](recipes.md#sharded-export)).",
     "export_in_parallel": "As in Data-Juicer, how and not what is written: `false` serializes a JSONL export in the "
     "export task instead of on Ray workers; the bytes are identical.",
     "keep_hashes_in_res_ds": "Keep the hash fields (`__dj__hash`, `__dj__minhash`, `__dj__simhash`, "
@@ -257,7 +258,7 @@ VALUE_TEXT: dict[str, str] = {
     "job_id": "safe id",
     "resume": "safe id",
     "export_type": "`jsonl` \\| `json` \\| `parquet` or null",
-    "export_shard_size": "bytes (only 0)",
+    "export_shard_size": "integer (bytes)",
     "export_in_parallel": "true \\| false",
     "keep_hashes_in_res_ds": "true \\| false",
     "encrypt_before_export": "false",
