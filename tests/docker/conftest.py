@@ -46,10 +46,16 @@ def docker_engine() -> None:
 
 @pytest.fixture(scope="session")
 def stack_env(tmp_path_factory, docker_engine) -> dict:
-    """Environment the compose file reads: a host work dir we can inspect, our uid, a free API port."""
+    """Environment the compose file reads: a host work dir we can inspect, our uid, free API and Ray
+    dashboard ports (another stack or a local Ray may hold the defaults)."""
     work = tmp_path_factory.mktemp("compose_work")
     os.chmod(work, 0o777)
-    env = {"DJ_WORK_HOST_DIR": str(work), "AIRFLOW_UID": str(os.getuid()), "DJ_API_PORT": str(free_port())}
+    env = {
+        "DJ_WORK_HOST_DIR": str(work),
+        "AIRFLOW_UID": str(os.getuid()),
+        "DJ_API_PORT": str(free_port()),
+        "DJ_RAY_DASHBOARD_PORT": str(free_port()),
+    }
     os.environ.update(env)
     return env
 

@@ -1,22 +1,29 @@
 """The deployment files in docker/ cannot rot silently.
 
 No Docker engine runs here, so the stack itself is exercised only where one
-does (tests/docker/).  This test reads the compose file, the Dockerfile and
-the compose recipe as data and checks what a broken deployment would get
-wrong: missing services, a work dir not shared by every node, Airflow not
-pointed at PostgreSQL or the Ray head, a recipe whose paths lie outside the
-mounts, a Ray command swallowed by the Airflow entrypoint.
+does (tests/docker/).  This test reads the compose file, the Dockerfile,
+pyproject.toml and the compose recipe as data and checks what a broken
+deployment would get wrong: missing services, a work dir not shared by every
+node, Airflow not pointed at PostgreSQL, a recipe whose paths lie outside the
+mounts, a Ray command swallowed by the Airflow entrypoint, and the Ray Jobs
+wiring: the `ray_default` connection, read by the provider's own code (Airflow's
+lookup of AIRFLOW_CONN_RAY_DEFAULT, then RayHook.resolve), must select Ray Jobs
+mode at the head's dashboard, which the head must start, publish on the port the
+connection names and be able to serve (Ray's dashboard extra in the image), and
+the drivers must run with the image's provider Python.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 
 import pytest
 import yaml
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.hooks.ray import RayHook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKER = os.path.join(ROOT, "docker")
@@ -71,8 +78,79 @@ def test_airflow_env_points_at_postgres_and_ray(compose):
         assert "@postgres:5432/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
         assert env["DJ_WORK_DIR"] == WORK_MOUNT
-    conn = yaml.safe_load(compose["services"]["airflow-scheduler"]["environment"]["AIRFLOW_CONN_RAY_DEFAULT"])
-    assert conn["conn_type"] == "ray" and conn["host"] == "ray-head" and conn["port"] == 6379
+
+
+def resolve_ray_connection(conn_json: str, monkeypatch) -> dict:
+    """What the provider makes of ``conn_json`` as ``ray_default``: Airflow's own connection lookup
+    (RayHook.get_connection reads AIRFLOW_CONN_RAY_DEFAULT through the environment secrets backend),
+    then RayHook.resolve, exactly as a partition task does.  Shared with the KubeRay example's test."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", conn_json)
+    return RayHook().resolve()
+
+
+def _flags(command: list[str]) -> dict[str, str]:
+    """``--name=value`` arguments of a command as {name: value} (``--flag`` alone: "")."""
+    out = {}
+    for arg in command:
+        if arg.startswith("--"):
+            name, _, value = arg[2:].partition("=")
+            out[name] = value
+    return out
+
+
+def _dockerfile() -> str:
+    with open(os.path.join(DOCKER, "Dockerfile"), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def test_ray_connection_selects_ray_jobs_mode_at_the_heads_dashboard(compose, monkeypatch):
+    envs = {name: compose["services"][name]["environment"] for name in AIRFLOW_SERVICES}
+    conns = {env["AIRFLOW_CONN_RAY_DEFAULT"] for env in envs.values()}
+    assert len(conns) == 1, "every Airflow service, the triggerer too, must see the same ray_default"
+    cfg = resolve_ray_connection(conns.pop(), monkeypatch)
+    head = _flags(compose["services"]["ray-head"]["command"])
+
+    assert cfg["mode"] == "jobs"
+    dashboard = urllib.parse.urlsplit(cfg["dashboard_address"])
+    assert dashboard.scheme == "http" and dashboard.hostname == "ray-head"
+    assert dashboard.port == int(head["dashboard-port"])
+    # The steps that stay in the Airflow task reach the same head's GCS, where the worker joins.
+    assert cfg["address"] == f"ray-head:{head['port']}"
+    assert _flags(compose["services"]["ray-worker"]["command"])["address"] == cfg["address"]
+    # The drivers run with the image's provider environment, whatever PATH Ray was started with.
+    python = re.search(r"^ENV DJ_PYTHON=(\S+)$", _dockerfile(), re.M)
+    assert python and cfg["entrypoint_python"] == python.group(1)
+    assert cfg["init_kwargs"] == {"namespace": "dj"}
+
+
+def test_ray_head_serves_its_dashboard_on_the_connections_port(compose):
+    head = compose["services"]["ray-head"]
+    flags = _flags(head["command"])
+    assert flags["include-dashboard"] == "true"
+    assert flags["dashboard-host"] == "0.0.0.0", "the dashboard must answer other containers, not loopback"
+    port = flags["dashboard-port"]
+    # Published for a browser on this host's loopback only (it runs whatever is submitted to it).
+    published = [p for p in head["ports"] if p.rsplit(":", 1)[1] == port]
+    assert published and all(p.startswith("127.0.0.1:") for p in head["ports"]), head["ports"]
+    # Healthy only when the job API answers; every Airflow service (the triggerer too) waits for it.
+    assert f"http://localhost:{port}/api/version" in " ".join(head["healthcheck"]["test"])
+    for name in AIRFLOW_SERVICES:
+        assert compose["services"][name]["depends_on"]["ray-head"]["condition"] == "service_healthy"
+
+
+def test_image_has_the_dashboard_and_a_provider_python():
+    import tomllib  # Python 3.11+, as the test environment is
+
+    text = _dockerfile()
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        extras = tomllib.load(fh)["project"]["optional-dependencies"]
+    assert any(req.replace(" ", "").startswith("ray[default]") for req in extras["ray-cluster"])
+    install = re.search(r'spec="\.\[ray-cluster\$\{DJ_EXTRAS:\+,\$\{DJ_EXTRAS\}\}\]"', text)
+    assert install, "the image must install the ray-cluster extra whatever DJ_EXTRAS adds"
+    # The build imports the provider and Ray's dashboard dependencies with the very Python the
+    # connection names, so a wrong path or a missing extra fails the build, not a submission.
+    assert 'RUN "${DJ_PYTHON}" -c "import airflow_provider_dj, ray.dashboard.optional_deps"' in text
 
 
 def test_ray_nodes_start_ray_not_airflow(compose):
@@ -106,7 +184,7 @@ def test_compose_recipe_paths_lie_in_mounts(compose):
 
 
 def test_dockerfile_installs_the_provider_and_dag_file():
-    text = open(os.path.join(DOCKER, "Dockerfile"), encoding="utf-8").read()
+    text = _dockerfile()
     assert re.search(r"^FROM apache/airflow:\$\{AIRFLOW_VERSION\}", text, re.M)
     assert "COPY --chown=airflow:root airflow_provider_dj" in text
     assert "dags/dj_recipes.py /opt/airflow/dags/" in text
