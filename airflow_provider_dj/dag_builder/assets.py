@@ -123,7 +123,12 @@ def export_event_extra(
         rendered_from = (record.get("values") or {}).get("export_path", {}).get("template")
         overridden = rendered_from != export_path_template  # dag_run.conf replaced the template
     else:
-        overridden = path_to_asset_uri(actual) != path_to_asset_uri(declared_export_path)
+        declared = declared_export_path
+        if result.get("manifest"):  # a sharded export reports its manifest, beside the declared path
+            from airflow_provider_dj.engine.output.shards import manifest_path
+
+            declared = manifest_path(declared_export_path)
+        overridden = path_to_asset_uri(actual) != path_to_asset_uri(declared)
     return {
         "job_id": result["job_id"],
         "rows": result["rows"],

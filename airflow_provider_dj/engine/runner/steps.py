@@ -175,9 +175,11 @@ def finish_job(
 
 
 def _export_result(summary: dict) -> dict:
+    """``export_path``: the export file, or for a sharded export its manifest (then also ``manifest``)."""
     return {
         "export_path": summary["export"]["path"],
         "rows": summary["export"]["rows"],
         "checksum": summary["export"]["checksum_xxh3_128"],
         "job_id": summary["job_id"],
+        **({"manifest": summary["export"]["manifest"]} if summary["export"].get("manifest") else {}),
     }

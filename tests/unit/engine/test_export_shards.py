@@ -260,3 +260,80 @@ def test_the_key_is_whole_bytes_and_zero_or_less_is_one_file(tmp_path: Path, val
 def test_a_fractional_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="whole number of bytes"):
         load_recipe(_recipe(tmp_path, "1.5"))  # type: ignore[arg-type]
+
+
+def test_parallel_parts_give_the_same_shards(tmp_path: Path) -> None:
+    """The Ray workers' part files (made here by calling the workers' function in-process), copied in
+    order, are cut into the same shards as this process's own serialization."""
+    from airflow_provider_dj.engine.execution.segment_runner import run_segment
+    from airflow_provider_dj.engine.job.export import export_job
+    from airflow_provider_dj.engine.output.parts import write_part
+
+    spec = SPEC["variants"]["three_shards"]
+    job = prepare_job(load_recipe(_recipe(tmp_path, spec["export_shard_size"])), job_id="parts")
+    for pid in range(3):
+        run_segment(job.job_dir, 0, pid)
+    out_dir = tmp_path / "out"
+    export_job(job.job_dir)
+    sequential = {n: (out_dir / n).read_bytes() for n in spec["files"]}
+    made: list[int] = []
+
+    def part_source():
+        for pid in range(3):
+            made.append(pid)
+            yield write_part(job.job_dir, pid)
+
+    for n in spec["files"]:
+        (out_dir / n).unlink()
+    export_job(job.job_dir, part_source=part_source)
+    assert made == [0, 1, 2]
+    assert {n: (out_dir / n).read_bytes() for n in spec["files"]} == sequential
+    assert _files(out_dir) == sorted([*spec["files"], "result.manifest.json"])
+
+
+def test_a_resume_cannot_change_the_shard_size(tmp_path: Path) -> None:
+    from airflow_provider_dj.engine.job.resume import ResumeRefusedError
+
+    recipe, job = _with_fault(tmp_path, "night", [{"point": "export_mid", "times": 1, "kind": "raise"}])
+    with pytest.raises(InjectedFault):
+        run_prepared_job(job)
+    with pytest.raises(ResumeRefusedError, match="export_shard_size"):
+        _run(_recipe(tmp_path, 1500), "night", resume="night")
+
+
+def test_a_sharded_exports_asset_event_names_the_manifest_without_an_override() -> None:
+    pytest.importorskip("airflow")
+    from airflow_provider_dj.dag_builder.assets import export_event_extra
+
+    result = {"export_path": "/d/result.manifest.json", "manifest": "/d/result.manifest.json"}
+    result.update(rows=20, checksum="c", job_id="j")
+    extra = export_event_extra(result, recipe_name="r", declared_export_path="/d/result.jsonl", context={})
+    assert (extra["export_path"], extra["export_path_overridden"]) == ("/d/result.manifest.json", False)
+    moved = export_event_extra(
+        {**result, "export_path": "/e/result.manifest.json"},
+        recipe_name="r",
+        declared_export_path="/d/result.jsonl",
+        context={},
+    )
+    assert moved["export_path_overridden"] is True
+
+
+def test_the_writer_commits_on_an_object_store_and_retires_the_previous_set() -> None:
+    """On an fsspec URL (memory://: upload on close, copy for rename) with bytes arriving in pieces that
+    cut rows in two; a night of 2 shards after one of 3 leaves only its own."""
+    from airflow_provider_dj.core import fs as storage
+    from airflow_provider_dj.engine.output.shards import ShardSetWriter, read_manifest, verify_shard_set
+
+    data = b"".join(b'{"i": %d}\n' % i for i in range(10))
+    root = "memory://dj-shards-test/out"
+    for night, count in (("n1", 3), ("n2", 2)):
+        writer = ShardSetWriter(f"{root}/my.data.jsonl", shard_bounds(10, count), job_id=night, shard_size=5)
+        for piece in (data[:13], data[13:14], data[14:]):
+            writer.write(piece)
+        manifest = writer.commit(total_rows=10, checksum=xxhash.xxh3_128_hexdigest(data))
+    assert storage.listdir(root) == ["my-00-of-02.jsonl", "my-01-of-02.jsonl", "my.manifest.json"]
+    assert [s["rows"] for s in manifest["shards"]] == [5, 5]
+    assert b"".join(storage.read_bytes(f"{root}/{s['file']}") for s in manifest["shards"]) == data
+    assert read_manifest(f"{root}/my.manifest.json")["job_id"] == "n2"
+    verify_shard_set({"manifest": f"{root}/my.manifest.json", "shards": manifest["shards"]})
+    storage.remove_tree("memory://dj-shards-test")
