@@ -243,6 +243,9 @@ def _write_export(
         else:
             rows = _write_jsonl_export(job_dir, ctx, tables, markers, part_source, ledger, out)
     _remove_parts(job_dir, part_source)
+    from airflow_provider_dj.engine.output.shards import retire_shard_set
+
+    retire_shard_set(recipe.export_path)  # an earlier night's shard set must not look current beside it
     return rows, out.h.hexdigest(), out.n, None
 
 

@@ -25,6 +25,8 @@ in the moment between, no manifest at all; never a manifest naming shards of ano
 previous set's shards that the new one does not overwrite are removed after the commit; the list
 of them is kept in a retiring record (``.<stem>.manifest.json.retiring``) until then, so a crash in
 between leaves them known to be ours.  A file the previous manifest does not name is never touched.
+A single-file export of the same ``export_path`` takes down the set (``retire_shard_set``) once it
+is committed, for the same reason.
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ class ShardSetWriter:
         self.names = shard_names(export_path, len(bounds))
         self.targets = [end - start for start, end in bounds]
         self.staged = [storage.join(self.directory, f".{n}.staged-{job_id}") for n in self.names]
+        if storage.exists(self.manifest) and read_manifest(self.manifest) is None:
+            raise ExportMismatchError(
+                f"{self.manifest} exists and is not a shard manifest this engine wrote; the sharded export "
+                f"of {export_path} commits its set under that name. Move the file or change export_path"
+            )
         self.shards: list[dict] = []
         self._index = -1
         self._rows = 0
@@ -247,6 +254,25 @@ class ShardSetWriter:
         storage.remove(_retiring_path(self.manifest))
 
 
+def retire_shard_set(export_path: str) -> list[str]:
+    """After a single-file export of ``export_path``: take down a shard set an earlier sharded export of
+    the same path committed (its manifest first, then the shards it names), so it no longer looks
+    current beside the new file.  Returns the files removed; a manifest that is not ours or names
+    another export path is left alone."""
+    path = manifest_path(export_path)
+    manifest = read_manifest(path)
+    if manifest is None or manifest.get("export_path") != export_path:
+        return []
+    storage.remove(path)
+    directory, removed = storage.dirname(path), [storage.basename(path)]
+    for shard in manifest.get("shards", []):
+        name = shard.get("file", "")
+        if name and posixpath.basename(name) == name:
+            storage.remove(storage.join(directory, name))
+            removed.append(name)
+    return removed
+
+
 def verify_shard_set(summary_export: dict) -> None:
     """Re-check a completed sharded export: the manifest is the job's, and every shard's size and xxh3
     match it.  Raises ExportMismatchError naming the first file that does not."""
@@ -280,6 +306,7 @@ __all__ = [
     "ShardSetWriter",
     "manifest_path",
     "read_manifest",
+    "retire_shard_set",
     "shard_bounds",
     "shard_count",
     "shard_names",

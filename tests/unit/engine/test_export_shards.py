@@ -337,3 +337,20 @@ def test_the_writer_commits_on_an_object_store_and_retires_the_previous_set() ->
     assert read_manifest(f"{root}/my.manifest.json")["job_id"] == "n2"
     verify_shard_set({"manifest": f"{root}/my.manifest.json", "shards": manifest["shards"]})
     storage.remove_tree("memory://dj-shards-test")
+
+
+def test_a_single_file_night_after_a_sharded_one_takes_the_set_down(tmp_path: Path, single_file: bytes) -> None:
+    out_dir, _ = _night1(tmp_path)
+    _run(_recipe(tmp_path, 0), "night2")
+    assert _files(out_dir) == ["result-99-of-99.jsonl", "result.jsonl"]
+    assert (out_dir / "result.jsonl").read_bytes() == single_file
+
+
+def test_a_manifest_name_held_by_a_file_not_ours_is_refused_before_writing(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "result.manifest.json").write_text('{"mine": true}')
+    with pytest.raises(ExportMismatchError, match="not a shard manifest this engine wrote"):
+        _run(_recipe(tmp_path, 1500), "night1")
+    assert _files(out_dir) == ["result.manifest.json"]
+    assert (out_dir / "result.manifest.json").read_text() == '{"mine": true}'
