@@ -354,3 +354,12 @@ def test_a_manifest_name_held_by_a_file_not_ours_is_refused_before_writing(tmp_p
         _run(_recipe(tmp_path, 1500), "night1")
     assert _files(out_dir) == ["result.manifest.json"]
     assert (out_dir / "result.manifest.json").read_text() == '{"mine": true}'
+
+
+def test_openlineage_reads_a_sharded_exports_fields_from_its_first_shard(tmp_path: Path) -> None:
+    from airflow_provider_dj.openlineage_facets.job_facts import read_job_facts
+
+    result = _run(_recipe(tmp_path, SPEC["variants"]["three_shards"]["export_shard_size"]), "night1")
+    export = read_job_facts(result.job_dir).export
+    assert export.written and export.rows == 20 and export.dataset.name.endswith("result.manifest.json")
+    assert sorted(f.name for f in export.dataset.fields) == ["id", "meta", "text"]
