@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from airflow_provider_dj.engine.config.recipe import load_recipe
-from airflow_provider_dj.hooks.ray import RayHook
+from tests.helpers_deploy import dockerfile_text, image_python, resolve_ray_connection
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKER = os.path.join(ROOT, "docker")
@@ -80,15 +80,6 @@ def test_airflow_env_points_at_postgres_and_ray(compose):
         assert env["DJ_WORK_DIR"] == WORK_MOUNT
 
 
-def resolve_ray_connection(conn_json: str, monkeypatch) -> dict:
-    """What the provider makes of ``conn_json`` as ``ray_default``: Airflow's own connection lookup
-    (RayHook.get_connection reads AIRFLOW_CONN_RAY_DEFAULT through the environment secrets backend),
-    then RayHook.resolve, exactly as a partition task does.  Shared with the KubeRay example's test."""
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", conn_json)
-    return RayHook().resolve()
-
-
 def _flags(command: list[str]) -> dict[str, str]:
     """``--name=value`` arguments of a command as {name: value} (``--flag`` alone: "")."""
     out = {}
@@ -97,11 +88,6 @@ def _flags(command: list[str]) -> dict[str, str]:
             name, _, value = arg[2:].partition("=")
             out[name] = value
     return out
-
-
-def _dockerfile() -> str:
-    with open(os.path.join(DOCKER, "Dockerfile"), encoding="utf-8") as fh:
-        return fh.read()
 
 
 def test_ray_connection_selects_ray_jobs_mode_at_the_heads_dashboard(compose, monkeypatch):
@@ -119,8 +105,7 @@ def test_ray_connection_selects_ray_jobs_mode_at_the_heads_dashboard(compose, mo
     assert cfg["address"] == f"ray-head:{head['port']}"
     assert _flags(compose["services"]["ray-worker"]["command"])["address"] == cfg["address"]
     # The drivers run with the image's provider environment, whatever PATH Ray was started with.
-    python = re.search(r"^ENV DJ_PYTHON=(\S+)$", _dockerfile(), re.M)
-    assert python and cfg["entrypoint_python"] == python.group(1)
+    assert cfg["entrypoint_python"] == image_python()
     assert cfg["init_kwargs"] == {"namespace": "dj"}
 
 
@@ -142,7 +127,7 @@ def test_ray_head_serves_its_dashboard_on_the_connections_port(compose):
 def test_image_has_the_dashboard_and_a_provider_python():
     import tomllib  # Python 3.11+, as the test environment is
 
-    text = _dockerfile()
+    text = dockerfile_text()
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
         extras = tomllib.load(fh)["project"]["optional-dependencies"]
     assert any(req.replace(" ", "").startswith("ray[default]") for req in extras["ray-cluster"])
@@ -184,7 +169,7 @@ def test_compose_recipe_paths_lie_in_mounts(compose):
 
 
 def test_dockerfile_installs_the_provider_and_dag_file():
-    text = _dockerfile()
+    text = dockerfile_text()
     assert re.search(r"^FROM apache/airflow:\$\{AIRFLOW_VERSION\}", text, re.M)
     assert "COPY --chown=airflow:root airflow_provider_dj" in text
     assert "dags/dj_recipes.py /opt/airflow/dags/" in text
