@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,12 +45,12 @@ class RayNodes:
 
     def __init__(self, root) -> None:
         self.root = root
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.port = 0  # the head's GCS port, claimed when it starts
+        self.address = ""
         self.procs: dict[str, subprocess.Popen] = {}
 
     def _start(self, name: str, args: list[str]) -> None:
-        log = open(os.path.join(self.root, f"ray_{name}.log"), "wb")
+        log = open(os.path.join(self.root, f"ray_{name}.log"), "wb")  # a second try starts a fresh log
         self.procs[name] = subprocess.Popen(
             [
                 RAY,
@@ -69,20 +68,41 @@ class RayNodes:
             env=ray_env(),
         )
 
-    def start_head(self) -> None:
-        self._start("head", ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false"])
-        deadline = time.time() + 90
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+    #: What ``ray start`` prints once its node registered with the cluster (then ``--block`` blocks).
+    STARTED = b"Ray runtime started"
+    #: Ray's own start-up deadline (30 s for the raylet to register, hard-coded in ray/_private/node.py)
+    #: can pass on a two-core machine under a full test suite: that start is tried once more.
+    TIMED_OUT = b"timed out during startup"
+
+    def _start_node(self, name: str, args_of) -> None:
+        """Start node ``name`` with ``args_of()`` (called again for a second try: fresh ports) and wait
+        until it says it started; a start Ray itself gave up on under load is retried once."""
+        for attempt in (1, 2):
+            self._start(name, args_of())
+            deadline = time.time() + 180
+            while time.time() < deadline:
+                log = self._log_bytes(name)
+                if self.STARTED in log:
                     return
-            except OSError:
-                assert time.time() < deadline and self.procs["head"].poll() is None, self.log("head")
+                if self.procs[name].poll() is not None:
+                    break
                 time.sleep(0.3)
+            failed_in_startup = self.TIMED_OUT in self._log_bytes(name)
+            self.kill(name)
+            if not (failed_in_startup and attempt == 1):
+                raise AssertionError(f"ray node {name} did not start:\n" + self.log(name))
+
+    def start_head(self) -> None:
+        def args() -> list[str]:
+            self.port = free_port()
+            self.address = f"127.0.0.1:{self.port}"
+            return ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false"]
+
+        self._start_node("head", args)
 
     def start_worker(self, name: str, cpus: int = 2) -> None:
-        self._start(name, [f"--address={self.address}", f"--num-cpus={cpus}"])
-        self.wait_for_cpus(cpus)
+        self._start_node(name, lambda: [f"--address={self.address}", f"--num-cpus={cpus}"])
+        self.wait_for_cpus(cpus, name)
 
     def cluster_cpus(self) -> float:
         try:
@@ -97,10 +117,12 @@ class RayNodes:
                 return float(line.split("/")[1].split()[0])
         return 0.0
 
-    def wait_for_cpus(self, cpus: float, timeout: float = 120) -> None:
+    def wait_for_cpus(self, cpus: float, worker: str, timeout: float = 120) -> None:
         deadline = time.time() + timeout
         while self.cluster_cpus() < cpus:
-            assert time.time() < deadline, f"the cluster never reached {cpus} CPUs\n" + self.log("head")
+            assert time.time() < deadline, (
+                f"the cluster never reached {cpus} CPUs\nhead:\n{self.log('head')}\n{worker}:\n{self.log(worker)}"
+            )
             time.sleep(1)
 
     def kill(self, name: str) -> None:
@@ -109,8 +131,14 @@ class RayNodes:
         proc.wait(timeout=30)
 
     def log(self, name: str) -> str:
-        with open(os.path.join(self.root, f"ray_{name}.log"), errors="replace") as fh:
-            return fh.read()[-3000:]
+        return self._log_bytes(name).decode(errors="replace")[-3000:]
+
+    def _log_bytes(self, name: str) -> bytes:
+        try:
+            with open(os.path.join(self.root, f"ray_{name}.log"), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return b""
 
     def stop_all(self) -> None:
         for name in list(self.procs):
