@@ -169,13 +169,21 @@ def iter_event_files(job_dir: str) -> list[str]:
     ]
 
 
-def parse_event_lines(data: bytes) -> list[dict]:
+def parse_event_lines(data: bytes, event_type: str | None = None) -> list[dict]:
     """Whole events of one writer's file.  A line counts only if it is
     newline-terminated and parses as a JSON object: a torn last line (writer
-    killed mid-write) is skipped even if its prefix happens to parse."""
+    killed mid-write) is skipped even if its prefix happens to parse.
+
+    ``event_type``: parse only lines that can hold an event of that type (the rest are skipped
+    unparsed; the caller still checks ``event_type`` on what comes back).  Every type in
+    :data:`EVENT_TYPES` is plain ASCII that no JSON writer escapes, so an event of that type always
+    holds the quoted name verbatim, and looking for it first never drops one."""
     out: list[dict] = []
+    needle = f'"{event_type}"'.encode() if event_type is not None else None
     lines = data.split(b"\n")
     for line in lines[:-1]:  # the piece after the last newline is torn (or empty)
+        if needle is not None and needle not in line:
+            continue
         if not line.strip():
             continue
         try:
@@ -206,7 +214,7 @@ def read_events(job_dir: str, event_type: str | None = None, since: float | None
             data = storage.read_bytes(path)
         except FileNotFoundError:
             continue
-        for ev in parse_event_lines(data):
+        for ev in parse_event_lines(data, event_type):
             if event_type is not None and ev.get("event_type") != event_type:
                 continue
             if since is not None and ev.get("timestamp", 0) < since:

@@ -39,3 +39,20 @@ def test_only_the_newest_jobs_are_kept(tmp_path):
         assert cache.read(str(tmp_path / name))[0]["writer"] == name
     assert list(cache._jobs) == [str(tmp_path / "j2")]
     assert cache.read(str(tmp_path / "missing")) == []
+
+
+def test_reading_one_event_type_skips_other_lines_unparsed(tmp_path, monkeypatch):
+    from airflow_provider_dj.engine.jobdir import events
+
+    start = json.dumps({"event_type": "job_start", "timestamp": 2.0, "writer": "v", "seq": 1, "airflow_run_id": "r"})
+    other = _line(1.0, "a", 1, error_message="job_start")  # names the type elsewhere: parsed, then dropped
+    compact = '{"event_type":"job_start","timestamp":3.0,"writer":"w","seq":1}'  # any JSON writer's spacing
+    (tmp_path / "events_a.jsonl").write_text(other + _line(4.0, "a", 2) + start + "\n" + compact + "\n")
+    parsed = []
+    real = events.loads_json
+    monkeypatch.setattr(events, "loads_json", lambda line: parsed.append(line) or real(line))
+    got = read_events(str(tmp_path), "job_start")
+    assert [(e["writer"], e["timestamp"]) for e in got] == [("v", 2.0), ("w", 3.0)]
+    assert len(parsed) == 3  # the plain op_complete line was never parsed
+    parsed.clear()
+    assert len(read_events(str(tmp_path))) == 4 and len(parsed) == 4
