@@ -28,12 +28,12 @@ from typing import Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.doc_cache import read_partitioning_info
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import (
     CHECKPOINTS_DIR,
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
-    PARTITIONING_INFO,
     read_json,
     write_json,
 )
@@ -284,7 +284,10 @@ def build_job_summary(
     if error:
         summary["error"] = error
     cfg = _read_optional(storage.join(job_dir, *EFFECTIVE_CONFIG.split("/")))
-    info = _read_optional(storage.join(job_dir, *PARTITIONING_INFO.split("/")))
+    try:
+        info = read_partitioning_info(job_dir)
+    except (FileNotFoundError, ValueError):
+        info = None
     summary["errors"] = _errors(events, last_start)
     if cfg is None or info is None:
         summary["note"] = "the job was never planned (no effective config or partitioning info); nothing ran"

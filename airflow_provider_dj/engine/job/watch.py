@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.doc_cache import read_partitioning_info
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, PARTITIONING_INFO
 from airflow_provider_dj.engine.storage.context import JobContext
 
@@ -121,7 +122,7 @@ def _raise_if_failed(job_dir: str, partitions: list[int] | None) -> None:
 def _grid_labels(job_dir: str, ids: list[int]) -> list[str]:
     """``p3 rows 750-999`` for each partition id: the name the mapped task instance and the job view give it."""
     try:
-        info = json.loads(storage.read_bytes(storage.join(job_dir, *PARTITIONING_INFO.split("/"))))
+        info = read_partitioning_info(job_dir)
         parts = {p["partition_id"]: p for p in info["partitions"]}
         return [f"p{i} rows {parts[i]['start_row']}-{parts[i]['end_row'] - 1}" for i in ids if i in parts]
     except (FileNotFoundError, ValueError, KeyError, TypeError):

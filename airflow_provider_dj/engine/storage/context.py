@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.recipe import recipe_from_dict
-from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, PARTITIONING_INFO, read_json
+from airflow_provider_dj.engine.jobdir.doc_cache import read_partitioning_info
+from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
 from airflow_provider_dj.engine.planning.plan import build_plan
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
@@ -40,7 +41,9 @@ class JobContext:
 
     @cached_property
     def partitioning_info(self) -> dict:
-        return read_json(self.path(PARTITIONING_INFO))
+        """Read-only: parsed once per process and version of the file and shared by every caller
+        (``engine/jobdir/doc_cache.py``); ``copy.deepcopy`` it for a mutable copy."""
+        return read_partitioning_info(self.job_dir)
 
     @cached_property
     def plan(self):
