@@ -18,6 +18,7 @@ import time
 
 from airflow_provider_dj.client.monitor.progress import job_progress
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core import gc_pause
 from airflow_provider_dj.engine.job.watch import failures
 from airflow_provider_dj.engine.jobdir import event_cache, ray_jobs
 from airflow_provider_dj.engine.jobdir.layout import (
@@ -162,6 +163,11 @@ def gpu_report(job_dir: str) -> dict | None:
 def job_overview(job_dir: str, *, dag_id: str | None = None, run_id: str | None = None) -> dict:
     """Everything the job page shows at once (the big lists — samples, logs — are fetched per partition)."""
     t0 = time.perf_counter()
+    with gc_pause.paused():  # tens of thousands of acyclic dicts: no full collections meanwhile
+        return _job_overview(job_dir, dag_id, run_id, t0)
+
+
+def _job_overview(job_dir: str, dag_id: str | None, run_id: str | None, t0: float) -> dict:
     # Once, and only what was appended since the last page: the big read on a big job (the monitor
     # and the sensor rule share it; engine/jobdir/event_cache.py).
     events = event_cache.shared.read(job_dir)
@@ -272,9 +278,10 @@ def partition_detail(job_dir: str, partition_id: int) -> dict:
         part = ctx.partition(partition_id)
     except IndexError:
         raise KeyError(partition_id) from None
-    all_events = event_cache.shared.read(job_dir)
-    events = [e for e in all_events if e.get("partition_id") == partition_id]
-    failed = failed_partition_ids(job_dir, failures(job_dir, all_events))
+    with gc_pause.paused():
+        all_events = event_cache.shared.read(job_dir)
+        events = [e for e in all_events if e.get("partition_id") == partition_id]
+        failed = failed_partition_ids(job_dir, failures(job_dir, all_events))
     return {
         "partition_id": partition_id,
         "label": f"p{partition_id} rows {part['start_row']}-{int(part['end_row']) - 1}",

@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core import gc_pause
 from airflow_provider_dj.engine.jobdir.events import _order, iter_event_files, parse_event_lines
 
 #: Jobs whose events one cache keeps (least recently read dropped first): a page shows one job at a time.
@@ -66,7 +67,7 @@ class EventCache:
         self._lock = threading.Lock()
 
     def read(self, job_dir: str) -> list[dict]:
-        with self._lock:
+        with self._lock, gc_pause.paused():  # a first read builds ~10 dicts a partition
             job = self._jobs.pop(job_dir, None) or _JobEvents()
             self._jobs[job_dir] = job
             while len(self._jobs) > self._max_jobs:
