@@ -57,4 +57,3 @@ def _read(path: str) -> dict | None:
     except (FileNotFoundError, OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
