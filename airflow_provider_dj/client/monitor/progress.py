@@ -15,6 +15,7 @@ import time
 from typing import Callable, TextIO
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core import gc_pause
 from airflow_provider_dj.engine.job.status import job_status, list_jobs, resolve_job_dir
 from airflow_provider_dj.engine.job.summary import FINAL_STATUSES, build_job_summary, read_job_summary
 from airflow_provider_dj.engine.jobdir.events import read_events
@@ -43,6 +44,11 @@ def job_progress(job_dir: str, *, now: float | None = None, events: list[dict] |
 
     ``events`` may be passed when the caller has read them already (the job view reads them once);
     ``markers``: a long-lived reader's ``engine.storage.marker_cache.MarkerCache``."""
+    with gc_pause.paused():  # ~10 acyclic dicts per partition: no full collections meanwhile
+        return _job_progress(job_dir, now, events, markers)
+
+
+def _job_progress(job_dir: str, now: float | None, events: list[dict] | None, markers) -> dict:
     now = now or time.time()
     events = read_events(job_dir) if events is None else events
     written = read_job_summary(job_dir)
