@@ -2,9 +2,9 @@
 
 Why: ``checkpoints/partitioning_info.json`` of a 10,000-partition job is megabytes, and every reader
 (each ``JobContext``, the summary builder, the sensor's failure message, every page and partition
-panel of the job view) parsed it again.  The file is written once by a job's validate task (and
-again by a re-plan), always by an atomic rename, so a version is named by the file's inode,
-modification time and size: a new write is a new inode.  A document is cached only once its
+panel of the job view) parsed it again.  The file is written by a job's validate task with an
+atomic rename, so a version is named by the file's inode, modification time and size: a new write
+is a new inode.  A document is cached only once its
 file is ``SETTLE_S`` old, so a writer that rewrote a file in place within one clock tick (same
 inode, same mtime, same size) is never answered with the old content.  Object stores have no
 cheap, exact version here: there every read parses afresh.

@@ -25,11 +25,11 @@ def _info(n: int, tag: str = "a") -> dict:
     return {"version": 2, "algorithm": "jsonl", "total_rows": 2 * n, "partitions": parts, "input_files": []}
 
 
-def _write_settled(path, doc: dict) -> None:
+def _write_settled(path, doc: dict, when_ns: int | None = None) -> None:
     """Write ``doc`` atomically (as setup does) and age it past SETTLE_S, so the cache may keep it."""
     write_json(str(path), doc)
-    old = time.time() - 10 * doc_cache.SETTLE_S
-    os.utime(path, (old, old))
+    old = when_ns or time.time_ns() - int(10 * doc_cache.SETTLE_S * 1e9)
+    os.utime(path, ns=(old, old))
 
 
 @pytest.fixture
@@ -56,10 +56,14 @@ def test_parsed_once_per_version_and_shared(job_dir, monkeypatch):
 
 def test_a_rewritten_file_is_read_again(job_dir):
     path = str(_info_path(job_dir))
-    _write_settled(path, _info(3, "a"))
+    when = time.time_ns() - int(10 * doc_cache.SETTLE_S * 1e9)
+    _write_settled(path, _info(3, "a"), when)
+    first = os.stat(path)
     cache = DocCache()
     assert cache.read(path)["partitions"][2]["content_hash"] == "a2"
-    _write_settled(path, _info(3, "b"))  # same size, and aged to the same old mtime range: a new inode
+    _write_settled(path, _info(3, "b"), when)  # same size and mtime: only the new inode tells
+    again = os.stat(path)
+    assert (again.st_size, again.st_mtime_ns) == (first.st_size, first.st_mtime_ns)
     assert cache.read(path)["partitions"][2]["content_hash"] == "b2"
     _write_settled(path, _info(4, "c"))  # a re-plan with more partitions
     assert [p["content_hash"] for p in cache.read(path)["partitions"]] == ["c0", "c1", "c2", "c3"]
