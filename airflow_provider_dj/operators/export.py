@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow_provider_dj.engine.job.export import is_job_complete
+from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import finish_job, wants_parallel_export
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults, fail_fast_on_guard, run_id_of

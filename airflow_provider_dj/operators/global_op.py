@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow_provider_dj.engine.job.export import is_job_complete
+from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import run_global_step
 from airflow_provider_dj.operators.base import DJBaseOperator, event_defaults
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from airflow_provider_dj.engine.job.export import is_job_complete
+from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.job.review import (
     APPROVED,
     REJECTED,

@@ -169,7 +169,7 @@ def test_retention_deletes_on_s3(s3_env):
     from types import SimpleNamespace
 
     from airflow_provider_dj.core import fs as storage
-    from airflow_provider_dj.engine.job.export import apply_retention
+    from airflow_provider_dj.engine.job.retention import apply_retention
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
     prefix = _prefix()

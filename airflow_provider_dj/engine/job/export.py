@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.job.retention import apply_retention
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, JOB_SUMMARY, write_json
+from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY, write_json
 from airflow_provider_dj.engine.output.accounting import check_accounting
 from airflow_provider_dj.engine.output.errors import (
     AccountingError,
-    ExportMismatchError,
     MissingFinalCheckpointError,
 )
 from airflow_provider_dj.engine.output.fields import clean_for_export
@@ -463,101 +463,3 @@ def _history_summary(job_dir: str, plan, commit: dict, per_op: list[dict]) -> di
             }
         )
     return {"ops": ops, "commit": commit}
-
-
-def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
-    """Delete intermediate state after a *successful* export, as the recipe asks.
-
-    keep_all keeps everything; keep_failed_only keeps the checkpoints of
-    partitions that set samples aside in failed/ (so they can be inspected or
-    reprocessed) and removes the rest; cleanup_all removes all op checkpoints,
-    dedup keys and masks.  partitioning_info.json, failed/ samples, events and
-    the summary are always kept, and preserve_intermediate_data: true keeps
-    everything.  A failed or stopped job never reaches this point, so resume
-    state is never deleted by a failure (invariant 7).
-    """
-    st = ctx.recipe.intermediate_storage
-    policy = "keep_all" if st.preserve_intermediate_data else st.retention_policy
-    if policy == "keep_all":
-        return {"policy": policy, "removed": []}
-    root = storage.join(ctx.job_dir, CHECKPOINTS_DIR)
-    removed = []
-    keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
-    for d in storage.listdir(root):
-        full = storage.join(root, d)
-        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_")):
-            continue
-        if policy == "cleanup_all" or not keep_pids:
-            storage.remove_tree(full)
-            removed.append(d)
-            continue
-        for name in storage.listdir(full):
-            try:
-                pid = int(name.split("_")[1].split(".")[0])
-            except (IndexError, ValueError):
-                continue
-            if pid not in keep_pids:
-                storage.remove(storage.join(full, name))
-        removed.append(f"{d} (except partitions {sorted(keep_pids)})")
-    return {"policy": policy, "removed": removed}
-
-
-def is_job_complete(job_dir: str) -> bool:
-    path = storage.join(job_dir, JOB_SUMMARY)
-    if not storage.exists(path):
-        return False
-    try:
-        import json
-
-        return json.loads(storage.read_bytes(path)).get("status") == "completed"
-    except ValueError:
-        return False
-
-
-def verify_completed_export(job_dir: str) -> dict:
-    """Re-check a completed job's export against its summary (size and xxh3 checksum)."""
-    import json
-
-    summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
-    exp = summary["export"]
-    if "shards" in exp:
-        from airflow_provider_dj.engine.output.shards import verify_shard_set
-
-        verify_shard_set(exp)
-        return _side_output_problems(job_dir, summary)
-    # Streamed: a completed job's export may be many GB; one flipped byte anywhere changes the xxh3.
-    h, n = xxhash.xxh3_128(), 0
-    try:
-        with storage.open_read(exp["path"]) as fh:
-            for chunk in storage.iter_chunks(fh):
-                h.update(chunk)
-                n += len(chunk)
-    except FileNotFoundError:
-        raise ExportMismatchError(
-            f"job {summary['job_id']} completed, but its export {exp['path']} is missing; restore it or start a new job"
-        ) from None
-    got = h.hexdigest()
-    if n != exp["bytes"] or got != exp["checksum_xxh3_128"]:
-        raise ExportMismatchError(
-            f"job {summary['job_id']} completed, but its export {exp['path']} changed since "
-            f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
-            f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job"
-        )
-    return _side_output_problems(job_dir, summary)
-
-
-def _side_output_problems(job_dir: str, summary: dict) -> dict:
-    """Add the damage found in the job's side outputs to ``summary`` (as ``integrity_problems``)."""
-    # The job's side outputs: their damage is reported with the path (the export itself is intact).
-    from airflow_provider_dj.engine.jobdir.integrity import failed_file_problems
-    from airflow_provider_dj.engine.observe.tracer import trace_file_problems
-
-    problems = failed_file_problems(
-        job_dir, {p["partition_id"]: p.get("accounting") or [] for p in summary.get("partitions", [])}
-    ) + trace_file_problems(job_dir)
-    for problem in problems:
-        log.warning(
-            "completed job %s: %s; this file is not trusted (nothing was rewritten)", summary["job_id"], problem
-        )
-    summary["integrity_problems"] = problems
-    return summary

@@ -130,7 +130,7 @@ def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> 
     before it trusts a Ray Job that reports success.  A completed job counts as done (retention may have
     removed its checkpoints).  Failures recorded for other groups do not matter here.  Returns (done, a
     line saying what is seen)."""
-    from airflow_provider_dj.engine.job.export import is_job_complete
+    from airflow_provider_dj.engine.job.completed_export import is_job_complete
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
     from airflow_provider_dj.engine.storage.context import JobContext
     from airflow_provider_dj.engine.storage.global_op_state import keys_store

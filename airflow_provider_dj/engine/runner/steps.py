@@ -12,7 +12,8 @@ import logging
 from typing import Any, Callable
 
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
-from airflow_provider_dj.engine.job.export import export_job, is_job_complete, verify_completed_export
+from airflow_provider_dj.engine.job.completed_export import is_job_complete, verify_completed_export
+from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY

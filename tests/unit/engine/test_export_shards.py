@@ -25,7 +25,7 @@ import pytest
 import xxhash
 
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe
-from airflow_provider_dj.engine.job.export import verify_completed_export
+from airflow_provider_dj.engine.job.completed_export import verify_completed_export
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault

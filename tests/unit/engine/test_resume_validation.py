@@ -14,11 +14,13 @@ import xxhash
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.job.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.job.completed_export import verify_completed_export
+from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.resume import ResumeRefusedError
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, job_id_for_run, new_job_id, validate_job_id
+from airflow_provider_dj.engine.output.errors import ExportMismatchError
 from airflow_provider_dj.testing.sample_corpus import write_corpus
 
 RECIPE = """\

@@ -18,11 +18,13 @@ import pytest
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.execution.segment_runner import run_segment
-from airflow_provider_dj.engine.job.export import ExportMismatchError, export_job, verify_completed_export
+from airflow_provider_dj.engine.job.completed_export import verify_completed_export
+from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.job.resume import ResumeRefusedError
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.output.errors import ExportMismatchError
 from airflow_provider_dj.ops import registry
 from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Mapper
 from airflow_provider_dj.testing.sample_corpus import write_corpus
