@@ -61,7 +61,7 @@ def test_preflight_probes_text_embedding_then_the_job_runs(tmp_path, short_corpu
     recipe = _recipe(tmp_path, short_corpus, "gpu_preflight_dag", EMBED)
     run = run_dag(recipe)
     assert run.state == "success"
-    (job_dir,) = glob.glob(str(tmp_path / "work" / "*"))
+    (job_dir,) = glob.glob(str(tmp_path / "work" / "[!_]*"))  # "_…": what jobs share, not jobs
     report = load_probe_report(job_dir)
     assert report is not None and report["status"] == "ok" and report["executor"] == "ray"
     (op,) = report["ops"]
