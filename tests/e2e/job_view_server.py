@@ -33,6 +33,11 @@ VIEW_ROWS = 400
 REVIEW_DAG = "e2e_review"
 REVIEW_OPS = "process:\n  - words_num_filter:\n      min_num: 12\n"
 REVIEW_SECTION = "review:\n  max_removed_fraction: 0.05\n  sample_rows: 3\n"
+#: The same gate with a deadline nobody meets: Airflow's scheduler answers with the recipe's default
+#: (reject) once ``timeout_s`` has passed.
+REVIEW_TIMEOUT_DAG = "e2e_review_timeout"
+REVIEW_TIMEOUT_S = 30
+REVIEW_TIMEOUT_SECTION = REVIEW_SECTION + f"  timeout_s: {REVIEW_TIMEOUT_S}\n  on_timeout: reject\n"
 PLUGIN_SHIM = "from airflow_provider_dj.plugins.job_view_plugin import DataJuicerJobViewPlugin  # noqa: F401\n"
 
 
@@ -81,6 +86,9 @@ def start_view_server(root: str) -> ViewServer:
     with open(os.path.join(recipes, f"{REVIEW_DAG}.yaml"), "w") as fh:
         export = os.path.join(exports, f"{REVIEW_DAG}.jsonl")
         fh.write(view_recipe(REVIEW_DAG, data, export, work, 2, ops=REVIEW_OPS) + REVIEW_SECTION)
+    with open(os.path.join(recipes, f"{REVIEW_TIMEOUT_DAG}.yaml"), "w") as fh:
+        export = os.path.join(exports, f"{REVIEW_TIMEOUT_DAG}.jsonl")
+        fh.write(view_recipe(REVIEW_TIMEOUT_DAG, data, export, work, 2, ops=REVIEW_OPS) + REVIEW_TIMEOUT_SECTION)
     home = os.path.join(root, "airflow")
     plugins = os.path.join(home, "plugins")
     os.makedirs(plugins, exist_ok=True)
@@ -102,6 +110,8 @@ def start_view_server(root: str) -> ViewServer:
             # The job view's fallback look-up (no XCom yet) and the jobs list search here too.
             "DJ_WORK_DIR": work,
             "DJ_STATE_DIR": os.path.join(root, "state"),
+            # The scheduler's sweep of review deadlines (and deferral timeouts) every 3 s, not 15.
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "3",
             # This checkout's code in every server process (their cwd is AIRFLOW_HOME, so a relative
             # PYTHONPATH such as "." would point there), the plugin shim included.
             "PYTHONPATH": os.pathsep.join(
@@ -120,6 +130,7 @@ def start_view_server(root: str) -> ViewServer:
     try:
         client.wait_dag(VIEW_DAG)
         client.wait_dag(REVIEW_DAG)
+        client.wait_dag(REVIEW_TIMEOUT_DAG)
     except BaseException:
         server.stop()
         raise

@@ -44,7 +44,7 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from tests.e2e.airflow_server import REPO_ROOT, SQLITE_BUSY_TIMEOUT_S
-from tests.e2e.job_view_server import REVIEW_DAG, VIEW_DAG, VIEW_PARTS, VIEW_ROWS
+from tests.e2e.job_view_server import REVIEW_DAG, REVIEW_TIMEOUT_DAG, REVIEW_TIMEOUT_S, VIEW_DAG, VIEW_PARTS, VIEW_ROWS
 from tests.helpers_job_view import crash_fault, filtered_rows
 from tests.integration.crash_helpers import write_faults
 
@@ -372,24 +372,24 @@ def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(browser
 # -- the review gate (docs/review_gate.md): approve and reject over REST, one look in the browser ----------
 
 
-def _wait_awaiting_review(vs, run_id: str) -> dict:
+def _wait_awaiting_review(vs, run_id: str, dag_id: str = REVIEW_DAG) -> dict:
     """The run's review task, once it waits for an answer (Airflow 3.3: state awaiting_input)."""
 
     def probe():
-        tis = {t["task_id"]: t for t in vs.client.task_instances(REVIEW_DAG, run_id)}
+        tis = {t["task_id"]: t for t in vs.client.task_instances(dag_id, run_id)}
         review = tis.get("review")
         if review and review["state"] in ("failed", "upstream_failed", "success"):
             raise AssertionError(f"review ended without asking: {review}\n{vs.server.log_tail()}")
         return review if review and review["state"] in ("awaiting_input", "deferred") else None
 
-    review = vs.client.wait_for(f"{REVIEW_DAG}/{run_id} to await its review", probe, timeout=300)
+    review = vs.client.wait_for(f"{dag_id}/{run_id} to await its review", probe, timeout=300)
     # Airflow 3.3's scheduler must also have taken the executor's event for the paused workload: an
     # answer that lands before it re-queues the task, and the late event then fails it ("finished with
     # state success, but the task instance's state attribute is queued").  A person never answers that
     # fast; this test does, so it waits for the scheduler's own line for that event.
-    finished = f"TaskInstance Finished: dag_id={REVIEW_DAG}, task_id=review, run_id={run_id},"
+    finished = f"TaskInstance Finished: dag_id={dag_id}, task_id=review, run_id={run_id},"
     vs.client.wait_for(
-        f"the scheduler to take {REVIEW_DAG}/{run_id}'s paused review",
+        f"the scheduler to take {dag_id}/{run_id}'s paused review",
         lambda: any(finished in ln and "state=awaiting_input" in ln for ln in _server_lines(vs)) or None,
         timeout=120,
     )
@@ -401,9 +401,12 @@ def _server_lines(vs) -> list[str]:
         return fh.readlines()
 
 
+def _hitl_path(run_id: str, dag_id: str = REVIEW_DAG) -> str:
+    return f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/review/-1/hitlDetails"
+
+
 def _answer(vs, run_id: str, option: str) -> dict:
-    path = f"/api/v2/dags/{REVIEW_DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/review/-1/hitlDetails"
-    return vs.client.request("PATCH", path, json={"chosen_options": [option], "params_input": {}})
+    return vs.client.request("PATCH", _hitl_path(run_id), json={"chosen_options": [option], "params_input": {}})
 
 
 def _login(d, vs) -> None:
@@ -439,9 +442,7 @@ def test_the_review_gate_waits_then_approve_exports_and_reject_fails(job_view_se
         conf = {"job_id": job_id, "export_path": os.path.join(exports, f"{job_id}.jsonl")}
         run_id = vs.client.trigger(REVIEW_DAG, conf)["dag_run_id"]
         review = _wait_awaiting_review(vs, run_id)
-        detail = vs.client.request(
-            "GET", f"/api/v2/dags/{REVIEW_DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/review/-1/hitlDetails"
-        )
+        detail = vs.client.request("GET", _hitl_path(run_id))
         assert detail["options"] == ["Approve", "Reject"] and detail["defaults"] == ["Reject"]
         assert "words_num_filter removed" in detail["subject"]
         assert "review.max_removed_fraction 5.0%" in detail["body"] and "Removed rows and why" in detail["body"]
@@ -471,3 +472,31 @@ def test_the_review_gate_waits_then_approve_exports_and_reject_fails(job_view_se
     assert not os.path.exists(os.path.join(exports, "review_reject.jsonl"))
     assert any(n.startswith("checkpoint_op_") for n in os.listdir(os.path.join(rejected_dir, "checkpoints")))
     assert _review_events(rejected_dir) == [("review_decided", "review"), ("review_answered", "rejected")]
+
+
+def test_a_review_nobody_answers_is_rejected_by_the_scheduler_at_its_deadline(job_view_server):
+    """``review.timeout_s`` with ``on_timeout: reject`` and nobody answering: Airflow's scheduler (its
+    awaiting-input sweep, not our code) gives the recipe's default at the deadline; the review task
+    fails with the timeout recorded, the export never runs, nothing is exported, the checkpoints stay."""
+    vs = job_view_server
+    exports = os.path.join(vs.root, "exports")
+    job_id = "review_timeout"
+    export = os.path.join(exports, f"{job_id}.jsonl")
+    vs.client.set_paused(REVIEW_TIMEOUT_DAG, False)
+    run_id = vs.client.trigger(REVIEW_TIMEOUT_DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+    asked_at = time.monotonic()
+    _wait_awaiting_review(vs, run_id, REVIEW_TIMEOUT_DAG)
+    detail = vs.client.request("GET", _hitl_path(run_id, REVIEW_TIMEOUT_DAG))
+    assert detail["defaults"] == ["Reject"] and detail["response_received"] is False
+
+    run = vs.client.wait_run(REVIEW_TIMEOUT_DAG, run_id, timeout=300)
+    assert run["state"] == "failed", vs.server.log_tail()
+    assert time.monotonic() - asked_at >= REVIEW_TIMEOUT_S - 5  # the deadline, not an early failure
+    tis = {t["task_id"]: t["state"] for t in vs.client.task_instances(REVIEW_TIMEOUT_DAG, run_id)}
+    assert tis["review"] == "failed" and tis["export"] == "upstream_failed"
+    detail = vs.client.request("GET", _hitl_path(run_id, REVIEW_TIMEOUT_DAG))
+    assert detail["chosen_options"] == ["Reject"] and detail["responded_by_user"] is None
+    job_dir = vs.job_dir(job_id)
+    assert not os.path.exists(export)
+    assert any(n.startswith("checkpoint_op_") for n in os.listdir(os.path.join(job_dir, "checkpoints")))
+    assert _review_events(job_dir) == [("review_decided", "review"), ("review_answered", "timed_out")]
