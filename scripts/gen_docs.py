@@ -66,6 +66,10 @@ KEY_TEXT: dict[str, str] = {
     "export_shard_size": "Data-Juicer's shard size in bytes: 0 or less is one export file; more writes the "
     "`<stem>-NN-of-MM` shard files Data-Juicer writes for that size (same names, same split points), committed as "
     "a set by a manifest written last, `<stem>.manifest.json` ([recipes.md](recipes.md#sharded-export)).",
+    "export_layout": "Ours: `file` is the export above; `partition_shards` writes one JSON Lines shard per non-empty "
+    "partition, in partition order, committed as a set by the same manifest, so that a nightly job hard-links the "
+    "shards of the partitions it reused instead of writing them again "
+    "([recipes.md](recipes.md#one-shard-per-partition)). Refused with `export_shard_size` or a Parquet export.",
     "export_in_parallel": "As in Data-Juicer, how and not what is written: `false` serializes a JSONL export in the "
     "export task instead of on Ray workers; the bytes are identical.",
     "keep_hashes_in_res_ds": "Keep the hash fields (`__dj__hash`, `__dj__minhash`, `__dj__simhash`, "
@@ -259,6 +263,7 @@ VALUE_TEXT: dict[str, str] = {
     "resume": "safe id",
     "export_type": "`jsonl` \\| `json` \\| `parquet` or null",
     "export_shard_size": "integer (bytes)",
+    "export_layout": "`file` \\| `partition_shards`",
     "export_in_parallel": "true \\| false",
     "keep_hashes_in_res_ds": "true \\| false",
     "encrypt_before_export": "false",
@@ -405,6 +410,7 @@ def _default_for(key: str, eff: dict) -> str:
         "max_failed_ratio": "`null` = 0.5",
         "export_type": "`null` (the suffix's)",
         "export_shard_size": "`0`",
+        "export_layout": "`file`",
         "export_in_parallel": "`true`",
         "keep_hashes_in_res_ds": "`false`",
         "encrypt_before_export": "`false`",

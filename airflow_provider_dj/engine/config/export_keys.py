@@ -10,6 +10,11 @@ Each key as in Data-Juicer, or refused with the reason:
   shard files Data-Juicer writes for that size, committed as a set with a
   manifest written last (engine/output/shards.py).  A fractional or
   non-numeric size is refused.
+* ``export_layout`` (this engine's own key): ``file`` (the default) is the export as above;
+  ``partition_shards`` writes one JSONL shard per non-empty partition, in partition order, committed
+  as a set with the same manifest, so that a nightly job hard-links the shards of partitions it
+  reused instead of writing them again (engine/job/export_shards.py).  Refused with
+  ``export_shard_size`` > 0 (two rules for where a shard ends) and for a Parquet export.
 * ``export_in_parallel``: accepted.  It changes how, not what, is written (in
   Data-Juicer too: the same file with more writer processes); ``false`` makes
   this engine serialize the JSONL export in its own task instead of on Ray
@@ -32,6 +37,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 EXPORT_TYPES = ("jsonl", "json", "parquet")
+#: ``export_layout``'s values: one file (or Data-Juicer's shard files), or one shard per partition.
+EXPORT_LAYOUTS = ("file", "partition_shards")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class ExportOptions:
     export_in_parallel: bool = True
     #: Bytes per shard (Data-Juicer's ``export_shard_size``); 0: one export file.
     export_shard_size: int = 0
+    #: ``file`` or ``partition_shards`` (EXPORT_LAYOUTS).
+    export_layout: str = "file"
 
 
 #: Builds the exception for a refused key: (key, message) -> exception.  The recipe
@@ -90,6 +99,7 @@ def check_export_keys(
                 f"name the file *.{export_type.lower()} or remove export_type",
             )
     shard_size = _shard_size(data.get("export_shard_size"), err)
+    layout = _layout(data.get("export_layout"), export_path, shard_size, err)
     for key, what in (
         ("encrypt_before_export", "encrypt the exported files"),
         ("decrypt_after_reading", "decrypt the input files"),
@@ -117,6 +127,7 @@ def check_export_keys(
         keep_hashes_in_res_ds=keep_hashes,
         export_in_parallel=_bool(data, "export_in_parallel", True, err),
         export_shard_size=shard_size,
+        export_layout=layout,
     )
 
 
@@ -132,4 +143,30 @@ def _shard_size(shard, err: ErrorFactory) -> int:
     return max(int(shard), 0)
 
 
-__all__ = ["EXPORT_TYPES", "ErrorFactory", "ExportOptions", "check_export_keys"]
+def _layout(value, export_path: str, shard_size: int, err: ErrorFactory) -> str:
+    """``export_layout``: ``file`` when absent; ``partition_shards`` only for a JSONL export without
+    ``export_shard_size``."""
+    if value is None:
+        return "file"
+    if not isinstance(value, str) or value not in EXPORT_LAYOUTS:
+        raise err(
+            "export_layout",
+            f"must be one of {', '.join(EXPORT_LAYOUTS)} (file: one export file; partition_shards: one "
+            f"JSONL shard per partition and a manifest), got {value!r}",
+        )
+    if value == "partition_shards" and shard_size > 0:
+        raise err(
+            "export_layout",
+            f"partition_shards ends a shard where a partition ends, export_shard_size {shard_size} where "
+            f"Data-Juicer's size rule does; set one of them, not both",
+        )
+    if value == "partition_shards" and _suffix_type(export_path) == "parquet":
+        raise err(
+            "export_layout",
+            f"partition_shards writes JSON Lines shards, and export_path {export_path!r} is a Parquet file; "
+            f"name the export *.jsonl or remove export_layout",
+        )
+    return value
+
+
+__all__ = ["EXPORT_LAYOUTS", "EXPORT_TYPES", "ErrorFactory", "ExportOptions", "check_export_keys"]

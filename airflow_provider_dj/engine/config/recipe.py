@@ -276,6 +276,7 @@ class _Parser(SectionParser):
             keep_hashes_in_res_ds=export_opts.keep_hashes_in_res_ds,
             export_in_parallel=export_opts.export_in_parallel,
             export_shard_size=export_opts.export_shard_size,
+            export_layout=export_opts.export_layout,
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
             review=self.review(self.section(data, "review")),
             templates=templates or {},

@@ -128,6 +128,7 @@ OWN_TOP_LEVEL_KEYS = (
     # Data-Juicer's export keys, honoured or refused with a reason (engine/output/fields.py)
     "export_type",
     "export_shard_size",
+    "export_layout",  # ours: one shard per partition (engine/config/export_keys.py)
     "export_in_parallel",
     "keep_hashes_in_res_ds",
     "encrypt_before_export",

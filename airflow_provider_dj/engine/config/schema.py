@@ -175,6 +175,8 @@ class Recipe:
     keep_hashes_in_res_ds: bool = False
     export_in_parallel: bool = True
     export_shard_size: int = 0
+    #: ``file`` or ``partition_shards`` (engine/config/export_keys.py).
+    export_layout: str = "file"
     #: Deduplication against history (None: off).
     dedup_history: DedupHistoryConfig | None = None
     #: The review gate before export (None: no gate).
@@ -227,6 +229,7 @@ class Recipe:
             **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
             **({"export_in_parallel": False} if not self.export_in_parallel else {}),
             **({"export_shard_size": self.export_shard_size} if self.export_shard_size > 0 else {}),
+            **({"export_layout": self.export_layout} if self.export_layout != "file" else {}),
             **(
                 {
                     "dedup_history": {
@@ -280,6 +283,7 @@ def recipe_from_dict(d: dict) -> Recipe:
             keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
             export_in_parallel=d.get("export_in_parallel", True),
             export_shard_size=d.get("export_shard_size", 0),
+            export_layout=d.get("export_layout", "file"),
             dedup_history=(
                 DedupHistoryConfig(
                     d["dedup_history"]["path"], tuple(d["dedup_history"]["ops"]), d["dedup_history"]["memory_mb"]

@@ -340,6 +340,14 @@ def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
 
     Only for a reused final checkpoint (a reuse marker): its rows are then exactly the rows the earlier
     job exported, masks included. None means serialize as usual."""
+    found = reused_export_file(ctx, pid, marker)
+    return None if found is None else found[0]
+
+
+def reused_export_file(ctx, pid: int, marker: dict) -> tuple[bytes, str | None, str] | None:
+    """``reused_export_part``'s bytes; the local file that holds exactly them when the earlier export
+    was one shard per partition (``export_layout: partition_shards``), else None: such a file can be
+    linked into the new export instead of written again; and their xxh3-128, as checked."""
     if not (marker or {}).get("reference"):
         return None
     source = checkpoint_source(ctx.job_id, pid, marker)
@@ -350,13 +358,16 @@ def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
         with storage.open_read(entry["export_path"]) as fh:
             fh.seek(int(entry["offset"]))
             data = fh.read(int(entry["length"]))
+            whole = bool(entry.get("whole_file")) and not fh.read(1)
     except (OSError, KeyError, ValueError) as exc:
         log.info("partition %d: the earlier export part is unreadable (%s); serializing", pid, exc)
         return None
-    if len(data) != int(entry["length"]) or xxhash.xxh3_128_hexdigest(data) != entry.get("xxh3"):
+    digest = xxhash.xxh3_128_hexdigest(data)
+    if len(data) != int(entry["length"]) or digest != entry.get("xxh3"):
         log.info("partition %d: the earlier export changed since (%s); serializing", pid, entry["export_path"])
         return None
-    return data
+    whole = whole and int(entry["offset"]) == 0 and not storage.is_url(entry["export_path"])
+    return data, entry["export_path"] if whole else None, digest
 
 
 def mostly_reused_export(ctx) -> bool:
@@ -375,7 +386,8 @@ def mostly_reused_export(ctx) -> bool:
 
 def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
     """Index where this export holds each partition's JSONL bytes, for the next job that reuses its
-    final checkpoint.  Published after the export committed; never raises."""
+    final checkpoint: in ``export_path``, or in the entry's own ``path`` (a shard of its own, then
+    ``whole_file``).  Published after the export committed; never raises."""
     if not reuse_enabled(ctx.recipe):
         return 0
     n = 0
@@ -387,7 +399,8 @@ def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
                 _export_part_key(ctx, source_job, source_pid),
                 {
                     "job_id": ctx.job_id,
-                    "export_path": export_path,
+                    "export_path": w.get("path", export_path),
+                    **({"whole_file": True} if w.get("whole_file") else {}),
                     "offset": w["offset"],
                     "length": w["length"],
                     "xxh3": w["xxh3"],

@@ -199,12 +199,14 @@ class _PartLedger:
 
     ``written``: the parts this process wrote or copied, as published entries; ``copied_ranges``: the
     parallel path's parts as (partition, offset, length, xxh3, rows); ``parts_copied``: how many parts
-    came from the last export's bytes, ``bytes_copied`` their size."""
+    came from the last export's bytes, ``bytes_copied`` their size; ``parts_linked``: how many of those
+    were hard-linked shards (``export_layout: partition_shards``)."""
 
     written: list[dict] = field(default_factory=list)
     copied_ranges: list[tuple] = field(default_factory=list)
     parts_copied: int = 0
     bytes_copied: int = 0
+    parts_linked: int = 0
 
 
 def _write_export(
@@ -220,6 +222,12 @@ def _write_export(
 
     The parallel workers' part files are removed only once the export is committed."""
     recipe = ctx.recipe
+    if recipe.export_layout == "partition_shards":  # one shard per partition, committed as a set
+        from airflow_provider_dj.engine.job.export_shards import write_partition_shards
+
+        result = write_partition_shards(job_dir, ctx, tables, markers, part_source, ledger)
+        _remove_parts(job_dir, part_source)
+        return result
     if recipe.export_shard_size > 0:  # Data-Juicer's shard files, committed as a set
         from airflow_provider_dj.engine.job.export_shards import write_shards
 
@@ -401,6 +409,7 @@ def _shard_summary(manifest: dict) -> dict:
     return {
         "manifest": manifest["path"],
         "export_shard_size": manifest["export_shard_size"],
+        **({"export_layout": manifest["layout"]} if manifest.get("layout") else {}),
         "shards": manifest["shards"],
     }
 
@@ -427,6 +436,8 @@ def _finish_summary(ctx: JobContext, summary: dict, markers: dict[int, dict], le
         summary["reuse"]["published_entries"] = publish_job(ctx)
         summary["reuse"]["export_parts_reused"] = ledger.parts_copied
         summary["reuse"]["export_bytes_reused"] = ledger.bytes_copied
+        if recipe.export_layout == "partition_shards":
+            summary["reuse"]["export_shards_linked"] = ledger.parts_linked
         ledger.written += [
             {
                 "source": reuse.checkpoint_source(ctx.job_id, pid, markers[pid]),

@@ -1,17 +1,27 @@
-"""The export step for ``export_shard_size`` > 0: Data-Juicer's shard files, committed as a set.
+"""The export step for a set of shard files, committed as a set: Data-Juicer's (``export_shard_size``
+> 0) or one shard per partition (``export_layout: partition_shards``).
 
 ``engine/output/shards.py`` holds the rules (count, split points, names) and the writer that stages
 the shards and commits them with a manifest written last; this module feeds it the export's rows
 and fires the fault points, for ``engine/job/export.py``.
+
+**One shard per partition.**  Data-Juicer's split points move when a night adds rows, so none of its
+shards could be kept from one night to the next.  A partition's rows (with ``partition.align: file``
+and nightly reuse) are the same night after night, so with one shard per partition a night writes
+only the shards of the partitions it computed: the shard of a partition whose final checkpoint was
+reused, and whose bytes the last export holds in a shard of their own, is hard-linked from that shard
+after its length and xxh3 are checked (``ShardSetWriter.link_next``).  The shards concatenated are
+the single-file export byte for byte, as for Data-Juicer's split points.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.output import shards
 from airflow_provider_dj.engine.output.arrow_size import table_nbytes
@@ -61,8 +71,105 @@ def write_shards(
     return rows, manifest["checksum_xxh3_128"], manifest["total_bytes"], {**manifest, "path": writer.manifest}
 
 
+def write_partition_shards(
+    job_dir: str,
+    ctx: JobContext,
+    tables,
+    markers: dict[int, dict],
+    part_source: Callable[[], Iterator[dict]] | None,
+    ledger,
+) -> tuple[int, str, int, dict]:
+    """``export_layout: partition_shards``: write and commit one JSONL shard per non-empty partition, in
+    partition order; return what ``write_shards`` returns.
+
+    Without ``part_source`` a partition's shard is linked from the last export's shard when its final
+    checkpoint was reused and that shard is intact, copied when the last export holds its bytes inside
+    a larger file, else serialized here.  With ``part_source`` (the parallel workers' part files) every
+    part is copied.  ``ledger`` (export.py's ``_PartLedger``) gets the parts reused and, once
+    committed, each shard as an entry to publish for the next night.  Fault points: ``export_mid``
+    after the first partition, ``export_commit`` before the manifest."""
+    from airflow_provider_dj.engine.execution import reuse
+
+    recipe = ctx.recipe
+    live = [p for p in tables.parts if int(markers[p["partition_id"]]["num_rows"]) > 0]
+    bounds, start = [], 0
+    for p in live:
+        bounds.append((start, start + int(markers[p["partition_id"]]["num_rows"])))
+        start = bounds[-1][1]
+    pids = [p["partition_id"] for p in live]
+    writer = shards.ShardSetWriter(recipe.export_path, bounds, job_id=ctx.job_id, shard_size=0, partition_ids=pids)
+    out = HashingWriter(writer)
+    fault_spec = load_faults(job_dir)
+    local = not storage.is_url(recipe.export_path)
+    try:
+        rows = 0
+        chunks = _copied_parts(part_source, out) if part_source is not None else None
+        for n, p in enumerate(tables.parts if chunks is None else []):
+            rows += _partition_shard(ctx, tables, p, markers[p["partition_id"]], writer, out, ledger, local, reuse)
+            if n == 0:
+                maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
+        for n, nrows in enumerate(chunks or []):
+            rows += nrows
+            if n == 0:
+                maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
+        manifest = writer.commit(
+            total_rows=rows,
+            checksum=out.h.hexdigest(),
+            before_manifest=lambda: maybe_fail(job_dir, fault_spec, None, None, point="export_commit"),
+        )
+    except BaseException as exc:
+        full = writer.abort(exc)
+        if full is not None:
+            raise full from exc
+        raise
+    ledger.written = [
+        {
+            "source": reuse.checkpoint_source(ctx.job_id, s["partition_id"], markers[s["partition_id"]]),
+            "path": storage.join(writer.directory, s["file"]),
+            "whole_file": True,
+            "offset": 0,
+            "length": s["bytes"],
+            "xxh3": s["xxh3_128"],
+            "rows": s["rows"],
+        }
+        for s in manifest["shards"]
+    ]
+    return rows, manifest["checksum_xxh3_128"], manifest["total_bytes"], {**manifest, "path": writer.manifest}
+
+
+def _partition_shard(ctx, tables, p: dict, marker: dict, writer, out: HashingWriter, ledger, local: bool, reuse) -> int:
+    """Put one partition's shard in ``writer``: linked, copied or serialized; return its rows."""
+    from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
+
+    rows = int(marker["num_rows"])
+    found = reuse.reused_export_file(ctx, p["partition_id"], marker) if rows else None
+    if found is None:
+        table = tables.table_of(p)
+        write_jsonl(table, out)
+        return table.num_rows
+    data, path, digest = found
+    if path is not None and local:
+        writer.link_next(path, rows=rows, nbytes=len(data), digest=digest)
+        out.count(data)
+        ledger.parts_linked += 1
+    else:
+        out.write(data)
+    ledger.parts_copied += 1
+    ledger.bytes_copied += len(data)
+    return rows
+
+
+def _copied_parts(part_source: Callable[[], Iterator[dict]], out: HashingWriter) -> Iterator[int]:
+    """Copy the parallel workers' part files into ``out`` in order; yield each part's rows."""
+    for part in part_source():
+        with storage.open_read(part["path"]) as fh:
+            for chunk in storage.iter_chunks(fh):
+                out.write(chunk)
+        yield part["rows"]
+
+
 def _write_parquet(table: pa.Table, fh) -> None:
     pq.write_table(table, fh, compression="snappy")
 
 
-__all__ = ["write_shards"]
+__all__ = ["write_partition_shards", "write_shards"]

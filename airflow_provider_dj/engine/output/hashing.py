@@ -21,6 +21,11 @@ class HashingWriter:
         self.fh.write(b)
         return len(b)
 
+    def count(self, b) -> None:
+        """Hash and count bytes that reach the destination another way (a linked file)."""
+        self.h.update(b)
+        self.n += len(b)
+
     def flush(self) -> None:
         self.fh.flush()
 

@@ -27,12 +27,22 @@ of them is kept in a retiring record (``.<stem>.manifest.json.retiring``) until 
 between leaves them known to be ours.  A file the previous manifest does not name is never touched.
 A single-file export of the same ``export_path`` takes down the set (``retire_shard_set``) once it
 is committed, for the same reason.
+
+``export_layout: partition_shards`` uses the same writer and the same commit with other split points:
+one shard per non-empty partition (each shard's ``partition_id`` is in the manifest, whose ``layout``
+says so).  Those shards are made read-only, and a shard whose bytes an earlier export already holds
+in a file of its own is hard-linked from it (``link_next``; copied in the kernel where a link cannot
+be made), so a nightly job writes only its new partitions.  Read-only matters because a link is the
+same file under two names: an edit through either would change both nights' exports.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import posixpath
+import shutil
 from typing import Callable
 
 import numpy as np
@@ -45,6 +55,8 @@ from airflow_provider_dj.engine.output.hashing import HashingWriter
 MANIFEST_FORMAT = "dj-airflow-export-shards"
 MANIFEST_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
+#: The manifest's ``layout`` for ``export_layout: partition_shards`` (absent: Data-Juicer's size rule).
+PARTITION_LAYOUT = "partition_shards"
 
 
 def shard_count(nbytes: float, rows: int, shard_size: int) -> int:
@@ -107,8 +119,19 @@ class ShardSetWriter:
     emits them) and cuts them into shards at row boundaries, so the shards concatenated are the
     single-file export byte for byte.  Parquet: ``write_table`` once per shard, in order."""
 
-    def __init__(self, export_path: str, bounds: list[tuple[int, int]], *, job_id: str, shard_size: int) -> None:
+    def __init__(
+        self,
+        export_path: str,
+        bounds: list[tuple[int, int]],
+        *,
+        job_id: str,
+        shard_size: int,
+        partition_ids: list[int] | None = None,
+    ) -> None:
+        """``partition_ids``: for ``export_layout: partition_shards``, the partition of each shard (its
+        manifest entry names it, and the shards are made read-only)."""
         self.export_path, self.job_id, self.shard_size = export_path, job_id, shard_size
+        self.partition_ids = partition_ids
         self.directory = storage.dirname(export_path)
         self.manifest = manifest_path(export_path)
         self.names = shard_names(export_path, len(bounds))
@@ -137,14 +160,28 @@ class ShardSetWriter:
     def _close_current(self) -> None:
         writer, self._writer, self._fh = self._writer, None, None
         writer.__exit__(None, None, None)
-        self.shards.append(
-            {
-                "file": self.names[self._index],
-                "rows": self._rows,
-                "bytes": self._bytes,
-                "xxh3_128": self._hash.hexdigest(),
-            }
-        )
+        self._record(self._rows, self._bytes, self._hash.hexdigest())
+
+    def _record(self, rows: int, nbytes: int, digest: str) -> None:
+        shard = {"file": self.names[self._index], "rows": rows, "bytes": nbytes, "xxh3_128": digest}
+        if self.partition_ids is not None:
+            shard["partition_id"] = self.partition_ids[self._index]
+            _read_only(self.staged[self._index])
+        self.shards.append(shard)
+
+    def link_next(self, source: str, *, rows: int, nbytes: int, digest: str) -> str:
+        """Make the next shard the file ``source`` (an earlier export's shard whose bytes, ``nbytes``
+        long with xxh3 ``digest``, the caller has verified): a hard link where the file system allows,
+        else a copy in the kernel.  Returns ``"linked"`` or ``"copied"``.  Local files only."""
+        if self._fh is not None or self._index + 1 >= len(self.targets) or self.targets[self._index + 1] != rows:
+            raise ValueError(f"{source} ({rows} rows) is not the next shard of the export")
+        self._index += 1
+        staged = self.staged[self._index]
+        how = _link_or_copy(source, staged)
+        if os.stat(staged).st_size != nbytes:
+            raise ExportMismatchError(f"{source} changed while it was linked into the export; run the export again")
+        self._record(rows, nbytes, digest)
+        return how
 
     def _put(self, data) -> None:
         self._fh.write(data)
@@ -214,6 +251,9 @@ class ShardSetWriter:
         retiring = self._retire_previous()
         for staged, name in zip(self.staged, self.names):
             storage.rename(staged, storage.join(self.directory, name))
+            if not storage.is_url(staged) and os.path.lexists(staged):
+                # Two names of one file (a shard linked from the one it replaces): rename does nothing.
+                os.unlink(staged)
         if before_manifest is not None:
             before_manifest()
         manifest = {
@@ -226,6 +266,7 @@ class ShardSetWriter:
             "total_bytes": sum(s["bytes"] for s in self.shards),
             "checksum_xxh3_128": checksum,
             "shards": self.shards,
+            **({"layout": PARTITION_LAYOUT} if self.partition_ids is not None else {}),
         }
         data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
         storage.atomic_write_bytes(self.manifest, data, what="the export's shard manifest")
@@ -252,6 +293,48 @@ class ShardSetWriter:
             if name not in keep and posixpath.basename(name) == name:
                 storage.remove(storage.join(self.directory, name))
         storage.remove(_retiring_path(self.manifest))
+
+
+def _read_only(path: str) -> None:
+    if not storage.is_url(path):
+        os.chmod(path, 0o444)
+
+
+def _copy_in_kernel(src, dst) -> None:
+    """Copy the file ``src`` into the empty file ``dst``: ``os.copy_file_range`` (no user-space copy; a
+    reflink on file systems that share extents), or plain reads and writes where the kernel refuses."""
+    left, off = os.fstat(src.fileno()).st_size, 0
+    try:
+        while left > 0:
+            n = os.copy_file_range(src.fileno(), dst.fileno(), left, off, off)
+            if n == 0:
+                break
+            off, left = off + n, left - n
+    except OSError:  # an older kernel, or two file systems it will not copy between
+        src.seek(0)
+        dst.seek(0)
+        dst.truncate()
+        shutil.copyfileobj(src, dst, 16 << 20)
+
+
+def _link_or_copy(source: str, target: str) -> str:
+    """``target`` becomes ``source``'s file: a hard link, or (another file system, no links) a copy made
+    by ``os.copy_file_range`` and synced.  Read-only either way."""
+    if os.path.lexists(target):  # a crashed attempt's leftover
+        os.unlink(target)
+    try:
+        os.link(source, target)
+        how = "linked"
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        with open(source, "rb") as src, open(target + ".copying", "wb") as dst:
+            _copy_in_kernel(src, dst)
+            os.fsync(dst.fileno())
+        os.replace(target + ".copying", target)
+        how = "copied"
+    _read_only(target)
+    return how
 
 
 def retire_shard_set(export_path: str) -> list[str]:
@@ -303,6 +386,7 @@ def verify_shard_set(summary_export: dict) -> None:
 
 __all__ = [
     "MANIFEST_FORMAT",
+    "PARTITION_LAYOUT",
     "ShardSetWriter",
     "manifest_path",
     "read_manifest",
