@@ -13,18 +13,23 @@ scratch is printed with and without it.  ``--cli`` (the default) runs the same n
 ``dj-airflow run`` (a process per job, the local executor with one worker), each against an empty-input
 ``dj-airflow run`` of the same bench run.
 
+``--layouts`` (default ``file,partition_shards``) runs the nights once per ``export_layout``, each layout
+in work dirs of its own (its own night 1, night 2 and from-scratch run), and prints night 2 / scratch
+for each: the single-file export copies a reused partition's bytes into the new file, the
+``partition_shards`` layout hard-links its shard.
+
     .venv/bin/python -m bench nightly --rows 1000000 --files 10
     ... --no-cli                     # in-process only
     .venv/bin/python -m bench nightly --rows 20000 --files 4 --size 2500   # quick
     ... --no-dj                      # ours only
-    ... --profile-night2 night2.prof # cProfile of night 2
+    ... --profile-night2 night2.prof # cProfile of night 2 (the first layout's)
+    ... --layouts file               # the single-file export only
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import filecmp
 import json
 import os
 import shutil
@@ -33,6 +38,7 @@ import sys
 import tempfile
 import time
 
+import xxhash
 import yaml
 
 from airflow_provider_dj.engine import run_job as run_engine_job
@@ -52,25 +58,28 @@ PROCESS = """process:
   - words_num_filter: {min_num: 6}
 """
 OPS = yaml.safe_load(PROCESS)["process"]  # the same ops and arguments for Data-Juicer
+LAYOUTS = ("file", "partition_shards")  # export_layout values (docs/recipes.md)
 
 
-def write_recipe(tmp: str, data: str, name: str, work: str, reuse: bool, size: int) -> tuple[str, str]:
+def write_recipe(
+    tmp: str, data: str, name: str, work: str, reuse: bool, size: int, layout: str = "file"
+) -> tuple[str, str]:
     """The bench's recipe for one job: (recipe path, export path)."""
     recipe = os.path.join(tmp, f"{name}.yaml")
     export = os.path.join(tmp, f"{name}.jsonl")
     with open(recipe, "w") as fh:
         fh.write(
-            f"dataset_path: {data}\nexport_path: {export}\nwork_dir: {work}\n"
+            f"dataset_path: {data}\nexport_path: {export}\nwork_dir: {work}\nexport_layout: {layout}\n"
             f"partition: {{mode: manual, size: {size}, align: file}}\n"
             f"intermediate_storage: {{reuse_across_jobs: {str(reuse).lower()}}}\n{PROCESS}"
         )
     return recipe, export
 
 
-def run_cli_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int) -> dict:
+def run_cli_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, layout: str = "file") -> dict:
     """The same job through ``dj-airflow run`` (a new process: its start-up included), on the engine's
     local executor with one worker, as ``run_job`` runs it in this process."""
-    recipe, export = write_recipe(tmp, data, f"cli_{name}", work, reuse, size)
+    recipe, export = write_recipe(tmp, data, f"cli_{name}", work, reuse, size, layout)
     dj = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
     cmd = [dj, "run", recipe, "--job-id", f"cli_{name}", "--executor", "local", "--num-cpus", "1"]
     t0 = time.perf_counter()
@@ -89,9 +98,11 @@ def run_cli_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: in
     return {"wall": wall, "export_s": export_s, "summary": summary, "path": export}
 
 
-def run_job(tmp: str, data: str, name: str, work: str, reuse: bool, size: int, profile: str | None = None) -> dict:
+def run_job(
+    tmp: str, data: str, name: str, work: str, reuse: bool, size: int, profile: str | None = None, layout: str = "file"
+) -> dict:
     """One job through the engine; wall time split into planning + ops and the export step."""
-    recipe, export = write_recipe(tmp, data, name, work, reuse, size)
+    recipe, export = write_recipe(tmp, data, name, work, reuse, size, layout)
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
@@ -136,7 +147,23 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b <= 0 else f"{a / b:.3f}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def export_digest(path: str) -> str:
+    """xxh3-128 of an export as a reader gets it: the file, or the shards its manifest names, in order."""
+    h = xxhash.xxh3_128()
+    if os.path.exists(path):
+        files = [path]
+    else:
+        stem = os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0])
+        with open(f"{stem}.manifest.json", encoding="utf-8") as fh:
+            files = [os.path.join(os.path.dirname(path), s["file"]) for s in json.load(fh)["shards"]]
+    for name in files:
+        with open(name, "rb") as fh:
+            while chunk := fh.read(16 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="night 1's rows")
     ap.add_argument("--files", type=int, default=10, help="night 1's input files")
@@ -150,14 +177,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cli", action=argparse.BooleanOptionalAction, default=True, help="the same nights through dj-airflow run"
     )
+    ap.add_argument(
+        "--layouts",
+        default=",".join(LAYOUTS),
+        help="export_layout values to run, comma-separated, each in work dirs of its own (default: %(default)s)",
+    )
     args = ap.parse_args(argv)
+    args.layouts = [x for x in args.layouts.split(",") if x]
+    if not args.layouts or set(args.layouts) - set(LAYOUTS):
+        ap.error(f"--layouts: one or more of {', '.join(LAYOUTS)}, got {args.layouts}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.dj and not os.path.exists(_nightly_dj.DJ_PROCESS):
         sys.exit(f"{_nightly_dj.DJ_PROCESS} not found: pass --no-dj")
     tmp = tempfile.mkdtemp(prefix="dj_nightly_bench_")
     load = [f"{x:.1f}" for x in os.getloadavg()]
     print(
         f"rows {args.rows:,} in {args.files} files, partition.size {args.size:,}, growth {args.growth:.0%}; "
-        f"{os.cpu_count()} cores, load average before {' '.join(load)}",
+        f"layouts {', '.join(args.layouts)}; {os.cpu_count()} cores, load average before {' '.join(load)}",
         flush=True,
     )
     try:
@@ -174,11 +214,19 @@ def main(argv: list[str] | None = None) -> int:
         # index cache's racy margin (engine/input/index_cache.py), or night 1 could not cache them.
         time.sleep(index_cache.RACY_MARGIN_NS / 1e9 + 0.1)
         cold = run_job(tmp, empty_dir, "empty_cold", os.path.join(tmp, "empty_work"), False, args.size)
-        n1 = run_job(tmp, data, "night1", os.path.join(tmp, "work"), True, args.size)
-        cli = {}
-        if args.cli:  # night 1 through the CLI before night 2's files arrive, in a work dir of its own
-            cli["empty"] = run_cli_job(tmp, empty_dir, "empty", os.path.join(tmp, "cli_empty_work"), False, args.size)
-            cli["n1"] = run_cli_job(tmp, data, "night1", os.path.join(tmp, "cli_work"), True, args.size)
+        runs = {lay: {"cli": {}} for lay in args.layouts}
+        for lay, r in runs.items():  # night 1 of every layout before night 2's files arrive
+            t = "" if lay == "file" else f"_{lay}"
+            r["n1"] = run_job(tmp, data, f"night1{t}", os.path.join(tmp, f"work{t}"), True, args.size, layout=lay)
+            if args.cli:  # night 1 through the CLI, in a work dir of its own
+                if "empty" not in runs[args.layouts[0]]["cli"]:
+                    empty_cli = run_cli_job(
+                        tmp, empty_dir, "empty", os.path.join(tmp, "cli_empty_work"), False, args.size
+                    )
+                r["cli"]["empty"] = empty_cli
+                r["cli"]["n1"] = run_cli_job(
+                    tmp, data, f"night1{t}", os.path.join(tmp, f"cli_work{t}"), True, args.size, lay
+                )
         # The fixed cost of one more job in this (warm) process, as night 2 and scratch run; the cold
         # run's extra is the first job's imports.
         empty = run_job(tmp, empty_dir, "empty", os.path.join(tmp, "empty_work"), False, args.size)
@@ -189,13 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             grown = os.path.join(data, f"part_{args.files + j:04d}.jsonl")
             write_growth_file(grown, texts, new_rows // n_new, seed=1000 + j)
             integer_ids(grown, base=(1000 + j) * 10**7)
-        n2 = run_job(tmp, data, "night2", os.path.join(tmp, "work"), True, args.size, args.profile_night2)
-        sc = run_job(tmp, data, "scratch", os.path.join(tmp, "scratch_work"), False, args.size)
-        same = filecmp.cmp(n2["path"], sc["path"], shallow=False)
-        if args.cli:
-            cli["n2"] = run_cli_job(tmp, data, "night2", os.path.join(tmp, "cli_work"), True, args.size)
-            cli["sc"] = run_cli_job(tmp, data, "scratch", os.path.join(tmp, "cli_scratch_work"), False, args.size)
-            cli["same"] = filecmp.cmp(cli["n2"]["path"], sc["path"], shallow=False)
+        for n, (lay, r) in enumerate(runs.items()):
+            night2_and_scratch(args, tmp, data, lay, r, args.profile_night2 if n == 0 else None)
+        first = runs[args.layouts[0]]
         dj = dj_start = cmp = None
         if args.dj:
             dj_in = os.path.join(tmp, "dj_in")
@@ -208,16 +252,65 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DJ 1-row run: {fmt_s(dj_start['wall_s'])}, exit {dj_start['rc']}", flush=True)
             dj = _nightly_dj.run_dj(tmp, "night2", full, OPS, args.dj_np, args.dj_timeout)
             print(f"DJ night 2 input: {fmt_s(dj['wall_s'])}, exit {dj['rc']} (log {dj['log']})", flush=True)
-            cmp = _nightly_dj.compare_rows(sc["path"], dj["export"]) if dj["rc"] == 0 else None
-        report(args, empty, n1, n2, sc, same, dj, dj_start, cmp)
-        if cli:
-            report_cli(cli, n2, sc, empty)
+            if dj["rc"] == 0 and os.path.exists(first["sc"]["path"]):
+                cmp = _nightly_dj.compare_rows(first["sc"]["path"], dj["export"])
+        for lay, r in runs.items():
+            print(f"\n## export_layout: {lay}")
+            report(args, empty, r["n1"], r["n2"], r["sc"], r["same"], dj if r is first else None, dj_start, cmp)
+            if r["cli"]:
+                report_cli(r["cli"], r["n2"], r["sc"], empty)
+        report_layouts(runs, empty)
     finally:
         if args.keep:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def night2_and_scratch(args, tmp: str, data: str, lay: str, r: dict, profile: str | None) -> None:
+    """Night 2 and the from-scratch run of one layout, in-process and (``--cli``) through dj-airflow run;
+    whether each export equals the first from-scratch export (the same bytes, however laid out)."""
+    t = "" if lay == "file" else f"_{lay}"
+    r["n2"] = run_job(tmp, data, f"night2{t}", os.path.join(tmp, f"work{t}"), True, args.size, profile, lay)
+    r["sc"] = run_job(tmp, data, f"scratch{t}", os.path.join(tmp, f"scratch_work{t}"), False, args.size, layout=lay)
+    want = export_digest(r["sc"]["path"])
+    r["same"] = export_digest(r["n2"]["path"]) == want
+    if args.cli:
+        cli = r["cli"]
+        cli["n2"] = run_cli_job(tmp, data, f"night2{t}", os.path.join(tmp, f"cli_work{t}"), True, args.size, lay)
+        cli["sc"] = run_cli_job(
+            tmp, data, f"scratch{t}", os.path.join(tmp, f"cli_scratch_work{t}"), False, args.size, lay
+        )
+        cli["same"] = export_digest(cli["n2"]["path"]) == want
+
+
+def report_layouts(runs: dict, empty: dict) -> None:
+    """Night 2 / scratch, marginal with the export, per layout, in-process and through dj-airflow run."""
+    rows = []
+    for lay, r in runs.items():
+        m_in = ratio(r["n2"]["wall"] - empty["wall"], r["sc"]["wall"] - empty["wall"])
+        cli = r["cli"]
+        start = cli["empty"]["wall"] if cli else None
+        m_cli = ratio(cli["n2"]["wall"] - start, cli["sc"]["wall"] - start) if cli else "-"
+        reuse = r["n2"]["summary"].get("reuse") or {}
+        linked = reuse.get("export_shards_linked")
+        rows.append(
+            [
+                lay,
+                fmt_s(r["n2"]["export_s"]),
+                fmt_s(r["sc"]["export_s"]),
+                m_in,
+                m_cli,
+                f"{reuse.get('export_parts_reused')} ({linked} linked)"
+                if linked is not None
+                else str(reuse.get("export_parts_reused")),
+            ]
+        )
+    print()
+    header = ["export_layout", "night 2 export step", "scratch export step", "in-process", "dj-airflow run", "parts"]
+    print("night 2 / scratch, marginal, export included (aim: <= 0.15):")
+    print(md_table(header, rows))
 
 
 def report(args, empty, n1, n2, sc, same, dj, dj_start, cmp) -> None:
