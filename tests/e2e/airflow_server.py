@@ -87,6 +87,9 @@ class AirflowServer:
     proc: subprocess.Popen | None = None
     client: AirflowRestClient | None = None
     started_s: float = 0.0
+    #: The environment the running server was started with (its secrets included): what an extra
+    #: component started by a test (a replacement triggerer) must share.
+    started_env: dict = field(default_factory=dict)
     _log_start: int = 0  # where this start's lines begin in the log
 
     @property
@@ -171,7 +174,7 @@ class AirflowServer:
         os.makedirs(self.home, exist_ok=True)
         os.makedirs(self.ray_state_dir, exist_ok=True)
         self.port = self.port or free_port()
-        env = self.env()
+        env = self.started_env = self.env()
         t0 = time.monotonic()
         # The embedded Ray head, started exactly as the first task would start
         # it (hooks.ray.ensure_local_head, same environment), but now, while

@@ -1,0 +1,248 @@
+"""End to end: Ray Jobs mode under a real scheduler and triggerer (docs/deployment.md, "Ray Jobs mode").
+
+A Ray cluster of its own on loopback (``ray start --head`` with its dashboard: ``RayJobsCluster``)
+and an ``airflow standalone`` whose ``ray`` connection names that dashboard, driven over REST:
+
+* a DAG run's partition tasks submit one Ray Job per group and **defer**: while the Ray jobs run,
+  every ``partitions_seg0`` instance is ``deferred`` (no worker slot held);
+* the **triggerer is SIGKILLed** (with its trigger-runner child) while the Ray jobs run, and a new
+  triggerer is started: the triggers move to it and the run finishes with **nothing resubmitted**
+  (the cluster holds one submission per group), every op of every partition ran once (the job's
+  ``op_complete`` events), and the export is byte-identical to the engine's run of the same recipe
+  in this process;
+* a **clear of a succeeded group** over REST runs its task again, which finds its Ray job succeeded
+  and its checkpoints whole, and submits nothing.
+
+The Ray jobs are held at a fault-injection point (``delay`` ``until`` a file the test writes) so the
+kill lands while they run, not by timing.  Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections import Counter
+
+import psutil
+import pytest
+
+from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.jobdir.events import read_events
+from tests.e2e.airflow_server import VENV_BIN, AirflowServer
+from tests.helpers_job_view import view_recipe, write_view_input
+from tests.integration.crash_helpers import write_faults
+from tests.integration.ray_jobs_cluster import RayJobsCluster
+from tests.ports import free_port
+
+pytestmark = pytest.mark.e2e
+
+DAG = "e2e_rayjobs"
+PARTS, ROWS = 3, 240
+OPS = "process:\n  - whitespace_normalization_mapper:\n  - words_num_filter:\n      min_num: 12\n"
+RELEASE = "release_ray_jobs"  # the file (in the job dir) whose creation lets the held Ray jobs go on
+RUN_TIMEOUT = 600
+
+
+def _hold_every_partition() -> list[dict]:
+    """Each partition waits as its op 1 starts, inside its group's Ray job, until the test releases it."""
+    return [
+        {
+            "point": "op_start",
+            "partition_id": p,
+            "op_index": 1,
+            "times": 1,
+            "kind": "delay",
+            "seconds": 300,
+            "until": RELEASE,
+        }
+        for p in range(PARTS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def rj(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "token")  # the head's auth: this process's clients send the token
+        yield from _rj(tmp_path_factory)
+
+
+def _rj(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("rayjobs"))
+    recipes, work, exports = (os.path.join(root, d) for d in ("recipes", "work", "exports"))
+    for d in (recipes, work, exports):
+        os.makedirs(d)
+    data, _nulls = write_view_input(os.path.join(root, "data", "rows.jsonl"), ROWS)
+    recipe = os.path.join(recipes, f"{DAG}.yaml")
+    with open(recipe, "w") as fh:
+        fh.write(view_recipe(DAG, data, os.path.join(exports, f"{DAG}.jsonl"), work, PARTS, ops=OPS))
+    cluster = RayJobsCluster(num_cpus=2).start()
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    home = os.path.join(root, "airflow")
+    server = AirflowServer(
+        home=home,
+        sql_alchemy_conn=f"sqlite:///{os.path.join(home, 'airflow.db')}",
+        recipes_dir=recipes,
+        extra_env={
+            "AIRFLOW_CONN_RAY_DEFAULT": json.dumps(conn),
+            "RAY_AUTH_MODE": "token",  # the head's auth; the client sends the token
+            # A triggerer that stops heartbeating is taken for dead after 10 s (default 30), so its
+            # triggers move to the replacement sooner.
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+        },
+    )
+    extra: list[subprocess.Popen] = []
+    try:
+        client = server.start()
+        client.wait_dag(DAG)
+        yield {
+            "server": server,
+            "client": client,
+            "cluster": cluster,
+            "recipe": recipe,
+            "work": work,
+            "exports": exports,
+            "extra": extra,
+        }
+    finally:
+        for proc in extra:
+            _kill_tree(proc.pid)
+        server.stop()
+        cluster.stop()
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _triggerers(server: AirflowServer) -> list[psutil.Process]:
+    """The standalone's triggerer processes: the triggerer and the trigger runner it supervises."""
+    top = psutil.Process(server.proc.pid)
+    found = []
+    for p in top.children(recursive=True):
+        try:
+            if "triggerer" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def _trigger_logs(server: AirflowServer, run_id: str, map_index: int) -> list[str]:
+    base = os.path.join(
+        server.home, "logs", f"dag_id={DAG}", f"run_id={run_id}", "task_id=partitions_seg0", f"map_index={map_index}"
+    )
+    return sorted(n for n in os.listdir(base) if n.startswith("attempt=1.log.trigger."))
+
+
+def _mapped_states(client, run_id: str, task_id: str = "partitions_seg0") -> list[str]:
+    return [t["state"] for t in client.task_instances(DAG, run_id) if t["task_id"] == task_id]
+
+
+def _submissions(cluster_client, job_dir: str, job_id: str) -> list:
+    prefix = ray_jobs.base_submission_id(job_dir, job_id, 0, 0).rsplit("-s0-g0", 1)[0]
+    return cluster_client.list_submissions(prefix)
+
+
+def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_resubmitted(rj):
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    server, client, cluster = rj["server"], rj["client"], rj["cluster"]
+    job_id = "rj_kill"
+    job_dir = os.path.join(rj["work"], job_id)
+    export = os.path.join(rj["exports"], f"{job_id}.jsonl")
+    write_faults(job_dir, _hold_every_partition())
+    client.set_paused(DAG, False)
+    run_id = client.trigger(DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+
+    def records() -> list[str]:
+        """The groups' Ray job records, which each group's driver writes once it starts on the cluster."""
+        d = os.path.join(job_dir, "ray_jobs")
+        return sorted(n for n in os.listdir(d) if n.startswith("seg0_")) if os.path.isdir(d) else []
+
+    def all_deferred_and_running():
+        states = _mapped_states(client, run_id)
+        if any(s in ("failed", "upstream_failed") for s in states):
+            raise AssertionError(f"a partition task failed: {states}\n{server.log_tail()}")
+        return states if states and set(states) == {"deferred"} and len(records()) == len(states) else None
+
+    what = f"{DAG}/{run_id}'s partition tasks to defer while their Ray jobs run"
+    groups = len(client.wait_for(what, all_deferred_and_running, timeout=RUN_TIMEOUT))
+    assert groups == PARTS  # the scheduler's default: one partition a group
+
+    # The triggerer dies hard while every group's Ray job is held mid-partition; a new one starts.
+    old = _triggerers(server)
+    assert old, server.component_lines("triggerer")
+    for p in old:
+        p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(old, timeout=20)
+    log = open(os.path.join(server.home, "triggerer-2.log"), "wb")
+    replacement = subprocess.Popen(
+        [os.path.join(VENV_BIN, "airflow"), "triggerer"],
+        cwd=server.home,
+        # Its own port for serving trigger logs: the killed triggerer's may not be free yet.
+        env={**server.started_env, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    rj["extra"].append(replacement)
+    assert set(_mapped_states(client, run_id)) == {"deferred"}  # the Ray jobs hold; nothing ended
+    open(os.path.join(job_dir, RELEASE), "w").close()
+
+    run = client.wait_run(DAG, run_id, timeout=RUN_TIMEOUT)
+    assert run["state"] == "success", f"{server.log_tail()}\n{open(log.name, errors='replace').read()[-3000:]}"
+    assert replacement.poll() is None
+    # Each group's trigger ran in the killed triggerer, then in the replacement (Airflow writes one
+    # trigger log per triggerer job that ran it): the triggers resumed there.
+    for ti in (t for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"):
+        assert len(_trigger_logs(server, run_id, ti["map_index"])) == 2, ti
+
+    jobs_client = RayJobsClient(cluster.address)
+    submissions = _submissions(jobs_client, job_dir, job_id)
+    assert len(submissions) == groups  # one Ray job per group: the new triggerer resubmitted nothing
+    assert {str(j.status.value) for j in submissions} == {"SUCCEEDED"}
+    ran = Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete"))
+    assert ran == Counter({(p, op): 1 for p in range(PARTS) for op in range(2)})
+
+    reference = run_job(
+        rj["recipe"],
+        job_id="rj_reference",
+        workers=1,
+        overrides={"export_path": export[: -len(".jsonl")] + "_ref.jsonl"},
+    )
+    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
+        assert ours.read() == engine.read()
+
+    # A clear of a succeeded group: its task runs again, finds its Ray job succeeded, submits nothing.
+    tis = [t for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"]
+    first = min(tis, key=lambda t: t["map_index"])
+    client.clear_task_instances(DAG, run_id, [("partitions_seg0", first["map_index"])], include_downstream=False)
+
+    def rerun_done():
+        again = next(
+            t
+            for t in client.task_instances(DAG, run_id)
+            if t["task_id"] == "partitions_seg0" and t["map_index"] == first["map_index"]
+        )
+        if again["try_number"] > first["try_number"] and again["state"] in ("success", "failed"):
+            return again
+        return None
+
+    again = client.wait_for("the cleared group's task to run again", rerun_done, timeout=RUN_TIMEOUT)
+    assert again["state"] == "success", server.task_log(DAG, run_id, "partitions_seg0", first["map_index"], 2)
+    assert len(_submissions(jobs_client, job_dir, job_id)) == groups
+    assert Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete")) == ran
