@@ -296,6 +296,15 @@ SETTINGS: tuple[Setting, ...] = (
         "26379",
     ),
     _s(
+        "ray_jobs_deferrable",
+        "boolean",
+        True,
+        "In Ray Jobs mode a partition task waits for its group's Ray job in the triggerer, holding no "
+        "worker slot; `0` waits in the worker instead (a deployment without a triggerer). Either way "
+        "a retry reattaches to the running Ray job.",
+        "0",
+    ),
+    _s(
         "ray_early_start",
         "boolean",
         True,

@@ -228,6 +228,7 @@ def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
             segment_index=seg.index,
             map_index_template=MAP_INDEX_TEMPLATE,
             trigger_rule="none_failed",
+            deferrable=bool(settings.get("ray_jobs_deferrable")),
             **run_args,
         ).expand(execution_group=validate.output)
         upstream >> seg_task

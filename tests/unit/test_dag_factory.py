@@ -93,3 +93,23 @@ def test_parsing_reads_no_data(tmp_path, monkeypatch):
     )
     bag = _bag(monkeypatch, tmp_path)
     assert "nodata" in bag.dags
+
+
+def test_partition_tasks_defer_in_ray_jobs_mode_unless_the_setting_says_wait_in_the_worker(monkeypatch):
+    """``[dj] ray_jobs_deferrable``: on by default; off (a deployment without a triggerer) the
+    partition tasks wait for their Ray job in the worker."""
+    from airflow_provider_dj import settings
+    from airflow_provider_dj.dag_builder.factory import build_dag
+
+    monkeypatch.delenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE", raising=False)
+    settings.reset()
+    dag = build_dag(DEMO)
+    assert {dag.task_dict[t].partial_kwargs["deferrable"] for t in ("partitions_seg0", "partitions_seg1")} == {True}
+    monkeypatch.setenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE", "0")
+    settings.reset()
+    try:
+        dag = build_dag(DEMO)
+    finally:
+        monkeypatch.delenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE")
+        settings.reset()
+    assert {dag.task_dict[t].partial_kwargs["deferrable"] for t in ("partitions_seg0", "partitions_seg1")} == {False}
