@@ -340,3 +340,61 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     results = _operator(job_dir, 0, group).execute(_context(dag_run.run_id))
     assert results == ray_jobs.latest_submission(record)["results"] and results
     assert len(client.list_submissions(prefix)) == len(records)
+
+
+#: A task process that waits in the worker (``deferrable=False``) for its group's Ray job, as the
+#: generated DAGs do under ``[dj] ray_jobs_deferrable = 0``: the test SIGKILLs it mid-wait.
+_WAITING_TASK = """
+import sys
+from types import SimpleNamespace
+from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
+job_dir, group, run_id = sys.argv[1], {"group_id": 0, "partition_ids": [int(sys.argv[2])], "label": "p"}, sys.argv[3]
+ti = SimpleNamespace(dag_id="d", run_id=run_id, task_id="partitions_seg0", map_index=0, try_number=1)
+op = PartitionGroupOperator(task_id="partitions_seg0", job_dir=job_dir, segment_index=0, execution_group=group,
+                            deferrable=False, poll_interval=0.5)
+op.execute({"ti": ti, "dag_run": SimpleNamespace(run_id=run_id)})
+"""
+
+
+def test_a_task_killed_while_it_waits_leaves_the_ray_job_running_and_its_retry_reattaches(
+    cluster, client, make_recipe, monkeypatch
+):
+    """Deferral off: SIGKILL of the task process (an OOM-kill, a pod eviction) while its group's Ray job
+    runs.  The job goes on on the cluster (its driver is not the task); the retry finds it running,
+    attaches and waits; one submission, and every op of the partition ran once."""
+    import signal
+    import subprocess
+    import sys
+
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
+    prepared = _plan(make_recipe("rj_kill_wait", parts=2), "rjkw")
+    group = prepared.groups[0]
+    pid = group["partition_ids"][0]
+    hold = {"point": "op_start", "partition_id": pid, "op_index": 1, "kind": "delay", "seconds": 300, "until": "go"}
+    write_faults(prepared.job_dir, [hold])
+    task = subprocess.Popen(
+        [sys.executable, "-c", _WAITING_TASK, prepared.job_dir, str(pid), RUN_ID], env=dict(os.environ)
+    )
+    fired = os.path.join(prepared.job_dir, "_fault_injection.fired", "fault0_0")
+    deadline = time.time() + 240
+    while not os.path.exists(fired):  # op 0 committed, op 1 held: the Ray job is mid-group, the task waits
+        assert time.time() < deadline and task.poll() is None
+        time.sleep(0.3)
+    (submitted,) = _job_submissions(client, prepared)
+    task.send_signal(signal.SIGKILL)
+    task.wait(timeout=30)
+    time.sleep(2)  # a driver tied to the task would be gone by now
+    assert client.status(submitted.submission_id) == "RUNNING"
+
+    retry = _operator(prepared.job_dir, 0, {**group, "partition_ids": [pid]})
+    retry.deferrable, retry.poll_interval = False, 0.5
+    open(os.path.join(prepared.job_dir, "go"), "w").close()
+    (result,) = retry.execute(_context(RUN_ID, try_number=2))
+    assert result["partition_id"] == pid
+    assert [j.submission_id for j in _job_submissions(client, prepared)] == [submitted.submission_id]
+    assert client.status(submitted.submission_id) == "SUCCEEDED"
+    runs = sorted(e["op_index"] for e in read_events(prepared.job_dir, "op_complete") if e.get("partition_id") == pid)
+    assert runs == [0, 1, 2, 3]
