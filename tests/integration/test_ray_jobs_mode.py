@@ -398,3 +398,31 @@ def test_a_task_killed_while_it_waits_leaves_the_ray_job_running_and_its_retry_r
     assert client.status(submitted.submission_id) == "SUCCEEDED"
     runs = sorted(e["op_index"] for e in read_events(prepared.job_dir, "op_complete") if e.get("partition_id") == pid)
     assert runs == [0, 1, 2, 3]
+
+
+def test_the_watchdog_in_a_ray_job_retries_a_hung_partition_then_fails_its_group_naming_it(client, make_recipe):
+    """The watchdog (``partition.stall_timeout_s``) in Ray Jobs mode: the group's driver on the cluster
+    cancels the partition that hangs, runs it again from its checkpoint, and after its one retry the Ray
+    job fails; the task's error names the partition, the op and the timeout.  Nothing committed is lost."""
+    from airflow_provider_dj.engine.jobdir.events import read_events
+    from airflow_provider_dj.hooks.ray_jobs import RayJobFailedError
+
+    path = make_recipe("rj_hang", parts=2)
+    with open(path) as fh:
+        text = fh.read().replace("num_of_partitions: 2\n", "num_of_partitions: 2\n  stall_timeout_s: 12\n")
+    with open(path, "w") as fh:
+        fh.write(text)
+    prepared = _plan(path, "rjh")
+    group = prepared.groups[0]
+    pid = group["partition_ids"][0]
+    hang = {"point": "op_start", "partition_id": pid, "op_index": 2, "kind": "hang", "seconds": 300, "times": 2}
+    write_faults(prepared.job_dir, [hang])
+    sub = _submit(client, prepared, 0, group)
+    assert _wait(client, sub.submission_id) == "FAILED"
+    with pytest.raises(RayJobFailedError) as failed:
+        _operator(prepared.job_dir, 0, group)._finish(client, sub.submission_id, "FAILED")
+    assert f"partition {pid} " in str(failed.value) and "stalled: no progress for 12s at op 2" in str(failed.value)
+    stalls = [(e["partition_id"], e["stalls"], e["action"]) for e in read_events(prepared.job_dir, "partition_stalled")]
+    assert stalls == [(pid, 1, "retry"), (pid, 2, "fail")]
+    committed = sorted(e["op_index"] for e in read_events(prepared.job_dir, "op_complete") if e["partition_id"] == pid)
+    assert committed == [0, 1]  # committed before the hang, and kept for a resume
