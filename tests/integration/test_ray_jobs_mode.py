@@ -242,6 +242,8 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
         assert time.time() < deadline and client.status(sub.submission_id) in ("PENDING", "RUNNING")
         time.sleep(0.3)
 
+    running, _ = _live_tasks_and_actors(client.address, sub.submission_id, timeout=0)
+    assert running, "the state API lists no running task of the hung group: the check below would prove nothing"
     work_dir = os.path.dirname(prepared.job_dir)
     assert main(["stop", prepared.job_id, "--force", "--work-dir", work_dir, "--timeout", "0"]) == 0
     out = capsys.readouterr().out
@@ -255,6 +257,36 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
     assert entry["dashboard_address"] == client.address
     (event,) = read_events(prepared.job_dir, "stop_requested")
     assert [(s["submission_id"], s["outcome"]) for s in event["ray_jobs"]] == [(sub.submission_id, "stopped")]
+    assert _live_tasks_and_actors(client.address, sub.submission_id) == ([], [])
+
+
+def _live_tasks_and_actors(address: str, submission_id: str, timeout: float = 60) -> tuple[list, list]:
+    """The Ray job's tasks not yet ended and actors still alive, from the cluster's state API, once none
+    is left or at ``timeout`` (a stopped job's workers take a moment to exit)."""
+    from ray.job_submission import JobSubmissionClient
+    from ray.util.state import list_actors, list_tasks
+
+    job_id = JobSubmissionClient(address).get_job_info(submission_id).job_id
+    assert job_id, f"Ray knows no driver of {submission_id}"
+    deadline = time.time() + timeout
+    while True:
+        tasks = [
+            (t.name, t.state)
+            for t in list_tasks(
+                address=address, filters=[("job_id", "=", job_id)], limit=1000, raise_on_missing_output=False
+            )
+            if t.state not in ("FINISHED", "FAILED")
+        ]
+        actors = [
+            a.class_name
+            for a in list_actors(
+                address=address, filters=[("job_id", "=", job_id)], limit=1000, raise_on_missing_output=False
+            )
+            if a.state != "DEAD"
+        ]
+        if not (tasks or actors) or time.time() > deadline:
+            return tasks, actors
+        time.sleep(1)
 
 
 def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is_written(cluster, make_recipe):
