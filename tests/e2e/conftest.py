@@ -291,6 +291,12 @@ def e2e(request, e2e_inputs):
     ):
         with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
             fh.write(recipe_text(name, data, os.path.join(exports, f"{name}.jsonl"), work, parts, ops, schedule))
+    # A module's own recipes (``e2e_extra_recipes(root, work, exports)`` -> DAG id: recipe text), parsed
+    # with the others at start-up: the DAG folder is parsed once, so a recipe written later is not seen.
+    extra = getattr(request.module, "e2e_extra_recipes", lambda **_: {})(root=root, work=work, exports=exports)
+    for name, text in extra.items():
+        with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
+            fh.write(text)
 
     drop = None
     if db == "sqlite":
@@ -314,11 +320,13 @@ def e2e(request, e2e_inputs):
                 {"type": "file", "log_file_path": os.path.join(ol_dir, "event")}
             ),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": f"e2e_{db}",
+            # A module's own server settings (``e2e_server_env(root, work, exports)``), for the scenarios only it has.
+            **getattr(request.module, "e2e_server_env", lambda **_: {})(root=root, work=work, exports=exports),
         },
     )
     try:
         client = server.start()
-        for dag_id in (*E2E_DAGS, CONSUMER_DAG):
+        for dag_id in (*E2E_DAGS, *extra, CONSUMER_DAG):
             client.wait_dag(dag_id)
         # The consumer listens before the first export event can exist.
         client.set_paused(CONSUMER_DAG, False)

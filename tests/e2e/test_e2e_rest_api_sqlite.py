@@ -1,7 +1,24 @@
 """The REST API scenarios (tests/e2e/rest_api_scenarios.py) on ``airflow standalone`` with a SQLite
 metadata DB, and SQLite's own: a REST write waits for the single writer's lock, and several runs of two
-recipes at once.  One module per DB, so each DB's server has its own test worker."""
+recipes at once.  One module per DB, so each DB's server has its own test worker.
 
+One more scenario needs only one server: a job of more partitions (1,100) than Airflow's default
+``[core] max_map_length`` (1,024) maps, at the scheduler's default of one partition a group, through
+the real scheduler.  The validate task raises the group size so the groups fit (8 of 137 or 138
+partitions here: the server sets ``[dj] max_groups_per_segment`` to 8), every mapped instance succeeds,
+the plan covers every partition once, the export holds the 1,100 rows in order, and the job view's tab
+and JSON answer for the run.  Its own recipe and server settings reach the e2e fixture through
+``e2e_extra_recipes`` and ``e2e_server_env``.
+
+Measured on two cores shared with other work (load average in brackets): the module took 176 s
+before that scenario (under 1) and 367 s (8-10) and 558 s (8-15) with it, its other scenarios slowed by
+the load as well; the scenario's run, trigger to success, took 69-105 s, its job view's tab 0.46-0.70 s
+and the job's JSON 0.16-0.31 s.  Why 8 groups and
+two at once: a group task costs about 8 s before its first partition, and more concurrent group tasks
+than the Ray head's two CPUs make Ray end and restart workers between partitions (docs/benchmarks.md,
+"Past 1,024 partitions under the scheduler")."""
+
+import json
 import os
 import sqlite3
 import threading
@@ -9,6 +26,7 @@ import time
 
 import httpx
 
+from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.e2e.rest_api_scenarios import *  # noqa: F403 - the scenarios are collected in this module
 from tests.e2e.rest_api_scenarios import _explain
 from tests.e2e.rest_client import TERMINAL_RUN_STATES, RestError
@@ -125,3 +143,112 @@ def test_two_recipes_and_two_job_ids_at_once_export_what_single_runs_export(e2e,
             assert fh.read() == alone[name], f"{job_id}'s export differs from {name} run alone"
         assert os.path.exists(os.path.join(e2e.job_dir(job_id), "job_summary.json"))
     assert not os.path.exists(e2e.export_path("e2e_other"))  # its own export path was overridden by every run
+
+
+# -- more partitions than Airflow may map ------------------------------------------------------------------------
+
+MANY_DAG = "e2e_many"
+#: Past Airflow's default ``[core] max_map_length`` (1,024), which the server keeps: at the scheduler's
+#: default of one partition per group that is 1,100 mapped task instances, a push Airflow refuses.
+MANY_PARTS = 1100
+AIRFLOW_MAX_MAP_LENGTH = 1024
+#: ``[dj] max_groups_per_segment`` on this server (default 256): the planner's cap on the groups of a
+#: segment.  Each mapped task instance costs about 8 s before its first partition (task start-up, DAG
+#: parse, a Ray worker for the task's Ray job), a one-row partition about 70 ms: 256 groups would be
+#: 128 waves of two, 8 groups are four.
+MANY_GROUPS = 8
+#: Two group tasks at once on the server's two-CPU Ray head.  With four (the default under a scheduler),
+#: the four tasks' Ray jobs compete for two CPUs' worth of workers: Ray ends one job's idle worker to
+#: start another's, and partitions paid a new worker's start-up again and again (a 16-group run took
+#: 301 s at four, 122 s at two).
+MANY_CONCURRENT = 2
+MANY_RUN_TIMEOUT = 900
+
+
+def e2e_server_env(root: str, work: str, exports: str) -> dict[str, str]:
+    """What the e2e fixture adds to this module's server.  The other scenarios have at most four
+    partitions: the group cap changes nothing for them.  The registry of recent jobs in the server's own
+    directory, so the job view finds ``many_run`` there, not in a registry shared with other servers."""
+    return {"AIRFLOW__DJ__MAX_GROUPS_PER_SEGMENT": str(MANY_GROUPS), "DJ_STATE_DIR": os.path.join(root, "state")}
+
+
+def _many_data(root: str) -> str:
+    return os.path.join(root, "data", f"{MANY_DAG}.jsonl")
+
+
+def e2e_extra_recipes(root: str, work: str, exports: str) -> dict[str, str]:
+    """The e2e fixture writes these recipes beside its own, before the server parses the DAG folder."""
+    return {
+        MANY_DAG: (
+            f"project_name: {MANY_DAG}\ndataset_path: {_many_data(root)}\n"
+            f"export_path: {os.path.join(exports, MANY_DAG + '.jsonl')}\nwork_dir: {work}\ntext_keys: text\n"
+            f"partition:\n  mode: manual\n  num_of_partitions: {MANY_PARTS}\n"
+            f"  max_concurrent_partitions: {MANY_CONCURRENT}\n"
+            "process:\n  - whitespace_normalization_mapper:\n"
+        )
+    }
+
+
+def _all_task_instances(client, dag_id: str, run_id: str) -> list[dict]:
+    """Every task instance of the run, page by page (the API answers at most 1,000 at a time)."""
+    out: list[dict] = []
+    while True:
+        page = client.request(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+            params={"limit": 1000, "offset": len(out)},
+        )
+        out += page["task_instances"]
+        if not page["task_instances"] or len(out) >= page["total_entries"]:
+            return out
+
+
+def test_more_partitions_than_airflow_may_map_run_under_the_scheduler(e2e):
+    """1,100 one-row partitions through the real scheduler, with Airflow's default ``max_map_length``
+    (1,024) and the scheduler's default of one partition per group: the validate task plans the groups
+    within the caps, every mapped instance succeeds, and the export holds every row, in order."""
+    from urllib.parse import quote
+
+    c = e2e.client
+    data = _many_data(e2e.root)
+    os.makedirs(os.path.dirname(data), exist_ok=True)
+    with open(data, "w", encoding="utf-8") as fh:  # whitespace to normalize: an em space, a no-break space
+        fh.writelines(json.dumps({"id": i, "text": f"\u2003row\u00a0{i}  "}) + "\n" for i in range(MANY_PARTS))
+    c.set_paused(MANY_DAG, False)
+    export = e2e.export_path("many_run")
+    t0 = time.monotonic()
+    run_id = c.trigger(MANY_DAG, {"job_id": "many_run", "export_path": export})["dag_run_id"]
+    final = c.wait_run(MANY_DAG, run_id, MANY_RUN_TIMEOUT)
+    run_s = time.monotonic() - t0
+    assert final["state"] == "success", _explain(e2e, MANY_DAG, run_id)
+
+    tis = _all_task_instances(c, MANY_DAG, run_id)
+    mapped = sorted(ti["map_index"] for ti in tis if ti["task_id"] == "partitions_seg0")
+    assert 1 < len(mapped) <= AIRFLOW_MAX_MAP_LENGTH and mapped == list(range(len(mapped)))
+    assert {ti["state"] for ti in tis} == {"success"}, sorted({(ti["task_id"], ti["state"]) for ti in tis})
+
+    job_dir = e2e.job_dir("many_run")
+    with open(os.path.join(job_dir, "dag_execution_plan.json"), encoding="utf-8") as fh:
+        groups = [g["partition_ids"] for g in json.load(fh)["execution_groups"]]
+    assert len(groups) == len(mapped) == MANY_GROUPS
+    assert [pid for g in groups for pid in g] == list(range(MANY_PARTS))  # each partition once, in order
+    assert max(map(len, groups)) - min(map(len, groups)) <= 1
+    # The planner chose one partition a group (the scheduler's default) and the cap raised it.
+    (planning,) = read_events(job_dir, "execution_planning")
+    size = planning["execution_group_size"]
+    assert (size["source"], size["chosen_size"], size["size"]) == ("default", 1, -(-MANY_PARTS // MANY_GROUPS))
+    assert size["bounded_by"] == f"[dj] max_groups_per_segment={MANY_GROUPS}"
+
+    with open(export, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert [r["id"] for r in rows] == list(range(MANY_PARTS))
+    assert [r["text"] for r in rows] == [f"row {i}" for i in range(MANY_PARTS)]
+
+    # The job view's tab on this run (the plugin is installed with the package): its page and its data.
+    view = {}
+    for path in (f"/dj-jobs/dag/{MANY_DAG}/run/{quote(run_id, safe='')}", "/dj-jobs/api/job/many_run"):
+        t = time.monotonic()
+        resp = httpx.get(c.base_url + path, headers={"Authorization": f"Bearer {c.token()}"}, timeout=120)
+        view[path] = (resp.status_code, round(time.monotonic() - t, 2), len(resp.content))
+    print(f"\n{MANY_PARTS} partitions in {len(mapped)} mapped task instances: run {run_s:.0f} s; job view {view}")
+    assert [code for code, _s, _n in view.values()] == [200, 200], view
