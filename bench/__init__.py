@@ -43,6 +43,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.at_scale_bench",
         "10M, 100M and 1B rows planned by the real planner and DAG: counts, memory, limits",
     ),
+    "ray-jobs": (
+        "bench.ray_jobs_bench",
+        "Ray Jobs mode against the in-worker driver on one cluster: overhead per group, worker-slot-seconds",
+    ),
     "plot": ("bench.report.published", "redraw docs/img/benchmarks.svg from the published end-to-end table"),
 }
 
