@@ -146,12 +146,19 @@ class RayJobsClient:
             return f"(no log from the Ray dashboard at {self.address}: {exc})"
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, submission_id: str) -> bool:
-        """Ask Ray to stop the submission (SIGTERM to its driver, then SIGKILL); False when it had ended."""
-        stopped, why = self.try_stop(submission_id)
-        if stopped is None:
-            log.warning("stop of Ray job %s at %s: %s", submission_id, self.address, why)
-        return bool(stopped)
+    def stop(self, submission_id: str, *, attempts: int = 3, pause_s: float = 1.0) -> bool:
+        """Ask Ray to stop the submission (SIGTERM to its driver, then SIGKILL); False when it had ended,
+        or when the dashboard refused ``attempts`` times ``pause_s`` apart (a busy dashboard's refusal is
+        not the last word on a running job: the one stop a user's action sends must not be lost to it)."""
+        why = ""
+        for attempt in range(attempts):
+            stopped, why = self.try_stop(submission_id)
+            if stopped is not None:
+                return stopped
+            if attempt + 1 < attempts:
+                time.sleep(pause_s)
+        log.warning("stop of Ray job %s at %s refused %d times: %s", submission_id, self.address, attempts, why)
+        return False
 
     def try_stop(self, submission_id: str) -> tuple[bool | None, str]:
         """:meth:`stop`, saying how it went: (True, '') Ray stops it; (False, '') it had ended; (None, why)

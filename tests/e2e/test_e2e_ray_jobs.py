@@ -45,8 +45,9 @@ RELEASE = "release_ray_jobs"  # the file (in the job dir) whose creation lets th
 RUN_TIMEOUT = 600
 
 
-def _hold_every_partition() -> list[dict]:
-    """Each partition waits as its op 1 starts, inside its group's Ray job, until the test releases it."""
+def _hold(partitions=range(PARTS)) -> list[dict]:
+    """Each of these partitions waits as its op 1 starts, inside its group's Ray job, until the test
+    releases it (at most two at once: the head has two CPUs; a third waits for one)."""
     return [
         {
             "point": "op_start",
@@ -57,7 +58,7 @@ def _hold_every_partition() -> list[dict]:
             "seconds": 300,
             "until": RELEASE,
         }
-        for p in range(PARTS)
+        for p in partitions
     ]
 
 
@@ -163,7 +164,7 @@ def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_r
     job_id = "rj_kill"
     job_dir = os.path.join(rj["work"], job_id)
     export = os.path.join(rj["exports"], f"{job_id}.jsonl")
-    write_faults(job_dir, _hold_every_partition())
+    write_faults(job_dir, _hold())
     client.set_paused(DAG, False)
     run_id = client.trigger(DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
 
@@ -246,3 +247,57 @@ def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_r
     assert again["state"] == "success", server.task_log(DAG, run_id, "partitions_seg0", first["map_index"], 2)
     assert len(_submissions(jobs_client, job_dir, job_id)) == groups
     assert Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete")) == ran
+
+
+def test_marking_a_deferred_group_failed_stops_its_ray_job(rj):
+    """The UI's "mark failed" on a deferred partition task: Airflow's triggerer cancels its trigger and
+    calls its ``on_kill``, which stops the group's Ray job; the driver records the stop; the other
+    groups go on and succeed, and the run fails with nothing exported."""
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    server, client, cluster = rj["server"], rj["client"], rj["cluster"]
+    job_id = "rj_mark"
+    job_dir = os.path.join(rj["work"], job_id)
+    export = os.path.join(rj["exports"], f"{job_id}.jsonl")
+    write_faults(job_dir, _hold([0]))  # group 0 is held mid-partition; the other groups run through
+    client.set_paused(DAG, False)
+    run_id = client.trigger(DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+
+    def held():
+        """Group 0's task deferred, and its partition held mid-op inside its Ray job."""
+        states = {
+            t["map_index"]: t["state"] for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"
+        }
+        group0_held = os.path.exists(os.path.join(job_dir, "_fault_injection.fired", "fault0_0"))
+        return states if states.get(0) == "deferred" and group0_held else None
+
+    client.wait_for(f"{DAG}/{run_id}'s group 0 to be deferred and held mid-partition", held, timeout=RUN_TIMEOUT)
+    jobs_client = RayJobsClient(cluster.address)
+    marked = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, 0, 0))["submission_id"]
+    client.set_task_instance_state(DAG, run_id, "partitions_seg0", 0, "failed")
+    try:
+        client.wait_for(
+            f"Ray job {marked} to stop",
+            lambda: jobs_client.status(marked) in ("STOPPED", "FAILED") or None,
+            timeout=120,
+        )
+    except TimeoutError as exc:
+        raise AssertionError(
+            f"{exc}\nstatus {jobs_client.status(marked)}\n{jobs_client.logs_tail(marked)}\n"
+            f"{open(os.path.join(server.home, 'triggerer-2.log'), errors='replace').read()[-3000:] if os.path.exists(os.path.join(server.home, 'triggerer-2.log')) else server.component_lines('triggerer')}\n"
+            f"{cluster.log()}"
+        ) from None
+    assert jobs_client.status(marked) == "STOPPED", jobs_client.logs_tail(marked)
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, 0, 0))
+    assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_job"), entry
+
+    open(os.path.join(job_dir, RELEASE), "w").close()
+    run = client.wait_run(DAG, run_id, timeout=RUN_TIMEOUT)
+    assert run["state"] == "failed", server.log_tail()
+    states = {
+        t["map_index"]: t["state"] for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"
+    }
+    assert states[0] == "failed" and {s for i, s in states.items() if i != 0} == {"success"}
+    others = [s for s in _submissions(jobs_client, job_dir, job_id) if s.submission_id != marked]
+    assert len(others) == PARTS - 1 and {str(j.status.value) for j in others} == {"SUCCEEDED"}
+    assert not os.path.exists(export)

@@ -76,3 +76,39 @@ def test_a_trigger_whose_dashboard_stops_answering_tells_the_task_once():
     (event,) = asyncio.run(events())
     assert event["status"] == "error" and event["submission_id"] == "dj-x-s0-g0"
     assert f"http://127.0.0.1:{port} does not answer" in event["message"]
+
+
+class _BusyDashboard:
+    """Ray's JobSubmissionClient as a loaded dashboard answers it: ``stop_job`` refused (RuntimeError,
+    as Ray raises for an HTTP error) ``refusals`` times, then accepted.  Stands in for the dashboard
+    because a real one cannot be made to refuse on cue."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.calls = refusals, 0
+
+    def stop_job(self, submission_id: str) -> bool:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise RuntimeError("Request failed with status code 500: request timed out")
+        return True
+
+
+def _client_over(dashboard) -> object:
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    client = object.__new__(RayJobsClient)  # no connection: the stand-in answers instead
+    client._client, client.address = dashboard, "http://127.0.0.1:1"
+    return client
+
+
+def test_a_stop_refused_by_a_busy_dashboard_is_asked_again_until_it_is_taken():
+    dashboard = _BusyDashboard(refusals=2)
+    assert _client_over(dashboard).stop("dj-x-s0-g0", pause_s=0) is True
+    assert dashboard.calls == 3
+
+
+def test_a_stop_refused_every_time_gives_up_after_its_attempts_and_says_so(caplog):
+    dashboard = _BusyDashboard(refusals=99)
+    assert _client_over(dashboard).stop("dj-x-s0-g0", attempts=3, pause_s=0) is False
+    assert dashboard.calls == 3
+    assert "refused 3 times: Request failed with status code 500" in caplog.text
