@@ -57,18 +57,29 @@ def write_shards(
             rows = table.num_rows
         else:
             rows = write_jsonl(out)
-        fault_spec = load_faults(job_dir)
-        manifest = writer.commit(
-            total_rows=rows,
-            checksum=out.h.hexdigest(),
-            before_manifest=lambda: maybe_fail(job_dir, fault_spec, None, None, point="export_commit"),
-        )
+        manifest = _commit(writer, out, job_dir, load_faults(job_dir), rows)
     except BaseException as exc:
-        full = writer.abort(exc)
-        if full is not None:
-            raise full from exc
+        _abort(writer, exc)
         raise
     return rows, manifest["checksum_xxh3_128"], manifest["total_bytes"], {**manifest, "path": writer.manifest}
+
+
+def _commit(writer, out: HashingWriter, job_dir: str, fault_spec: list[dict], rows: int) -> dict:
+    """Commit the staged set: the ``export_commit`` fault point fires once the shards are in place,
+    then the manifest is written; returns the manifest."""
+    return writer.commit(
+        total_rows=rows,
+        checksum=out.h.hexdigest(),
+        before_manifest=lambda: maybe_fail(job_dir, fault_spec, None, None, point="export_commit"),
+    )
+
+
+def _abort(writer, exc: BaseException) -> None:
+    """Take the staged shards down after ``exc``; raise the disk-full error naming the shard when the
+    writer made one (the caller re-raises ``exc`` otherwise)."""
+    full = writer.abort(exc)
+    if full is not None:
+        raise full from exc
 
 
 def write_partition_shards(
@@ -112,15 +123,9 @@ def write_partition_shards(
             rows += nrows
             if n == 0:
                 maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
-        manifest = writer.commit(
-            total_rows=rows,
-            checksum=out.h.hexdigest(),
-            before_manifest=lambda: maybe_fail(job_dir, fault_spec, None, None, point="export_commit"),
-        )
+        manifest = _commit(writer, out, job_dir, fault_spec, rows)
     except BaseException as exc:
-        full = writer.abort(exc)
-        if full is not None:
-            raise full from exc
+        _abort(writer, exc)
         raise
     ledger.written = [
         {
