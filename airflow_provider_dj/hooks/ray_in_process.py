@@ -73,18 +73,32 @@ def ensure_auth_token() -> str | None:
     return path
 
 
+#: Starts of the in-process cluster before giving up.  Ray waits a fixed 30 s for its raylet to
+#: register with the GCS and then raises "timed out during startup"; on a loaded machine that wait
+#: can run out while a fresh start succeeds.  Any other error is raised at once.
+START_ATTEMPTS = 3
+
+
 def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
     ensure_auth_token()
     import ray
 
-    ray.init(
-        address="local",
-        num_cpus=num_cpus or None,
-        include_dashboard=False,
-        configure_logging=False,
-        log_to_driver=True,
-        **init_kwargs,
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or None,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=True,
+                **init_kwargs,
+            )
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            log.warning("Ray's start-up timed out (start %d of %d): starting it again", attempt, START_ATTEMPTS)
+            ray.shutdown()
 
 
 def _ray_initialized() -> bool:

@@ -100,3 +100,44 @@ def test_a_configured_cluster_replaces_the_background_started_one(monkeypatch):
     hook.get_client()  # connected: no second shutdown or init
     assert calls == ["shutdown", ("init", "10.0.0.5:6379")]
     assert not ray_in_process.started_in_background()
+
+
+def _flaky_ray_init(monkeypatch, failures: int, message: str) -> list:
+    """ray.init raising ``message`` ``failures`` times, then starting (no cluster: Ray's own start-up
+    timeout cannot be made to run out on cue)."""
+    import ray
+
+    calls: list = []
+
+    def init(**kw):
+        calls.append("init")
+        if calls.count("init") <= failures:
+            raise Exception(message)  # what Ray's node.py raises
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(ray_in_process, "ensure_auth_token", lambda: None)
+    return calls
+
+
+TIMED_OUT = "The current node timed out during startup. This could happen because some of the raylet failed"
+
+
+def test_a_start_up_that_times_out_is_started_again():
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _flaky_ray_init(mp, failures=2, message=TIMED_OUT)
+        ray_in_process._init(1, {})
+    assert calls == ["init", "shutdown", "init", "shutdown", "init"]
+
+
+def test_start_up_gives_up_after_its_attempts_and_other_errors_are_not_retried():
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _flaky_ray_init(mp, failures=99, message=TIMED_OUT)
+        with pytest.raises(Exception, match="timed out during startup"):
+            ray_in_process._init(1, {})
+    assert calls.count("init") == ray_in_process.START_ATTEMPTS
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _flaky_ray_init(mp, failures=1, message="address already in use")
+        with pytest.raises(Exception, match="address already in use"):
+            ray_in_process._init(1, {})
+    assert calls == ["init"]
