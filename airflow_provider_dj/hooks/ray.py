@@ -37,6 +37,7 @@ from typing import Any
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.hooks import ray_in_process
 from airflow_provider_dj.provider_info import RAY_CONN_FIELDS
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,6 @@ class RayHook(BaseHook):  # type: ignore[misc]
             os.environ.setdefault("RAY_AUTH_MODE", "token")
         import ray
 
-        from airflow_provider_dj.hooks import ray_in_process
-
         if cfg["mode"] == "cluster" and ray_in_process.started_in_background():
             # `dj-airflow run` started its private cluster before it could see
             # the connection: a configured cluster address wins.
@@ -250,44 +249,73 @@ def ensure_local_head(num_cpus: int | None = None, object_store_memory: int | No
                 return address
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             pass
-        port = _head_port()
-        from airflow_provider_dj.hooks.ray_in_process import ensure_auth_token
-
-        ensure_auth_token()  # made once, atomically, before `ray start` would write one
-        ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-        cmd = [
-            ray_bin,
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ]
+        ray_in_process.ensure_auth_token()  # made once, atomically, before `ray start` would write one
+        flags = ["--include-dashboard=false", "--disable-usage-stats"]
         if num_cpus:
-            cmd.append(f"--num-cpus={int(num_cpus)}")
+            flags.append(f"--num-cpus={int(num_cpus)}")
         if object_store_memory:
-            cmd.append(f"--object-store-memory={int(object_store_memory)}")
+            flags.append(f"--object-store-memory={int(object_store_memory)}")
+        return _start_head(flags)
+
+
+#: What ``ray start --block`` prints once its node has registered with the GCS (then it blocks).
+HEAD_STARTED = "Ray runtime started"
+
+
+def _ray_binary() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def _start_head(flags: list[str], timeout: float = 120.0) -> str:
+    """Run ``ray start --head --block`` in a session of its own and wait until it says it started.
+
+    Called with the head lock held.  The head counts as started when it printed ``HEAD_STARTED``
+    (its raylet registered), not merely when its GCS port answers: a GCS can answer and then go
+    down with a raylet that never registered.  Returns the head's address.
+    """
+    log_path = os.path.join(_state_dir(), "ray-head.log")
+    # Ray 2.5x+ turns token auth on whenever ~/.ray/auth_token exists; be
+    # explicit so the head and every connecting task agree on the mode.
+    env = dict(os.environ)
+    env.setdefault("RAY_AUTH_MODE", "token")
+    for attempt in range(1, ray_in_process.START_ATTEMPTS + 1):
+        port = _head_port()
+        cmd = [_ray_binary(), "start", "--head", "--block", f"--port={port}", *flags]
         log.info("starting the embedded local Ray head: %s", " ".join(cmd))
-        # Ray 2.5x+ turns token auth on whenever ~/.ray/auth_token exists; be
-        # explicit so the head and every connecting task agree on the mode.
-        env = dict(os.environ)
-        env.setdefault("RAY_AUTH_MODE", "token")
+        offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         # --block in its own session: the head's processes form one process
         # group that stop_local_head() can end without touching any other Ray
         # on this machine (`ray stop` would kill them all).
-        log_path = os.path.join(_state_dir(), "ray-head.log")
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         address = f"127.0.0.1:{port}"
         _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": False})
-        deadline = time.time() + 120
-        while not _head_alive(address):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RayConnectionError(f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
-            time.sleep(0.2)
-        _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": True})
-        return address
+        if _wait_started(proc, log_path, offset, timeout):
+            _write_head_file({"address": address, "started_at": time.time(), "pid": proc.pid, "ready": True})
+            return address
+        timed_out = proc.poll() is not None and ray_in_process.STARTUP_TIMED_OUT in _log_since(log_path, offset)
+        if not timed_out or attempt == ray_in_process.START_ATTEMPTS:
+            break
+        log.warning(
+            "Ray's start-up timed out (start %d of %d): starting the head again", attempt, ray_in_process.START_ATTEMPTS
+        )
+    raise RayConnectionError(f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
+
+
+def _wait_started(proc: subprocess.Popen, log_path: str, offset: int, timeout: float) -> bool:
+    """True once ``ray start`` printed ``HEAD_STARTED`` after ``offset``; False when it exited or ``timeout`` passed."""
+    deadline = time.time() + timeout
+    while HEAD_STARTED not in _log_since(log_path, offset):
+        if proc.poll() is not None or time.time() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _log_since(path: str, offset: int) -> str:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode(errors="replace")
 
 
 def _write_head_file(record: dict) -> None:

@@ -73,9 +73,11 @@ def ensure_auth_token() -> str | None:
     return path
 
 
-#: Starts of the in-process cluster before giving up.  Ray waits a fixed 30 s for its raylet to
-#: register with the GCS and then raises "timed out during startup"; on a loaded machine that wait
-#: can run out while a fresh start succeeds.  Any other error is raised at once.
+#: What Ray says when its fixed 30 s wait for a raylet to register with the GCS ran out.  On a loaded
+#: machine that wait can run out while a fresh start succeeds, so such a start is tried again (here
+#: and for the shared head, hooks/ray.py); any other start-up error is raised at once.
+STARTUP_TIMED_OUT = "timed out during startup"
+#: Starts of a Ray cluster before giving up on Ray's start-up time-out.
 START_ATTEMPTS = 3
 
 
@@ -95,7 +97,7 @@ def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
             )
             return
         except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS:
+            if STARTUP_TIMED_OUT not in str(exc) or attempt == START_ATTEMPTS:
                 raise
             log.warning("Ray's start-up timed out (start %d of %d): starting it again", attempt, START_ATTEMPTS)
             ray.shutdown()

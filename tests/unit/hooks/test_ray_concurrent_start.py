@@ -6,6 +6,7 @@ test tests/integration/test_concurrent_runs.py starts several at once).
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -13,6 +14,8 @@ import stat
 import subprocess
 import sys
 import time
+
+import pytest
 
 from airflow_provider_dj.hooks import ray as ray_hook
 from airflow_provider_dj.hooks import ray_in_process
@@ -145,3 +148,57 @@ def test_packages_both_threads_import_are_imported_before_the_ray_thread_starts(
     assert res["started"] is True
     assert not res["before"]["aiohttp.web"]  # else this test could not fail
     assert all(res["at_thread_start"].values()), res["at_thread_start"]
+
+
+#: A stand-in for the ``ray`` command (Ray is not started here): its first start fails the way Ray's
+#: own 30 s raylet wait fails under load, the next one listens on ``--port`` and says it started.
+FAKE_RAY = r"""#!{python}
+import os, socket, sys, time
+tries = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tries")
+with open(tries, "a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\n")
+if sum(1 for _ in open(tries)) <= {failures}:
+    print("Exception: The current node timed out during startup. This could happen because ...", flush=True)
+    sys.exit(1)
+port = int(next(a for a in sys.argv if a.startswith("--port=")).split("=")[1])
+s = socket.socket(); s.bind(("127.0.0.1", port)); s.listen(8)
+print("Ray runtime started.", flush=True)
+time.sleep(120)
+"""
+
+
+def _fake_ray(tmp_path, monkeypatch, failures: int):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ray"
+    fake.write_text(FAKE_RAY.format(python=sys.executable, failures=failures))
+    fake.chmod(0o755)
+    monkeypatch.setattr(ray_hook, "_ray_binary", lambda: str(fake))
+    monkeypatch.setenv("DJ_RAY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token file in the test's home
+    monkeypatch.delenv("DJ_RAY_HEAD_PORT", raising=False)
+    return bin_dir / "tries"
+
+
+def test_a_head_start_ray_timed_out_is_started_again(tmp_path, monkeypatch):
+    tries = _fake_ray(tmp_path, monkeypatch, failures=2)
+    address = ray_hook.ensure_local_head(num_cpus=1)
+    try:
+        starts = tries.read_text().splitlines()
+        assert len(starts) == 3 and all("--head" in s and "--num-cpus=1" in s for s in starts)
+        assert ray_hook._head_alive(address)
+        record = json.loads((tmp_path / "state" / "ray-head.json").read_text())
+        assert record["address"] == address and record["ready"] is True
+        assert ray_hook.ensure_local_head(num_cpus=1) == address  # the next task only connects
+        assert len(tries.read_text().splitlines()) == 3
+    finally:
+        assert ray_hook.stop_local_head()
+
+
+def test_a_head_that_keeps_timing_out_fails_naming_its_log(tmp_path, monkeypatch):
+    tries = _fake_ray(tmp_path, monkeypatch, failures=99)
+    with pytest.raises(ray_hook.RayConnectionError, match="ray-head.log"):
+        ray_hook.ensure_local_head()
+    assert len(tries.read_text().splitlines()) == ray_in_process.START_ATTEMPTS
+    log_text = (tmp_path / "state" / "ray-head.log").read_text()
+    assert log_text.count("timed out during startup") == ray_in_process.START_ATTEMPTS
