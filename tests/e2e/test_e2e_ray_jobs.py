@@ -11,7 +11,11 @@ and an ``airflow standalone`` whose ``ray`` connection names that dashboard, dri
   ``op_complete`` events), and the export is byte-identical to the engine's run of the same recipe
   in this process;
 * a **clear of a succeeded group** over REST runs its task again, which finds its Ray job succeeded
-  and its checkpoints whole, and submits nothing.
+  and its checkpoints whole, and submits nothing;
+* **mark failed** on a deferred group stops its Ray job;
+* last, the same server started again with **deferral off** (``[dj] ray_jobs_deferrable = 0``): a
+  task process SIGKILLed while it waits for its held Ray job is retried by Airflow, and the retry
+  attaches to that Ray job instead of submitting another.
 
 The Ray jobs are held at a fault-injection point (``delay`` ``until`` a file the test writes) so the
 kill lands while they run, not by timing.  Nothing is mocked.
@@ -301,3 +305,86 @@ def test_marking_a_deferred_group_failed_stops_its_ray_job(rj):
     others = [s for s in _submissions(jobs_client, job_dir, job_id) if s.submission_id != marked]
     assert len(others) == PARTS - 1 and {str(j.status.value) for j in others} == {"SUCCEEDED"}
     assert not os.path.exists(export)
+
+
+def _task_process(server: AirflowServer, ti_id: str) -> psutil.Process | None:
+    """The task's own process: Airflow's task runner titles it ``airflow worker -- <task instance id>``."""
+    for p in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            if f"airflow worker -- {ti_id}" in " ".join(p.cmdline()):
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
+    """``[dj] ray_jobs_deferrable = 0``: the partition task waits for its Ray job in its worker process.
+    The same server is started again with that setting (and one automatic retry); group 0's task
+    process is SIGKILLed (an OOM kill, a pod eviction) while its Ray job is held mid-partition.  The
+    Ray job runs on; Airflow retries the task, whose retry attaches to it: one submission per group,
+    every op of every partition once, the export the engine's."""
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    server, cluster = rj["server"], rj["cluster"]
+    server.stop()
+    server.extra_env.update({"AIRFLOW__DJ__RAY_JOBS_DEFERRABLE": "0", "DJ_TASK_RETRIES": "1"})
+    server.port = free_port()
+    client = rj["client"] = server.start()
+    client.wait_dag(DAG)
+    job_id = "rj_nodefer"
+    job_dir = os.path.join(rj["work"], job_id)
+    export = os.path.join(rj["exports"], f"{job_id}.jsonl")
+    write_faults(job_dir, _hold([0]))
+    client.set_paused(DAG, False)
+    run_id = client.trigger(DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+
+    def group0() -> dict | None:
+        tis = client.task_instances(DAG, run_id)
+        return next((t for t in tis if t["task_id"] == "partitions_seg0" and t["map_index"] == 0), None)
+
+    def group0_waiting():
+        """Group 0's task running (not deferred) in its worker, and its partition held in its Ray job."""
+        ti = group0()
+        held = os.path.exists(os.path.join(job_dir, "_fault_injection.fired", "fault0_0"))
+        if ti is not None and ti["state"] == "deferred":
+            raise AssertionError(f"group 0 deferred with deferral off: {ti}")
+        return ti if ti is not None and held and ti["state"] == "running" and _task_process(server, ti["id"]) else None
+
+    first = client.wait_for(f"{DAG}/{run_id}'s group 0 to wait in its worker", group0_waiting, timeout=RUN_TIMEOUT)
+    marked = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, 0, 0))["submission_id"]
+    victim = _task_process(server, first["id"])
+    victim.send_signal(signal.SIGKILL)
+    psutil.wait_procs([victim], timeout=20)
+    jobs_client = RayJobsClient(cluster.address)
+    assert jobs_client.status(marked) == "RUNNING"  # the driver is on the cluster, not in the task
+
+    def retried_and_waiting():
+        ti = group0()
+        return ti if ti["try_number"] == first["try_number"] + 1 and ti["state"] == "running" else None
+
+    client.wait_for("group 0's retry to run", retried_and_waiting, timeout=RUN_TIMEOUT)
+    open(os.path.join(job_dir, RELEASE), "w").close()
+    run = client.wait_run(DAG, run_id, timeout=RUN_TIMEOUT)
+    assert run["state"] == "success", server.log_tail()
+
+    submissions = _submissions(jobs_client, job_dir, job_id)
+    assert len(submissions) == PARTS and {str(j.status.value) for j in submissions} == {"SUCCEEDED"}
+    record = ray_jobs.read_record(job_dir, 0, 0)
+    assert ray_jobs.latest_submission(record)["submission_id"] == marked  # the retry attached, submitted nothing
+    ran = Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete"))
+    assert ran == Counter({(p, op): 1 for p in range(PARTS) for op in range(2)})
+    tries = {
+        t["map_index"]: t["try_number"] for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"
+    }
+    assert tries[0] == first["try_number"] + 1 and all(n == first["try_number"] for i, n in tries.items() if i != 0)
+
+    reference = run_job(
+        rj["recipe"],
+        job_id="rj_nodefer_ref",
+        workers=1,
+        overrides={"export_path": export[: -len(".jsonl")] + "_ref.jsonl"},
+    )
+    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
+        assert ours.read() == engine.read()
