@@ -37,7 +37,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.observe.lineage_reuse import copy_reused_lineage
-from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, keys_store, mask_store
 from airflow_provider_dj.engine.storage.resume_point import checkpoint_candidates
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
@@ -100,6 +100,28 @@ def reuse_from_earlier_job(sc: SegmentContext, plog) -> PartitionState | None:
             )
             return state
     return None
+
+
+def partitions_reusable_whole(recipe, plan, info: dict, job_dir: str) -> frozenset[int]:
+    """The partitions whose first segment an earlier job's checkpoint covers to its last op: what the
+    planner packs into one group per run (``execution_groups``' ``whole``).
+
+    Index lookups only (one small file each, nothing loaded or verified), so a hint: the partition
+    task still verifies the checkpoint and its masks, and computes whatever it cannot reuse."""
+    if not reuse_enabled(recipe) or not plan.segments or not info.get("partitions"):
+        return frozenset()
+    target = plan.segments[0].end - 1
+    if target < 0 or target not in set(plan.checkpoint_points):
+        return frozenset()
+    st = recipe.intermediate_storage
+    chain = chain_fingerprint(plan, target, StorageFormat(st.format, st.compression), "checkpoint_op")
+    index, job_id = ReuseIndex(storage.dirname(job_dir)), storage.basename(job_dir)
+    found = set()
+    for part in info["partitions"]:
+        entry = index.lookup(entry_key(part["content_hash"], part["start_row"], part["num_rows"], target, chain))
+        if entry and entry.get("job_id") != job_id:
+            found.add(int(part["partition_id"]))
+    return frozenset(found)
 
 
 def _same_masks(sc: SegmentContext, source_dir: str, source_pid: int, upto: int) -> bool:

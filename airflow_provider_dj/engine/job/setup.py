@@ -207,13 +207,31 @@ def _prepare_new_job(
     )
     group_size, max_groups = sizing
     size = group_size(info, paths.job_dir) if callable(group_size) else group_size
-    groups = execution_groups(info, size, max_groups=max_groups) if info["partitions"] else []
+    groups = _new_job_groups(recipe, plan, info, paths.job_dir, (size, max_groups), say)
     plan.groups = groups
     write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
     _register(job_id, paths.job_dir)
     return PreparedJob(
         job_id, paths.job_dir, groups, False, info["num_partitions"], info["total_rows"], lock_note=lock_note
     )
+
+
+def _new_job_groups(recipe, plan, info: dict, job_dir: str, sizing: tuple[int, int | None], say) -> list[dict]:
+    """The execution groups of a new job: runs of partitions an earlier job's checkpoints cover whole
+    (reuse across jobs) as one group each, the rest ``size`` partitions a group."""
+    from airflow_provider_dj.engine.execution.reuse import partitions_reusable_whole
+
+    if not info["partitions"]:
+        return []
+    size, max_groups = sizing
+    whole = partitions_reusable_whole(recipe, plan, info, job_dir)
+    groups = execution_groups(info, size, max_groups=max_groups, whole=whole)
+    if whole:
+        say(
+            f"reuse: {len(whole)} of {info['num_partitions']} partitions have an earlier job's checkpoints; "
+            f"{len(groups)} execution groups"
+        )
+    return groups
 
 
 def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None):

@@ -134,7 +134,12 @@ def build_plan(recipe) -> ExecutionPlan:
 
 
 def execution_groups(
-    partitioning_info: dict, group_size: int = 1, completed: dict | None = None, *, max_groups: int | None = None
+    partitioning_info: dict,
+    group_size: int = 1,
+    completed: dict | None = None,
+    *,
+    max_groups: int | None = None,
+    whole: frozenset[int] = frozenset(),
 ) -> list[dict]:
     """Consecutive partitions grouped for one mapped task each (one per group by default).
 
@@ -143,15 +148,19 @@ def execution_groups(
     holds one partition (why: ``engine.planning.groups.uniform_positions``).
     ``max_groups``: never more groups than this (``engine.planning.groups.group_cap``);
     past it the partitions fill exactly ``max_groups`` groups of balanced sizes.
+    ``whole``: partitions expected to need no work (an earlier job's checkpoints cover them): each
+    run of consecutive ones is one group, so a night that reuses most partitions starts a task for
+    each run of them, not for each partition.  A hint only: a partition of such a group computes
+    whatever it cannot reuse, as any partition does.
     """
-    from airflow_provider_dj.engine.planning.groups import group_sizes, uniform_positions
+    from airflow_provider_dj.engine.planning.groups import uniform_positions
 
     if completed and not uniform_positions(completed):
         group_size = 1
     parts = partitioning_info["partitions"]
     groups = []
     i = 0
-    for gi, size in enumerate(group_sizes(len(parts), group_size, max_groups)):
+    for gi, size in enumerate(_group_spans(parts, group_size, max_groups, whole)):
         first, last = parts[i], parts[i + size - 1]
         ids = [p["partition_id"] for p in parts[i : i + size]]
         i += size
@@ -166,6 +175,28 @@ def execution_groups(
             }
         )
     return groups
+
+
+def _group_spans(parts: list[dict], group_size: int, max_groups: int | None, whole: frozenset[int]) -> list[int]:
+    """The sizes of consecutive groups over ``parts``: each run of ``whole`` partitions one group, the
+    other runs in groups of ``group_size``; ``group_sizes`` over all of them instead when that makes
+    no more groups (no ``whole``, or runs too short to gain) or the runs would pass ``max_groups``."""
+    from airflow_provider_dj.engine.planning.groups import group_sizes
+
+    plain = group_sizes(len(parts), group_size, max_groups)
+    if not whole or not parts:
+        return plain
+    runs: list[tuple[bool, int]] = []  # (whole?, length) of each run of consecutive partitions
+    for p in parts:
+        w = p["partition_id"] in whole
+        if runs and runs[-1][0] == w:
+            runs[-1] = (w, runs[-1][1] + 1)
+        else:
+            runs.append((w, 1))
+    spans = [size for w, n in runs for size in ([n] if w else group_sizes(n, group_size))]
+    if len(spans) >= len(plain) or (max_groups is not None and len(spans) > max_groups):
+        return plain
+    return spans
 
 
 def plan_groups(

@@ -241,9 +241,16 @@ def _apply_decisions(started: StartedJob, events: EventLog, say: Say, warn: Say 
             f"{decisions.group.size} (or raise {decisions.group.bounded_by.split('=')[0]}) to silence this."
         )
     from airflow_provider_dj.engine.execution.actor_pool import stage_resources
+    from airflow_provider_dj.engine.planning.concurrency import in_flight_per_group
 
+    groups = started.prepared.groups
+    if groups and len(groups) < decisions.concurrent_groups:
+        # Fewer groups than planned (runs of reused partitions packed into one): the in-flight total
+        # is split over the groups there are.
+        decisions.concurrent_groups = len(groups)
+        decisions.max_in_flight = in_flight_per_group(decisions.concurrency.value, len(groups))
     resources = stage_resources(started.job_dir, decisions.actor_plan)
-    for g in started.prepared.groups:
+    for g in groups:
         g["max_in_flight"] = decisions.max_in_flight
         if resources:  # sizes the actor pool of a group whose segment holds a stateful op
             g["actor_resources"] = resources

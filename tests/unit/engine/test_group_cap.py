@@ -126,3 +126,21 @@ def test_decide_run_bounds_the_default_size(tmp_path):
     sizes = [len(g["partition_ids"]) for g in execution_groups(_info(1100), d.group.planned_size, max_groups=256)]
     assert len(sizes) == 256 and set(sizes) == {4, 5}
     assert d.concurrent_groups == 4
+
+
+def test_runs_of_partitions_reused_whole_are_one_group_each():
+    """``whole`` (partitions an earlier job's checkpoints cover): each consecutive run is one group; the
+    rest keep their size; packing that would not make fewer groups, or would pass the cap, is skipped."""
+
+    def ids(groups):
+        return [g["partition_ids"] for g in groups]
+
+    assert ids(execution_groups(_info(6), 1, whole=frozenset({0, 1, 2, 4}))) == [[0, 1, 2], [3], [4], [5]]
+    assert ids(execution_groups(_info(7), 2, whole=frozenset(range(5)))) == [[0, 1, 2, 3, 4], [5, 6]]
+    groups = execution_groups(_info(4, rows=10), 1, whole=frozenset({1, 2}))
+    assert groups[1]["label"] == "p1-p2 rows 10-29" and (groups[1]["start_row"], groups[1]["end_row"]) == (10, 30)
+    # alternating runs with a group size of 2: packing would make more groups than plain sizing
+    assert ids(execution_groups(_info(4), 2, whole=frozenset({0, 2}))) == [[0, 1], [2, 3]]
+    # more runs than the cap allows: the cap's balanced groups
+    assert len(execution_groups(_info(10), 1, max_groups=3, whole=frozenset({0, 2, 4, 6, 8}))) == 3
+    assert ids(execution_groups(_info(3), 1)) == [[0], [1], [2]]

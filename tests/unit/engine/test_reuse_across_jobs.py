@@ -110,6 +110,13 @@ def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights
     assert not os.path.exists(os.path.join(op_dir, "partition_00000.parquet"))
     reused_events = [e for e in read_events(nights["night2"]) if e["event_type"] == "checkpoint_reused"]
     assert {e["partition_id"] for e in reused_events} == set(range(reuse["partitions_reused"]))
+    # the planner packed the reused partitions into one execution group: one task for them, one for the new
+    with open(os.path.join(nights["night2"], "dag_execution_plan.json")) as fh:
+        groups = [g["partition_ids"] for g in json.load(fh)["execution_groups"]]
+    old = list(range(reuse["partitions_reused"]))
+    assert groups == [old, [len(old)]]
+    with open(os.path.join(nights["night1"], "dag_execution_plan.json")) as fh:
+        assert len(json.load(fh)["execution_groups"]) == len(old)  # night 1: nothing to reuse, one a group
     # planning read only the new file: the old files' offsets and hashes came from night 1's plan
     timing = JobContext(nights["night2"]).partitioning_info["timing"]
     assert timing["index_cache"]["files_from_cache"] == OLD_FILES
