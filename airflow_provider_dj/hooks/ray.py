@@ -296,10 +296,20 @@ def _start_head(flags: list[str], timeout: float = 120.0) -> str:
         timed_out = proc.poll() is not None and ray_in_process.STARTUP_TIMED_OUT in _log_since(log_path, offset)
         if not timed_out or attempt == ray_in_process.START_ATTEMPTS:
             break
+        _kill_group(proc.pid)  # what the timed-out start left running (its GCS, agents) would load the machine
         log.warning(
             "Ray's start-up timed out (start %d of %d): starting the head again", attempt, ray_in_process.START_ATTEMPTS
         )
     raise RayConnectionError(f"could not start a local Ray head (exit {proc.poll()}); see {log_path}")
+
+
+def _kill_group(pgid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _wait_started(proc: subprocess.Popen, log_path: str, offset: int, timeout: float) -> bool:

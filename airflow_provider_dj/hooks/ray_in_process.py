@@ -86,6 +86,7 @@ def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
     import ray
 
     for attempt in range(1, START_ATTEMPTS + 1):
+        before = _descendants()
         try:
             ray.init(
                 address="local",
@@ -101,6 +102,38 @@ def _init(num_cpus: int, init_kwargs: dict[str, Any]) -> None:
                 raise
             log.warning("Ray's start-up timed out (start %d of %d): starting it again", attempt, START_ATTEMPTS)
             ray.shutdown()
+            # The timed-out start leaves its GCS, raylet and agents running (Ray gives up without
+            # stopping them); left alone they would load the machine that made it time out.
+            _kill_new_descendants(before)
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _kill_new_descendants(before: set[int]) -> None:
+    """SIGKILL this process's descendants (in its own session) that are not in ``before``; wait for them."""
+    import psutil
+
+    try:
+        new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    except psutil.Error:
+        return
+    my_sid = os.getsid(0)
+    doomed = []
+    for proc in new:
+        try:
+            if os.getsid(proc.pid) == my_sid:
+                proc.kill()
+                doomed.append(proc)
+        except (OSError, psutil.Error):
+            pass
+    psutil.wait_procs(doomed, timeout=10)
 
 
 def _ray_initialized() -> bool:

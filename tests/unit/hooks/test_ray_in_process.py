@@ -141,3 +141,35 @@ def test_start_up_gives_up_after_its_attempts_and_other_errors_are_not_retried()
         with pytest.raises(Exception, match="address already in use"):
             ray_in_process._init(1, {})
     assert calls == ["init"]
+
+
+def test_what_a_timed_out_start_left_running_is_ended_before_the_next_start():
+    """A timed-out start's processes (here a stand-in child per start: Ray's GCS and raylet are not
+    started) are killed before the next start; the started one's, and older children, are kept."""
+    import subprocess
+    import sys
+
+    import ray
+
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    spawned: list[subprocess.Popen] = []
+
+    def init(**kw):
+        spawned.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        if len(spawned) == 1:
+            raise Exception(TIMED_OUT)
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ray, "init", init)
+            mp.setattr(ray, "shutdown", lambda: None)
+            mp.setattr(ray_in_process, "ensure_auth_token", lambda: None)
+            ray_in_process._init(1, {})
+        # The timed-out start's child is gone at once (it would sleep 60 s; _init reaped it, so Popen
+        # reads no signal from it).
+        assert spawned[0].poll() is not None
+        assert spawned[1].poll() is None and older.poll() is None
+    finally:
+        for p in (older, *spawned):
+            p.kill()
+            p.wait()
