@@ -163,6 +163,24 @@ def export_digest(path: str) -> str:
     return h.hexdigest()
 
 
+def write_night1_inputs(root: str, rows: int, files: int) -> tuple[str, str, list[str]]:
+    """Under ``root``: an empty input folder, night 1's ``files`` files of ``rows`` rows in all, and
+    (returned) the texts night 2's growth file duplicates.  Returns (empty folder, data folder, texts)."""
+    empty_dir = os.path.join(root, "empty_in")
+    os.makedirs(empty_dir)
+    open(os.path.join(empty_dir, "part_0000.jsonl"), "w").close()
+    data = os.path.join(root, "in")
+    per = rows // files
+    for i in range(files):
+        write_corpus(os.path.join(data, f"part_{i:04d}.jsonl"), per, seed=i)
+    with open(os.path.join(data, "part_0000.jsonl")) as fh:
+        texts = [json.loads(line)["text"] for _, line in zip(range(20_000), fh)]
+    # A nightly job's files arrived before it started: let their timestamps settle past the input
+    # index cache's racy margin (engine/input/index_cache.py), or night 1 could not cache them.
+    time.sleep(index_cache.RACY_MARGIN_NS / 1e9 + 0.1)
+    return empty_dir, data, texts
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="night 1's rows")
@@ -201,18 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        empty_dir = os.path.join(tmp, "empty_in")
-        os.makedirs(empty_dir)
-        open(os.path.join(empty_dir, "part_0000.jsonl"), "w").close()
-        data = os.path.join(tmp, "in")
-        per = args.rows // args.files
-        for i in range(args.files):
-            write_corpus(os.path.join(data, f"part_{i:04d}.jsonl"), per, seed=i)
-        with open(os.path.join(data, "part_0000.jsonl")) as fh:
-            texts = [json.loads(line)["text"] for _, line in zip(range(20_000), fh)]
-        # A nightly job's files arrived before it started: let their timestamps settle past the input
-        # index cache's racy margin (engine/input/index_cache.py), or night 1 could not cache them.
-        time.sleep(index_cache.RACY_MARGIN_NS / 1e9 + 0.1)
+        empty_dir, data, texts = write_night1_inputs(tmp, args.rows, args.files)
         cold = run_job(tmp, empty_dir, "empty_cold", os.path.join(tmp, "empty_work"), False, args.size)
         runs = {lay: {"cli": {}} for lay in args.layouts}
         for lay, r in runs.items():  # night 1 of every layout before night 2's files arrive

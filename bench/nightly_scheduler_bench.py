@@ -23,17 +23,14 @@ shards joined through the manifest, for ``partition_shards``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
-import time
 
 import pendulum
 
-from airflow_provider_dj.engine.input import index_cache
-from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
-from bench.nightly_bench import LAYOUTS, PROCESS, export_digest, integer_ids, ratio
+from airflow_provider_dj.testing.sample_corpus import write_growth_file
+from bench.nightly_bench import LAYOUTS, PROCESS, export_digest, integer_ids, ratio, write_night1_inputs
 from bench.report import md_table
 
 DAG = "bench_nightly_sched"
@@ -63,22 +60,6 @@ def run_dag(client, name: str, conf: dict) -> dict:
     mapped = sum(1 for t in tis if t["task_id"].startswith("partitions_seg"))
     print(f"{name}: {wall:.2f} s, {len(tis)} task instances ({mapped} partition tasks)", flush=True)
     return {"wall": wall, "tasks": len(tis), "partition_tasks": mapped}
-
-
-def write_inputs(args, root: str) -> tuple[str, str, list[str]]:
-    """Night 1's files, an empty input, and the texts night 2's growth file duplicates."""
-    empty_dir = os.path.join(root, "empty_in")
-    os.makedirs(empty_dir)
-    open(os.path.join(empty_dir, "part_0000.jsonl"), "w").close()
-    data = os.path.join(root, "in")
-    per = args.rows // args.files
-    for i in range(args.files):
-        write_corpus(os.path.join(data, f"part_{i:04d}.jsonl"), per, seed=i)
-    with open(os.path.join(data, "part_0000.jsonl")) as fh:
-        texts = [json.loads(line)["text"] for _, line in zip(range(20_000), fh)]
-    # Files settled past the input index cache's racy margin, as a nightly job's files are.
-    time.sleep(index_cache.RACY_MARGIN_NS / 1e9 + 0.1)
-    return empty_dir, data, texts
 
 
 def report(args, runs: dict, same: bool, load_before, load_after) -> None:
@@ -121,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(d)
     server = None
     try:
-        empty_dir, data, texts = write_inputs(args, root)
+        empty_dir, data, texts = write_night1_inputs(root, args.rows, args.files)
         work = os.path.join(root, "work")
         write_recipe(recipes, data, exports, work, args.size, args.layout)
         server = AirflowServer(home=home, sql_alchemy_conn=f"sqlite:///{home}/airflow.db", recipes_dir=recipes)

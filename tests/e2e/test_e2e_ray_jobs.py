@@ -155,13 +155,23 @@ def _mapped_states(client, run_id: str, task_id: str = "partitions_seg0") -> lis
     return [t["state"] for t in client.task_instances(DAG, run_id) if t["task_id"] == task_id]
 
 
+def _assert_export_is_the_engines(recipe: str, export: str, job_id: str) -> None:
+    """The DAG run's export equals the engine's run of the same recipe in this process, byte for byte."""
+    from airflow_provider_dj.engine import run_job
+
+    reference = run_job(
+        recipe, job_id=job_id, workers=1, overrides={"export_path": export[: -len(".jsonl")] + "_ref.jsonl"}
+    )
+    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
+        assert ours.read() == engine.read()
+
+
 def _submissions(cluster_client, job_dir: str, job_id: str) -> list:
     prefix = ray_jobs.base_submission_id(job_dir, job_id, 0, 0).rsplit("-s0-g0", 1)[0]
     return cluster_client.list_submissions(prefix)
 
 
 def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_resubmitted(rj):
-    from airflow_provider_dj.engine import run_job
     from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
 
     server, client, cluster = rj["server"], rj["client"], rj["cluster"]
@@ -223,14 +233,7 @@ def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_r
     ran = Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete"))
     assert ran == Counter({(p, op): 1 for p in range(PARTS) for op in range(2)})
 
-    reference = run_job(
-        rj["recipe"],
-        job_id="rj_reference",
-        workers=1,
-        overrides={"export_path": export[: -len(".jsonl")] + "_ref.jsonl"},
-    )
-    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
-        assert ours.read() == engine.read()
+    _assert_export_is_the_engines(rj["recipe"], export, "rj_reference")
 
     # A clear of a succeeded group: its task runs again, finds its Ray job succeeded, submits nothing.
     tis = [t for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"]
@@ -324,7 +327,6 @@ def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
     process is SIGKILLed (an OOM kill, a pod eviction) while its Ray job is held mid-partition.  The
     Ray job runs on; Airflow retries the task, whose retry attaches to it: one submission per group,
     every op of every partition once, the export the engine's."""
-    from airflow_provider_dj.engine import run_job
     from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
 
     server, cluster = rj["server"], rj["cluster"]
@@ -380,11 +382,4 @@ def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
     }
     assert tries[0] == first["try_number"] + 1 and all(n == first["try_number"] for i, n in tries.items() if i != 0)
 
-    reference = run_job(
-        rj["recipe"],
-        job_id="rj_nodefer_ref",
-        workers=1,
-        overrides={"export_path": export[: -len(".jsonl")] + "_ref.jsonl"},
-    )
-    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
-        assert ours.read() == engine.read()
+    _assert_export_is_the_engines(rj["recipe"], export, "rj_nodefer_ref")
