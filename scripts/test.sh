@@ -41,11 +41,12 @@ fi
 set +e
 # Test files run in parallel worker processes (pytest-xdist, whole files per worker: module fixtures
 # such as the crash matrix's reference run and the e2e servers stay in one process).  Most tests wait on
-# Airflow, Ray or subprocesses rather than burn CPU, so 4 workers on 2 cores beat 3 (clean clone: 24:31 vs 25:14).
+# Airflow, Ray or subprocesses rather than burn CPU; 3 workers on 2 cores take about as long as 4 (clean clones:
+# 25:14 vs 24:31) with a lower peak load, under which Ray's fixed 30 s start-up wait runs out less often.
 # Files go out longest first (tests/conftest.py, tests/module_durations.json), so a minutes-long e2e module
 # is not the tail.  DJ_TEST_WORKERS=0 runs everything in this process.  The 30 slowest tests are listed at the end, so a
 # run that grows shows where.
-WORKERS="${DJ_TEST_WORKERS:-4}"
+WORKERS="${DJ_TEST_WORKERS:-3}"
 XDIST=()
 [ "$WORKERS" != "0" ] && XDIST=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=30 "${XDIST[@]}" "$@"
