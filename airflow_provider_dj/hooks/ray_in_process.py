@@ -22,6 +22,7 @@ Two details make this work:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -117,23 +118,49 @@ def _descendants() -> set[int]:
 
 
 def _kill_new_descendants(before: set[int]) -> None:
-    """SIGKILL this process's descendants (in its own session) that are not in ``before``; wait for them."""
+    """SIGKILL Ray's processes among this process's descendants not in ``before``; wait for them.
+
+    Only Ray's (see :func:`_is_ray_process`) and what they started: the start
+    runs in a thread of ``dj-airflow run`` while its main thread may have a
+    child of its own running (``airflow db migrate``), which must survive.
+    Processes in another session (a detached head) are left alone.
+    """
     import psutil
 
     try:
         new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     except psutil.Error:
         return
-    my_sid = os.getsid(0)
-    doomed = []
+    doomed: dict[int, Any] = {}
     for proc in new:
+        if proc.pid not in doomed and _is_ray_process(proc):
+            doomed[proc.pid] = proc
+            with contextlib.suppress(psutil.Error):
+                doomed.update((c.pid, c) for c in proc.children(recursive=True))
+    my_sid = os.getsid(0)
+    killed = []
+    for proc in doomed.values():
         try:
             if os.getsid(proc.pid) == my_sid:
                 proc.kill()
-                doomed.append(proc)
+                killed.append(proc)
         except (OSError, psutil.Error):
             pass
-    psutil.wait_procs(doomed, timeout=10)
+    psutil.wait_procs(killed, timeout=10)
+
+
+def _is_ray_process(proc: Any) -> bool:
+    """A process of Ray's own: its GCS and raylet binaries and its Python agents live in Ray's package
+    directory (named on their command line); its workers retitle themselves ``ray::...``."""
+    import psutil
+    import ray
+
+    ray_dir = os.path.dirname(ray.__file__) + os.sep
+    try:
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return False
+    return bool(cmdline) and (cmdline[0].startswith("ray::") or any(a.startswith(ray_dir) for a in cmdline))
 
 
 def _ray_initialized() -> bool:

@@ -182,7 +182,36 @@ def cc(tmp_path_factory):
     shutil.rmtree(env.ray_tmp, ignore_errors=True)
 
 
-def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
+@pytest.fixture(scope="module")
+def single_exports(cc) -> dict[str, bytes]:
+    """Each recipe's export from a run on its own (new job ids, a separate export folder): what the
+    concurrent runs must reproduce.  A fixture, so every test that compares against it has it."""
+    single = {}
+    for name in ("cc_alpha", "cc_beta", "cc_gamma"):
+        out_path = os.path.join(cc.root, "exports", f"{name}_single.jsonl")
+        rc, out = _finish(
+            cc.start(
+                "run",
+                cc.recipe(name),
+                "--job-id",
+                f"{name}_single",
+                "--executor",  # the bytes do not depend on where partitions run: no Ray for the singles
+                "local",
+                "--num-cpus",
+                "1",
+                "--set",
+                f"export_path={out_path}",
+                log=f"{name}_single",
+            )
+        )
+        assert rc == 0, out[-5000:]
+        single[name] = _read(out_path)
+    assert all(b.count(b"\n") > 50 for b in single.values()), {k: v.count(b"\n") for k, v in single.items()}
+    assert len(set(single.values())) == 3  # three recipes, three different results: a real comparison
+    return single
+
+
+def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc, single_exports):
     alpha, beta, gamma = (cc.recipe(n) for n in ("cc_alpha", "cc_beta", "cc_gamma"))
     alpha2_export = cc.export("cc_alpha_second")
     # gamma holds at its first op until the test releases it, so a second run of its job id (and the
@@ -191,7 +220,7 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     write_faults(gamma_dir, [_hold_at_first_op()])
 
     # Two runs through Airflow (dag.test, each with its private Airflow home) beside two on the engine:
-    # the single runs below are on the engine, so the comparison also holds the two paths to one export.
+    # the single runs (single_exports) are on the engine, so the comparison also holds the two paths to one export.
     runs = {
         "alpha1": cc.start("run", "--airflow", alpha, "--job-id", "alpha1", "--num-cpus", "1", log="alpha1"),
         "beta1": cc.start("run", "--airflow", beta, "--job-id", "beta1", "--num-cpus", "1", log="beta1"),
@@ -254,29 +283,7 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
         with open(os.path.join(cc.work, job, "job_summary.json")) as fh:
             assert json.load(fh)["status"] == "completed"
 
-    # The same runs one at a time (new job ids, a separate export folder).
-    single = {}
-    for name in ("cc_alpha", "cc_beta", "cc_gamma"):
-        out_path = os.path.join(cc.root, "exports", f"{name}_single.jsonl")
-        rc, out = _finish(
-            cc.start(
-                "run",
-                cc.recipe(name),
-                "--job-id",
-                f"{name}_single",
-                "--executor",  # the bytes do not depend on where partitions run: no Ray for the singles
-                "local",
-                "--num-cpus",
-                "1",
-                "--set",
-                f"export_path={out_path}",
-                log=f"{name}_single",
-            )
-        )
-        assert rc == 0, out[-5000:]
-        single[name] = _read(out_path)
-    assert all(b.count(b"\n") > 50 for b in single.values()), {k: v.count(b"\n") for k, v in single.items()}
-    assert len(set(single.values())) == 3  # three recipes, three different results: a real comparison
+    single = single_exports
     assert concurrent["cc_alpha"] == single["cc_alpha"]
     assert concurrent["cc_alpha_second"] == single["cc_alpha"]
     assert concurrent["cc_beta"] == single["cc_beta"]
@@ -284,7 +291,7 @@ def test_concurrent_runs_are_independent_and_export_what_single_runs_export(cc):
     assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
 
 
-def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
+def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc, single_exports):
     """Neither finds a lock at start-up; the runner lock's guard lets exactly one take it.
 
     Both runs are the same command (same recipe, same overrides): a job id
@@ -308,7 +315,7 @@ def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc):
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         summary = json.load(fh)
     assert summary["status"] == "completed" and summary["export"]["path"] == export
-    assert _read(export) == _read(os.path.join(cc.root, "exports", "cc_gamma_single.jsonl"))
+    assert _read(export) == single_exports["cc_gamma"]
     assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
 
 

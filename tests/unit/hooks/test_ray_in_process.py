@@ -144,19 +144,26 @@ def test_start_up_gives_up_after_its_attempts_and_other_errors_are_not_retried()
 
 
 def test_what_a_timed_out_start_left_running_is_ended_before_the_next_start():
-    """A timed-out start's processes (here a stand-in child per start: Ray's GCS and raylet are not
-    started) are killed before the next start; the started one's, and older children, are kept."""
+    """A timed-out start's processes are killed before the next start; the started one's, older
+    children, and a non-Ray child started meanwhile (the CLI's main thread runs ``airflow db migrate``
+    while Ray starts in a thread) are kept.  Ray's GCS and raylet are not started: stand-ins name a
+    file in Ray's package directory on their command line, as Ray's own processes do."""
+    import os
     import subprocess
     import sys
 
     import ray
 
-    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ray_like = [*sleep, os.path.join(os.path.dirname(ray.__file__), "_private", "stand_in.py")]
+    older = subprocess.Popen(sleep)
     spawned: list[subprocess.Popen] = []
+    meanwhile: list[subprocess.Popen] = []
 
     def init(**kw):
-        spawned.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        spawned.append(subprocess.Popen(ray_like))
         if len(spawned) == 1:
+            meanwhile.append(subprocess.Popen(sleep))  # another thread's child, not Ray's
             raise Exception(TIMED_OUT)
 
     try:
@@ -169,7 +176,8 @@ def test_what_a_timed_out_start_left_running_is_ended_before_the_next_start():
         # reads no signal from it).
         assert spawned[0].poll() is not None
         assert spawned[1].poll() is None and older.poll() is None
+        assert meanwhile[0].poll() is None
     finally:
-        for p in (older, *spawned):
+        for p in (older, *spawned, *meanwhile):
             p.kill()
             p.wait()
