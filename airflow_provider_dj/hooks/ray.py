@@ -336,6 +336,13 @@ def _write_head_file(record: dict) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` lives.  When this process started the group's leader
+    (the ``ray start`` of a head it started itself), the leader is reaped first: an exited child
+    stays a zombie member of its group until its parent waits for it."""
+    try:
+        os.waitpid(pgid, os.WNOHANG)
+    except ChildProcessError:  # not our child: its own parent (or init) reaps it
+        pass
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -377,9 +384,7 @@ def stop_local_head(timeout: float = 30.0) -> bool:
             return True
         deadline = time.time() + timeout
         while time.time() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            if not _group_alive(pid):
                 return True
             time.sleep(0.2)
     return True
