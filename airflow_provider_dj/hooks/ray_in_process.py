@@ -131,31 +131,47 @@ def _kill_new_descendants(before: set[int]) -> None:
         new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     except psutil.Error:
         return
+    ray_dir = _ray_package_dir()
     doomed: dict[int, Any] = {}
     for proc in new:
-        if proc.pid not in doomed and _is_ray_process(proc):
+        if proc.pid not in doomed and _is_ray_process(proc, ray_dir):
             doomed[proc.pid] = proc
             with contextlib.suppress(psutil.Error):
                 doomed.update((c.pid, c) for c in proc.children(recursive=True))
+    psutil.wait_procs(_kill_in_my_session(doomed.values()), timeout=10)
+
+
+def _kill_in_my_session(procs) -> list:
+    """SIGKILL those of ``procs`` in this process's session; the ones signalled.
+
+    A descendant that moved to a session of its own is left alone: that is how
+    a process detaches to outlive us (the shared Ray head of ``hooks/ray.py``).
+    """
+    import psutil
+
     my_sid = os.getsid(0)
     killed = []
-    for proc in doomed.values():
+    for proc in procs:
         try:
             if os.getsid(proc.pid) == my_sid:
                 proc.kill()
                 killed.append(proc)
-        except (OSError, psutil.Error):
+        except (OSError, psutil.Error):  # already gone
             pass
-    psutil.wait_procs(killed, timeout=10)
+    return killed
 
 
-def _is_ray_process(proc: Any) -> bool:
-    """A process of Ray's own: its GCS and raylet binaries and its Python agents live in Ray's package
-    directory (named on their command line); its workers retitle themselves ``ray::...``."""
-    import psutil
+def _ray_package_dir() -> str:
     import ray
 
-    ray_dir = os.path.dirname(ray.__file__) + os.sep
+    return os.path.dirname(ray.__file__) + os.sep
+
+
+def _is_ray_process(proc: Any, ray_dir: str) -> bool:
+    """A process of Ray's own: its GCS and raylet binaries and its Python agents live in Ray's package
+    directory ``ray_dir`` (named on their command line); its workers retitle themselves ``ray::...``."""
+    import psutil
+
     try:
         cmdline = proc.cmdline()
     except psutil.Error:
@@ -262,22 +278,7 @@ def kill_children() -> int:
     import psutil
 
     try:
-        me = psutil.Process()
-        procs = me.children(recursive=True)
-        my_sid = os.getsid(0)
-    except (psutil.Error, OSError):
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
         return 0
-    mine = []
-    for proc in procs:
-        try:
-            if os.getsid(proc.pid) == my_sid:
-                mine.append(proc)
-        except OSError:  # already gone
-            pass
-    procs = mine
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    return len(procs)
+    return len(_kill_in_my_session(procs))
