@@ -119,6 +119,14 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
     With Airflow's OpenLineage provider installed and enabled, an operator whose class sets
     ``lineage_step`` reports its datasets and its job to it (``operators/openlineage.py``)."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        # Declared so that Airflow's operator metaclass sees a signature of our own.  Without it the
+        # metaclass wraps the inherited BaseOperator.__init__ (the mixin comes first in the bases), and
+        # Airflow 3.3.2's ``.partial()`` reads that wrapper's raw defaults (``inlets=None``,
+        # ``outlets=None``, callbacks None) in place of its operator defaults: every mapped task then
+        # failed at start-up with "'NoneType' object is not iterable".
+        super().__init__(**kwargs)
+
     def pre_execute(self, context: Any) -> None:
         """Airflow's connections and secret masker become the engine's host for this task."""
         from airflow_provider_dj.hooks.host_services import install_airflow_host

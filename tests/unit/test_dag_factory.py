@@ -43,6 +43,20 @@ def test_demo_dag_has_expected_tasks_and_wiring():
     assert {"partition.num_of_partitions", "partition", "job_id", "resume", "dataset_path"} <= set(dag.params.keys())
 
 
+def test_mapped_partition_tasks_carry_airflow_operator_defaults_not_none():
+    """Airflow 3.3.2's ``.partial()`` takes defaults from the operator class's ``__init__`` signature.  Our
+    mapped tasks must get Airflow's defaults (lists), not ``None``: a ``None`` inlets made every mapped task
+    fail at start-up, in the task runner's template context ("'NoneType' object is not iterable")."""
+    from airflow_provider_dj.dag_builder.factory import build_dag
+
+    dag = build_dag(DEMO)
+    for task_id in ("partitions_seg0", "partitions_seg1"):
+        mapped = dag.task_dict[task_id]
+        assert mapped.inlets == [] and mapped.outlets == [], task_id
+        assert mapped.on_failure_callback is not None, task_id  # ours: it records the failure in the job dir
+        assert mapped.executor_config == {}, task_id
+
+
 def test_recipe_without_global_ops_has_one_segment_and_no_barrier(tmp_path):
     from airflow_provider_dj.dag_builder.factory import build_dag
 
