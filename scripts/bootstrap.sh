@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Create/refresh the project's virtualenv (.venv) with the package and its test tools.
-# Idempotent: re-installs only when pyproject.toml changed since the last install.
+# Idempotent: re-installs only when pyproject.toml or the constraints changed since the last install.
 #
 # The installer is uv, itself installed into the venv by pip: it resolves the ~250 packages in a few
 # seconds where pip's resolver needs most of a minute, and it reuses its cache (including the wheel
 # it built for kenlm, which is published as source only).  It is given pip's own settings (index,
 # extra indexes, find-links, constraints) so both pick the same packages; pip is the fallback.
+#
+# Versions come from scripts/constraints-test.txt (scripts/refresh_constraints.sh writes it), so the
+# suite runs on the same releases until that file changes.  DJ_CONSTRAINTS=none installs the newest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DJ_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 # CPU torch, pinned: an unpinned torch (from the embed extra) could pull a multi-GB CUDA build.
 REQUIREMENTS=("torch==2.13.0" -e "$ROOT[test,embed]")
+CONSTRAINTS="$ROOT/scripts/constraints-test.txt"
+PIN=(-c "$CONSTRAINTS")
+[ "${DJ_CONSTRAINTS:-}" = "none" ] && PIN=()
 
 quiet() { grep -v -e '^WARNING: Location' -e 'is neither a file nor a directory' >&2 || true; }
 
@@ -34,16 +40,18 @@ export_pip_settings_for_uv() {
 }
 
 install_with_uv() {
-  "$VENV/bin/python" -m pip install -q uv 2>&1 | quiet
+  "$VENV/bin/python" -m pip install -q "${PIN[@]}" uv 2>&1 | quiet
   [ -x "$VENV/bin/uv" ] || return 1
   export_pip_settings_for_uv
+  # Ours beside the constraints pip is configured with: the variable holds a list.
+  [ ${#PIN[@]} -eq 0 ] || export UV_CONSTRAINT="${UV_CONSTRAINT:+$UV_CONSTRAINT }$CONSTRAINTS"
   local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode)
   # From the cache alone first (no index requests: seconds); online when the cache lacks something.
   "${uv[@]}" --offline "${REQUIREMENTS[@]}" 2>/dev/null || "${uv[@]}" "${REQUIREMENTS[@]}" 2>&1 | quiet
 }
 
 install_with_pip() {
-  "$VENV/bin/python" -m pip install -q "${REQUIREMENTS[@]}" 2>&1 | quiet
+  "$VENV/bin/python" -m pip install -q "${PIN[@]}" "${REQUIREMENTS[@]}" 2>&1 | quiet
 }
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -51,7 +59,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.dj_installed"
-WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+WANT="$(cat "$ROOT/pyproject.toml" "$CONSTRAINTS" | sha256sum | cut -c1-16)${DJ_CONSTRAINTS:+-$DJ_CONSTRAINTS}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "[bootstrap] installing airflow-provider-dj[test,embed] into $VENV (a minute or two on a fresh machine)" >&2
   install_with_uv || { echo "[bootstrap] uv failed; installing with pip" >&2; install_with_pip; }
