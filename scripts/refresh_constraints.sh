@@ -2,9 +2,9 @@
 # Write scripts/constraints-test.txt: the exact versions that scripts/bootstrap.sh installs for the
 # test suite, taken from a fresh venv that installed the newest releases pyproject.toml allows.
 #
-# Why pinned: the suite (and CI) must not change under us when a dependency publishes a release (a
-# patch release of Airflow's task SDK once broke every mapped task overnight).  An upgrade is then a
-# commit: run this, run the suite, commit the new file with what changed.
+# Why pinned: a dependency's new release must not change what the suite (and CI) runs on; even a
+# patch release can change behaviour the provider relies on.  An upgrade is a commit: run this, run
+# the suite, commit the new file with what changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(mktemp -d)/venv"

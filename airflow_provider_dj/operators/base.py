@@ -122,9 +122,9 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
     def __init__(self, **kwargs: Any) -> None:
         # Declared so that Airflow's operator metaclass sees a signature of our own.  Without it the
         # metaclass wraps the inherited BaseOperator.__init__ (the mixin comes first in the bases), and
-        # Airflow 3.3.2's ``.partial()`` reads that wrapper's raw defaults (``inlets=None``,
-        # ``outlets=None``, callbacks None) in place of its operator defaults: every mapped task then
-        # failed at start-up with "'NoneType' object is not iterable".
+        # ``.partial()`` (Airflow >= 3.3.2) takes that wrapper's raw defaults (``inlets=None``,
+        # ``outlets=None``, callbacks None) in place of Airflow's operator defaults, which a mapped
+        # task's start-up cannot iterate.
         super().__init__(**kwargs)
 
     def pre_execute(self, context: Any) -> None:
