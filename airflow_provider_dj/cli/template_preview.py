@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow_provider_dj.dag_builder.templating import iso, strict_env
+from airflow_provider_dj.dag_builder.templating import date_values, iso, strict_env
 from airflow_provider_dj.engine.config.templates import TemplateNotPreviewable, TemplateRenderer
 
 
@@ -76,6 +76,7 @@ def preview_renderer(logical_date: dt.datetime, schedule: str | None, conf: dict
     return TemplateRenderer(
         render=render,
         logical_date=iso(logical_date),
+        date_values=date_values(context),
         context_note=(
             "rendered before the run starts, with the logical-date keys, data_interval_*, macros and params "
             "only; run_id, ti, dag_run, var and conn exist only in the task"

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.templates import TemplateRenderer
+from airflow_provider_dj.engine.config.trigger_templates import TRIGGER_TEMPLATE_NAMES
 
 #: The context keys that exist only once a DAG run has a logical date.
 _DATE_KEYS = (
@@ -63,6 +64,17 @@ def iso(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else (None if value is None else str(value))
 
 
+def date_values(context: Any) -> dict[str, str]:
+    """The run's dates as plain strings: all that a trigger's own templates may name
+    (engine/config/trigger_templates.py).  Empty for a run without a logical date."""
+    values: dict[str, str] = {}
+    for name in TRIGGER_TEMPLATE_NAMES:
+        value = context.get(name)
+        if value is not None:
+            values[name] = value if isinstance(value, str) else iso(value)
+    return values
+
+
 def task_renderer(operator: Any, context: Any) -> TemplateRenderer:
     """How a task renders the recipe: its operator's ``render_template`` with the DAG's environment."""
     env = strict_env(operator.get_template_env())
@@ -79,4 +91,5 @@ def task_renderer(operator: Any, context: Any) -> TemplateRenderer:
         logical_date=iso(logical_date),
         run_id=getattr(dag_run, "run_id", None),
         context_note=note,
+        date_values=date_values(context) if logical_date is not None else {},
     )

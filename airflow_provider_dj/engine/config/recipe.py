@@ -25,6 +25,7 @@ import yaml
 
 from airflow_provider_dj.engine.config import schema as S
 from airflow_provider_dj.engine.config import templates as T
+from airflow_provider_dj.engine.config import trigger_templates as TT
 from airflow_provider_dj.engine.config.overrides import deep_merge, normalize_overrides
 from airflow_provider_dj.engine.config.path_confinement import AllowedRoots, PathOutsideRootsError, allowed_roots
 from airflow_provider_dj.engine.config.schema import (
@@ -157,6 +158,9 @@ def parse_recipe(
     merged = deep_merge(data, norm)
     found = T.find_templates(merged)
     T.refuse_untemplatable(found, source_file, COMMON_OP_ARGS)
+    from_trigger = frozenset(T.find_templates(norm))
+    for key in from_trigger:
+        TT.check_trigger_template(found[key], key=key, source=override_source, file=source_file)
     parser = _Parser(source_file, base_dir, _leaves(norm), override_source)
     parser.roots = allowed_roots() if confine_paths else None
     if not found:
@@ -164,7 +168,22 @@ def parse_recipe(
     if renderer is None:
         parser.templated = found
         return parser.parse(merged, templates=T.parse_time_record(found))
-    rendered, record = T.render_recipe_data(merged, found, renderer, file=source_file, wants_str=_wants_str)
+
+    def render_trigger(key: str, template: str) -> str:
+        note = renderer.context_note if not renderer.date_values else ""
+        return TT.render_trigger_template(
+            template, renderer.date_values, key=key, source=override_source, file=source_file, note=note
+        )
+
+    rendered, record = T.render_recipe_data(
+        merged,
+        found,
+        renderer,
+        file=source_file,
+        wants_str=_wants_str,
+        render_trigger=render_trigger,
+        trigger_paths=from_trigger,
+    )
     parser.rendered = found
     return parser.parse(rendered, templates=record)
 

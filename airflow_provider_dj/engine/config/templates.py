@@ -3,10 +3,12 @@
 Why here and not in the operators: which values may hold a template, how a
 rendered value becomes a typed recipe value, and what the job directory
 records are recipe rules, the same for the validate task, the GPU preflight
-and ``dj-airflow``.  The rendering itself is Airflow's (its Jinja environment,
-its task context, its macros); the Airflow side passes it in as a plain
-callable (``airflow_provider_dj/dag_builder/templating.py``), so this module imports no
-Airflow and no Jinja.
+and ``dj-airflow``.  The rendering of the recipe file's templates is Airflow's
+(its Jinja environment, its task context, its macros); the Airflow side passes
+it in as a plain callable (``airflow_provider_dj/dag_builder/templating.py``),
+so this module imports no Airflow and no Jinja.  A template in a value that
+came from a trigger (``dag_run.conf``, ``--set``, ``overrides``) never reaches
+that callable: engine/config/trigger_templates.py checks and renders it.
 
 The rules:
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -86,13 +88,17 @@ class TemplateRenderer:
 
     ``logical_date`` (ISO text or None) is recorded in the effective config next to the values, so
     a resume can tell which day a job rendered.  ``context_note`` is appended to rendering errors
-    (e.g. "this run has no logical date").
+    (e.g. "this run has no logical date").  ``date_values`` are the run's dates as plain strings
+    (``ds``, ``ds_nodash``, ``logical_date``, ``data_interval_start``, ``data_interval_end``): the
+    whole context a trigger's own templates get (engine/config/trigger_templates.py); ``render`` is
+    for the recipe file's templates only.
     """
 
     render: Callable[[str], str]
     logical_date: str | None = None
     run_id: str | None = None
     context_note: str = ""
+    date_values: Mapping[str, str] = field(default_factory=dict)
 
 
 def is_template(value: Any) -> bool:
@@ -201,14 +207,25 @@ def render_recipe_data(
     *,
     file: str | None,
     wants_str: Callable[[str], bool],
+    render_trigger: Callable[[str, str], str] | None = None,
+    trigger_paths: frozenset[str] = frozenset(),
 ) -> tuple[dict, dict]:
     """Render every templated value of ``data`` (mutated copy's owner: the caller) and the record.
 
     ``wants_str(path)``: whether the key takes a string as is (paths, string op arguments, nested
-    list items); other rendered values are read as YAML.  Returns (rendered data, record) where the
-    record is what the effective config stores under ``templates``."""
+    list items); other rendered values are read as YAML.  A value at one of ``trigger_paths`` came
+    from a trigger and is rendered by ``render_trigger(path, template)`` instead of the renderer,
+    so it never reaches Airflow's context.  Returns (rendered data, record) where the record is
+    what the effective config stores under ``templates``."""
     values: dict[str, dict] = {}
     for path, template in found.items():
+        if path in trigger_paths:
+            if render_trigger is None:
+                raise ValueError(f"{path} came from a trigger, but no trigger renderer was given")
+            rendered = render_trigger(path, template)
+            values[path] = {"template": template, "rendered": rendered, "from_trigger": True}
+            _set(data, path, _coerce(rendered, wants_str(path)))
+            continue
         try:
             rendered = renderer.render(template)
         except TemplateNotPreviewable as exc:
