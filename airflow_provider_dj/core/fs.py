@@ -10,8 +10,9 @@ directly and a separate commit marker, written last, says it is complete.
 A full disk (ENOSPC, or a quota: EDQUOT) is reported as ``StorageFullError``
 naming the file, what it was and the space left, after the partial temp file
 is removed: a retry after space is freed starts from what was committed.
-Because every durable write goes through here, one fault seam covers them
-all: ``DJ_STORAGE_ENOSPC=<substring>[@<n>]`` makes writes whose path contains
+Every local write here is also checked against ``[dj] allowed_roots`` after
+links are resolved (core/write_roots.py).  Because every durable write goes
+through here, one fault seam covers them all: ``DJ_STORAGE_ENOSPC=<substring>[@<n>]`` makes writes whose path contains
 ``<substring>`` fail with ENOSPC, from the ``n``-th such write in a process
 on (default: the first), as a full disk would; for tests and fire drills.
 """
@@ -28,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Iterator
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.write_roots import check_write
 
 if TYPE_CHECKING:  # fsspec is imported when a URL is used, so local-only tools (the GPU probe) run without it
     import fsspec
@@ -136,6 +138,7 @@ def exists(path: str) -> bool:
 
 def makedirs(path: str) -> None:
     if not is_url(path):
+        check_write(path)
         os.makedirs(path, exist_ok=True)
         return
     fs, p = get_fs(path)
@@ -192,6 +195,7 @@ def remove(path: str) -> None:
 def rename(src: str, dst: str) -> None:
     """Move a file aside (an atomic rename on a local disk; copy + delete on an object store)."""
     if not is_url(src):
+        check_write(dst)
         os.replace(src, dst)
         return
     fs, p = get_fs(src)
@@ -230,6 +234,7 @@ def atomic_write_bytes(path: str, data: bytes, what: str | None = None, *, durab
     skips the fsyncs (still atomic for readers): for small files whose loss after a power cut costs
     only a recomputation, such as reuse hints, where the fsyncs were a third of a reusing job's time."""
     try:
+        check_write(path)
         check_write_seam(path)
         _atomic_write(path, data, durable)
     except OSError as exc:
@@ -275,6 +280,7 @@ def append_bytes(path: str, data: bytes, *, prefix_fn=None, what: str | None = N
     next append to run into, and a full disk raises StorageFullError."""
     directory = os.path.dirname(path) or "."
     try:
+        check_write(path)
         check_write_seam(path)
         os.makedirs(directory, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -328,6 +334,7 @@ class AtomicFileWriter:
             fd, self._tmp = tempfile.mkstemp(prefix="dj-upload-")
             self._fh = os.fdopen(fd, "wb")
         else:
+            check_write(self.path)
             directory = os.path.dirname(self.path) or "."
             os.makedirs(directory, exist_ok=True)
             tag = self.tmp_tag or uuid.uuid4().hex[:12]

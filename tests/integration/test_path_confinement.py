@@ -86,3 +86,49 @@ def test_the_dags_first_task_refuses_a_conf_path_outside_the_roots_without_retry
     assert tis["gpu_preflight"].state == "failed" and tis["gpu_preflight"].try_number == 1  # no retry
     assert tis["validate"].state != "success"
     assert _written(roots / "stolen.jsonl", tmp_path / "work", tmp_path / "confined_dag_out.jsonl") == []
+
+
+# -- links below the roots: every path the job writes is confined once links are resolved ----------------------
+
+
+def _tree(path) -> list[str]:
+    """Every name under ``path``, to show an outside folder is unchanged."""
+    return sorted(os.path.relpath(os.path.join(d, f), path) for d, ds, fs in os.walk(path) for f in ds + fs)
+
+
+def test_a_job_directory_that_is_a_link_out_of_the_roots_is_refused_before_it_is_read(make_recipe, roots, tmp_path):
+    from airflow_provider_dj.engine import run_job
+
+    recipe = make_recipe("jobdir_link", parts=2)
+    (tmp_path / "work").mkdir()
+    (roots / "planted.txt").write_text("the outside folder's own file\n")
+    os.symlink(roots, tmp_path / "work" / "jobx")
+    before = _tree(roots)
+    with pytest.raises(PathOutsideRootsError) as err:
+        run_job(recipe, job_id="jobx", workers=1)
+    assert err.value.key == "job_id" and str(roots) in err.value.message
+    assert _tree(roots) == before
+    assert not os.path.exists(tmp_path / "jobdir_link_out.jsonl")
+
+
+@pytest.mark.parametrize("subdir", ["checkpoints", "trace", "metadata", "lineage"])
+def test_a_folder_of_the_job_that_is_a_link_out_of_the_roots_is_never_written(make_recipe, roots, tmp_path, subdir):
+    """A link planted where the job will write (a folder of its job directory): the write is refused, naming
+    the path, and nothing lands outside.  Each writer's own check: tests/unit/core/test_write_roots.py."""
+    from airflow_provider_dj.core.write_roots import WriteOutsideRootsError
+    from airflow_provider_dj.engine import run_job
+
+    extra = "open_tracer: true\n"
+    recipe = make_recipe(f"link_{subdir}", parts=2, extra=extra)
+    target = roots / subdir
+    target.mkdir()
+    link = tmp_path / "work" / "jobs" / subdir
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, link)
+    with pytest.raises(Exception) as err:
+        run_job(recipe, job_id="jobs", workers=1)
+    text = str(err.value)  # a partition's failure wraps the error; its message is the same
+    assert isinstance(err.value, WriteOutsideRootsError) or "which is under none of the roots" in text, text
+    assert f"resolves to {target}" in text and "allowed_roots" in text
+    assert _tree(target) == [], f"written outside the roots through {link}: {_tree(target)}"
+    assert not os.path.exists(tmp_path / f"link_{subdir}_out.jsonl")

@@ -33,6 +33,8 @@ import os
 from dataclasses import dataclass
 
 from airflow_provider_dj import settings
+from airflow_provider_dj.core.write_roots import local_parts as _local_parts
+from airflow_provider_dj.core.write_roots import local_path_of as _local_path_of
 from airflow_provider_dj.engine.config.schema import RecipeError
 
 __all__ = ["AllowedRoots", "PathOutsideRootsError", "allowed_roots", "glob_base"]
@@ -40,7 +42,6 @@ __all__ = ["AllowedRoots", "PathOutsideRootsError", "allowed_roots", "glob_base"
 #: The setting (settings.py) that lists the roots.
 SETTING_KEY = "allowed_roots"
 _GLOB_CHARS = "*?["
-_LOCAL_SCHEMES = ("file", "local")
 
 
 class PathOutsideRootsError(RecipeError):
@@ -69,18 +70,6 @@ def _split_url(url: str) -> tuple[str, tuple[str, ...]] | None:
     if ".." in parts:
         return None
     return scheme.lower(), parts
-
-
-def _local_parts(path: str) -> tuple[str, ...]:
-    """The components of ``path`` once resolved as the file system will (``~``, ``..``, symlinks)."""
-    resolved = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
-    return tuple(p for p in resolved.split(os.sep) if p)
-
-
-def _local_path_of(path: str) -> str | None:
-    """The local path a ``file://`` or ``local://`` URL names; None for any other URL."""
-    scheme, rest = path.split("://", 1)
-    return rest if scheme.lower() in _LOCAL_SCHEMES else None
 
 
 def glob_base(path: str) -> str:
@@ -177,3 +166,21 @@ def allowed_roots() -> AllowedRoots | None:
     if not value:
         return None
     return AllowedRoots.parse(value, origin=settings.source(SETTING_KEY) or SETTING_KEY)
+
+
+def refuse_job_dir_outside_roots(job_dir: str, job_id: str) -> None:
+    """Raise ``PathOutsideRootsError`` (key ``job_id``) when the job directory, ``work_dir`` joined with
+    the job id, resolves outside the roots: ``work_dir/<job_id>`` may already exist as a link.
+
+    ``work_dir`` itself was confined with the recipe; this runs before the job directory is read."""
+    roots = allowed_roots()
+    if roots is None or roots.admits(job_dir):
+        return
+    raise PathOutsideRootsError(
+        None,
+        "job_id",
+        f"the job directory {job_dir!r} (work_dir joined with the job id {job_id!r}) resolves to "
+        f"{roots.resolve(job_dir)}, which is under none of the roots this deployment lets a run use "
+        f"(allowed_roots: {', '.join(roots.text)}): a symlink points outside them. Nothing was read or written "
+        f"there; remove the link, or use another job id or work_dir",
+    )

@@ -38,6 +38,7 @@ import numpy as np
 import xxhash
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.write_roots import check_write
 
 ENTRY_DTYPE = np.dtype([("k0", "<u8"), ("k1", "<u8"), ("job", "<u4"), ("row", "<u8")])  # packed: 28 bytes
 FORMAT_VERSION = 1
@@ -215,6 +216,7 @@ class HistoryIndex:
     # -- committing -----------------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self):
+        check_write(self.path)
         os.makedirs(self.path, exist_ok=True)
         with open(os.path.join(self.path, LOCK_FILE), "a+b") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # released by the kernel if this process dies
@@ -285,6 +287,7 @@ class HistoryIndex:
                 "jobs": parent["jobs"] + [{"job_id": job_id, "export_path": export_path, "version": new}],
                 "ops": ops,
             }
+            check_write(vdir)
             os.makedirs(vdir, exist_ok=True)
             _write_atomic(os.path.join(vdir, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
             if before_current_moves is not None:
@@ -304,6 +307,7 @@ class HistoryIndex:
         entries, prefixes = entries[order], prefixes[order]
         bounds = np.searchsorted(prefixes, np.arange(NUM_PREFIXES + 1))
         vdir = os.path.join(self.path, *vrel.split("/"))
+        check_write(os.path.join(vdir, op_name))
         os.makedirs(os.path.join(vdir, op_name), exist_ok=True)
         for p in range(NUM_PREFIXES):
             part = entries[bounds[p] : bounds[p + 1]]
@@ -325,6 +329,7 @@ class HistoryIndex:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    check_write(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(data)

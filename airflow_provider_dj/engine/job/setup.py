@@ -20,6 +20,7 @@ from typing import Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.config.path_confinement import refuse_job_dir_outside_roots
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.job.resume import ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.jobdir import lock as job_lock
@@ -81,6 +82,7 @@ def prepare_job(
     validate_job_id(job_id)
     say = log_step or log.info
     paths = JobPaths(recipe.work_dir, job_id)
+    refuse_job_dir_outside_roots(paths.job_dir, job_id)  # an existing work_dir/<job_id> may be a link
     info_path = paths.path(PARTITIONING_INFO)
     plan = build_plan(recipe)
     # Data-Juicer ops run through the adapter get their argument values checked

@@ -34,6 +34,7 @@ import time
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.write_roots import check_write
 from airflow_provider_dj.engine.jobdir.layout import RUNNER_LOCK
 
 LOCK_REL = RUNNER_LOCK
@@ -87,6 +88,7 @@ def _guard(job_dir: str):
         yield
         return
     lock_dir = storage.dirname(_path(job_dir))
+    check_write(lock_dir)
     os.makedirs(lock_dir, exist_ok=True)
     fd = os.open(lock_dir, os.O_RDONLY)  # flock on the directory itself: no extra file in the job dir
     try:

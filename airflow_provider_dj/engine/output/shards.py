@@ -49,6 +49,7 @@ import numpy as np
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.write_roots import check_write
 from airflow_provider_dj.engine.output.errors import ExportMismatchError
 from airflow_provider_dj.engine.output.hashing import HashingWriter
 
@@ -320,6 +321,7 @@ def _copy_in_kernel(src, dst) -> None:
 def _link_or_copy(source: str, target: str) -> str:
     """``target`` becomes ``source``'s file: a hard link, or (another file system, no links) a copy made
     by ``os.copy_file_range`` and synced.  Read-only either way."""
+    check_write(target)
     if os.path.lexists(target):  # a crashed attempt's leftover
         os.unlink(target)
     try:

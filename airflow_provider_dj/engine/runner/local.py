@@ -66,6 +66,7 @@ class JobResult:
 
 def refusal_errors() -> tuple[type[BaseException], ...]:
     """Errors raised before a job does any work: nothing to resume, fix the named thing and run again."""
+    from airflow_provider_dj.core.write_roots import WriteOutsideRootsError
     from airflow_provider_dj.engine.config.recipe import RecipeError
     from airflow_provider_dj.engine.history.index import HistoryIndexError
     from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
@@ -84,6 +85,7 @@ def refusal_errors() -> tuple[type[BaseException], ...]:
         JobLockedError,
         PartitionTooLargeError,
         GlobalStepTooLargeError,
+        WriteOutsideRootsError,
     )
 
 

@@ -36,6 +36,7 @@ import xxhash
 
 from airflow_provider_dj import __version__ as PROVIDER_VERSION
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.write_roots import check_write
 from airflow_provider_dj.engine.jobdir.layout import REUSE_PINS_DIR, reuse_gc_lock, reuse_index_dir
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.registry import get_op_class
@@ -121,6 +122,7 @@ def gc_guard(work_dir: str, *, exclusive: bool):
         yield
         return
     path = reuse_gc_lock(work_dir)
+    check_write(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)

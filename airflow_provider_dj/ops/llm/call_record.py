@@ -40,6 +40,7 @@ from typing import Any
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.write_roots import check_write
 
 RECORD_DIR = "llm_calls"
 
@@ -138,6 +139,7 @@ class CallRecord:
             if self.directory is not None:
                 if self._local:
                     path = self._writer_path()
+                    check_write(path)
                     os.makedirs(self.directory, exist_ok=True)
                     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                     try:
