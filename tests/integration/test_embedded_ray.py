@@ -46,3 +46,115 @@ def test_two_task_processes_share_one_started_head(tmp_path, ray_cluster):
     assert not (tmp_path / "ray-head.json").exists()
     # stopping the shared head leaves every other Ray on the machine running (here: the test session's own)
     assert ray_cluster.get(ray_cluster.remote(lambda: 42).remote()) == 42
+
+
+# -- a dead embedded head is replaced ------------------------------------------------------------------------------
+
+#: What a task process does: connect through the hook (which checks the recorded head first), run a Ray task.
+TIMED_TASK = (
+    "import time; t0 = time.monotonic()\n"
+    + TASK
+    + "print('CONNECT_AND_RUN_S', round(time.monotonic() - t0, 1))\n"
+    + "from airflow_provider_dj.hooks.ray import local_head_record; print('HEAD', local_head_record()['pid'])\n"
+)
+
+#: Before replacement, a task spent about 60 s in Ray's connect and failed; a replacement costs a head start.
+REPLACED_WITHIN_S = 45
+
+
+def _head_processes(pid: int) -> dict[int, str]:
+    from airflow_provider_dj.hooks.ray_local_head import _session_processes
+
+    return {p: name for p, (name, _state, _cmd) in (_session_processes(pid) or {}).items()}
+
+
+def _kill_head_part(pid: int, part: str) -> None:
+    """SIGKILL, as the OOM killer does, one process of head ``pid`` (by name) or its whole group; then wait
+    until its raylet is gone (it exits with its agents): the state a later task finds."""
+    import signal
+    import time
+
+    if part == "group":
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        (victim,) = [p for p, name in _head_processes(pid).items() if name == part[:15]]  # /proc truncates names
+        os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "raylet" in _head_processes(pid).values():
+        assert time.monotonic() < deadline, f"the raylet of head {pid} outlived its killed {part}"
+        time.sleep(0.1)
+
+
+def _run_tasks(env: dict, n: int) -> list[str]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TIMED_TASK], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(n)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for out in outs:
+        assert "RESULT 30" in out, out[-3000:]
+    return outs
+
+
+def _task_value(out: str, key: str) -> float:
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(key + " ")]
+    return float(line.split()[1])
+
+
+def test_a_dead_embedded_head_is_replaced_and_a_healthy_one_reused(tmp_path, monkeypatch, caplog):
+    """A real head, killed the ways the OOM killer kills it: its dashboard agent, its runtime-env agent,
+    its raylet (each time the raylet exits while ``ray start`` and the GCS live on), its whole process
+    group.  The next task replaces it within a head's start-up, not after Ray's 60 s connect wait, and
+    says so; two tasks finding it dead at once start one new head; a healthy head is reused."""
+    import logging
+
+    from airflow_provider_dj.hooks import ray_local_head as heads
+
+    port = free_port()
+    env = dict(os.environ, DJ_RAY_STATE_DIR=str(tmp_path), DJ_RAY_HEAD_PORT=str(port))
+    env.pop("RAY_ADDRESS", None)
+    monkeypatch.setenv("DJ_RAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("DJ_RAY_HEAD_PORT", str(port))
+    caplog.set_level(logging.INFO, logger=heads.__name__)
+    pids = []
+    try:
+        address = heads.ensure_local_head(num_cpus=1)
+        pids.append(heads.local_head_record()["pid"])
+        assert heads.ensure_local_head(num_cpus=1) == address  # healthy: reused, not restarted
+        assert heads.local_head_record()["pid"] == pids[0]
+
+        # Its dashboard agent killed; two tasks find it dead at once: one replaces it, both run on the new one.
+        _kill_head_part(pids[0], "ray::DashboardAgent")
+        outs = _run_tasks(env, 2)
+        replaced = [o for o in outs if "was dead (its raylet is gone); started a new one" in o]
+        assert len(replaced) == 1, outs
+        assert sum(o.count("starting the embedded local Ray head") for o in outs) == 1
+        pids.append(heads.local_head_record()["pid"])
+        assert pids[1] != pids[0] and {_task_value(o, "HEAD") for o in outs} == {pids[1]}
+        assert all(_task_value(o, "CONNECT_AND_RUN_S") < REPLACED_WITHIN_S for o in outs), outs
+        assert _head_processes(pids[0]) == {}  # nothing of the dead head is left
+
+        # Its runtime-env agent, then its raylet: the next task (here in this process) replaces it.
+        for part in ("ray::RuntimeEnvAgent", "raylet"):
+            caplog.clear()
+            _kill_head_part(pids[-1], part)
+            assert heads.ensure_local_head(num_cpus=1) == address  # the configured port again
+            pids.append(heads.local_head_record()["pid"])
+            assert pids[-1] != pids[-2] and _head_processes(pids[-2]) == {}
+            assert f"the embedded Ray head at {address} was dead (its raylet is gone); started a new one" in caplog.text
+
+        # The whole process group: the task's connect finds the recorded process gone.
+        _kill_head_part(pids[-1], "group")
+        (out,) = _run_tasks(env, 1)
+        assert f"was dead (its process {pids[-1]} is gone); started a new one" in out, out[-3000:]
+        assert _task_value(out, "HEAD") == heads.local_head_record()["pid"] not in pids
+        pids.append(heads.local_head_record()["pid"])
+        assert _task_value(out, "CONNECT_AND_RUN_S") < REPLACED_WITHIN_S, out[-3000:]
+    finally:
+        heads.stop_local_head(timeout=10)
+        from tests.integration.crash_helpers import kill_session
+
+        for pid in pids:
+            kill_session(pid)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from airflow_provider_dj.hooks import ray as ray_hook
-from airflow_provider_dj.hooks import ray_in_process
+from airflow_provider_dj.hooks import ray_in_process, ray_local_head
 
 
 def _make_token(home: str, go_at: float, out) -> None:
@@ -108,12 +109,12 @@ def test_a_busy_default_head_port_is_not_reused(monkeypatch):
             pass  # someone else holds it already: equally busy
         else:
             s.listen(1)
-        port = ray_hook._head_port()
+        port = ray_local_head._head_port()
         assert port != 26379
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", port))  # and the port chosen is free
     monkeypatch.setenv("DJ_RAY_HEAD_PORT", "31234")
-    assert ray_hook._head_port() == 31234  # an explicit port is always used as given
+    assert ray_local_head._head_port() == 31234  # an explicit port is always used as given
 
 
 SHARED_IMPORTS_SCRIPT = """
@@ -151,7 +152,8 @@ def test_packages_both_threads_import_are_imported_before_the_ray_thread_starts(
 
 
 #: A stand-in for the ``ray`` command (Ray is not started here): its first start fails the way Ray's
-#: own 30 s raylet wait fails under load, the next one listens on ``--port`` and says it started.
+#: own 30 s raylet wait fails under load, the next one listens on ``--port``, runs a process named
+#: ``raylet`` (what a live head has) and says it started.
 FAKE_RAY = r"""#!{python}
 import os, socket, sys, time
 tries = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tries")
@@ -162,6 +164,7 @@ if sum(1 for _ in open(tries)) <= {failures}:
     sys.exit(1)
 port = int(next(a for a in sys.argv if a.startswith("--port=")).split("=")[1])
 s = socket.socket(); s.bind(("127.0.0.1", port)); s.listen(8)
+import subprocess; subprocess.Popen([os.path.join(os.path.dirname(os.path.abspath(__file__)), "raylet"), "120"])
 print("Ray runtime started.", flush=True)
 time.sleep(120)
 """
@@ -173,7 +176,8 @@ def _fake_ray(tmp_path, monkeypatch, failures: int):
     fake = bin_dir / "ray"
     fake.write_text(FAKE_RAY.format(python=sys.executable, failures=failures))
     fake.chmod(0o755)
-    monkeypatch.setattr(ray_hook, "_ray_binary", lambda: str(fake))
+    (bin_dir / "raylet").symlink_to(shutil.which("sleep"))
+    monkeypatch.setattr(ray_local_head, "_ray_binary", lambda: str(fake))
     monkeypatch.setenv("DJ_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token file in the test's home
     monkeypatch.delenv("DJ_RAY_HEAD_PORT", raising=False)
@@ -186,7 +190,7 @@ def test_a_head_start_ray_timed_out_is_started_again(tmp_path, monkeypatch):
     try:
         starts = tries.read_text().splitlines()
         assert len(starts) == 3 and all("--head" in s and "--num-cpus=1" in s for s in starts)
-        assert ray_hook._head_alive(address)
+        assert ray_local_head._head_alive(address)
         record = json.loads((tmp_path / "state" / "ray-head.json").read_text())
         assert record["address"] == address and record["ready"] is True
         assert ray_hook.ensure_local_head(num_cpus=1) == address  # the next task only connects
