@@ -227,26 +227,33 @@ def _raylet_alive(sid: int) -> bool:
 
 
 def _stop_head_processes(record: dict, timeout: float = 20.0) -> None:
-    """SIGKILL what is left of a dead head: its process group and the Ray processes of its session
-    (a worker may have left the group).  Waits until they are gone and its GCS port is free."""
-    pid = record.get("pid")
-    if pid:
-        pid = int(pid)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _kill_group(pid)
-            for member, (_name, _state, cmdline) in (_session_processes(pid) or {}).items():
-                if b"ray" in cmdline:  # the head's session holds only Ray's processes
-                    try:
-                        os.kill(member, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-            live = _session_processes(pid)
-            if (not live) if live is not None else not _group_alive(pid):
-                break
-            time.sleep(0.2)
+    """SIGKILL what is left of a dead head, and wait until it is gone and its GCS port is free.
+
+    What is left: the Ray processes of the head's session (its ``ray start`` started it in a session
+    of its own; a worker may have left the process group, never the session).  Only processes whose
+    command line names Ray are signalled, so a recycled pid never costs someone else's process.
+    Without /proc, the head's process group."""
+    pid = int(record.get("pid") or 0)
     deadline = time.monotonic() + timeout
-    while _head_alive(record["address"]) and time.monotonic() < deadline:
+    while pid and time.monotonic() < deadline:
+        members = _session_processes(pid)
+        if members is None:
+            if not _group_alive(pid):
+                break
+            _kill_group(pid)
+        else:
+            left = [member for member, (_name, _state, cmdline) in members.items() if b"ray" in cmdline]
+            if not left:
+                break
+            for member in left:
+                try:
+                    os.kill(member, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.2)
+    if pid:
+        _group_alive(pid)  # reaps the leader when this process started it
+    while _head_alive(record["address"]) and time.monotonic() < deadline + timeout:
         time.sleep(0.2)
 
 
