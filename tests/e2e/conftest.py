@@ -298,6 +298,14 @@ def e2e(request, e2e_inputs):
         with open(os.path.join(recipes, f"{name}.yaml"), "w") as fh:
             fh.write(text)
 
+    # A module's own Airflow cluster policies (``E2E_AIRFLOW_LOCAL_SETTINGS``: the text of
+    # $AIRFLOW_HOME/config/airflow_local_settings.py), e.g. retries for one of its DAGs only.
+    local_settings = getattr(request.module, "E2E_AIRFLOW_LOCAL_SETTINGS", None)
+    if local_settings:
+        os.makedirs(os.path.join(root, "airflow", "config"), exist_ok=True)
+        with open(os.path.join(root, "airflow", "config", "airflow_local_settings.py"), "w") as fh:
+            fh.write(local_settings)
+
     drop = None
     if db == "sqlite":
         conn = f"sqlite:///{os.path.join(root, 'airflow', 'airflow.db')}"

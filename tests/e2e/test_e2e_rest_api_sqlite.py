@@ -27,8 +27,9 @@ import time
 import httpx
 
 from airflow_provider_dj.engine.jobdir.events import read_events
+from tests.e2e.conftest import CLEAN_OPS, recipe_text
 from tests.e2e.rest_api_scenarios import *  # noqa: F403 - the scenarios are collected in this module
-from tests.e2e.rest_api_scenarios import _explain
+from tests.e2e.rest_api_scenarios import _explain, _ops_started, _tis
 from tests.e2e.rest_client import TERMINAL_RUN_STATES, RestError
 
 E2E_DB = "sqlite"
@@ -178,14 +179,18 @@ def _many_data(root: str) -> str:
 
 def e2e_extra_recipes(root: str, work: str, exports: str) -> dict[str, str]:
     """The e2e fixture writes these recipes beside its own, before the server parses the DAG folder."""
+    corpus = os.path.join(os.path.dirname(root), "data", "corpus.jsonl")  # the e2e_inputs fixture's clean corpus
     return {
+        HEADKILL_DAG: recipe_text(
+            HEADKILL_DAG, corpus, os.path.join(exports, f"{HEADKILL_DAG}.jsonl"), work, 1, CLEAN_OPS
+        ),
         MANY_DAG: (
             f"project_name: {MANY_DAG}\ndataset_path: {_many_data(root)}\n"
             f"export_path: {os.path.join(exports, MANY_DAG + '.jsonl')}\nwork_dir: {work}\ntext_keys: text\n"
             f"partition:\n  mode: manual\n  num_of_partitions: {MANY_PARTS}\n"
             f"  max_concurrent_partitions: {MANY_CONCURRENT}\n"
             "process:\n  - whitespace_normalization_mapper:\n"
-        )
+        ),
     }
 
 
@@ -252,3 +257,104 @@ def test_more_partitions_than_airflow_may_map_run_under_the_scheduler(e2e):
         view[path] = (resp.status_code, round(time.monotonic() - t, 2), len(resp.content))
     print(f"\n{MANY_PARTS} partitions in {len(mapped)} mapped task instances: run {run_s:.0f} s; job view {view}")
     assert [code for code, _s, _n in view.values()] == [200, 200], view
+
+
+# -- the embedded Ray head killed mid-run ---------------------------------------------------------------------------
+
+HEADKILL_DAG = "e2e_headkill"
+HEADKILL_TIMEOUT = 600
+#: Airflow's own retries for this DAG only (a cluster policy): the other scenarios check that a failed
+#: partition stays failed (``DJ_TASK_RETRIES=0``) until it is cleared.
+E2E_AIRFLOW_LOCAL_SETTINGS = f"""
+from datetime import timedelta
+
+
+def task_policy(task):
+    if task.dag_id == {HEADKILL_DAG!r}:
+        task.retries = 3
+        task.retry_delay = timedelta(0)
+"""
+
+
+def _head_record(e2e) -> dict:
+    with open(os.path.join(e2e.server.ray_state_dir, "ray-head.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _task_logs(e2e, dag_id: str, run_id: str) -> str:
+    """Every attempt's log of every task of the run, one text."""
+    base = os.path.join(e2e.server.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}")
+    texts = []
+    for folder, _dirs, files in os.walk(base):
+        for name in sorted(files):
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as fh:
+                texts.append(fh.read())
+    return "\n".join(texts)
+
+
+def test_a_killed_embedded_ray_head_is_replaced_and_the_run_succeeds_after_retries(e2e, reference):
+    """The scheduler's tasks share one embedded Ray head; kill it under a running partition, as the OOM killer
+    does, twice in one run: first only its agents (its raylet exits with them while ``ray start`` and the GCS
+    live on), then its whole process group.  Each time the partition's try fails, Airflow retries it, the
+    retry finds the head dead, replaces it and resumes from the last committed checkpoint; the run succeeds
+    and exports what a clean run exports.  Last in the module: no other run is on the head when it dies.
+
+    The kill points come from the job directory: the partition holds (an injected ``delay``) right after op 1,
+    then op 2, commit their checkpoints, and the head is killed while it holds."""
+    import signal
+
+    from airflow_provider_dj.hooks.ray_local_head import _session_processes
+    from tests.integration.crash_helpers import fired, kill_session, write_faults
+
+    c = e2e.client
+    job_id = "headkill_run"
+    job_dir = e2e.job_dir(job_id)
+    hold = {"point": "after_op", "partition_id": 0, "times": 1, "kind": "delay", "seconds": 300, "until": "never"}
+    write_faults(job_dir, [dict(hold, op_index=1), dict(hold, op_index=2)])
+    export = e2e.export_path(job_id)
+    c.set_paused(HEADKILL_DAG, False)
+    run_id = c.trigger(HEADKILL_DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+
+    heads = []
+    for holding, kill in ((["fault0_0"], "agents"), (["fault0_0", "fault1_0"], "group")):
+        c.wait_for(f"the partition to hold at {holding[-1]}", lambda h=holding: fired(job_dir) == h, HEADKILL_TIMEOUT)
+        head = _head_record(e2e)
+        assert head["pid"] not in [h["pid"] for h in heads], "the head was not replaced after the last kill"
+        heads.append(head)
+        if kill == "agents":
+            agents = [
+                p
+                for p, (name, _state, _cmd) in _session_processes(head["pid"]).items()
+                if name in ("ray::DashboardA", "ray::RuntimeEnv")  # /proc's names are cut at 15 characters
+            ]
+            assert len(agents) == 2, _session_processes(head["pid"])
+            for pid in agents:
+                os.kill(pid, signal.SIGKILL)
+        else:
+            os.killpg(head["pid"], signal.SIGKILL)
+            kill_session(head["pid"])  # and a worker that left the group
+
+    final = c.wait_run(HEADKILL_DAG, run_id, HEADKILL_TIMEOUT)
+    assert final["state"] == "success", _explain(e2e, HEADKILL_DAG, run_id)
+    assert _tis(e2e, HEADKILL_DAG, run_id)[("partitions_seg0", 0)]["try_number"] == 3
+    assert _head_record(e2e)["pid"] not in [h["pid"] for h in heads]
+
+    logs = _task_logs(e2e, HEADKILL_DAG, run_id)
+    address = heads[0]["address"]
+    assert f"the embedded Ray head at {address} was dead (its raylet is gone); started a new one" in logs
+    assert (
+        f"the embedded Ray head at {address} was dead (its process {heads[1]['pid']} is gone); started a new one"
+        in (logs)
+    )
+    # Each retry resumed from the checkpoint its failed try committed last and ran only the ops after it
+    # (try 2 up to its hold after op 2, where it was killed; try 3 the last op).
+    for try_number, resumed_at, ran in ((2, 1, [2]), (3, 2, [3])):
+        loads = [
+            e["op_index"]
+            for e in read_events(job_dir, "checkpoint_load")
+            if e.get("partition_id") == 0 and e.get("try_number") == try_number
+        ]
+        assert loads == [resumed_at]
+        assert _ops_started(job_dir, 0, try_number) == ran
+    with open(export, "rb") as fh:
+        assert fh.read() == reference.export()
