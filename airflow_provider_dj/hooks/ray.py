@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from airflow_provider_dj.hooks import ray_in_process
-from airflow_provider_dj.hooks.ray_local_head import (  # noqa: F401 - this module's public names since the start
+from airflow_provider_dj.hooks.ray_local_head import (  # noqa: F401 - part of this module's API: callers import them from here
     RayConnectionError,
     ensure_local_head,
     local_head_record,
