@@ -91,6 +91,11 @@ class AirflowServer:
     #: component started by a test (a replacement triggerer) must share.
     started_env: dict = field(default_factory=dict)
     _log_start: int = 0  # where this start's lines begin in the log
+    #: What runs the server instead of ``airflow standalone`` (which always uses SimpleAuthManager): a
+    #: command that starts the same four components itself, e.g. with another auth manager.
+    command: list[str] | None = None
+    #: The admin's (user, password) when ``command`` creates them; else standalone's generated ones.
+    admin_credentials: tuple[str, str] | None = None
 
     @property
     def ray_state_dir(self) -> str:
@@ -189,7 +194,7 @@ class AirflowServer:
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             self.proc = subprocess.Popen(
-                [os.path.join(VENV_BIN, "airflow"), "standalone"],
+                self.command or [os.path.join(VENV_BIN, "airflow"), "standalone"],
                 cwd=self.home,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -202,7 +207,8 @@ class AirflowServer:
             if ray_head.returncode != 0:
                 raise ServerStartError(f"could not start the embedded Ray head: {err.decode(errors='replace')[-3000:]}")
             self._wait_healthy(t0 + timeout)
-            self.client = AirflowRestClient(self.base_url, "admin", self._admin_password(t0 + timeout))
+            user, password = self.admin_credentials or ("admin", self._admin_password(t0 + timeout))
+            self.client = AirflowRestClient(self.base_url, user, password)
             self.client.token()
         except BaseException:
             self.stop()
