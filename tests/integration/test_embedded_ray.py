@@ -58,8 +58,9 @@ TIMED_TASK = (
     + "from airflow_provider_dj.hooks.ray import local_head_record; print('HEAD', local_head_record()['pid'])\n"
 )
 
-#: Before replacement, a task spent about 60 s in Ray's connect and failed; a replacement costs a head start.
-REPLACED_WITHIN_S = 45
+#: A task that met a dead head used to spend Ray's 60 s connect wait and fail; a replacement costs one head
+#: start (5-7 s on a quiet two-core machine, several times that under a loaded one).
+REPLACED_WITHIN_S = 55
 
 
 def _head_processes(pid: int) -> dict[int, str]:
@@ -133,7 +134,9 @@ def test_a_dead_embedded_head_is_replaced_and_a_healthy_one_reused(tmp_path, mon
         assert sum(o.count("starting the embedded local Ray head") for o in outs) == 1
         pids.append(heads.local_head_record()["pid"])
         assert pids[1] != pids[0] and {_task_value(o, "HEAD") for o in outs} == {pids[1]}
-        assert all(_task_value(o, "CONNECT_AND_RUN_S") < REPLACED_WITHIN_S for o in outs), outs
+        took = sorted(_task_value(o, "CONNECT_AND_RUN_S") for o in outs)
+        print(f"\ntwo tasks meeting a dead head: connected and ran a Ray task in {took} s")
+        assert took[-1] < REPLACED_WITHIN_S, outs
         assert _head_processes(pids[0]) == {}  # nothing of the dead head is left
 
         # Its runtime-env agent, then its raylet: the next task (here in this process) replaces it.
