@@ -18,6 +18,12 @@ Why it looks the way it does:
   exist; they never import torch.
 * GPU needs are class attributes (``gpu_num_gpus``, ``gpu_memory``) that the
   GPU preflight can read without instantiating the op.
+* On the CPU the forward pass runs on ``CPU_THREADS`` threads, whatever the
+  process's default: a matrix product's float sums depend on how its threads
+  split the work, and a Ray task (one thread per CPU it holds), the local pool
+  and ``dj-airflow run`` in this process would otherwise give vectors that
+  differ in the last bits, so a resumed job would not export what a clean
+  run exports.  One thread is what a one-CPU Ray task gets anyway.
 
 Output: ``output_key`` (default ``text_embedding``) holds ``list<float32>``,
 one vector per row (384 values for MiniLM).  Text semantics: an empty or
@@ -29,6 +35,7 @@ made up for a missing text would be exported as if it meant something.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import threading
@@ -48,9 +55,32 @@ INSTALL_HINT = "install the embedding extra: pip install 'airflow-provider-dj[em
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16")
 ENCODE_BATCH = 32  # rows per forward pass inside one committed batch
+CPU_THREADS = 1  # torch threads of a forward pass on the CPU (module docstring)
 
 _MODELS: dict[tuple, Any] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int, model):
+    """Run the block with torch on ``n`` threads when the model is on the CPU; the process's own count
+    is restored after.  Serialised: the count is process-wide, and two forward passes at once in one
+    process (a thread pool) must not see each other's."""
+    if getattr(getattr(model, "device", None), "type", "cpu") != "cpu":
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 class EmbeddingModelError(DJError, RuntimeError):
@@ -225,13 +255,14 @@ class TextEmbeddingMapper(Mapper):
         model = self.model()
         # A fixed inner batch: the same rows always meet the same padding, so a
         # resumed batch reproduces the uninterrupted run's vectors bit for bit.
-        vectors = model.encode(
-            texts,
-            batch_size=ENCODE_BATCH,
-            convert_to_numpy=True,
-            normalize_embeddings=self.normalize,
-            show_progress_bar=False,
-        )
+        with _torch_threads(CPU_THREADS, model):
+            vectors = model.encode(
+                texts,
+                batch_size=ENCODE_BATCH,
+                convert_to_numpy=True,
+                normalize_embeddings=self.normalize,
+                show_progress_bar=False,
+            )
         vectors = vectors.astype("float32", copy=False)
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         width = vectors.shape[1] if vectors.ndim == 2 else 0
