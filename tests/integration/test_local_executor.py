@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import events_since, write_faults
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def test_every_executor_exports_the_dags_bytes(make_recipe, run_dag, tmp_path):
     for job_id, kwargs in (("inline", {"workers": 1}), ("pool", {"workers": 2}), ("ray", {"executor": "ray"})):
         export = tmp_path / f"{job_id}.jsonl"
         result = run_job(recipe, job_id=job_id, overrides={"export_path": str(export)}, **kwargs)
-        assert _bytes(str(export)) == ref_bytes, f"{job_id}: the export differs from the DAG run's"
+        assert_same_bytes(_bytes(str(export)), ref_bytes, f"{job_id}: the export differs from the DAG run's")
         assert (
             result.rows == reference["export"]["rows"] and result.checksum == reference["export"]["checksum_xxh3_128"]
         )
@@ -84,7 +85,7 @@ def test_a_failed_partition_fails_the_job_and_resume_finishes_it(make_recipe, tm
 
     since = time.time()
     resumed = run_job(recipe, resume="failing", workers=1, overrides={"export_path": str(export)})
-    assert _bytes(str(export)) == _bytes(clean.export_path)
+    assert_same_bytes(_bytes(str(export)), _bytes(clean.export_path))
     assert resumed.summary["status"] == "completed"
     ran = [e["op_index"] for e in events_since(job_dir, since, "op_start", partition_id=1, step="partitions_seg0")]
     assert ran == [3]  # op 2 was committed before the fault: only op 3 runs again

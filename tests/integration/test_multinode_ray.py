@@ -21,6 +21,7 @@ import pytest
 
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.hooks import ray_in_process
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.conftest import RECIPE
 from tests.integration.crash_helpers import kill_session, run_cli, tail, write_faults
 from tests.integration.ray_jobs_cluster import node_port_args
@@ -239,7 +240,7 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     output = log_path.read_text(errors="replace")
     assert rc == 0, tail(output)
 
-    assert (tmp_path / "multinode_out.jsonl").read_bytes() == ref_export
+    assert_same_bytes((tmp_path / "multinode_out.jsonl").read_bytes(), ref_export)
     events = read_events(job_dir)
     loads = [e for e in events if e["event_type"] == "checkpoint_load" and e["timestamp"] > killed_at]
     assert loads, "the retry after the node loss did not resume from a checkpoint"

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_dj.cli.main import main
 from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
+from tests.helpers_compare import assert_same_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,7 @@ def test_two_nights_through_the_cli(tmp_path, airflow_home, ray_cluster, capsys,
     _why_is_the_same_in_both_nights(tmp_path / "work", capsys)
     scratch = ["--set", f"work_dir={tmp_path / 'scratch'}", "--set", f"export_path={tmp_path / 'scratch.jsonl'}"]
     assert main(["run", str(recipe), "--job-id", "scratch", *scratch]) == 0
-    assert _read(tmp_path / "out2.jsonl") == _read(tmp_path / "scratch.jsonl")
+    assert_same_bytes(_read(tmp_path / "out2.jsonl"), _read(tmp_path / "scratch.jsonl"))
     capsys.readouterr()
     assert main(["gc", "--work-dir", str(tmp_path / "work"), "--keep-last-n-jobs", "1"]) == 0
     out = capsys.readouterr().out

@@ -24,6 +24,7 @@ import pytest
 import xxhash
 
 from airflow_provider_dj.engine.jobdir.events import read_events
+from tests.helpers_compare import assert_same_bytes
 from tests.integration.crash_helpers import run_cli, tail
 
 pytestmark = pytest.mark.integration
@@ -230,6 +231,6 @@ def test_enospc_through_the_fault_seam_in_a_cli_run(tmp_path, big_corpus, clean_
         timeout=480,
     )
     assert run.rc == 0, tail(run.output)
-    assert export.read_bytes() == clean_export
+    assert_same_bytes(export.read_bytes(), clean_export)
     loads = [e for e in read_events(str(job_dir), "checkpoint_load") if e.get("op_index") == 0]
     assert {e["partition_id"] for e in loads} == {0, 1, 2}  # resumed after op 0, not from the input

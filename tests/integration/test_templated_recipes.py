@@ -8,6 +8,7 @@ import os
 import pytest
 
 from airflow_provider_dj.cli.main import main
+from tests.helpers_compare import assert_same_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,8 @@ def test_cli_run_with_a_logical_date_renders_the_paths_and_records_them(
     before = export.read_bytes()
     assert main(["run", recipe, "--resume", "tmpl_job"]) == 0
     assert "preview for logical date 2026-11-30T00:00:00+00:00" in capsys.readouterr().out
-    assert export.read_bytes() == before and sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
+    assert_same_bytes(export.read_bytes(), before)
+    assert sorted(os.listdir(tmp_path / "clean")) == ["20261130.jsonl"]
 
 
 def test_a_template_that_does_not_render_fails_the_validate_task_before_any_work(

@@ -16,6 +16,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.helpers_compare import assert_same_bytes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -47,7 +49,7 @@ def _read(rel: str) -> str:
 @pytest.mark.parametrize("rel", ["docs/recipe_keys.md", "docs/ops_reference.md"])
 def test_committed_reference_equals_fresh_generation(gen, rel):
     render = gen.TARGETS[os.path.join(*rel.split("/"))]
-    assert _read(rel) == render(), f"{rel} is stale: run .venv/bin/python scripts/gen_docs.py"
+    assert_same_bytes(_read(rel), render(), f"{rel} is stale: run .venv/bin/python scripts/gen_docs.py")
 
 
 def test_check_mode_reports_no_stale_file(gen):
@@ -179,6 +181,8 @@ def test_chart_json_and_docs_sources_agree(plot):
 
 def test_committed_chart_matches_the_published_table(plot):
     fig = plot.figures_from_markdown(_read("docs/benchmarks.md"))
-    assert _read("docs/img/benchmarks.svg") == plot.render_svg(fig), (
-        "docs/img/benchmarks.svg is stale: run .venv/bin/python -m bench plot"
+    assert_same_bytes(
+        _read("docs/img/benchmarks.svg"),
+        plot.render_svg(fig),
+        "docs/img/benchmarks.svg is stale: run .venv/bin/python -m bench plot",
     )

@@ -16,6 +16,7 @@ from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.events import read_events
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.testing.sample_corpus import write_corpus
+from tests.helpers_compare import assert_same_bytes
 
 T = pa.table({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
 
@@ -133,7 +134,7 @@ def test_torn_checkpoint_is_recomputed_by_the_runner_and_export_unchanged(tmp_pa
     assert result.resumed_from_op == 0  # op 0's checkpoint is still valid; 1 and 2 recomputed
     assert result.ops_run == [1, 2]
     second = _run_all(job.job_dir, 2)
-    assert (tmp_path / "out.jsonl").read_bytes() == clean_bytes
+    assert_same_bytes((tmp_path / "out.jsonl").read_bytes(), clean_bytes)
     assert second["export"]["checksum_xxh3_128"] == first["export"]["checksum_xxh3_128"]
     marker = json.load(open(store.marker_path(2, "words_num_filter", 1)))
     assert marker["op_index"] == 2 and marker["partition_hash"]  # records what it follows and derives from
@@ -311,7 +312,7 @@ def test_delta_and_whole_checkpoints_read_back_the_same_tables(tmp_path, monkeyp
         (tmp_path / f"r{mode}.yaml").write_text(RECIPE.format(data=data, out=tmp_path / f"out{mode}.jsonl"))
         jobs[mode] = prepare_job(load_recipe(tmp_path / f"r{mode}.yaml"), job_id=f"d{mode}").job_dir
         _run_all(jobs[mode], 2)
-    assert (tmp_path / "out1.jsonl").read_bytes() == (tmp_path / "out0.jsonl").read_bytes()
+    assert_same_bytes((tmp_path / "out1.jsonl").read_bytes(), (tmp_path / "out0.jsonl").read_bytes())
     deltas = 0
     for op_index, name in enumerate(
         ["clean_email_mapper", "whitespace_normalization_mapper", "words_num_filter", "document_deduplicator"]

@@ -31,6 +31,7 @@ from airflow_provider_dj.engine.output.fields import (
     dropped_columns,
 )
 from airflow_provider_dj.engine.output.parts import write_part
+from tests.helpers_compare import assert_same_bytes
 
 FIX = Path(__file__).parents[2] / "conformance" / "export_fields"
 SPEC = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
@@ -83,7 +84,7 @@ def test_jsonl_exports_keep_the_fields_data_juicer_keeps(tmp_path: Path, variant
 
     out.unlink()
     export_job(job_dir, part_source=part_source)
-    assert out.read_bytes() == sequential
+    assert_same_bytes(out.read_bytes(), sequential)
     in_parallel = SPEC["variants"][variant].get("export_in_parallel", True)
     assert parts_made == ([0, 1] if in_parallel else [])  # export_in_parallel: false serializes in-process
 

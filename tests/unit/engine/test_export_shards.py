@@ -33,6 +33,7 @@ from airflow_provider_dj.engine.output.arrow_size import table_nbytes
 from airflow_provider_dj.engine.output.errors import ExportMismatchError
 from airflow_provider_dj.engine.output.shards import manifest_path, shard_bounds, shard_count, shard_names
 from airflow_provider_dj.engine.runner.local import run_prepared_job
+from tests.helpers_compare import assert_same_bytes
 
 FIX = Path(__file__).parents[2] / "conformance" / "export_shards"
 SPEC = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
@@ -343,7 +344,7 @@ def test_a_single_file_night_after_a_sharded_one_takes_the_set_down(tmp_path: Pa
     out_dir, _ = _night1(tmp_path)
     _run(_recipe(tmp_path, 0), "night2")
     assert _files(out_dir) == ["result-99-of-99.jsonl", "result.jsonl"]
-    assert (out_dir / "result.jsonl").read_bytes() == single_file
+    assert_same_bytes((out_dir / "result.jsonl").read_bytes(), single_file)
 
 
 def test_a_manifest_name_held_by_a_file_not_ours_is_refused_before_writing(tmp_path: Path) -> None:

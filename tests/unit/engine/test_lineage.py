@@ -19,6 +19,7 @@ from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.observe.lineage_query import JobLineage, RowNotFoundError, partition_lineage, why
 from airflow_provider_dj.engine.runner.local import run_prepared_job
+from tests.helpers_compare import assert_same_bytes
 
 ROWS = [
     {"id": "a", "text": "mail me at bob@example.com about the plan"},  # 0: changed by op 0, kept
@@ -225,4 +226,4 @@ def test_off_switch_records_nothing_and_the_export_is_the_same_bytes(tmp_path, m
         settings.reset()
     assert not (tmp_path / "work" / "off" / "lineage").exists()
     assert [t.num_rows for t in _all_lineage(job.job_dir)] == [0, 0]
-    assert (tmp_path / "off.jsonl").read_bytes() == finished[1].read_bytes()
+    assert_same_bytes((tmp_path / "off.jsonl").read_bytes(), finished[1].read_bytes())

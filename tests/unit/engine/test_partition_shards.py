@@ -24,6 +24,7 @@ from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
+from tests.helpers_compare import assert_same_bytes
 
 PROCESS = """process:
   - whitespace_normalization_mapper:
@@ -111,8 +112,8 @@ def nights(tmp_path_factory):
 
 def test_the_shards_joined_are_the_single_file_export(nights) -> None:
     out = nights["out"]
-    assert _joined(out / "night1.jsonl") == (out / "s1.jsonl").read_bytes()
-    assert _joined(out / "night2.jsonl") == (out / "s2.jsonl").read_bytes()
+    assert_same_bytes(_joined(out / "night1.jsonl"), (out / "s1.jsonl").read_bytes())
+    assert_same_bytes(_joined(out / "night2.jsonl"), (out / "s2.jsonl").read_bytes())
     manifest = _manifest(out / "night2.jsonl")
     assert manifest["layout"] == "partition_shards" and manifest["job_id"] == "night2"
     assert manifest["checksum_xxh3_128"] == xxhash.xxh3_128_hexdigest((out / "s2.jsonl").read_bytes())
@@ -148,7 +149,7 @@ def test_a_changed_shard_is_written_again_not_linked(nights) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(index_cache, "RACY_MARGIN_NS", 0)
         _, n3 = _run(_recipe(tmp, data, "night3", tmp / "work3", out / "night3.jsonl", layout="partition_shards"), "n3")
-    assert _joined(out / "night3.jsonl") == (out / "s2.jsonl").read_bytes()
+    assert_same_bytes(_joined(out / "night3.jsonl"), (out / "s2.jsonl").read_bytes())
     assert n3["reuse"]["export_shards_linked"] == 0  # its own work dir: nothing to reuse, nothing linked
 
 
@@ -167,7 +168,7 @@ def test_the_same_export_path_every_night(tmp_path: Path, corpus: Path) -> None:
 
     run_job(str(recipe), job_id="night2", resume="night2", workers=1)
     _run(_recipe(tmp_path, corpus, "s2", tmp_path / "scratch", tmp_path / "s2.jsonl", layout=None, reuse=False), "s2")
-    assert _joined(export) == (tmp_path / "s2.jsonl").read_bytes()
+    assert_same_bytes(_joined(export), (tmp_path / "s2.jsonl").read_bytes())
     after = _inodes(export)
     assert all(after[pid].st_ino == before[pid].st_ino for pid in range(6))
     names = sorted(s["file"] for s in _manifest(export)["shards"])
@@ -194,7 +195,7 @@ def test_a_single_file_night_copies_the_shards_bytes(tmp_path: Path, corpus: Pat
     _grow(corpus)
     _, s2 = _run(_recipe(tmp_path, corpus, "n2", tmp_path / "work", tmp_path / "o" / "n2.jsonl", layout=None), "n2")
     _run(_recipe(tmp_path, corpus, "s2", tmp_path / "scratch", tmp_path / "s2.jsonl", layout=None, reuse=False), "s2")
-    assert (tmp_path / "o" / "n2.jsonl").read_bytes() == (tmp_path / "s2.jsonl").read_bytes()
+    assert_same_bytes((tmp_path / "o" / "n2.jsonl").read_bytes(), (tmp_path / "s2.jsonl").read_bytes())
     assert s2["reuse"]["export_parts_reused"] == 6 and "export_shards_linked" not in s2["reuse"]
 
 

@@ -24,6 +24,7 @@ from airflow_provider_dj.engine.runner.local import run_prepared_job
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, pinned_sources
 from airflow_provider_dj.testing.sample_corpus import write_corpus, write_growth_file
+from tests.helpers_compare import assert_same_bytes
 
 PROCESS = """process:
   - clean_email_mapper:
@@ -86,7 +87,7 @@ def nights(tmp_path_factory):
 
 def test_night2_reuses_night1_and_exports_the_same_bytes_as_a_scratch_run(nights):
     s2, tmp = nights["s2"], nights["tmp"]
-    assert _bytes(tmp / "night2.jsonl") == _bytes(tmp / "scratch.jsonl")
+    assert_same_bytes(_bytes(tmp / "night2.jsonl"), _bytes(tmp / "scratch.jsonl"))
     assert s2["export"]["rows"] == nights["s3"]["export"]["rows"] > nights["s1"]["export"]["rows"]
     reuse = s2["reuse"]
     assert reuse["partitions_reused"] == OLD_FILES * ROWS // SIZE  # every old partition, through both dedups
@@ -151,7 +152,7 @@ def test_a_flipped_byte_in_a_reused_checkpoint_is_never_trusted(nights, tmp_path
         _, s = run_job(tmp_path, nights["data"], "night2b", work)
     finally:
         export1.write_bytes(original)
-    assert _bytes(tmp_path / "night2b.jsonl") == _bytes(nights["tmp"] / "scratch.jsonl")
+    assert_same_bytes(_bytes(tmp_path / "night2b.jsonl"), _bytes(nights["tmp"] / "scratch.jsonl"))
     assert s["reuse"]["partitions_reused"] == OLD_FILES * ROWS // SIZE - 1
     assert s["reuse"]["export_parts_reused"] == OLD_FILES * ROWS // SIZE - 2
     rejected = [e for e in read_events(str(night1)) if e["event_type"] == "checkpoint_rejected"]
@@ -173,7 +174,7 @@ def test_a_moved_first_occurrence_recomputes_past_the_deduplicator(nights, tmp_p
     shutil.copytree(os.path.dirname(nights["night1"]), work, ignore=shutil.ignore_patterns("night2"))
     _, s = run_job(tmp_path, data, "night2c", work)
     _, scratch = run_job(tmp_path, data, "scratch_c", tmp_path / "scratch_work", reuse=False)
-    assert _bytes(tmp_path / "night2c.jsonl") == _bytes(tmp_path / "scratch_c.jsonl")
+    assert_same_bytes(_bytes(tmp_path / "night2c.jsonl"), _bytes(tmp_path / "scratch_c.jsonl"))
     reused = {
         e["partition_id"]: e for e in read_events(str(work / "night2c")) if e["event_type"] == "checkpoint_reused"
     }
