@@ -265,7 +265,12 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     t.join(30)
     assert not errors, errors
     assert str(dr.state).endswith("failed")
+    parts = {k: v for k, v in _ti_states(dr).items() if k[0] == "partitions_seg0"}
+    assert parts[("partitions_seg0", 0)] == ("failed", 1), parts  # the forced stop is a stop: no retry
+    assert {v[1] for v in parts.values()} == {1}, parts
     assert json.load(open(os.path.join(job_dir, "job_summary.json")))["status"] == "stopped"
+    (killed,) = [e for e in read_events(job_dir, "partition_stopped") if e["partition_id"] == 0]
+    assert killed["force"] is True and killed["op_index"] == 2, killed  # reported for the killed partition
     # The worker that held partition 0 was killed, not left to finish: released, it would write the
     # commit marker.  Release the hold, give a survivor time to write, and check nothing was written.
     assert not _pid_alive(seen["pid"])

@@ -10,7 +10,9 @@ Stops and kills (docs/stop_and_kill.md): a graceful stop is returned by
 each task as data and raised here as StopRequested once all have ended; a
 forced stop, an Airflow kill (``DispatchHandle.cancel`` from ``on_kill``)
 or any exception escaping the wait cancels the tasks with
-``ray.cancel(force=True)``, which kills their worker processes.
+``ray.cancel(force=True)``, which kills their worker processes.  A forced
+stop still ends as StopRequested (the partitions it ended get their
+``partition_stopped`` event here); only a kill raises DispatchKilledError.
 
 Actor pools (engine/execution/actor_pool.py): a segment holding a ``stateful`` op (a
 model to load) runs the group's partitions on a pool of Ray actors that
@@ -84,10 +86,13 @@ class DispatchHandle:
         if killed:
             self.cancel(killed)
 
-    def cancel(self, reason: str, *, force: bool = True) -> int:
-        """Cancel every tracked task and kill every tracked actor; returns how many calls were made."""
+    def cancel(self, reason: str, *, force: bool = True, kill: bool = True) -> int:
+        """Cancel every tracked task and kill every tracked actor; returns how many calls were made.
+        ``kill=False`` (the job's forced stop request): the dispatch is not marked killed, so its wait
+        ends as a stop (``StopRequested``), not as Airflow's kill (``DispatchKilledError``)."""
         with self._lock:
-            self.killed = self.killed or reason
+            if kill:
+                self.killed = self.killed or reason
             refs, ray, actors = list(self.refs), self.ray, list(self.actors)
         n = 0
         for actor in actors:  # actor tasks cannot be force-cancelled: the actor process itself goes
@@ -124,6 +129,10 @@ class DispatchHandle:
         if still:
             log.warning("%d cancelled Ray task(s) still running after %.0fs", len(still), timeout)
         return len(still)
+
+
+#: After a forced stop cancelled the in-flight tasks, the longest wait for them to end.
+FORCED_STOP_WAIT_S = 15.0
 
 
 class DispatchKilledError(DJError, RuntimeError):
@@ -212,6 +221,8 @@ class _GroupDispatch:
         self.stopped: dict[int, dict] = {}
         self.errors: list[tuple[int, BaseException]] = []
         self.forced: dict | None = None
+        self.forced_at = 0.0  # time.monotonic() of the forced stop's cancel
+        self.cut_short: list[int] = []  # partitions the forced stop ended: killed in flight, or never submitted
         from airflow_provider_dj.engine.execution.watchdog import watchdog_for
 
         self.watchdog = watchdog_for(job_dir, segment_index, try_number=try_number, event_defaults=event_defaults)
@@ -281,6 +292,7 @@ class _GroupDispatch:
                     self.pool.release(ref, exc)
                 if self.forced is not None or self.handle.killed:
                     self.stopped[pid] = self.forced or {"requested_by": self.handle.killed}
+                    self.cut_short.append(pid)
                 else:
                     self.errors.append((pid, exc))
                 continue
@@ -324,8 +336,40 @@ class _GroupDispatch:
 
         request = read_stop_request(self.job_dir)
         if request is not None and request.get("force"):
-            self.forced = request
-            self.handle.cancel(f"forced stop requested by {request.get('requested_by')}")
+            self.forced, self.forced_at = request, time.monotonic()
+            self.handle.cancel(f"forced stop requested by {request.get('requested_by')}", kill=False)
+
+    def forced_wait_over(self, pending: list) -> bool:
+        """After a forced stop's cancel, whether to stop waiting for ``pending``: a force-cancelled task
+        ends within moments, but one that does not is given up on after ``FORCED_STOP_WAIT_S`` seconds
+        (and counted as stopped), so the stop always ends the dispatch."""
+        if self.forced is None or time.monotonic() - self.forced_at < FORCED_STOP_WAIT_S:
+            return False
+        log.warning(
+            "%d cancelled Ray task(s) still running %.0fs after the forced stop", len(pending), FORCED_STOP_WAIT_S
+        )
+        for ref in pending:
+            self.stopped[self.refs[ref]] = self.forced
+            self.cut_short.append(self.refs[ref])
+        return True
+
+    def report_forced_stop(self) -> None:
+        """``partition_stopped`` for each partition the forced stop ended, which cannot say so itself."""
+        if self.forced is None or not self.cut_short:
+            return
+        from airflow_provider_dj.engine.jobdir.stop_report import report_stopped_partitions
+
+        try:
+            report_stopped_partitions(
+                self.job_dir,
+                self.segment_index,
+                sorted(set(self.cut_short)),
+                self.forced,
+                note="ended by a forced stop",
+                event_defaults=self.event_defaults,
+            )
+        except Exception as exc:  # noqa: BLE001 - the report must not turn the stop into a failure
+            log.warning("could not report the partitions the forced stop ended: %s", exc)
 
     def wait_all(self, *, poll_s: float, say: Callable[[str], None], rows_by_partition: dict[int, int] | None) -> None:
         """Submit and wait until every partition has ended, saying progress as tasks end (else every
@@ -338,7 +382,7 @@ class _GroupDispatch:
             while pending:
                 done, pending = self.ray.wait(pending, num_returns=1, timeout=poll_s)
                 self.collect(done)
-                if self.handle.killed:
+                if self.handle.killed and self.forced is None:
                     raise DispatchKilledError(
                         f"segment {self.segment_index}: partitions {self.partition_ids} killed "
                         f"({self.handle.killed}); their Ray tasks were cancelled"
@@ -349,6 +393,8 @@ class _GroupDispatch:
                     pending = list(pending) + self.submit(self.limit - len(pending))
                 if pending and self.forced is None:
                     self.check_forced_stop()
+                elif pending and self.forced_wait_over(list(pending)):
+                    pending = []
                 now = time.perf_counter()
                 if done or now - last_line >= 30:
                     last_line = now
@@ -364,6 +410,8 @@ class _GroupDispatch:
                     )
             for pid in self.queue:  # never submitted: a forced stop came first
                 self.stopped[pid] = self.forced or {"requested_by": "forced stop"}
+                self.cut_short.append(pid)
+            self.report_forced_stop()
             ok = True
         finally:
             if not ok and pending and not self.handle.killed:
