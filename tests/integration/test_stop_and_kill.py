@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_dj.client.control import job_status, stop_job
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.events import read_events
+from airflow_provider_dj.engine.jobdir.heartbeat import read_heartbeat
 from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
@@ -258,6 +259,8 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     def user_forces():
         seen["data_file"] = _wait_for(data_file, "op 2's data file of partition 0")
         seen["pid"] = _worker_pid(_op_start(job_dir, 0, 2))
+        # The heartbeat (written within a second of a change) names op 2, for partition_stopped to name it.
+        _wait_for(lambda: (read_heartbeat(job_dir, 0) or {}).get("op_index") == 2, "partition 0's heartbeat at op 2")
         seen["stop"] = stop_job(job_id, force=True, work_dir=str(tmp_path / "work"), timeout=0)
 
     t, errors = _in_background(user_forces)
