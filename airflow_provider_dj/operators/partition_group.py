@@ -161,7 +161,7 @@ class PartitionGroupOperator(DJBaseOperator):
             f"{sub.action} at {client.address} (status {sub.status})",
         )
         if sub.action == "succeeded":
-            return self._finish(client, sub.submission_id, sub.status)
+            return self._finish(client, sub.submission_id, sub.status, context)
         if self.deferrable:
             from airflow_provider_dj.triggers.ray_job import RayJobTrigger
 
@@ -176,7 +176,7 @@ class PartitionGroupOperator(DJBaseOperator):
                 ),
                 method_name="execute_complete",
             )
-        return self._finish(client, sub.submission_id, self._wait_in_worker(client, sub.submission_id))
+        return self._finish(client, sub.submission_id, self._wait_in_worker(client, sub.submission_id), context)
 
     def _wait_in_worker(self, client: Any, sid: str) -> str:
         from airflow_provider_dj.hooks.ray_jobs import ACTIVE
@@ -199,13 +199,16 @@ class PartitionGroupOperator(DJBaseOperator):
         self._ray_job = (client, event["submission_id"])
         if event.get("status") == "error":
             self.log.warning("the trigger could not follow Ray job %s: %s", event["submission_id"], event["message"])
-        return self._finish(client, event["submission_id"], client.status(event["submission_id"]) or "UNKNOWN")
+        sid = event["submission_id"]
+        return self._finish(client, sid, client.status(sid) or "UNKNOWN", context)
 
-    def _finish(self, client: Any, sid: str, status: str) -> list[dict]:
-        """The group's outcome from its Ray Job's status, its driver's record and the checkpoints."""
-        from airflow_provider_dj.engine.jobdir import ray_jobs
+    def _finish(self, client: Any, sid: str, status: str, context: Any = None) -> list[dict]:
+        """The group's outcome from its Ray Job's status, the job's stop request, its driver's record and
+        the checkpoints.  A Ray Job that ended without success while the job's stop request is pending
+        was stopped by it, whatever its driver recorded: the task ends stopped, without retry."""
+        from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
         from airflow_provider_dj.engine.runner.group_job import verify_group
-        from airflow_provider_dj.hooks.ray_jobs import RayJobFailedError
+        from airflow_provider_dj.hooks.ray_jobs import ACTIVE, RayJobFailedError
 
         group, seg = self.execution_group, self.segment_index
         entry = ray_jobs.find_submission(ray_jobs.read_record(self.job_dir, seg, int(group["group_id"])), sid) or {}
@@ -220,17 +223,45 @@ class PartitionGroupOperator(DJBaseOperator):
             raise RayJobFailedError(
                 f"Ray job {sid} reported {status} but {message}: clear this task to run the group again"
             )
-        if entry.get("state") == "stopped" and entry.get("stopped_by") == "stop_request":
-            raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")  # the job's stop protocol
         refusal = None if entry else client.refusal(sid)
         if refusal:  # refused before any work: a retry would be refused again
             raise AirflowFailException(refusal)
+        request = stop_control.read_stop_request(self.job_dir)
+        if request is not None and status not in ACTIVE:  # a retry would only stop at once: stopped now
+            raise self._stopped(sid, request, context or {})
+        if entry.get("state") == "stopped" and entry.get("stopped_by") == "stop_request":
+            raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")  # the request was cleared since
         tail = client.logs_tail(sid)
         what = entry.get("error") or f"status {status}"
         message = f"Ray job {sid} at {client.address} ended {status}: {what}\n--- its log, last lines ---\n{tail}"
         if entry.get("fatal"):
             raise AirflowFailException(message)
         raise RayJobFailedError(message)
+
+    def _stopped(self, sid: str, request: dict, context: Any) -> JobStoppedError:
+        """Record the group's stop as the in-worker path does (its Ray job's record, the partitions it cut
+        short, this task's acknowledgement, the ``stopped`` summary, the runner lock released)."""
+        from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
+        from airflow_provider_dj.engine.runner.group_job import settle_stopped_group
+        from airflow_provider_dj.engine.runner.stop import record_stop
+        from airflow_provider_dj.engine.storage.context import JobContext
+
+        defaults = event_defaults(context)
+        job_id = JobContext(self.job_dir).job_id
+        cut = settle_stopped_group(
+            self.job_dir, job_id, self.segment_index, self.execution_group, sid, request, event_defaults=defaults
+        )
+        stop = StopRequested(self.job_dir, request, partition_ids=cut)
+        done = record_stop(
+            self.job_dir,
+            stop,
+            task_key(context),
+            try_number(context),
+            run_id_of(context),
+            defaults,
+            lambda m: self.log.warning("%s", m),
+        )
+        return JobStoppedError(f"Ray job {sid} stopped: {done}")
 
 
 def _result_line(r: dict) -> str:

@@ -458,3 +458,38 @@ def test_the_watchdog_in_a_ray_job_retries_a_hung_partition_then_fails_its_group
     assert stalls == [(pid, 1, "retry"), (pid, 2, "fail")]
     committed = sorted(e["op_index"] for e in read_events(prepared.job_dir, "op_complete") if e["partition_id"] == pid)
     assert committed == [0, 1]  # committed before the hang, and kept for a resume
+
+
+def test_a_group_stopped_by_dj_airflow_stop_stays_stopped_whatever_the_timing(
+    cluster, client, make_recipe, airflow_home, monkeypatch, tmp_path
+):
+    """``dj-airflow stop`` (graceful and ``--force``) of a DAG run whose group runs as a Ray Job, waited for
+    deferred and in the worker, stopped at the driver's start, mid-op, and with the driver's own forced-stop
+    watch ahead of Ray's stop: every round's task ends stopped at its first try (never retried), its Ray
+    Job's record says ``stopped`` by ``stop_request``, and each partition has one ``partition_stopped``
+    (tests/integration/ray_jobs_stop_rounds.py)."""
+    from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
+    from airflow_provider_dj.cli.main import main
+    from airflow_provider_dj.dag_builder.factory import build_dag
+    from airflow_provider_dj.engine.config.recipe import load_recipe, sanitize_dag_id
+    from tests.integration.ray_jobs_stop_rounds import ROUNDS, check_round, run_round
+
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
+    recipe = make_recipe("rj_stop_rounds", parts=2)
+    with open(recipe) as fh:  # both partitions in one group: one Ray Job runs them side by side
+        text = fh.read().replace("num_of_partitions: 2\n", "num_of_partitions: 2\n  execution_group_size: 2\n")
+    with open(recipe, "w") as fh:
+        fh.write(text)
+    dag_id = sanitize_dag_id(load_recipe(recipe).project_name)
+    write_cli_dag_stub(airflow_home, recipe, dag_id)
+
+    def run_dag(path: str, job_id: str, deferrable: bool):
+        dag = build_dag(path, dag_id=dag_id)  # retries from the DAG default: a stop must not use one
+        dag.get_task("partitions_seg0").partial_kwargs.update(deferrable=deferrable, poll_interval=0.5)
+        return dag.test(run_conf={"job_id": job_id})
+
+    for k, rnd in enumerate(ROUNDS):
+        job_dir, dr, rc = run_round(run_dag, main, recipe, str(tmp_path / "work"), rnd, [0, 1], k)
+        assert rc == 0, rnd.name
+        check_round(job_dir, dr, rnd, client)

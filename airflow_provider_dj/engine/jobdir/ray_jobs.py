@@ -17,6 +17,10 @@ its state transitions (``started`` -> ``succeeded`` | ``failed`` | ``stopped``, 
 shows the records and ``dj-airflow stop`` stops the submissions they say are running.  Drivers of one group never run at once (a
 submitter resubmits only after the previous one ended), so a read-modify-write by atomic replace is
 enough.  A submitter reads the record where the cluster has forgotten a submission (a restarted head).
+One write comes from the submitter: after a submission ended without success while the job's stop
+request was pending, it records the stop (``stopped_by: stop_request``, ``recorded_by: submitter``)
+where the driver was ended before it could (engine/runner/group_job.settle_stopped_group); its driver
+has ended by then, so the writers still never overlap.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
+from airflow_provider_dj.engine.jobdir.stop_report import report_stopped_partitions
 
 log = logging.getLogger("dj.group_job")
 
@@ -124,19 +125,13 @@ def check_identity(spec: GroupJobSpec) -> None:
         )
 
 
-def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[bool, str]:
-    """Whether every partition of the group committed its segment output (and the keys a following
-    global op needs), by their commit markers, as the barrier checks them: what a submitter checks
-    before it trusts a Ray Job that reports success.  A completed job counts as done (retention may have
-    removed its checkpoints).  Failures recorded for other groups do not matter here.  Returns (done, a
-    line saying what is seen)."""
-    from airflow_provider_dj.engine.job.completed_export import is_job_complete
+def uncommitted_partitions(job_dir: str, segment_index: int, partition_ids: list[int]) -> list[int]:
+    """The partitions of ``partition_ids`` whose segment output (or the keys a following global op needs)
+    has no commit marker."""
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
     from airflow_provider_dj.engine.storage.context import JobContext
     from airflow_provider_dj.engine.storage.global_op_state import keys_store
 
-    if is_job_complete(job_dir):
-        return True, "the job is complete"
     ctx = JobContext(job_dir)
     plan = ctx.plan
     seg = plan.segments[segment_index]
@@ -148,12 +143,25 @@ def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> 
         return st.is_committed(i, op.name, pid, by_id[pid]["content_hash"], op.fingerprint)
 
     target = seg.end - 1
-    missing = [
+    return [
         pid
         for pid in partition_ids
         if not (target < 0 or committed(store, target, pid))
         or not (seg.keys_for_global is None or committed(keys, seg.keys_for_global, pid))
     ]
+
+
+def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> tuple[bool, str]:
+    """Whether every partition of the group committed its segment output (and the keys a following
+    global op needs), by their commit markers, as the barrier checks them: what a submitter checks
+    before it trusts a Ray Job that reports success.  A completed job counts as done (retention may have
+    removed its checkpoints).  Failures recorded for other groups do not matter here.  Returns (done, a
+    line saying what is seen)."""
+    from airflow_provider_dj.engine.job.completed_export import is_job_complete
+
+    if is_job_complete(job_dir):
+        return True, "the job is complete"
+    missing = uncommitted_partitions(job_dir, segment_index, partition_ids)
     n = len(partition_ids)
     line = f"segment {segment_index}: {n - len(missing)}/{n} partitions of the group committed"
     return not missing, line + (f" (not yet: {missing})" if missing else "")
@@ -200,7 +208,12 @@ def _record(spec: GroupJobSpec, state: str, **fields: Any) -> None:
 
 
 def run_group_job(spec: GroupJobSpec) -> int:
-    """Check, record, run the group, record how it ended; the exit status (see the module docstring)."""
+    """Check, record, run the group, record how it ended; the exit status (see the module docstring).
+
+    However the group ends early, the record's ``stopped_by`` comes from the job directory: a group
+    that ends without success while the job's stop request is pending was stopped by it
+    (``stop_request``), whichever of the stop's paths (the forced-stop watch, a stop point, Ray's
+    SIGTERM) reached this driver first."""
     from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
     from airflow_provider_dj.engine.runner.steps import run_group
     from airflow_provider_dj.engine.runner.stop import JobStopped, stoppable
@@ -211,10 +224,10 @@ def run_group_job(spec: GroupJobSpec) -> int:
     except GroupJobRefusedError as exc:
         print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    _record(spec, "started")
     dispatcher = RayDispatcher(lambda: _connect(spec), num_cpus=spec.num_cpus)
     previous = _handle_sigterm(spec)
     try:
+        _record(spec, "started")
         results = stoppable(
             spec.job_dir,
             lambda: run_group(
@@ -238,20 +251,31 @@ def run_group_job(spec: GroupJobSpec) -> int:
         _record(spec, "stopped", error=str(exc)[:4000], stopped_by="stop_request")
         print(str(exc), file=sys.stderr, flush=True)
         return EXIT_STOPPED
-    except _Terminated:
-        dispatcher.cancel("the Ray job was stopped (SIGTERM)")  # Ray would end them with the driver anyway
-        return EXIT_STOPPED
-    except Exception as exc:
-        if _STOPPED.is_set():  # the handler's exception, raised inside Ray's C code, came out as another
-            dispatcher.cancel("the Ray job was stopped (SIGTERM)")
-            return EXIT_STOPPED
-        _record(spec, "failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
-        log.exception("group %s of segment %s failed", spec.group.get("group_id"), spec.segment_index)
-        return EXIT_FAILED
+    except BaseException as exc:  # noqa: BLE001 - SIGTERM's exception, Ray's own SIGTERM exit included
+        return _ended_early(spec, dispatcher, exc)
     finally:
         signal.signal(signal.SIGTERM, previous)
     _record(spec, "succeeded", results=results)
     return EXIT_OK
+
+
+def _ended_early(spec: GroupJobSpec, dispatcher: Any, exc: BaseException) -> int:
+    """Record how the group ended when it raised: stopped (by the pending stop request, else by Ray's
+    ``stop_job``) for a SIGTERM or with a stop request pending, else failed.  Returns the exit status."""
+    if _STOPPED.is_set():  # SIGTERM: the handler recorded the stop; its exception may come out as another
+        dispatcher.cancel("the Ray job was stopped (SIGTERM)")  # Ray would end them with the driver anyway
+        return EXIT_STOPPED
+    cause = _stop_cause(spec)
+    if cause is not None or not isinstance(exc, Exception):  # a stop request, or a signal's exit (Ray's handler)
+        cause = cause or _sigterm_cause(spec)
+        if isinstance(exc, Exception):
+            cause["error"] = f"{cause['error']}; the group ended with {type(exc).__name__}: {exc}"[:4000]
+        _record(spec, "stopped", **cause)
+        dispatcher.cancel("the group was stopped")
+        return EXIT_STOPPED
+    _record(spec, "failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
+    log.error("group %s of segment %s failed", spec.group.get("group_id"), spec.segment_index, exc_info=exc)
+    return EXIT_FAILED
 
 
 def _fatal(exc: BaseException) -> bool:
@@ -272,18 +296,65 @@ def _on_sigterm(spec: GroupJobSpec) -> None:
     raise _Terminated()
 
 
-def _sigterm_cause(spec: GroupJobSpec) -> dict:
-    """The record's ``stopped_by`` and ``error`` for a SIGTERM: ``stop_request`` when the job's stop request
-    is pending (``dj-airflow stop`` asked Ray too: the task ends stopped, without a retry), else
-    ``stop_job`` (someone stopped only this Ray Job: a retry submits the group again)."""
+def _stop_cause(spec: GroupJobSpec) -> dict | None:
+    """The record's ``stopped_by`` and ``error`` when the job's stop request is pending, else None."""
     try:
         request = stop_control.read_stop_request(spec.job_dir)
     except Exception:  # noqa: BLE001 - the stop must be recorded even if the job directory answers badly
         request = None
-    if request is not None:
-        who = request.get("requested_by", "unknown")
-        return {"stopped_by": "stop_request", "error": f"the job's stop request ({who}) stopped the Ray job (SIGTERM)"}
+    if request is None:
+        return None
+    who = request.get("requested_by", "unknown")
+    return {"stopped_by": "stop_request", "error": f"the job's stop request ({who}) stopped the Ray job"}
+
+
+def _sigterm_cause(spec: GroupJobSpec) -> dict:
+    """The record's ``stopped_by`` and ``error`` for a SIGTERM: ``stop_request`` when the job's stop request
+    is pending (``dj-airflow stop`` asked Ray too: the task ends stopped, without a retry), else
+    ``stop_job`` (someone stopped only this Ray Job: a retry submits the group again)."""
+    cause = _stop_cause(spec)
+    if cause is not None:
+        return {**cause, "error": f"{cause['error']} (SIGTERM)"}
     return {"stopped_by": "stop_job", "error": "the Ray job was stopped (stop_job: SIGTERM to its driver)"}
+
+
+def settle_stopped_group(
+    job_dir: str,
+    job_id: str,
+    segment_index: int,
+    group: dict,
+    sid: str,
+    request: dict,
+    *,
+    event_defaults: dict | None = None,
+) -> list[int]:
+    """The submitter's side of a group whose Ray Job ended without success while the job's stop request
+    was pending: that request stopped it, whatever the driver managed to record before Ray ended it.
+    The submission's record then says ``stopped`` by ``stop_request``, and each partition of the group
+    that did not commit its segment has its ``partition_stopped`` event.  Returns those partitions."""
+    gid = int(group["group_id"])
+    entry = ray_jobs.find_submission(ray_jobs.read_record(job_dir, segment_index, gid), sid) or {}
+    if (entry.get("state"), entry.get("stopped_by")) != ("stopped", "stop_request"):
+        who = request.get("requested_by", "unknown")
+        ended = f"; its driver had recorded {entry['state']}: {entry.get('error')}" if entry.get("state") else ""
+        base = ray_jobs.base_submission_id(job_dir, job_id, segment_index, gid)
+        ray_jobs.record_transition(
+            job_dir,
+            segment_index,
+            group,
+            sid,
+            "stopped",
+            job_id=job_id,
+            attempt=int(entry.get("attempt", ray_jobs.attempt_of(base, sid) or 0)),
+            stopped_by="stop_request",
+            error=f"the job's stop request ({who}) stopped the Ray job{ended}"[:4000],
+            recorded_by="submitter",
+        )
+    missing = uncommitted_partitions(job_dir, segment_index, list(group["partition_ids"]))
+    report_stopped_partitions(
+        job_dir, segment_index, missing, request, note="its Ray job was stopped", event_defaults=event_defaults
+    )
+    return missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="the submitter's GroupJobSpec as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    return run_group_job(GroupJobSpec.from_json(args.spec))
+    try:
+        return run_group_job(GroupJobSpec.from_json(args.spec))
+    except _Terminated:  # SIGTERM while the end was being recorded: the handler recorded the stop
+        return EXIT_STOPPED
 
 
 if __name__ == "__main__":
