@@ -305,6 +305,17 @@ SETTINGS: tuple[Setting, ...] = (
         "0",
     ),
     _s(
+        "local_work_max_rows",
+        "integer",
+        100000,
+        '`dj-airflow run` and `run_job(executor="auto")` decide after planning where partitions run: when '
+        "the partitions left to compute (not committed, not reusable from an earlier job) hold at most this "
+        "many rows, on a local process pool (one partition: in the calling process) without starting Ray; "
+        "above it, on Ray. `0` always starts Ray. Recipes that need Ray (GPU or actor ops, a cluster at "
+        "`RAY_ADDRESS`) start it whatever the rows.",
+        "0",
+    ),
+    _s(
         "ray_early_start",
         "boolean",
         True,

@@ -19,6 +19,10 @@ os.environ["DJ_TASK_RETRY_DELAY_S"] = "0"
 os.environ["DJ_RAY_STATE_DIR"] = os.path.join(_SESSION_DIR, "ray-state")
 os.environ["DJ_STATE_DIR"] = os.path.join(_SESSION_DIR, "dj-state")  # the recent-jobs registry, not ~/.cache
 os.environ.pop("RAY_ADDRESS", None)
+# `dj-airflow run` and run_job(executor="auto") keep small jobs off Ray; the suite's runs are small, and most
+# tests are there to exercise Ray's path, so Ray stays on unless a test asks for the local choice
+# (tests/integration/test_executor_choice.py sets the setting itself).
+os.environ["DJ_LOCAL_WORK_MAX_ROWS"] = "0"
 os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 
 import pytest  # noqa: E402

@@ -379,10 +379,11 @@ def _add_recipe_commands(sub) -> None:
     run.add_argument("--num-cpus", type=int, help="CPUs for the in-process Ray or the process pool (default: all)")
     run.add_argument(
         "--executor",
-        choices=("ray", "local"),
-        default="ray",
-        help="where partitions run: a private in-process Ray (default, or the cluster at RAY_ADDRESS) or a "
-        "pool of local processes (no Ray at all)",
+        choices=("auto", "ray", "local"),
+        default="auto",
+        help="where partitions run: auto (default) decides after planning, a local pool when the partitions "
+        "left to compute hold at most [dj] local_work_max_rows rows, else Ray; ray: a private in-process Ray "
+        "(or the cluster at RAY_ADDRESS); local: a pool of local processes (no Ray at all)",
     )
     run.add_argument(
         "--airflow",

@@ -56,7 +56,7 @@ def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: 
             workers=num_cpus,
             executor=args.executor,
             renderer=_renderer(recipe, overrides, logical_date),
-            ray_client=_private_ray(num_cpus, recipe, out) if args.executor == "ray" else None,
+            ray_client=_private_ray(num_cpus, recipe, out, args.executor) if args.executor != "local" else None,
             say=log.info,
             review=_review_prompt(args, out),
         )
@@ -110,10 +110,11 @@ def _renderer(recipe, overrides: dict, logical_date):
     return preview_renderer(logical_date, recipe.schedule, overrides)
 
 
-def _private_ray(num_cpus: int, recipe, out):
+def _private_ray(num_cpus: int, recipe, out, executor: str = "ray"):
     """The Ray client for this run: the cluster at ``RAY_ADDRESS`` when set (run_job's default), else
     this process's private Ray, started now in the background while the job is planned (so planning
-    and Ray's start overlap) when there is work for it, else at the first dispatch."""
+    and Ray's start overlap) when there is work for it and Ray is sure to be used (``--executor ray``,
+    or a recipe that needs Ray), else at the first dispatch, if ``auto`` chooses Ray at all."""
     if os.environ.get("RAY_ADDRESS"):
 
         def connect_cluster():
@@ -125,9 +126,10 @@ def _private_ray(num_cpus: int, recipe, out):
 
         return connect_cluster
     from airflow_provider_dj.cli.run_report import wants_ray
+    from airflow_provider_dj.engine.runner.executor_choice import ray_needed_before_planning
     from airflow_provider_dj.hooks import ray_in_process
 
-    if wants_ray(recipe):
+    if wants_ray(recipe) and (executor == "ray" or ray_needed_before_planning(recipe)):
         ray_in_process.start_in_background(num_cpus)
 
     def connect():

@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="JOB_ID", help="continue this job from its committed checkpoints")
     p.add_argument("--work-dir", help="where job directories live (default: the recipe's work_dir)")
     p.add_argument("--workers", type=int, default=None, help="local processes for partitions (1: this process)")
-    p.add_argument("--executor", choices=("local", "ray"), default="local", help="where partitions run")
+    p.add_argument("--executor", choices=("local", "ray", "auto"), default="local", help="where partitions run")
     return p
 
 

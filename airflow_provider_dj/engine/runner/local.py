@@ -30,6 +30,7 @@ from airflow_provider_dj.engine.job.summary import read_job_summary
 from airflow_provider_dj.engine.job.watch import check as barrier_check
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
+from airflow_provider_dj.engine.runner.executor_choice import choose_after_planning, ray_needed_before_planning
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.engine.runner.steps import finish_job, review_gate, run_global_step, run_group
@@ -38,7 +39,7 @@ from airflow_provider_dj.engine.storage.context import JobContext
 
 log = logging.getLogger(__name__)
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "auto")
 
 
 class BarrierNotReachedError(DJError, RuntimeError):
@@ -109,6 +110,9 @@ def run_job(
     ``job_id`` and ``resume`` are shorthands for those keys.  ``resume`` continues a job from its
     committed checkpoints, and never clears them.  ``workers``: local processes for partitions
     (1: this process; default: one per core); with ``executor="ray"``, CPUs of a private Ray.
+    ``executor="auto"`` decides after planning: the local pool when the partitions left to compute hold
+    at most ``[dj] local_work_max_rows`` rows, else Ray; a recipe that needs Ray (GPU or stateful ops,
+    ``RAY_ADDRESS``) gets Ray at once (engine/runner/executor_choice.py).
     ``renderer`` renders templated values (``{{ ds }}``; see ``airflow_provider_dj.dag_builder.templating``).
     ``ray_client`` (with ``executor="ray"``): returns the connected ``ray`` module, called when the first
     partition is dispatched (so a job with nothing to run never starts Ray); default: the Ray this process
@@ -132,16 +136,21 @@ def run_job(
     # This invocation's identity in the job's lock: another run of the same job (a resume after a crash,
     # a second process started by mistake) is another owner, refused while this one lives.
     run_id = f"local__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started_at))}_{os.getpid()}"
+    if executor == "auto":
+        why = ray_needed_before_planning(effective)
+        executor = "ray" if why else "auto"  # else decided once the work left is known (executor_choice.py)
+        if why:
+            say(f"executor: Ray, whatever the rows: {why}")
     if executor == "ray" and ray_client is None:
         ray_client = functools.partial(_local_ray, workers)  # called at most at the first dispatch
-    dispatcher = RayDispatcher(ray_client) if executor == "ray" else LocalDispatcher(workers)
+    dispatcher = _dispatcher(executor, workers, ray_client)
     try:
         gpu_preflight_step(
             recipe,
             conf,
             renderer=lambda: renderer,
             job_id=chosen,
-            executor=executor,
+            executor="local" if executor == "auto" else executor,
             ray_client=ray_client,
             say=say,
         )
@@ -158,9 +167,22 @@ def run_job(
             run_pid=os.getpid(),
             say=say,
         )
+        if dispatcher is None:
+            choice = choose_after_planning(started, workers)
+            say(f"executor: {choice.line}")
+            client = ray_client or functools.partial(_local_ray, workers)
+            dispatcher = _dispatcher(choice.executor, choice.workers, client)
         return _run_started(started, dispatcher, run_id, say, review)
     finally:
-        dispatcher.close()
+        if dispatcher is not None:
+            dispatcher.close()
+
+
+def _dispatcher(executor: str, workers: int, ray_client):
+    """The dispatcher of a decided executor; None while ``auto`` waits for the plan."""
+    if executor == "ray":
+        return RayDispatcher(ray_client)
+    return LocalDispatcher(workers) if executor == "local" else None
 
 
 def run_prepared_job(
@@ -179,11 +201,16 @@ def run_prepared_job(
     ``workers``: local processes for partitions (1: this process).  Raises as ``run_job`` does."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor={executor!r}: use one of {', '.join(EXECUTORS)}")
+    workers = max(1, workers)
+    started = StartedJob(recipe=None, prepared=prepared, groups=prepared.groups)
+    if executor == "auto":
+        choice = choose_after_planning(started, workers)
+        say(f"executor: {choice.line}")
+        executor, workers = choice.executor, choice.workers
     if executor == "ray" and ray_client is None:
         ray_client = functools.partial(_local_ray, workers)
-    dispatcher = RayDispatcher(ray_client) if executor == "ray" else LocalDispatcher(max(1, workers))
+    dispatcher = _dispatcher(executor, workers, ray_client)
     try:
-        started = StartedJob(recipe=None, prepared=prepared, groups=prepared.groups)
         return _run_started(started, dispatcher, prepared.runner_id, say)
     finally:
         dispatcher.close()

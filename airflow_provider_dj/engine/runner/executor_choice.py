@@ -1,0 +1,101 @@
+"""Where ``run_job(executor="auto")`` runs partitions: Ray only where it pays.
+
+Why: starting Ray costs seconds of CPU (its GCS, raylet, dashboard agent, workers), which a job of a
+few thousand rows, or a nightly job whose partitions are nearly all reused from last night, never
+earns back.  So after planning, when the work left is known, a job whose partitions to compute hold
+at most ``[dj] local_work_max_rows`` rows runs them on a local process pool (one partition: in this
+process) and never starts Ray; a larger one starts Ray as before.  Both write the same job
+directory, checkpoints and export (the local executor and Ray run the same segment code).
+
+A recipe that needs Ray starts it whatever the rows, and its need is known before planning (so its
+start overlaps planning): an op that uses CUDA (GPU placement), a stateful op (one model load per
+Ray actor, not per partition), or a cluster named by ``RAY_ADDRESS``.
+
+"Partitions to compute" are those not committed (a resumed job) and not covered by an earlier job's
+checkpoints (nightly reuse; ``engine.execution.reuse.partitions_reusable_whole``, an index look-up):
+what the job would actually process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from airflow_provider_dj import settings
+from airflow_provider_dj.ops.registry import get_op_class
+
+__all__ = ["ExecutorChoice", "choose_after_planning", "ray_needed_before_planning"]
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """``executor`` ("local" or "ray"), the local processes when local, and the line the run logs."""
+
+    executor: str
+    workers: int
+    line: str
+
+
+def ray_needed_before_planning(recipe) -> str | None:
+    """Why this recipe needs Ray whatever its rows, or None."""
+    if os.environ.get("RAY_ADDRESS"):
+        return "a Ray cluster is configured (RAY_ADDRESS)"
+    for spec in recipe.process:
+        cls = get_op_class(spec.name)
+        if cls.uses_cuda:
+            return f"{spec.name} uses a GPU"
+        if getattr(cls, "stateful", False):
+            return f"{spec.name} keeps a model per Ray actor"
+    if settings.get("local_work_max_rows") <= 0:
+        return "local_work_max_rows is 0"
+    return None
+
+
+def _committed_partitions(job_dir: str) -> set[int]:
+    """Partitions whose every segment is committed (a resumed job's finished ones), by commit markers."""
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.engine.storage.global_op_state import keys_store
+
+    ctx = JobContext(job_dir)
+    plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
+    store, keys = CheckpointStore(job_dir, ctx.storage_format), keys_store(job_dir)
+    done = set()
+    for p in parts:
+        pid, phash = p["partition_id"], p["content_hash"]
+        ok = True
+        for seg in plan.segments:
+            last = plan.ops[seg.end - 1] if seg.end > 0 else None
+            if last is not None and not store.is_committed(seg.end - 1, last.name, pid, phash, last.fingerprint):
+                ok = False
+                break
+            g = seg.keys_for_global
+            if g is not None and not keys.is_committed(g, plan.ops[g].name, pid, phash, plan.ops[g].fingerprint):
+                ok = False
+                break
+        if ok:
+            done.add(pid)
+    return done
+
+
+def choose_after_planning(started, workers: int) -> ExecutorChoice:
+    """Local or Ray for a planned job, from the rows of the partitions left to compute."""
+    from airflow_provider_dj.engine.execution.reuse import partitions_reusable_whole
+    from airflow_provider_dj.engine.storage.context import JobContext
+
+    limit = settings.get("local_work_max_rows")
+    if started.job_complete:
+        return ExecutorChoice("local", 1, "the job is complete: nothing to compute, no Ray")
+    ctx = JobContext(started.job_dir)
+    info = ctx.partitioning_info
+    skip = _committed_partitions(started.job_dir)
+    if started.recipe is not None:
+        skip |= set(partitions_reusable_whole(started.recipe, ctx.plan, info, started.job_dir))
+    left = [p for p in info["partitions"] if p["partition_id"] not in skip]
+    rows = sum(int(p["num_rows"]) for p in left)
+    what = f"{len(left)} of {len(info['partitions'])} partitions to compute ({rows:,} rows)"
+    if rows > limit:
+        return ExecutorChoice("ray", workers, f"{what}: Ray (more than local_work_max_rows = {limit:,})")
+    local = max(1, min(workers, len(left)))
+    where = "in this process" if local == 1 else f"a local pool of {local} processes"
+    return ExecutorChoice("local", local, f"{what}: {where}, no Ray (local_work_max_rows = {limit:,})")
