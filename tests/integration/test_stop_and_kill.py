@@ -24,6 +24,7 @@ from airflow_provider_dj.engine.jobdir.heartbeat import read_heartbeat
 from airflow_provider_dj.engine.jobdir.layout import STOP_REQUEST
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
+from tests.helpers_compare import assert_same_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +223,7 @@ def test_graceful_stop_mid_run_then_resume_exports_what_a_clean_run_exports(tmp_
     dr2 = run_dag(recipe, conf={"resume": job_id})
     assert str(dr2.state).endswith("success")
     assert stop_control.read_stop_request(job_dir) is None
-    assert (tmp_path / "stop_graceful_out.jsonl").read_bytes() == clean_export
+    assert_same_bytes((tmp_path / "stop_graceful_out.jsonl").read_bytes(), clean_export)
     resumed = [e for e in read_events(job_dir, "partition_resume") if e["partition_id"] == first]
     assert resumed and resumed[0]["resumed_after_op"] == 2
     assert json.load(open(os.path.join(job_dir, "job_summary.json")))["status"] == "completed"
@@ -289,7 +290,7 @@ def test_force_stop_kills_inflight_work_and_a_half_written_checkpoint_is_not_tru
     os.remove(os.path.join(job_dir, "_fault_injection.json"))
     dr2 = run_dag(recipe, conf={"resume": job_id})
     assert str(dr2.state).endswith("success")
-    assert (tmp_path / "stop_force_out.jsonl").read_bytes() == clean_export
+    assert_same_bytes((tmp_path / "stop_force_out.jsonl").read_bytes(), clean_export)
     assert _committed_ops(job_dir, 0)[:3] == [0, 1, 2]
 
 
