@@ -23,8 +23,9 @@ import httpx
 import pytest
 
 from airflow_provider_dj.engine.jobdir.events import read_events
-from tests.e2e.airflow_server import REPO_ROOT, VENV_BIN, AirflowServer
+from tests.e2e.airflow_server import VENV_BIN, AirflowServer
 from tests.e2e.job_view_server import REVIEW_OPS, REVIEW_SECTION, entry_point_installed
+from tests.e2e.test_job_view import browser, chrome_paths, wait  # noqa: F401 - the browser fixtures, shared
 from tests.helpers_job_view import view_recipe, write_view_input
 
 pytestmark = pytest.mark.e2e
@@ -187,53 +188,25 @@ def test_a_review_answer_from_a_user_without_the_right_is_refused_and_recorded_n
     assert answered == ["rejected"]
 
 
-def test_in_a_browser_the_reader_sees_a_jobs_tab_and_is_refused_b(acl):
+def test_in_a_browser_the_reader_sees_a_jobs_tab_and_is_refused_b(acl, browser):
     """A person logs in on FAB's login page and opens both jobs' pages in Chromium."""
     from selenium.webdriver.common.by import By
 
-    from tests.e2e.test_job_view import wait
-
-    driver = _browser()
-    try:
-        base = acl["server"].base_url
-        driver.get(f"{base}/auth/login/")
-        wait(driver, "FAB's login form", lambda d: d.find_elements(By.NAME, "username"))
-        driver.find_element(By.NAME, "username").send_keys(READER)
-        driver.find_element(By.NAME, "password").send_keys(acl["reader_pw"])
-        driver.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
-        wait(driver, "the login to finish", lambda d: "/auth/login" not in d.current_url)
-        runs = acl["runs"]
-        for path in (f"/dj-jobs/dag/{DAG_A}/run/{quote(runs['a'], safe='')}", "/dj-jobs/job/acl_job_a"):
-            driver.get(base + path)  # the run's tab (what its iframe loads) and the job's page
-            wait(driver, f"A's partition grid at {path}", lambda d: d.find_elements(By.ID, "partition-grid"))
-        for path in (f"/dj-jobs/dag/{DAG_B}/run/{quote(runs['b'], safe='')}", "/dj-jobs/job/acl_job_b"):
-            driver.get(base + path)
-            body = wait(driver, f"B's answer at {path}", lambda d: d.find_element(By.TAG_NAME, "body").text.strip())
-            assert not driver.find_elements(By.ID, "partition-grid"), body
-            assert f"Not allowed to read DAG '{DAG_B}'" in body, body
-    finally:
-        driver.quit()
-
-
-def _browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    from tests.e2e.test_job_view import _unavailable
-
-    proc = subprocess.run(
-        ["bash", os.path.join(REPO_ROOT, "scripts", "chromium_for_tests.sh")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        _unavailable(f"no headless Chromium: {proc.stderr.strip()[-800:]}")
-    browser, driver_path = proc.stdout.split()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
-    driver.set_page_load_timeout(120)
-    return driver
+    driver = browser
+    driver.delete_all_cookies()
+    base = acl["server"].base_url
+    driver.get(f"{base}/auth/login/")
+    wait(driver, "FAB's login form", lambda d: d.find_elements(By.NAME, "username"))
+    driver.find_element(By.NAME, "username").send_keys(READER)
+    driver.find_element(By.NAME, "password").send_keys(acl["reader_pw"])
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
+    wait(driver, "the login to finish", lambda d: "/auth/login" not in d.current_url)
+    runs = acl["runs"]
+    for path in (f"/dj-jobs/dag/{DAG_A}/run/{quote(runs['a'], safe='')}", "/dj-jobs/job/acl_job_a"):
+        driver.get(base + path)  # the run's tab (what its iframe loads) and the job's page
+        wait(driver, f"A's partition grid at {path}", lambda d: d.find_elements(By.ID, "partition-grid"))
+    for path in (f"/dj-jobs/dag/{DAG_B}/run/{quote(runs['b'], safe='')}", "/dj-jobs/job/acl_job_b"):
+        driver.get(base + path)
+        body = wait(driver, f"B's answer at {path}", lambda d: d.find_element(By.TAG_NAME, "body").text.strip())
+        assert not driver.find_elements(By.ID, "partition-grid"), body
+        assert f"Not allowed to read DAG '{DAG_B}'" in body, body
