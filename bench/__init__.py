@@ -25,6 +25,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "ops": ("bench.ops.run_ops_bench", "per-op throughput against Data-Juicer's ops of the same name"),
     "resume": ("bench.resume_bench", "strict resume validation, and resuming a completed job against a full run"),
     "nightly": ("bench.nightly_bench", "nightly reuse: night 2 against a from-scratch run and Data-Juicer"),
+    "executor-choice": (
+        "bench.executor_choice_bench",
+        "dj-airflow run's Ray-only-where-it-pays (auto) against --executor ray: nights, one row, empty",
+    ),
     "nightly-scheduler": (
         "bench.nightly_scheduler_bench",
         "nightly reuse under the scheduler: night 2 against a from-scratch DAG run on airflow standalone",

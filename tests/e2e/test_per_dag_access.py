@@ -38,16 +38,22 @@ READER_RESOURCES = (f"DAG:{DAG_A}", "DAG Runs", "Task Instances", "HITL Detail",
 RUN_TIMEOUT = 300
 
 
+def _reader_ready(home: str) -> str:
+    return os.path.join(home, "reader-created")
+
+
 def _components_command(home: str, admin_pw: str, reader_pw: str) -> list[str]:
-    """The metadata DB, the FAB users and role, then the four components in one process session."""
+    """The metadata DB and the admin (the server's client logs in as it), then the four components in one
+    process session, with the reader's role and user created beside them (``_reader_ready`` marks it)."""
     af = os.path.join(VENV_BIN, "airflow")
-    users = (
-        f"{af} roles create {ROLE} && "
-        f"{af} users create -u admin -p {admin_pw} -r Admin -f Ad -l Min -e admin@example.org && "
-        f"{af} users create -u {READER} -p {reader_pw} -r {ROLE} -f Re -l Ader -e reader@example.org"
+    admin = f"{af} users create -u admin -p {admin_pw} -r Admin -f Ad -l Min -e admin@example.org"
+    reader = (
+        f"({af} roles create {ROLE} && "
+        f"{af} users create -u {READER} -p {reader_pw} -r {ROLE} -f Re -l Ader -e reader@example.org && "
+        f"touch {_reader_ready(home)})"
     )
     components = " & ".join(f"{af} {c}" for c in ("api-server", "scheduler", "dag-processor", "triggerer"))
-    script = f"set -e; {af} db migrate > {home}/db-migrate.log 2>&1; {users}; {components} & wait"
+    script = f"set -e; {af} db migrate > {home}/db-migrate.log 2>&1; {admin}; {components} & {reader} & wait"
     return ["bash", "-c", script]
 
 
@@ -98,6 +104,7 @@ def acl(tmp_path_factory):
         for dag_id in (DAG_A, DAG_B):
             client.wait_dag(dag_id)
             client.set_paused(dag_id, False)
+        client.wait_for("the reader's role and user", lambda: os.path.exists(_reader_ready(home)) or None, 300)
         _airflow_cli(server, "sync-perm", "--include-dags")  # the per-DAG resources (DAG:e2e_acl_a)
         _airflow_cli(server, "roles", "add-perms", ROLE, "-a", "can_read", "-r", *READER_RESOURCES)
         runs = {
