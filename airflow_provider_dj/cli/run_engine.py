@@ -113,8 +113,9 @@ def _renderer(recipe, overrides: dict, logical_date):
 def _private_ray(num_cpus: int, recipe, out, executor: str = "ray"):
     """The Ray client for this run: the cluster at ``RAY_ADDRESS`` when set (run_job's default), else
     this process's private Ray, started now in the background while the job is planned (so planning
-    and Ray's start overlap) when there is work for it and Ray is sure to be used (``--executor ray``,
-    or a recipe that needs Ray), else at the first dispatch, if ``auto`` chooses Ray at all."""
+    and Ray's start overlap) when there is work for it and Ray is sure to be used (``--executor ray``, a
+    recipe that needs Ray, or a new job's input far past ``local_work_max_rows``), else at the first
+    dispatch, if ``auto`` chooses Ray at all."""
     if os.environ.get("RAY_ADDRESS"):
 
         def connect_cluster():
@@ -126,10 +127,11 @@ def _private_ray(num_cpus: int, recipe, out, executor: str = "ray"):
 
         return connect_cluster
     from airflow_provider_dj.cli.run_report import wants_ray
-    from airflow_provider_dj.engine.runner.executor_choice import ray_needed_before_planning
+    from airflow_provider_dj.engine.runner import executor_choice
     from airflow_provider_dj.hooks import ray_in_process
 
-    if wants_ray(recipe) and (executor == "ray" or ray_needed_before_planning(recipe)):
+    sure = executor == "ray" or executor_choice.ray_needed_before_planning(recipe)
+    if wants_ray(recipe) and (sure or executor_choice.ray_sure_before_planning(recipe)):
         ray_in_process.start_in_background(num_cpus)
 
     def connect():

@@ -7,6 +7,7 @@ counts only the partitions it computes.  Every way exports the bytes the Ray run
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -112,3 +113,21 @@ def test_recipes_that_need_ray_are_known_before_planning(monkeypatch):
     assert ray_needed_before_planning(lid) == "language_id_score_filter keeps a model per Ray actor"
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     assert "RAY_ADDRESS" in ray_needed_before_planning(SimpleNamespace(process=[]))
+
+
+def test_ray_starts_before_planning_only_when_a_new_jobs_input_is_far_past_the_limit(tmp_path, monkeypatch):
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.jobdir.layout import reuse_index_dir
+    from airflow_provider_dj.engine.runner.executor_choice import ray_sure_before_planning
+
+    data = write_corpus(str(tmp_path / "in" / "a.jsonl"), 2000, seed=5)
+    path = tmp_path / "r.yaml"
+    path.write_text(NIGHTLY.format(data=data, export=tmp_path / "o.jsonl", work=tmp_path / "work"))
+    monkeypatch.setenv("DJ_LOCAL_WORK_MAX_ROWS", "100")
+    assert ray_sure_before_planning(load_recipe(str(path)))  # about 2,000 rows, 20 times the limit, no index yet
+    assert not ray_sure_before_planning(load_recipe(str(path), {"resume": "job1"}))  # a resume may have little left
+    (tmp_path / "work").mkdir()
+    os.makedirs(reuse_index_dir(str(tmp_path / "work")))
+    assert not ray_sure_before_planning(load_recipe(str(path)))  # an earlier job may lend most of it
+    monkeypatch.setenv("DJ_LOCAL_WORK_MAX_ROWS", "1000")
+    assert not ray_sure_before_planning(load_recipe(str(path), {"work_dir": str(tmp_path / "w2")}))  # 2x: planning

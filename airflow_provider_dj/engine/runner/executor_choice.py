@@ -11,6 +11,11 @@ A recipe that needs Ray starts it whatever the rows, and its need is known befor
 start overlaps planning): an op that uses CUDA (GPU placement), a stateful op (one model load per
 Ray actor, not per partition), or a cluster named by ``RAY_ADDRESS``.
 
+Ray is also started before planning when it is sure to be needed (``ray_sure_before_planning``): a new
+job (not a resume), with nothing an earlier job could lend it (reuse off, or no reuse index yet),
+whose input, estimated from its bytes and a 1 MiB sample, holds several times the limit.  Otherwise
+a large job starts Ray once planning has counted its rows.
+
 "Partitions to compute" are those not committed (a resumed job) and not covered by an earlier job's
 checkpoints (nightly reuse; ``engine.execution.reuse.partitions_reusable_whole``, an index look-up):
 what the job would actually process.
@@ -24,7 +29,13 @@ from dataclasses import dataclass
 from airflow_provider_dj import settings
 from airflow_provider_dj.ops.registry import get_op_class
 
-__all__ = ["ExecutorChoice", "choose_after_planning", "ray_needed_before_planning"]
+__all__ = ["ExecutorChoice", "choose_after_planning", "ray_needed_before_planning", "ray_sure_before_planning"]
+
+#: Bytes read from the first uncompressed JSONL file to estimate the input's rows before planning.
+_SAMPLE_BYTES = 1 << 20
+#: Ray is started before planning only when the estimate is this many times the limit: an estimate
+#: from a sample can be off, and a Ray started for nothing costs a small job more than a late start.
+_SURE_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -99,3 +110,40 @@ def choose_after_planning(started, workers: int) -> ExecutorChoice:
     local = max(1, min(workers, len(left)))
     where = "in this process" if local == 1 else f"a local pool of {local} processes"
     return ExecutorChoice("local", local, f"{what}: {where}, no Ray (local_work_max_rows = {limit:,})")
+
+
+def _estimated_rows(dataset_path: str) -> int | None:
+    """The input's rows estimated from its files' bytes and the first 1 MiB of the first one; None when
+    that cannot be cheap (a URL, compressed or Parquet input, an empty sample)."""
+    from airflow_provider_dj.core import fs as storage
+    from airflow_provider_dj.engine.input.sources import list_input_files
+
+    if storage.is_url(dataset_path):
+        return None
+    try:
+        files = list_input_files(dataset_path)
+    except Exception:  # noqa: BLE001 - a bad input is planning's to report, with its own message
+        return None
+    if not files or any(f.format != "jsonl" or f.compression for f in files):
+        return None
+    with open(files[0].path, "rb") as fh:
+        sample = fh.read(_SAMPLE_BYTES)
+    lines = sample.count(b"\n")
+    if not lines:
+        return None
+    return int(sum(f.size for f in files) * lines / len(sample))
+
+
+def ray_sure_before_planning(recipe) -> bool:
+    """Whether a new job's input is so far past ``local_work_max_rows`` that Ray will be chosen whatever
+    planning finds, so its start may overlap planning (module docstring)."""
+    from airflow_provider_dj.core import fs as storage
+    from airflow_provider_dj.engine.execution.reuse import reuse_enabled
+    from airflow_provider_dj.engine.jobdir.layout import reuse_index_dir
+
+    if recipe.resume:
+        return False
+    if reuse_enabled(recipe) and storage.exists(reuse_index_dir(recipe.work_dir)):
+        return False  # an earlier job may cover most partitions: planning decides
+    rows = _estimated_rows(recipe.dataset_path)
+    return rows is not None and rows > _SURE_FACTOR * settings.get("local_work_max_rows")
