@@ -61,10 +61,8 @@ def _job_lock(path: str) -> None:
 
 
 WRITERS = {
-    "atomic_write_bytes (checkpoints, events' files, configs, lineage, trace)": lambda p: storage.atomic_write_bytes(
-        p, b"x"
-    ),
-    "append_bytes (events, failed/)": lambda p: storage.append_bytes(p, b"x\n"),
+    "atomic_write_bytes (checkpoints, failed/, configs, lineage, trace)": lambda p: storage.atomic_write_bytes(p, b"x"),
+    "append_bytes (events)": lambda p: storage.append_bytes(p, b"x\n"),
     "makedirs (every folder the job creates)": storage.makedirs,
     "AtomicFileWriter (the export and its temporary file)": _write_export,
     "rename (a file moved aside)": lambda p: storage.rename(__file__ + ".nope", p),
