@@ -131,3 +131,46 @@ def test_ray_starts_before_planning_only_when_a_new_jobs_input_is_far_past_the_l
     assert not ray_sure_before_planning(load_recipe(str(path)))  # an earlier job may lend most of it
     monkeypatch.setenv("DJ_LOCAL_WORK_MAX_ROWS", "1000")
     assert not ray_sure_before_planning(load_recipe(str(path), {"work_dir": str(tmp_path / "w2")}))  # 2x: planning
+
+
+ONE_SEGMENT = """\
+project_name: auto_resume
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+partition: {{mode: manual, num_of_partitions: 4}}
+process:
+  - clean_email_mapper:
+  - words_num_filter: {{min_num: 5}}
+"""
+
+
+def test_a_resume_counts_only_the_partitions_not_committed(corpus, ray_cluster, monkeypatch, tmp_path):
+    """A partition counts as done when every segment of it committed; one segment here (no global op), so
+    the three partitions that committed before partition 1 failed are not computed again."""
+    from tests.integration.crash_helpers import write_faults
+
+    recipe = str(tmp_path / "r.yaml")
+    (tmp_path / "r.yaml").write_text(
+        ONE_SEGMENT.format(data=corpus, export=tmp_path / "x.jsonl", work=tmp_path / "work")
+    )
+    job_dir = tmp_path / "work" / "resumed"
+    write_faults(str(job_dir), [{"point": "op_start", "partition_id": 1, "op_index": 1, "times": 1, "kind": "raise"}])
+    with pytest.raises(Exception):  # noqa: B017 - partition 1 fails on purpose; the resume below finishes it
+        _run(recipe, "resumed", tmp_path, "local", None, [])
+    monkeypatch.setenv("DJ_LOCAL_WORK_MAX_ROWS", "100000")
+    client, lines = _RayClient(ray_cluster), []
+    export = tmp_path / "resumed.jsonl"
+    run_job(
+        recipe,
+        resume="resumed",
+        executor="auto",
+        workers=2,
+        ray_client=client,
+        say=lines.append,
+        overrides={"export_path": str(export)},
+    )
+    assert "executor: 1 of 4 partitions to compute (100 rows): in this process, no Ray" in "\n".join(lines), lines
+    assert client.calls == 0
+    ref = _run(recipe, "resume_ref", tmp_path, "ray", _RayClient(ray_cluster), [])
+    assert_same_bytes(export.read_bytes(), ref, "the resumed auto run vs a clean Ray run")

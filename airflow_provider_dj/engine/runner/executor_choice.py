@@ -62,31 +62,16 @@ def ray_needed_before_planning(recipe) -> str | None:
     return None
 
 
-def _committed_partitions(job_dir: str) -> set[int]:
-    """Partitions whose every segment is committed (a resumed job's finished ones), by commit markers."""
-    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
-    from airflow_provider_dj.engine.storage.context import JobContext
-    from airflow_provider_dj.engine.storage.global_op_state import keys_store
+def _committed_partitions(job_dir: str, info: dict, segments: int) -> set[int]:
+    """Partitions whose every segment is committed (a resumed job's finished ones), by the commit markers
+    a Ray Job's submitter checks (``group_job.uncommitted_partitions``)."""
+    from airflow_provider_dj.engine.runner.group_job import uncommitted_partitions
 
-    ctx = JobContext(job_dir)
-    plan, parts = ctx.plan, ctx.partitioning_info["partitions"]
-    store, keys = CheckpointStore(job_dir, ctx.storage_format), keys_store(job_dir)
-    done = set()
-    for p in parts:
-        pid, phash = p["partition_id"], p["content_hash"]
-        ok = True
-        for seg in plan.segments:
-            last = plan.ops[seg.end - 1] if seg.end > 0 else None
-            if last is not None and not store.is_committed(seg.end - 1, last.name, pid, phash, last.fingerprint):
-                ok = False
-                break
-            g = seg.keys_for_global
-            if g is not None and not keys.is_committed(g, plan.ops[g].name, pid, phash, plan.ops[g].fingerprint):
-                ok = False
-                break
-        if ok:
-            done.add(pid)
-    return done
+    ids = [p["partition_id"] for p in info["partitions"]]
+    left: set[int] = set()
+    for seg in range(segments):
+        left.update(uncommitted_partitions(job_dir, seg, ids))
+    return set(ids) - left
 
 
 def choose_after_planning(started, workers: int) -> ExecutorChoice:
@@ -99,7 +84,7 @@ def choose_after_planning(started, workers: int) -> ExecutorChoice:
         return ExecutorChoice("local", 1, "the job is complete: nothing to compute, no Ray")
     ctx = JobContext(started.job_dir)
     info = ctx.partitioning_info
-    skip = _committed_partitions(started.job_dir)
+    skip = _committed_partitions(started.job_dir, info, len(ctx.plan.segments))
     if started.recipe is not None:
         skip |= set(partitions_reusable_whole(started.recipe, ctx.plan, info, started.job_dir))
     left = [p for p in info["partitions"] if p["partition_id"] not in skip]
