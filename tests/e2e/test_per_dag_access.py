@@ -25,7 +25,7 @@ import pytest
 from airflow_provider_dj.engine.jobdir.events import read_events
 from tests.e2e.airflow_server import VENV_BIN, AirflowServer
 from tests.e2e.job_view_server import REVIEW_OPS, REVIEW_SECTION, entry_point_installed
-from tests.e2e.test_job_view import browser, chrome_paths, wait  # noqa: F401 - the browser fixtures, shared
+from tests.e2e.test_job_view import browser, chrome_paths, shots, wait  # noqa: F401 - the browser fixtures, shared
 from tests.helpers_job_view import view_recipe, write_view_input
 
 pytestmark = pytest.mark.e2e
@@ -195,7 +195,7 @@ def test_a_review_answer_from_a_user_without_the_right_is_refused_and_recorded_n
     assert answered == ["rejected"]
 
 
-def test_in_a_browser_the_reader_sees_a_jobs_tab_and_is_refused_b(acl, browser):
+def test_in_a_browser_the_reader_sees_a_jobs_tab_and_is_refused_b(acl, browser, shots):
     """A person logs in on FAB's login page and opens both jobs' pages in Chromium."""
     from selenium.webdriver.common.by import By
 
@@ -212,8 +212,10 @@ def test_in_a_browser_the_reader_sees_a_jobs_tab_and_is_refused_b(acl, browser):
     for path in (f"/dj-jobs/dag/{DAG_A}/run/{quote(runs['a'], safe='')}", "/dj-jobs/job/acl_job_a"):
         driver.get(base + path)  # the run's tab (what its iframe loads) and the job's page
         wait(driver, f"A's partition grid at {path}", lambda d: d.find_elements(By.ID, "partition-grid"))
+        driver.save_screenshot(os.path.join(shots, f"per_dag_a_{path.split('/')[2]}.png"))
     for path in (f"/dj-jobs/dag/{DAG_B}/run/{quote(runs['b'], safe='')}", "/dj-jobs/job/acl_job_b"):
         driver.get(base + path)
         body = wait(driver, f"B's answer at {path}", lambda d: d.find_element(By.TAG_NAME, "body").text.strip())
         assert not driver.find_elements(By.ID, "partition-grid"), body
         assert f"Not allowed to read DAG '{DAG_B}'" in body, body
+        driver.save_screenshot(os.path.join(shots, f"per_dag_b_{path.split('/')[2]}.png"))
