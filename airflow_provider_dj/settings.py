@@ -219,6 +219,25 @@ SETTINGS: tuple[Setting, ...] = (
         "64",
     ),
     _s(
+        "global_step_shards",
+        "integer",
+        0,
+        "Key shards of a global op's step (a deduplicator's decision over every row): each shard resolves "
+        "in its own task, on Ray where Ray runs, and commits on its own, so a retry redoes only shards not "
+        "committed. `0`: one in-process step while the rows' keys fit `global_shard_memory_mb`, else as "
+        "many shards as keep each within it. The export does not depend on it.",
+        "64",
+    ),
+    _s(
+        "global_shard_memory_mb",
+        "integer",
+        1024,
+        "The memory one task of a sharded global step may use (a key shard, a round of its connected "
+        "components, a partition's keep mask); it sets the shards the planner plans "
+        "(`global_step_shards: 0`), and a plan whose shard would need more is refused with the figures.",
+        "4096",
+    ),
+    _s(
         "delta_checkpoints",
         "boolean",
         True,

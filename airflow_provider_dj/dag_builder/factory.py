@@ -246,6 +246,7 @@ def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
                 job_dir=JOB_DIR_TEMPLATE,
                 op_index=seg.keys_for_global,
                 trigger_rule="none_failed",
+                **run_args,
             )
             upstream >> barrier >> glob_task
             upstream = glob_task

@@ -7,6 +7,7 @@ whitespace_normalization_mapper followed by the dedup, default arguments).
 
 from __future__ import annotations
 
+import glob
 import os
 
 import pytest
@@ -52,3 +53,31 @@ def test_near_dedup_matches_data_juicer_for_any_partition_count(tmp_path, run_da
     got = [(r["id"], r["text"]) for r in read_jsonl(tmp_path / "out.jsonl")]
     want = [(r["id"], r["text"]) for r in read_jsonl(os.path.join(FIX, "expected", f"pipeline__{op}.jsonl"))]
     assert got == want
+
+
+@pytest.mark.parametrize("op", ["document_minhash_deduplicator", "document_simhash_deduplicator"])
+def test_near_dedup_in_key_shards_on_ray_matches_data_juicer(tmp_path, run_dag, monkeypatch, op):
+    """The global step in 5 key shards (engine/execution/global_shards.py), its tasks on the embedded
+    Ray the DAG's tasks use: Data-Juicer's kept rows, and a stage folder with 5 committed key shards."""
+    short = "minhash" if "minhash" in op else "simhash"
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "5")
+    recipe = tmp_path / "near.yaml"
+    recipe.write_text(
+        RECIPE.format(
+            name=f"near_{short}_shards",
+            data=os.path.join(FIX, "inputs", "near_dup.jsonl"),
+            export=tmp_path / "out.jsonl",
+            work=tmp_path / "work",
+            parts=8,
+            op=op,
+        )
+    )
+    dr = run_dag(str(recipe), {"job_id": f"{short}_shards"})
+    assert str(dr.state).endswith("success")
+    got = [(r["id"], r["text"]) for r in read_jsonl(tmp_path / "out.jsonl")]
+    want = [(r["id"], r["text"]) for r in read_jsonl(os.path.join(FIX, "expected", f"pipeline__{op}.jsonl"))]
+    assert got == want
+    done = glob.glob(
+        str(tmp_path / "work" / f"{short}_shards" / "global_shards" / "op_001_*" / "edges" / "*" / "done.json")
+    )
+    assert len(done) == 5

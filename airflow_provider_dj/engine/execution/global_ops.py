@@ -12,22 +12,30 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.dedup_matches import (
     keep_and_representatives,
     match_columns,
     partition_columns,
 )
+from airflow_provider_dj.engine.execution.global_shards import resolve_sharded
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.observe.lineage import lineage_enabled
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
+from airflow_provider_dj.engine.planning.global_memory import is_shardable, planned_shards, sharding_blocked_by
 from airflow_provider_dj.engine.storage.context import JobContext
-from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN, MASK_COLUMN, keys_store, mask_store
+from airflow_provider_dj.engine.storage.global_op_state import (
+    KEYS_COLUMN,
+    MASK_COLUMN,
+    MissingKeysError,
+    keys_store,
+    mask_store,
+)
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
@@ -35,13 +43,12 @@ from airflow_provider_dj.ops.registry import create_op
 log = logging.getLogger(__name__)
 
 
-class MissingKeysError(DJError, RuntimeError):
-    pass
-
-
-def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | None = None) -> dict:
+def resolve_global_op(
+    job_dir: str, op_index: int, *, event_defaults: dict | None = None, run_tasks: Callable | None = None
+) -> dict:
     """Decide, over every partition's keys, which rows the global op keeps, and commit each partition's
-    keep mask; return the op's counts (or ``skipped`` when every mask was already committed)."""
+    keep mask; return the op's counts (or ``skipped`` when every mask was already committed).  A step
+    planned in shards runs its tasks through ``run_tasks`` (engine/execution/global_shards.py)."""
     ctx = JobContext(job_dir)
     plan = ctx.plan
     op = plan.ops[op_index]
@@ -60,9 +67,13 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
         events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
         return {"op_index": op_index, "skipped": True}
 
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    shards = _shards_for(ctx, op, op_index, op_impl, parts)
+    if shards:
+        counts = resolve_sharded(job_dir, op_index, shards, events=events, run_tasks=run_tasks)
+        return _complete(events, op, op_index, counts["rows"], counts["kept"], None, t0)
     keys = _load_keys(ks, op, op_index, parts)
     total = int(sum(k.num_rows for k in keys))
-    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py),
     # computed with the keep flags (the op's own decision) in one pass where the op can.
     mask, rep = _keep_flags(op_impl, keys, total, op, op_index)
@@ -77,7 +88,25 @@ def resolve_global_op(job_dir: str, op_index: int, *, event_defaults: dict | Non
     write_duplicate_trace(ctx, op_index, op_impl, keys, in_night, history=history_dups)
     matches = match_columns(op_impl, keys, rep, in_night, history_dups) if lineage_enabled() else {}
     _save_masks(job_dir, ms, op, op_index, parts, keys, mask, matches)
-    kept = int(mask.sum())
+    return _complete(events, op, op_index, total, int(mask.sum()), history_dups, t0)
+
+
+def _shards_for(ctx, op, op_index: int, op_impl, parts: list[dict]) -> int:
+    """Key shards of this step (0: the single-process step; engine/planning/global_memory.py)."""
+    rows = int(sum(p["end_row"] - p["start_row"] for p in parts))
+    shards = planned_shards(op_impl, rows)
+    if not shards:
+        return 0
+    blocked = sharding_blocked_by(ctx.recipe, op.name)
+    if blocked or not is_shardable(op_impl):
+        why = f"the recipe's {blocked} reads every key at once" if blocked else "the op decides in its own code"
+        log.info("global op %d (%s): in one process (%s)", op_index, op.name, why)
+        return 0
+    return shards
+
+
+def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0: float) -> dict:
+    """Log and record the step's counts; the step's result."""
     dur = time.perf_counter() - t0
     log.info(
         "global op %d (%s): %d rows, %d kept, %d duplicates, %.3fs", op_index, op.name, total, kept, total - kept, dur

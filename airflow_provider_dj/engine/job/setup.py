@@ -176,7 +176,9 @@ def _prepare_new_job(
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
     info = plan_partitions(recipe.dataset_path, recipe.partition, _input_index_cache(recipe))
     check_partitions_fit(info)  # a partition no worker could hold: refused before anything is written
-    check_global_steps_fit(plan, info["total_rows"])  # as is a global step no machine here could run
+    largest = max((p["end_row"] - p["start_row"] for p in info["partitions"]), default=0)
+    # as is a global step no machine here could run (one shard of it, when it is sharded)
+    check_global_steps_fit(plan, info["total_rows"], recipe=recipe, max_partition_rows=largest)
     maybe_fail(paths.job_dir, load_faults(paths.job_dir), None, None, point="plan")
     from airflow_provider_dj.engine.history.pin import current_pin, write_pin
 

@@ -62,6 +62,7 @@ EVENT_TYPES = frozenset(
         "validation_step",
         "global_op_start",
         "global_op_complete",
+        "global_op_shards",  # a global op resolved in key shards, its stages' times (engine/execution/global_shards.py)
         "export_start",
         "export_complete",
         "stop_requested",

@@ -78,6 +78,38 @@ def heartbeat_file(partition_id: int) -> str:
     return f"{HEARTBEATS_DIR}/{partition_name(partition_id)}.json"
 
 
+#: A sharded global step (execution/global_shards.py): per global op, its scatter files (one per partition,
+#: its keys split by shard), each key shard's duplicate edges by node shard, and the connected components'
+#: rounds; a folder per op and partition set (its digest), so a plan never reads another plan's files.
+GLOBAL_SHARDS_DIR = "global_shards"
+
+
+def global_shards_dir(op_index: int, digest: str) -> str:
+    """``global_shards/op_<i>_<digest>`` (relative path): the sharded step of op ``op_index`` over one
+    partition set."""
+    return f"{GLOBAL_SHARDS_DIR}/op_{op_index:03d}_{digest}"
+
+
+def shard_scatter_file(partition_index: int) -> str:
+    """Relative to :func:`global_shards_dir`: partition ``partition_index``'s items, one batch per key shard."""
+    return f"scatter/part_{partition_index:05d}.arrow"
+
+
+def shard_edges_file(key_shard: int, node_shard: int) -> str:
+    """Relative to :func:`global_shards_dir`: key shard ``key_shard``'s duplicate edges whose row lies in
+    node shard ``node_shard``."""
+    return f"edges/key_{key_shard:04d}/node_{node_shard:04d}.arrow"
+
+
+def shard_done_file(key_shard: int) -> str:
+    """Relative to :func:`global_shards_dir`: written last by key shard ``key_shard``: its edges are complete."""
+    return f"edges/key_{key_shard:04d}/done.json"
+
+
+SHARD_COMPONENTS_DIR = "components"
+SHARD_PLAN = "shard_plan.json"
+
+
 #: Ray Jobs mode (jobdir/ray_jobs.py): per execution group of a segment, the Ray Job submissions that ran
 #: it, written by their drivers on the cluster (state transitions, results), read by the submitter to reattach.
 RAY_JOBS_DIR = "ray_jobs"

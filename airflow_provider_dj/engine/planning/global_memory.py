@@ -11,6 +11,7 @@ for them the check is a lower bound and refuses only what surely cannot fit.
 
 from __future__ import annotations
 
+import math
 import os
 
 from airflow_provider_dj import settings
@@ -42,27 +43,135 @@ def max_rows_for_global_step(limit_bytes: int | None = None) -> int:
     return limit // KEY_BYTES_PER_ROW
 
 
-def check_global_steps_fit(plan, total_rows: int, limit_bytes: int | None = None) -> None:
-    """Raise :class:`GlobalStepTooLargeError` when ``plan`` has a global op and ``total_rows`` rows'
-    keys would not fit in ``limit_bytes`` (default :func:`global_step_limit_bytes`)."""
+#: Peak bytes per item in a key-shard task of the sharded step (engine/execution/shard_stages.py): the
+#: items (26), the sort's order and sorted copies (34), the edges found (16).
+BYTES_PER_ITEM = 80
+#: Peak bytes per row of a partition's mask task: its keys, the mask, its removed rows and their partners.
+MASK_BYTES_PER_ROW = 64
+MAX_SHARDS = 4096
+
+
+def is_shardable(op_impl) -> bool:
+    """Whether the op's global decision is one the sharded step computes (exact keys, MinHash, SimHash);
+    the Data-Juicer adapter's near-duplicate ops decide in their own code and stay in one process."""
+    from airflow_provider_dj.ops.base import SignatureDeduplicator
+    from airflow_provider_dj.ops.dedup.near import DocumentMinhashDeduplicator, DocumentSimhashDeduplicator
+
+    return isinstance(op_impl, (DocumentMinhashDeduplicator, DocumentSimhashDeduplicator)) or not isinstance(
+        op_impl, SignatureDeduplicator
+    )
+
+
+def items_per_row(op_impl) -> int:
+    """Items each row gives the sharded step (one per LSH band, one per SimHash table, else one)."""
+    from airflow_provider_dj.ops.dedup.near import DocumentMinhashDeduplicator, DocumentSimhashDeduplicator
+
+    if isinstance(op_impl, DocumentMinhashDeduplicator):
+        return op_impl.num_bands
+    if isinstance(op_impl, DocumentSimhashDeduplicator):
+        return math.comb(op_impl.num_blocks, op_impl.num_blocks - op_impl.hamming_distance)
+    return 1
+
+
+def shard_budget_bytes() -> int:
+    return int(settings.get("global_shard_memory_mb")) << 20
+
+
+def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
+    """Key shards for ``rows`` rows: ``[dj] global_step_shards`` when set; else 0 (the single-process
+    step) while the rows' keys fit both ``[dj] global_shard_memory_mb`` and ``limit_bytes`` (default
+    :func:`global_step_limit_bytes`) or the op cannot be sharded, else as many as keep each shard
+    within the budget."""
+    configured = int(settings.get("global_step_shards") or 0)
+    if configured > 0:
+        return configured
+    budget = shard_budget_bytes()
+    limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
+    if rows * KEY_BYTES_PER_ROW <= min(budget, limit) or not is_shardable(op_impl):
+        return 0
+    need = rows * items_per_row(op_impl) * BYTES_PER_ITEM
+    return min(MAX_SHARDS, max(2, math.ceil(need / budget)))
+
+
+def sharding_blocked_by(recipe, op_name: str) -> str | None:
+    """Why the recipe keeps this op's step in one process (its tracer pairs or history look-ups read
+    every key at once), or None."""
+    if recipe.dedup_history is not None and op_name in recipe.dedup_history.ops:
+        return "dedup_history"
+    tracer = recipe.tracer
+    if tracer.open_tracer and (not tracer.op_list_to_trace or op_name in tracer.op_list_to_trace):
+        return "open_tracer"
+    return None
+
+
+def check_global_steps_fit(
+    plan, total_rows: int, limit_bytes: int | None = None, *, recipe=None, max_partition_rows: int = 0
+) -> None:
+    """Raise :class:`GlobalStepTooLargeError` when a global op's step cannot run in the memory it has:
+    in one process, ``total_rows`` rows' keys past ``limit_bytes`` (default
+    :func:`global_step_limit_bytes`); sharded (``recipe`` given and the op shardable), one shard or one
+    partition's mask task past ``[dj] global_shard_memory_mb``."""
     global_ops = [(i, op) for i, op in enumerate(plan.ops) if op.is_global]
     if not global_ops or total_rows <= 0:
         return
     limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
-    need = total_rows * KEY_BYTES_PER_ROW
-    if need <= limit:
+    for index, op in global_ops:
+        op_impl = _op_impl(op, recipe)
+        blocked = None if recipe is None else sharding_blocked_by(recipe, op.name)
+        shards = 0 if op_impl is None or blocked else planned_shards(op_impl, total_rows, limit)
+        if shards:
+            _check_shards_fit(index, op, op_impl, total_rows, shards, max_partition_rows)
+        elif total_rows * KEY_BYTES_PER_ROW > limit:
+            raise GlobalStepTooLargeError(_single_step_message(index, op, total_rows, limit, op_impl, blocked))
+
+
+def _op_impl(op, recipe):
+    if recipe is None:
+        return None
+    from airflow_provider_dj.ops.registry import create_op
+
+    return create_op(op.name, op.args, recipe.text_key)
+
+
+def _check_shards_fit(index: int, op, op_impl, rows: int, shards: int, max_partition_rows: int) -> None:
+    budget = shard_budget_bytes()
+    per_shard = math.ceil(rows * items_per_row(op_impl) * BYTES_PER_ITEM / shards)
+    mask_need = max_partition_rows * MASK_BYTES_PER_ROW
+    if per_shard <= budget and mask_need <= budget:
         return
-    index, op = global_ops[0]
+    what = (
+        f"{shards} key shards of {per_shard / GB:.2f} GB each"
+        if per_shard > budget
+        else f"a partition's keep mask of {mask_need / GB:.2f} GB ({max_partition_rows:,} rows)"
+    )
+    fix = (
+        "raise [dj] global_step_shards (0 plans them from the budget) or [dj] global_shard_memory_mb"
+        if per_shard > budget
+        else "use more partitions or raise [dj] global_shard_memory_mb"
+    )
+    raise GlobalStepTooLargeError(
+        f"global op {index} ({op.name}) over {rows:,} rows needs {what}, more than one task may use "
+        f"([dj] global_shard_memory_mb = {budget >> 20} MB): {fix}; nothing was written"
+    )
+
+
+def _single_step_message(index: int, op, total_rows: int, limit: int, op_impl, blocked: str | None) -> str:
+    need = total_rows * KEY_BYTES_PER_ROW
     source = (
         "[dj] global_step_memory_limit_gb"
         if settings.get("global_step_memory_limit_gb")
         else "this machine's memory; set [dj] global_step_memory_limit_gb to the memory of the worker that "
         "runs the global step"
     )
-    raise GlobalStepTooLargeError(
+    why = ""
+    if blocked:
+        why = f"; it runs in one process because the recipe's {blocked} reads every key at once"
+    elif op_impl is not None and not is_shardable(op_impl):
+        why = "; it runs in one process because the op decides in its own code"
+    return (
         f"global op {index} ({op.name}) decides over every row at once: {total_rows:,} rows need about "
         f"{need / GB:.1f} GB for its step ({KEY_BYTES_PER_ROW} bytes a row), more than {limit / GB:.1f} GB "
-        f"({source}). Split the corpus into jobs of at most {max_rows_for_global_step(limit):,} rows (by day "
+        f"({source}){why}. Split the corpus into jobs of at most {max_rows_for_global_step(limit):,} rows (by day "
         "or by shard) and deduplicate across them with dedup_history (docs/nightly.md), or run the global "
         "step on a larger machine; nothing was written"
     )

@@ -70,11 +70,15 @@ def run_group(
     return results
 
 
-def run_global_step(job_dir: str, op_index: int, *, event_defaults: dict | None = None) -> dict:
-    """The whole-dataset step of the deduplicator at ``op_index``: keys in, one keep mask per partition out."""
+def run_global_step(
+    job_dir: str, op_index: int, *, event_defaults: dict | None = None, run_tasks: Callable | None = None
+) -> dict:
+    """The whole-dataset step of the deduplicator at ``op_index``: keys in, one keep mask per partition out.
+    ``run_tasks`` runs a sharded step's tasks (engine/execution/global_shards.py; default: on the Ray this
+    process is connected to, else here one after another)."""
     if is_job_complete(job_dir):
         return {"op_index": op_index, "skipped": True}
-    return resolve_global_op(job_dir, op_index, event_defaults=event_defaults)
+    return resolve_global_op(job_dir, op_index, event_defaults=event_defaults, run_tasks=run_tasks)
 
 
 def review_gate(

@@ -8,6 +8,7 @@ The prefixes are part of the job-directory format: an old job directory still re
 
 from __future__ import annotations
 
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
 KEYS_COLUMN = "key"
@@ -21,3 +22,8 @@ def keys_store(job_dir: str) -> CheckpointStore:
 
 def mask_store(job_dir: str) -> CheckpointStore:
     return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
+
+
+class MissingKeysError(DJError, RuntimeError):
+    """A partition's committed keys are missing or torn when a global step reads them; the message names
+    the partition and says to clear its segment task."""

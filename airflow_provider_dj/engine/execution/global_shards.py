@@ -1,0 +1,141 @@
+"""A global op's step in shards: bounded memory per task, committed shard by shard.
+
+The single-process step (``global_ops.py``) holds a key for every row at once.  Here the same decision,
+"keep the first occurrence by input row", is made in four stages of tasks (``shard_stages.py``), each
+task committing its own output in the job directory (``layout.global_shards_dir``):
+
+1. *scatter*, one task per partition: its keys become items, one file batch per key shard;
+2. *resolve*, one task per key shard: the items of every partition in that shard, sorted, give the
+   duplicate edges (a row and an earlier row it duplicates), written by node shard (a range of
+   partitions) of the later row;
+3. *components* (MinHash, SimHash): edges found in different shards chain rows into clusters, so the
+   clusters' smallest rows come from rounds of Large-Star/Small-Star over the node shards
+   (``shard_components.py``); exact keys need none (each key's edges already point at its first row);
+4. *masks*, one task per partition: its removed rows from its node shard, committed as its keep mask.
+
+A stage's task whose output is committed is skipped, so a retried step redoes only what did not
+commit, and every task is deterministic, so a redone one writes the same bytes.  The tasks run on Ray
+where this process is connected to it (a Ray task retried when its worker dies), else one by one here.
+The stage folder is named by a digest of the op, its partitions and the shard counts, so a step
+planned differently never reads another's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution import shard_stages
+from airflow_provider_dj.engine.execution.shard_components import node_shard, run_in_process, sharded_components
+from airflow_provider_dj.engine.jobdir import layout
+from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.observe.lineage import lineage_enabled
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.ops.base import SignatureDeduplicator
+from airflow_provider_dj.ops.registry import create_op
+
+log = logging.getLogger(__name__)
+
+RunTasks = Callable[[Callable[..., Any], list[tuple]], list[Any]]
+
+
+def ray_task_runner(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
+    """Run ``fn`` over ``args_list`` as Ray tasks (a task whose worker dies is retried by Ray)."""
+    import ray
+
+    remote = ray.remote(num_cpus=1, max_retries=3)(fn)
+    return ray.get([remote.remote(*args) for args in args_list])
+
+
+def default_task_runner() -> RunTasks:
+    """Ray tasks where this process is connected to Ray, else one task after another in this process."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return run_in_process
+    return ray_task_runner if ray.is_initialized() else run_in_process
+
+
+def _stage_folder(job_dir: str, op_index: int, op, parts: list[dict], shards: int, node_shards: int) -> str:
+    ident = json.dumps(
+        [op.fingerprint, [p["content_hash"] for p in parts], shards, node_shards], separators=(",", ":")
+    ).encode()
+    digest = hashlib.sha256(ident).hexdigest()[:16]
+    return storage.join(job_dir, *layout.global_shards_dir(op_index, digest).split("/"))
+
+
+def resolve_sharded(
+    job_dir: str,
+    op_index: int,
+    shards: int,
+    *,
+    events: EventLog,
+    run_tasks: RunTasks | None = None,
+) -> dict:
+    """Run the four stages for global op ``op_index`` over ``shards`` key shards and commit every
+    partition's keep mask; return the op's counts as the single-process step does."""
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    parts = ctx.partitioning_info["partitions"]
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    run = run_tasks or default_task_runner()
+    count, node_shards = len(parts), max(1, min(shards, len(parts)))
+    folder = _stage_folder(job_dir, op_index, op, parts, shards, node_shards)
+    storage.makedirs(folder)
+    t0 = time.perf_counter()
+    rows = run(shard_stages.scatter_partition, [(job_dir, op_index, folder, p, shards) for p in range(count)])
+    t1 = time.perf_counter()
+    found = run(
+        shard_stages.resolve_key_shard, [(job_dir, op_index, folder, s, count, node_shards) for s in range(shards)]
+    )
+    edges = int(sum(f["edges"] for f in found))
+    t2 = time.perf_counter()
+    edge_files = [
+        [storage.join(folder, layout.shard_edges_file(s, r)) for s in range(shards)] for r in range(node_shards)
+    ]
+    if edges and isinstance(op_impl, SignatureDeduplicator):
+        results = sharded_components(
+            storage.join(folder, layout.SHARD_COMPONENTS_DIR),
+            edge_files,
+            partitions=count,
+            shards=node_shards,
+            run_tasks=run,
+        )
+        node_files = [[path] for path in results]
+    else:
+        node_files = edge_files
+    t3 = time.perf_counter()
+    lineage = lineage_enabled()
+    node_of = node_shard(np.arange(count, dtype=np.int64) << np.int64(32), count, node_shards)
+    counts = run(
+        shard_stages.commit_partition_mask,
+        [(job_dir, op_index, p, node_files[int(node_of[p])], edges > 0, lineage) for p in range(count)],
+    )
+    total, kept = int(sum(rows)), int(sum(c["kept"] for c in counts))
+    log.info(
+        "global op %d (%s) in %d key shards, %d node shards: %d rows, %d edges, %d kept; scatter %.2fs, "
+        "resolve %.2fs, components %.2fs, masks %.2fs",
+        op_index, op.name, shards, node_shards, total, edges, kept,
+        t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3,
+    )  # fmt: skip
+    events.emit(
+        "global_op_shards",
+        op_index=op_index,
+        op_name=op.name,
+        key_shards=shards,
+        node_shards=node_shards,
+        edges=edges,
+        durations={
+            "scatter": round(t1 - t0, 6),
+            "resolve": round(t2 - t1, 6),
+            "components": round(t3 - t2, 6),
+            "masks": round(time.perf_counter() - t3, 6),
+        },
+    )
+    return {"rows": total, "kept": kept}

@@ -1,0 +1,320 @@
+"""The tasks of a sharded global step: scatter a partition's keys, resolve one key shard, commit a mask.
+
+Each is a module-level function of paths and small values, so it runs as a Ray task or in the calling
+process alike (``global_shards.py`` runs them), reads its inputs from the job directory, commits its
+output atomically and, run again after its output committed, returns the same summary without redoing
+the work. Memory: a scatter task holds one partition's keys, a key-shard task its shard's items, a
+mask task one partition's keys and the rows its duplicates point at.
+
+Items.  Every deduplicator the sharded step knows reduces a row to *items* ``(table, k0, k1, pos)``:
+rows whose items agree on ``(table, k0, k1)`` are duplicates (exact keys: one item, the key's two
+64-bit words; MinHash: one item per LSH band, its digest), or, for SimHash, candidates compared by
+Hamming distance within ``(table, k0)`` (one item per block combination: the masked value and the
+full value).  ``pos`` is the row's position, ``(partition_index << 32) | local_row``, so numeric order
+is input order and the smallest position of a group of duplicates is its first occurrence.  An item's
+key shard is a mix of its whole bucket key, so equal buckets always meet in one shard and shards are
+even whatever the keys' distribution (SimHash's bucket is ``(table, k0)``: all its values meet).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.execution.dedup_matches import DUP_BAND_COLUMN, DUP_OF_COLUMN
+from airflow_provider_dj.engine.execution.shard_components import node_shard
+from airflow_provider_dj.engine.jobdir import layout
+from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.storage.context import JobContext
+from airflow_provider_dj.engine.storage.global_op_state import (
+    KEYS_COLUMN,
+    MASK_COLUMN,
+    MissingKeysError,
+    keys_store,
+    mask_store,
+)
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
+from airflow_provider_dj.ops.dedup.near import (
+    GOLDEN_K1,
+    DocumentMinhashDeduplicator,
+    DocumentSimhashDeduplicator,
+    mix64,
+    simhash_blocks,
+)
+from airflow_provider_dj.ops.registry import create_op
+
+ITEM_SCHEMA = pa.schema([("t", pa.uint16()), ("k0", pa.uint64()), ("k1", pa.uint64()), ("pos", pa.int64())])
+EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
+
+
+@functools.lru_cache(maxsize=8)
+def _simhash_masks(num_blocks: int, max_distance: int) -> tuple[int, ...]:
+    """One bit mask per choice of ``num_blocks - max_distance`` blocks (the tables SimHash buckets by)."""
+    masks = simhash_blocks(num_blocks)
+    return tuple(
+        functools.reduce(lambda a, b: a | b, (masks[c] for c in combo), 0)
+        for combo in itertools.combinations(range(num_blocks), num_blocks - max_distance)
+    )
+
+
+def row_items(op_impl, keys: pa.Table, partition_index: int) -> tuple[np.ndarray, ...]:
+    """``(t, k0, k1, pos)`` for every row of one partition's keys (see the module docstring)."""
+    n = keys.num_rows
+    pos = (np.int64(partition_index) << np.int64(32)) | np.arange(n, dtype=np.int64)
+    if isinstance(op_impl, DocumentMinhashDeduplicator):
+        cols = [keys.column(c).to_numpy().astype(np.uint64, copy=False) for c in op_impl.band_columns]
+        b = len(cols)
+        t = np.repeat(np.arange(b, dtype=np.uint16), n)
+        k0 = np.concatenate(cols) if cols else np.zeros(0, np.uint64)
+        return t, k0, np.zeros(n * b, np.uint64), np.tile(pos, b)
+    if isinstance(op_impl, DocumentSimhashDeduplicator):
+        full = keys.column("simhash").to_numpy().astype(np.uint64, copy=False)
+        masks = _simhash_masks(op_impl.num_blocks, op_impl.hamming_distance)
+        t = np.repeat(np.arange(len(masks), dtype=np.uint16), n)
+        k0 = np.concatenate([full & np.uint64(m) for m in masks])
+        return t, k0, np.tile(full, len(masks)), np.tile(pos, len(masks))
+    arr = keys.column(KEYS_COLUMN).combine_chunks()
+    if arr.type != pa.binary(16):
+        arr = arr.cast(pa.binary(16))
+    words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
+    return np.zeros(n, np.uint16), words[:, 0].copy(), words[:, 1].copy(), pos
+
+
+def key_shard(t: np.ndarray, k0: np.ndarray, k1: np.ndarray, shards: int) -> np.ndarray:
+    """The key shard of each item: a mix of its bucket key ``(t, k0, k1)`` modulo ``shards``."""
+    with np.errstate(over="ignore"):
+        h = mix64(k0 ^ mix64(k1 + t.astype(np.uint64) * GOLDEN_K1 + np.uint64(1)))
+    return (h % np.uint64(shards)).astype(np.int64)
+
+
+def _ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict | None = None) -> bytes:
+    if metadata:
+        schema = schema.with_metadata({k: json.dumps(v) for k, v in metadata.items()})
+    sink = io.BytesIO()
+    with ipc.new_file(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def _open(path: str) -> ipc.RecordBatchFileReader:
+    return ipc.open_file(pa.BufferReader(storage.read_bytes(path)))
+
+
+def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table:
+    op = ctx.plan.ops[op_index]
+    cp = keys_store(ctx.job_dir).load_valid(
+        op_index, op.name, part["partition_id"], part["content_hash"], op.fingerprint
+    )
+    if cp is None:
+        raise MissingKeysError(
+            f"global op {op_index} ({op.name}): keys of partition {part['partition_id']} "
+            f"(rows {part['start_row']}-{part['end_row'] - 1}) are missing; clear that partition's segment task"
+        )
+    return cp.table
+
+
+def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index: int, shards: int) -> int:
+    """Write partition ``partition_index``'s items as one batch per key shard; returns its row count."""
+    path = storage.join(folder, layout.shard_scatter_file(partition_index))
+    if storage.exists(path):
+        return int(json.loads(_open(path).schema.metadata[b"rows"]))
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    t, k0, k1, pos = row_items(op_impl, keys, partition_index)
+    # SimHash compares every value of a (t, k0) bucket, so its bucket key leaves the full value out.
+    bucket_k1 = np.zeros_like(k1) if isinstance(op_impl, DocumentSimhashDeduplicator) else k1
+    shard = key_shard(t, k0, bucket_k1, shards)
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+    table = pa.table([t[order], k0[order], k1[order], pos[order]], schema=ITEM_SCHEMA)
+    batches = [
+        table.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s])).combine_chunks().to_batches(max_chunksize=None)
+        for s in range(shards)
+    ]
+    batches = [b[0] if b else pa.RecordBatch.from_pylist([], schema=ITEM_SCHEMA) for b in batches]
+    storage.atomic_write_bytes(path, _ipc_bytes(ITEM_SCHEMA, batches, {"rows": keys.num_rows}))
+    return keys.num_rows
+
+
+def _equal_runs(t: np.ndarray, k0: np.ndarray, k1: np.ndarray) -> np.ndarray:
+    """Where each run of equal ``(t, k0, k1)`` starts, over items already sorted by them."""
+    n = len(t)
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (t[1:] != t[:-1]) | (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1])
+    return new
+
+
+def _star_edges(pos: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each item that does not start its run, linked to its run's first (smallest) position."""
+    head = pos[new][np.cumsum(new) - 1]
+    dup = ~new
+    return pos[dup], head[dup]
+
+
+def _hamming_edges(t, k0, full, pos, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of run heads (distinct full values) in one ``(t, k0)`` bucket within ``max_distance`` bits;
+    the items are sorted by ``(t, k0)``. Work is the sum of squared bucket sizes, as SimHash's index."""
+    n = len(t)
+    if n < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (t[1:] != t[:-1]) | (k0[1:] != k0[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], n]
+    remaining = np.repeat(ends, ends - starts) - np.arange(n)
+    active = np.flatnonzero(remaining > 1)
+    us, vs, k = [], [], 1
+    while len(active):
+        a, b = active, active + k
+        close = np.bitwise_count(full[a] ^ full[b]) <= max_distance
+        if close.any():
+            us.append(pos[b[close]])
+            vs.append(pos[a[close]])
+        k += 1
+        active = active[remaining[active] > k]
+    if not us:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(us), np.concatenate(vs)
+
+
+def shard_edges(op_impl, t, k0, k1, pos) -> tuple[np.ndarray, np.ndarray]:
+    """One key shard's duplicate edges ``(u, v)``, ``v < u``, deduplicated."""
+    order = np.lexsort((pos, k1, k0, t))
+    t, k0, k1, pos = t[order], k0[order], k1[order], pos[order]
+    del order
+    new = _equal_runs(t, k0, k1)
+    u, v = _star_edges(pos, new)
+    if isinstance(op_impl, DocumentSimhashDeduplicator):
+        hu, hv = _hamming_edges(t[new], k0[new], k1[new], pos[new], op_impl.hamming_distance)
+        u, v = np.concatenate([u, np.maximum(hu, hv)]), np.concatenate([v, np.minimum(hu, hv)])
+    if len(u):
+        pairs = np.unique(np.stack([u, v], axis=1), axis=0)
+        u, v = pairs[:, 0].copy(), pairs[:, 1].copy()
+    return u, v
+
+
+def resolve_key_shard(job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int) -> dict:
+    """Read key shard ``shard``'s items from every partition's scatter file, find its duplicate edges,
+    and write them by node shard of their later row; ``done`` is written last. Returns its counts."""
+    done = storage.join(folder, layout.shard_done_file(shard))
+    if storage.exists(done):
+        return json.loads(storage.read_bytes(done))
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    batches = [_open(storage.join(folder, layout.shard_scatter_file(p))).get_batch(shard) for p in range(partitions)]
+    items = pa.Table.from_batches(batches, schema=ITEM_SCHEMA)
+    del batches
+    cols = [items.column(c).to_numpy() for c in ("t", "k0", "k1", "pos")]
+    del items
+    u, v = shard_edges(op_impl, *cols)
+    del cols
+    target = node_shard(u, partitions, node_shards)
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(node_shards + 1))
+    for r in range(node_shards):
+        sel = order[bounds[r] : bounds[r + 1]]
+        batch = pa.record_batch([pa.array(u[sel], pa.int64()), pa.array(v[sel], pa.int64())], schema=EDGE_SCHEMA)
+        storage.atomic_write_bytes(
+            storage.join(folder, layout.shard_edges_file(shard, r)), _ipc_bytes(EDGE_SCHEMA, [batch])
+        )
+    maybe_fail(job_dir, load_faults(job_dir), None, op_index, point="global_shard")
+    summary = {"shard": shard, "edges": int(len(u))}
+    storage.atomic_write_bytes(done, json.dumps(summary).encode())
+    return summary
+
+
+def _removed_rows(result_files: list[str], partition_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Local rows of partition ``partition_index`` removed as duplicates, and each one's representative
+    position, from the node shard's ``(node, rep)`` files (the smallest rep when a file repeats a node)."""
+    nodes, reps = [], []
+    for path in result_files:
+        table = _open(path).read_all()
+        node = table.column(0).to_numpy()
+        sel = (node >> np.int64(32)) == partition_index
+        nodes.append(node[sel])
+        reps.append(table.column(1).to_numpy()[sel])
+    node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
+    rep = np.concatenate(reps) if reps else np.zeros(0, np.int64)
+    order = np.lexsort((rep, node))
+    node, rep = node[order], rep[order]
+    first = np.ones(len(node), dtype=bool)
+    first[1:] = node[1:] != node[:-1]
+    return (node[first] & np.int64(0xFFFFFFFF)), rep[first]
+
+
+def _lineage_columns(ctx, op_index, op_impl, keys: pa.Table, rows, reps, any_removed: bool) -> dict:
+    """The lineage match columns of one partition (engine/execution/dedup_matches.py): the input row of
+    each removed row's representative and, for MinHash, the first band the two share."""
+    n = keys.num_rows
+    dup_of = np.full(n, -1, dtype=np.int64)
+    parts = ctx.partitioning_info["partitions"]
+    partner_tables = []
+    part_of = reps >> np.int64(32)
+    order = np.argsort(part_of, kind="stable")
+    for q in np.unique(part_of):
+        sel = order[part_of[order] == q]
+        table = _load_partition_keys(ctx, op_index, parts[int(q)])
+        partner_tables.append((sel, table.take(pa.array(reps[sel] & np.int64(0xFFFFFFFF)))))
+    partners = None
+    if partner_tables:
+        positions = np.concatenate([sel for sel, _ in partner_tables])
+        partners = pa.concat_tables([t for _, t in partner_tables]).take(pa.array(np.argsort(positions)))
+    cols: dict = {DUP_OF_COLUMN: pa.array(dup_of, pa.int64())}
+    if partners is not None and INPUT_ROW_COLUMN in keys.column_names:
+        dup_of[rows] = partners.column(INPUT_ROW_COLUMN).to_numpy()
+        cols[DUP_OF_COLUMN] = pa.array(dup_of, pa.int64())
+    if any_removed and isinstance(op_impl, DocumentMinhashDeduplicator):
+        band = np.full(n, -1, dtype=np.int16)
+        if partners is not None:
+            m = len(rows)
+            own = keys.take(pa.array(rows))
+            band[rows] = op_impl.matching_band([own, partners], np.arange(m), m + np.arange(m))
+        cols[DUP_BAND_COLUMN] = pa.array(band, pa.int16())
+    return cols
+
+
+def commit_partition_mask(
+    job_dir: str, op_index: int, partition_index: int, result_files: list[str], any_removed: bool, lineage: bool
+) -> dict:
+    """Commit partition ``partition_index``'s keep mask (and, with ``lineage``, its match columns) from
+    the node shard's results; returns its rows and rows kept. An already committed mask is counted, not
+    rewritten.  ``lineage`` comes from the orchestrating process's settings, not this worker's."""
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    part = ctx.partitioning_info["partitions"][partition_index]
+    ms = mask_store(job_dir)
+    args = (op_index, op.name, part["partition_id"], part["content_hash"], op.fingerprint)
+    if ms.is_committed(*args):
+        done = ms.load_valid(*args)
+        if done is not None:
+            keep = done.table.column(MASK_COLUMN).to_numpy(zero_copy_only=False)
+            return {"rows": len(keep), "kept": int(keep.sum())}
+    keys = _load_partition_keys(ctx, op_index, part)
+    rows, reps = _removed_rows(result_files, partition_index)
+    keep = np.ones(keys.num_rows, dtype=bool)
+    keep[rows] = False
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    matches = _lineage_columns(ctx, op_index, op_impl, keys, rows, reps, any_removed) if lineage else {}
+    ms.save(
+        op_index=op_index,
+        op_name=op.name,
+        partition_id=part["partition_id"],
+        table=pa.table({MASK_COLUMN: pa.array(keep, type=pa.bool_()), **matches}),
+        partition_hash=part["content_hash"],
+        fingerprint=op.fingerprint,
+        accounting=[],
+    )
+    maybe_fail(job_dir, load_faults(job_dir), part["partition_id"], op_index, point="global_mid")
+    return {"rows": int(keys.num_rows), "kept": int(keep.sum())}
