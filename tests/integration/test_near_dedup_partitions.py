@@ -8,6 +8,7 @@ whitespace_normalization_mapper followed by the dedup, default arguments).
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -81,3 +82,35 @@ def test_near_dedup_in_key_shards_on_ray_matches_data_juicer(tmp_path, run_dag, 
         str(tmp_path / "work" / f"{short}_shards" / "global_shards" / "op_001_*" / "edges" / "*" / "done.json")
     )
     assert len(done) == 5
+
+
+def test_a_shard_task_whose_ray_worker_dies_is_retried(tmp_path, run_dag, monkeypatch):
+    """The first key-shard task's Ray worker exits hard (os._exit) after writing its edges, before its
+    commit: Ray retries the task, the global step succeeds on its first try, and the export is
+    Data-Juicer's."""
+    op = "document_minhash_deduplicator"
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "5")
+    recipe = tmp_path / "near.yaml"
+    recipe.write_text(
+        RECIPE.format(
+            name="near_minhash_killed",
+            data=os.path.join(FIX, "inputs", "near_dup.jsonl"),
+            export=tmp_path / "out.jsonl",
+            work=tmp_path / "work",
+            parts=8,
+            op=op,
+        )
+    )
+    job_dir = tmp_path / "work" / "killed"
+    job_dir.mkdir(parents=True)
+    (job_dir / "_fault_injection.json").write_text(
+        json.dumps([{"point": "global_shard", "op_index": 1, "kind": "exit", "times": 1}])
+    )
+    dr = run_dag(str(recipe), {"job_id": "killed"})
+    assert str(dr.state).endswith("success")
+    assert len(os.listdir(job_dir / "_fault_injection.fired")) == 1  # the worker did die once
+    got = [(r["id"], r["text"]) for r in read_jsonl(tmp_path / "out.jsonl")]
+    want = [(r["id"], r["text"]) for r in read_jsonl(os.path.join(FIX, "expected", f"pipeline__{op}.jsonl"))]
+    assert got == want
+    (ti,) = [t for t in dr.get_task_instances() if t.task_id.startswith("global_op1")]
+    assert ti.try_number == 1  # Ray retried the task; Airflow did not retry the step
