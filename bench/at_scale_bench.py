@@ -13,10 +13,15 @@ Nothing here is guessed.  Two parts:
    key memory (``engine.planning.global_memory``), the job directory, the event log and the history
    index, each scaled from part 1.
 
-It prints one table, flags each figure past a limit of this 2-core, 24 GB machine or of Airflow,
+3. **The global step in key shards** (``bench/_global_plan.py``): its stages' seconds per row on one
+   core and the bytes they write, measured on a real job forced into shards; then, per size, the
+   planner's key shards under ``[dj] global_shard_memory_mb``, the tasks, each task's memory, the bytes
+   written between stages, and the step's time on an assumed cluster (``--cluster-cores``).
+
+It prints two tables, flags each figure past a limit of this 2-core, 24 GB machine or of Airflow,
 and writes JSON.  Usage::
 
-    .venv/bin/python -m bench at-scale [--sizes 10000000 100000000 1000000000] [--out DIR]
+    .venv/bin/python -m bench at-scale [--sizes 10000000 100000000 1000000000 10000000000] [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import sys
 import tempfile
 
+from bench._global_plan import measure_shard_costs, plan_shards, shard_verdicts
 from bench._proc import RESULTS_DIR
 from bench._recipes import spine_process_yaml
 from bench.report import md_table, write_json
@@ -169,15 +175,47 @@ def verdicts(p: dict, max_map_length: int) -> list[str]:
     """What is past a limit at this size (this machine's memory, Airflow's map length)."""
     out = []
     if p["global_step_gb"] * 1e9 > MACHINE_MEMORY:
-        out.append(f"global step needs {p['global_step_gb']:.0f} GB > {MACHINE_MEMORY / 1e9:.0f} GB: refused at plan")
+        out.append(f"one-process global step would need {p['global_step_gb']:.0f} GB: sharded")
     if p["groups_per_segment"] > max_map_length:
         out.append(f"{p['groups_per_segment']} mapped instances > max_map_length {max_map_length}")
     return out or ["fits"]
 
 
+def _shard_costs(scratch: str, rows: int) -> dict:
+    from airflow_provider_dj.testing.sample_corpus import write_corpus
+
+    data = write_corpus(os.path.join(scratch, "shards_corpus.jsonl"), rows, seed=7)
+    return measure_shard_costs(scratch, data, rows)
+
+
+def _print_shards(planned: list[dict], costs: dict, args) -> None:
+    per_row = ", ".join(f"{k} {v * 1e6:.2f} µs" for k, v in costs["seconds_per_row"].items())
+    print(
+        f"global step in shards, measured on {costs['rows']:,} rows (one core): {per_row} a row; "
+        f"{costs['stage_bytes_per_row']:.0f} stage bytes a row; assumed cluster: {args.cluster_cores:,} cores, "
+        f"budget {args.shard_budget_mb} MB a task",
+        file=sys.stderr,
+    )
+    cols = ["key_shards", "node_shards", "tasks", "scatter_reads", "shard_task_gib", "mask_task_mib", "spilled_gb"]
+    cols += ["core_hours", "step_minutes"]
+    rows = []
+    for x in planned:
+        sh = x["shards"]
+        cells = [f"{sh[c]:,.2f}" if isinstance(sh[c], float) else f"{sh[c]:,}" for c in cols]
+        rows.append(
+            [f"{x['rows']:,}", f"{x['partitions']:,}"]
+            + cells
+            + ["; ".join(shard_verdicts(sh, args.shard_budget_mb)) or "fits"]
+        )
+    print(md_table(["rows", "partitions"] + cols + ["what it meets first"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[10_000_000, 100_000_000, 1_000_000_000])
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000_000, 100_000_000, 1_000_000_000, 10_000_000_000])
+    p.add_argument("--cluster-cores", type=int, default=1280, help="cores of the cluster the step's time assumes")
+    p.add_argument("--shard-budget-mb", type=int, default=1024, help="[dj] global_shard_memory_mb")
+    p.add_argument("--shard-rows", type=int, default=400_000, help="rows of the job measured in shards (part 3)")
     p.add_argument("--small-rows", type=int, default=20_000, help="rows of the measured jobs (part 1)")
     p.add_argument("--max-map-length", type=int, default=1024, help="Airflow's [core] max_map_length")
     p.add_argument("--out", default=os.path.join(RESULTS_DIR, "at_scale"))
@@ -195,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         shape = dag_shape(recipe)
         planned = [plan_at(n, recipe, shape, small, args.max_map_length) for n in args.sizes]
+        costs = _shard_costs(scratch, args.shard_rows)
+    for x in planned:
+        x["shards"] = plan_shards(x["rows"], x["partitions"], costs, args.cluster_cores, args.shard_budget_mb)
     print(
         f"measured on {small['rows']:,} rows: {small['files_per_partition']:.1f} files and "
         f"{small['events_per_partition']:.1f} events a partition, {small['job_dir_bytes_per_row']:.0f} job-dir "
@@ -219,5 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         md_table(cols + ["verdict"], [r + ["; ".join(verdicts(x, args.max_map_length))] for r, x in zip(rows, planned)])
     )
-    write_json(os.path.join(out, "at_scale.json"), {"measured": small, "dag": shape, "planned": planned})
+    _print_shards(planned, costs, args)
+    write_json(
+        os.path.join(out, "at_scale.json"), {"measured": small, "dag": shape, "shard_costs": costs, "planned": planned}
+    )
     return 0
