@@ -51,6 +51,7 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.at_scale_bench",
         "10M, 100M and 1B rows planned by the real planner and DAG: counts, memory, limits",
     ),
+    "global-shards": ("bench.global_shards", "a global op's step in one process against shards: time, RSS, same masks"),
     "ray-jobs": (
         "bench.ray_jobs_bench",
         "Ray Jobs mode against the in-worker driver on one cluster: overhead per group, worker-slot-seconds",
