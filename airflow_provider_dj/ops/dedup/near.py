@@ -68,6 +68,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import operator
 from typing import Any, Optional
 
 import numpy as np
@@ -141,7 +142,8 @@ class _Shingler:
             toks = PUNCTUATION_SPLIT.split(text)
         else:  # space: split on ' ' only, dropping empty pieces
             toks = [t for t in text.split(" ") if t]
-        return [" ".join(toks[i : i + w]).encode() for i in range(len(toks) - w + 1)]
+        # w-token windows joined by spaces; map/zip keep the per-shingle work in C
+        return list(map(str.encode, map(" ".join, zip(*[toks[j:] for j in range(w)]))))
 
 
 def _concat_column(tables: list[pa.Table], name: str) -> np.ndarray:
@@ -205,6 +207,34 @@ def minhash_permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
         pairs[i, 0] = gen.randint(1, MERSENNE_PRIME, dtype=np.uint64)
         pairs[i, 1] = gen.randint(0, MERSENNE_PRIME, dtype=np.uint64)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+_DIGEST = operator.methodcaller("digest")
+
+
+def shingle_hashes(shingles: list[bytes]) -> np.ndarray:
+    """DJ's shingle hash: the first 4 bytes of each shingle's SHA-1, little-endian, as uint64.  The
+    digests are made by ``map`` over C calls and read back with one ``frombuffer``."""
+    digests = b"".join(map(_DIGEST, map(hashlib.sha1, shingles)))
+    first4 = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 20)[:, :4]
+    return np.ascontiguousarray(first4).view("<u4").ravel().astype(np.uint64)
+
+
+def permuted_hashes(block: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> np.ndarray:
+    """``((h * a + b) mod (2**61 - 1)) & 0xFFFFFFFF`` for every hash and permutation, as uint32.
+
+    ``h * a + b`` wraps at 64 bits as DJ's numpy code does; the modulus then needs no division:
+    2**61 = 1 modulo the Mersenne prime, so folding the top three bits onto the low 61 leaves a value
+    below ``2 * prime``, and one conditional subtraction finishes it."""
+    with np.errstate(over="ignore"):
+        x = np.multiply(block[:, None], perm_a)
+        x += perm_b
+    r = x & MERSENNE_PRIME
+    x >>= np.uint64(61)
+    r += x
+    np.subtract(r, MERSENNE_PRIME, out=r, where=r >= MERSENNE_PRIME)
+    r &= MAX_HASH
+    return r.astype(np.uint32)
 
 
 GOLDEN_K1 = np.uint64(0x9E3779B97F4A7C15)
@@ -294,27 +324,26 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
         """(rows, num_permutations) uint64 MinHash values, as DJ computes them."""
         texts = _texts(table, self.text_key)
         n, p = len(texts), self.num_permutations
-        out = np.full((n, p), MAX_HASH, dtype=np.uint64)
-        sha1 = hashlib.sha1
+        out = np.full((n, p), np.uint32(MAX_HASH), dtype=np.uint32)
         counts = np.zeros(n, dtype=np.int64)
-        flat: list[int] = []
+        shingles: list[bytes] = []
         for i, text in enumerate(texts):
             sh = self.shingler.shingles(text)
             counts[i] = len(sh)
-            flat.extend(int.from_bytes(sha1(s).digest()[:4], "little") for s in sh)
-        if not flat:
-            return out
-        hv = np.asarray(flat, dtype=np.uint64)
+            shingles.extend(sh)
+        if not shingles:
+            return out.astype(np.uint64)
+        hv = shingle_hashes(shingles)
+        del shingles
         row_of = np.repeat(np.arange(n), counts)
         step = max(1, _BLOCK_BYTES // (p * 8))
-        with np.errstate(over="ignore"):
-            for start in range(0, len(hv), step):
-                block, rows = hv[start : start + step], row_of[start : start + step]
-                phv = np.bitwise_and((block[:, None] * self.perm_a + self.perm_b) % MERSENNE_PRIME, MAX_HASH)
-                seg = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-                mins = np.minimum.reduceat(phv, seg, axis=0)
-                np.minimum.at(out, rows[seg], mins)
-        return out
+        for start in range(0, len(hv), step):
+            block, rows = hv[start : start + step], row_of[start : start + step]
+            phv = permuted_hashes(block, self.perm_a, self.perm_b)
+            seg = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            mins = np.minimum.reduceat(phv, seg, axis=0)
+            np.minimum.at(out, rows[seg], mins)
+        return out.astype(np.uint64)
 
     def compute_hash(self, table: pa.Table) -> pa.Table:
         mh = self.minhash_values(table)
