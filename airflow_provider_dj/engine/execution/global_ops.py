@@ -27,7 +27,7 @@ from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.observe.lineage import lineage_enabled
 from airflow_provider_dj.engine.observe.tracer import write_duplicate_trace
-from airflow_provider_dj.engine.planning.global_memory import is_shardable, planned_shards, sharding_blocked_by
+from airflow_provider_dj.engine.planning.global_memory import is_shardable, planned_shards
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
@@ -71,7 +71,7 @@ def resolve_global_op(
     shards = _shards_for(ctx, op, op_index, op_impl, parts)
     if shards:
         counts = resolve_sharded(job_dir, op_index, shards, events=events, run_tasks=run_tasks)
-        return _complete(events, op, op_index, counts["rows"], counts["kept"], None, t0)
+        return _complete(events, op, op_index, counts["rows"], counts["kept"], counts.get("history"), t0)
     keys = _load_keys(ks, op, op_index, parts)
     total = int(sum(k.num_rows for k in keys))
     # With lineage on, every removed row is named with the row it was kept against (dedup_matches.py),
@@ -97,10 +97,8 @@ def _shards_for(ctx, op, op_index: int, op_impl, parts: list[dict]) -> int:
     shards = planned_shards(op_impl, rows)
     if not shards:
         return 0
-    blocked = sharding_blocked_by(ctx.recipe, op.name)
-    if blocked or not is_shardable(op_impl):
-        why = f"the recipe's {blocked} reads every key at once" if blocked else "the op decides in its own code"
-        log.info("global op %d (%s): in one process (%s)", op_index, op.name, why)
+    if not is_shardable(op_impl):
+        log.info("global op %d (%s): in one process (the op decides in its own code)", op_index, op.name)
         return 0
     return shards
 

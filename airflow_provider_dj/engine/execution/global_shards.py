@@ -11,7 +11,10 @@ task committing its own output in the job directory (``layout.global_shards_dir`
 3. *components* (MinHash, SimHash): edges found in different shards chain rows into clusters, so the
    clusters' smallest rows come from rounds of Large-Star/Small-Star over the node shards
    (``shard_components.py``); exact keys need none (each key's edges already point at its first row);
-4. *masks*, one task per partition: its removed rows from its node shard, committed as its keep mask.
+4. *masks*, one task per partition: its removed rows from its node shard, committed as its keep mask;
+   with ``dedup_history`` or the tracer on the op, a task per partition first looks its kept rows up in
+   the pinned history and picks its first duplicate pairs, and this process writes the op's history
+   duplicates and trace file from them before any mask commits (``_history_and_trace``).
 
 A stage's task whose output is committed is skipped, so a retried step redoes only what did not
 commit, and every task is deterministic, so a redone one writes the same bytes.  The tasks run on Ray
@@ -33,9 +36,21 @@ import numpy as np
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution import shard_stages
 from airflow_provider_dj.engine.execution.shard_components import node_shard, run_in_process, sharded_components
+from airflow_provider_dj.engine.history.lookup import (
+    checks_history,
+    concat_history_duplicates,
+    write_history_duplicates,
+)
+from airflow_provider_dj.engine.history.pin import read_pin
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.observe.lineage import lineage_enabled
+from airflow_provider_dj.engine.observe.tracer import (
+    duplicate_trace_limit,
+    first_pairs_by_representative,
+    write_duplicate_pairs,
+)
+from airflow_provider_dj.engine.planning.global_memory import shard_budget_bytes
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.registry import create_op
@@ -113,9 +128,12 @@ def resolve_sharded(
     t3 = time.perf_counter()
     lineage = lineage_enabled()
     node_of = node_shard(np.arange(count, dtype=np.int64) << np.int64(32), count, node_shards)
+    files_of = [node_files[int(node_of[p])] for p in range(count)]
+    history, part_history = _history_and_trace(ctx, op_index, op_impl, files_of, rows, run)
+    history_band = history is not None and bool(np.any(history.bands >= 0))
     counts = run(
         shard_stages.commit_partition_mask,
-        [(job_dir, op_index, p, node_files[int(node_of[p])], edges > 0, lineage) for p in range(count)],
+        [(job_dir, op_index, p, files_of[p], edges > 0, lineage, part_history[p], history_band) for p in range(count)],
     )
     total, kept = int(sum(rows)), int(sum(c["kept"] for c in counts))
     log.info(
@@ -138,4 +156,53 @@ def resolve_sharded(
             "masks": round(time.perf_counter() - t3, 6),
         },
     )
-    return {"rows": total, "kept": kept}
+    return {"rows": total, "kept": kept, "history": history}
+
+
+def _history_and_trace(ctx, op_index: int, op_impl, files_of: list[list[str]], rows: list[int], run: RunTasks):
+    """With ``dedup_history`` or the tracer on the op: each partition's history duplicates and first
+    duplicate pairs (``shard_stages.decide_partition``), then, before any keep mask commits (as the
+    single-process step orders them, so a crash in between re-runs the step), the op's
+    ``dedup_history/op_<i>_<op>.parquet`` and ``trace/duplicate-<op>.jsonl``, the same bytes as that
+    step's.  Returns the op's history duplicates (None: it checks no history) and each partition's.
+
+    This process holds the history duplicates (as the single-process step does) and at most
+    ``trace_num`` pairs per partition, never a value per row."""
+    job_dir, count = ctx.job_dir, len(rows)
+    checks = checks_history(ctx.recipe, op_impl.name)
+    trace_num = duplicate_trace_limit(ctx.recipe, op_impl.name)
+    if not checks and trace_num is None:
+        return None, [None] * count
+    # A task's lookup: the recipe's budget for history entries, within half of what one task of the step
+    # may use, and the query keys in batches within the other half.
+    half = shard_budget_bytes() // 2
+    memory = min(ctx.recipe.dedup_history.memory_mb << 20, half) if checks else 0
+    decided = run(
+        shard_stages.decide_partition,
+        [(job_dir, op_index, p, files_of[p], memory, trace_num or 0, half) for p in range(count)],
+    )
+    offsets = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])[:-1].tolist()
+    history = None
+    if checks:
+        parts = [d["history"] for d in decided]
+        history = concat_history_duplicates(parts, offsets, int(read_pin(job_dir)["version"]))
+        candidates = int(sum(d["candidates"] for d in decided))
+        if candidates:  # as the single-process step: no file when no row was looked up
+            write_history_duplicates(job_dir, op_index, op_impl.name, history, candidates=candidates)
+    if trace_num is not None:
+        seen: set[int] = set()
+        pairs: list[tuple[int, int]] = []
+        for d in decided:  # partition order is input order
+            if len(pairs) >= trace_num:
+                break
+            pairs += first_pairs_by_representative(
+                [r for r, _ in d["pairs"]], [rep for _, rep in d["pairs"]], trace_num - len(pairs), seen
+            )
+        flat = [(_flat(rep, offsets), _flat(r, offsets)) for rep, r in pairs]
+        write_duplicate_pairs(ctx, op_index, flat, rows, history=history)
+    return history, [d.get("history") for d in decided]
+
+
+def _flat(position: int, offsets: list[int]) -> int:
+    """A ``(partition << 32) | row`` position as a row among all partitions' rows of the op, in order."""
+    return int(offsets[position >> 32]) + (position & 0xFFFFFFFF)

@@ -4,7 +4,8 @@ Each is a module-level function of paths and small values, so it runs as a Ray t
 process alike (``global_shards.py`` runs them), reads its inputs from the job directory, commits its
 output atomically and, run again after its output committed, returns the same summary without redoing
 the work. Memory: a scatter task holds one partition's keys, a key-shard task its shard's items, a
-mask task one partition's keys and the rows its duplicates point at.
+mask task one partition's keys and the rows its duplicates point at, a decision task (history and
+tracer, ``decide_partition``) one partition's keys and its history look-up within the budget it is given.
 
 Items.  Every deduplicator the sharded step knows reduces a row to *items* ``(table, k0, k1, pos)``:
 rows whose items agree on ``(table, k0, k1)`` are duplicates (exact keys: one item, the key's two
@@ -28,7 +29,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.dedup_matches import DUP_BAND_COLUMN, DUP_OF_COLUMN
+from airflow_provider_dj.engine.execution.dedup_matches import (
+    DUP_BAND_COLUMN,
+    DUP_OF_COLUMN,
+    HISTORY_JOB_COLUMN,
+    HISTORY_ROW_COLUMN,
+)
 from airflow_provider_dj.engine.execution.shard_components import node_shard
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
@@ -108,6 +114,18 @@ def _open(path: str) -> ipc.RecordBatchFileReader:
     return ipc.open_file(pa.BufferReader(storage.read_bytes(path)))
 
 
+def _read_batch(path: str, index: int) -> pa.RecordBatch:
+    """Batch ``index`` of an Arrow IPC file, reading only its footer and that batch's buffers (a key
+    shard's task must not hold every partition's whole scatter file)."""
+    with storage.open_read(path) as fh:
+        return ipc.open_file(fh).get_batch(index)
+
+
+def _scatter_rows(path: str) -> int:
+    with storage.open_read(path) as fh:
+        return int(json.loads(ipc.open_file(fh).schema.metadata[b"rows"]))
+
+
 def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table:
     op = ctx.plan.ops[op_index]
     cp = keys_store(ctx.job_dir).load_valid(
@@ -125,7 +143,7 @@ def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index:
     """Write partition ``partition_index``'s items as one batch per key shard; returns its row count."""
     path = storage.join(folder, layout.shard_scatter_file(partition_index))
     if storage.exists(path):
-        return int(json.loads(_open(path).schema.metadata[b"rows"]))
+        return _scatter_rows(path)
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
@@ -213,7 +231,7 @@ def resolve_key_shard(job_dir: str, op_index: int, folder: str, shard: int, part
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    batches = [_open(storage.join(folder, layout.shard_scatter_file(p))).get_batch(shard) for p in range(partitions)]
+    batches = [_read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard) for p in range(partitions)]
     items = pa.Table.from_batches(batches, schema=ITEM_SCHEMA)
     del batches
     cols = [items.column(c).to_numpy() for c in ("t", "k0", "k1", "pos")]
@@ -254,9 +272,68 @@ def _removed_rows(result_files: list[str], partition_index: int) -> tuple[np.nda
     return (node[first] & np.int64(0xFFFFFFFF)), rep[first]
 
 
-def _lineage_columns(ctx, op_index, op_impl, keys: pa.Table, rows, reps, any_removed: bool) -> dict:
-    """The lineage match columns of one partition (engine/execution/dedup_matches.py): the input row of
-    each removed row's representative and, for MinHash, the first band the two share."""
+def _trace_pairs(rows: np.ndarray, reps: np.ndarray, partition_index: int, n: int) -> list[tuple[int, int]]:
+    """``(removed, representative)`` positions of the partition's first ``n`` removed rows whose
+    representative no earlier removed row of the partition has (the tracer's rule, observe/tracer.py)."""
+    if not n or not len(rows):
+        return []
+    _, first = np.unique(reps, return_index=True)
+    take = np.sort(first)[:n]
+    pos = (np.int64(partition_index) << np.int64(32)) | rows[take]
+    return list(zip(pos.tolist(), reps[take].tolist()))
+
+
+def decide_partition(
+    job_dir: str,
+    op_index: int,
+    partition_index: int,
+    result_files: list[str],
+    history_memory: int,
+    trace_num: int,
+    query_memory: int = 0,
+) -> dict:
+    """What partition ``partition_index`` tells the step before any mask commits: its rows, its first
+    ``trace_num`` duplicate pairs for the tracer (``trace_num`` 0: none), and, with ``history_memory``
+    (the lookup's bound on history entries in memory; 0: the op checks no history), its in-night kept
+    rows that the pinned history holds (engine/history/lookup.py; ``positions`` are rows of the
+    partition, looked up in batches of at most ``query_memory`` bytes of keys) and how many were looked
+    up.  Deterministic, so a retried step recomputes the same."""
+    from airflow_provider_dj.engine.history.lookup import find_history_duplicates
+
+    ctx = JobContext(job_dir)
+    op = ctx.plan.ops[op_index]
+    keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
+    rows, reps = _removed_rows(result_files, partition_index)
+    out: dict = {"rows": keys.num_rows, "pairs": _trace_pairs(rows, reps, partition_index, trace_num)}
+    if history_memory:
+        keep = np.ones(keys.num_rows, dtype=bool)
+        keep[rows] = False
+        cand = np.flatnonzero(keep)
+        op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+        out["candidates"] = int(len(cand))
+        out["history"] = find_history_duplicates(
+            job_dir, op_impl, keys, cand, memory_bytes=history_memory, query_bytes=query_memory
+        )
+    return out
+
+
+def _history_columns(n: int, history) -> dict:
+    """``history_job`` / ``history_row`` of one partition (``history.positions``: its rows)."""
+    job: list = [None] * n
+    hrow = np.full(n, -1, dtype=np.int64)
+    for r, j in zip(history.positions.tolist(), history.job_ids):
+        job[r] = j
+    hrow[history.positions] = history.export_rows
+    return {HISTORY_JOB_COLUMN: pa.array(job, pa.string()), HISTORY_ROW_COLUMN: pa.array(hrow, pa.int64())}
+
+
+def _lineage_columns(
+    ctx, op_index, op_impl, keys: pa.Table, rows, reps, any_removed: bool, history=None, history_band: bool = False
+) -> dict:
+    """The lineage match columns of one partition, as ``dedup_matches.match_columns`` gives them: the input
+    row of each removed row's representative; with ``history``, each history duplicate's earlier job and
+    export row; for MinHash, the first band a removed row shares with its representative, or that matched
+    the history row (``history_band``: some partition has a history duplicate with a band)."""
     n = keys.num_rows
     dup_of = np.full(n, -1, dtype=np.int64)
     parts = ctx.partitioning_info["partitions"]
@@ -275,22 +352,36 @@ def _lineage_columns(ctx, op_index, op_impl, keys: pa.Table, rows, reps, any_rem
     if partners is not None and INPUT_ROW_COLUMN in keys.column_names:
         dup_of[rows] = partners.column(INPUT_ROW_COLUMN).to_numpy()
         cols[DUP_OF_COLUMN] = pa.array(dup_of, pa.int64())
-    if any_removed and isinstance(op_impl, DocumentMinhashDeduplicator):
+    if history is not None:
+        cols.update(_history_columns(n, history))
+    in_night_band = any_removed and isinstance(op_impl, DocumentMinhashDeduplicator)
+    if in_night_band or history_band:
         band = np.full(n, -1, dtype=np.int16)
-        if partners is not None:
+        if in_night_band and partners is not None:
             m = len(rows)
             own = keys.take(pa.array(rows))
             band[rows] = op_impl.matching_band([own, partners], np.arange(m), m + np.arange(m))
+        if history_band and history is not None and len(history):
+            band[history.positions] = history.bands
         cols[DUP_BAND_COLUMN] = pa.array(band, pa.int16())
     return cols
 
 
 def commit_partition_mask(
-    job_dir: str, op_index: int, partition_index: int, result_files: list[str], any_removed: bool, lineage: bool
+    job_dir: str,
+    op_index: int,
+    partition_index: int,
+    result_files: list[str],
+    any_removed: bool,
+    lineage: bool,
+    history=None,
+    history_band: bool = False,
 ) -> dict:
     """Commit partition ``partition_index``'s keep mask (and, with ``lineage``, its match columns) from
     the node shard's results; returns its rows and rows kept. An already committed mask is counted, not
-    rewritten.  ``lineage`` comes from the orchestrating process's settings, not this worker's."""
+    rewritten.  ``lineage`` comes from the orchestrating process's settings, not this worker's.
+    ``history``: the partition's history duplicates (``decide_partition``), removed too; None when the op
+    checks no history."""
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     part = ctx.partitioning_info["partitions"][partition_index]
@@ -305,8 +396,14 @@ def commit_partition_mask(
     rows, reps = _removed_rows(result_files, partition_index)
     keep = np.ones(keys.num_rows, dtype=bool)
     keep[rows] = False
+    if history is not None:
+        keep[history.positions] = False
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    matches = _lineage_columns(ctx, op_index, op_impl, keys, rows, reps, any_removed) if lineage else {}
+    matches = (
+        _lineage_columns(ctx, op_index, op_impl, keys, rows, reps, any_removed, history, history_band)
+        if lineage
+        else {}
+    )
     ms.save(
         op_index=op_index,
         op_name=op.name,

@@ -25,9 +25,12 @@ tracer works in two steps:
    the whole input in order would write, for 1 partition or 100.
 
 Deduplicators are traced in the global phase (``write_duplicate_trace``),
-the only place that sees every partition's keys: it picks the first
+the only place that knows what each removed row duplicates: it picks the first
 ``trace_num`` removed duplicates in input order (one per distinct key) and
-reads the two rows of each pair lazily from the partitions' checkpoints.
+reads the two rows of each pair lazily from the partitions' checkpoints.  A
+step in key shards picks the same pairs from its mask tasks' first
+``trace_num`` per partition and writes them through the same
+``write_duplicate_pairs`` (docs/global_steps.md).
 
 With ``open_tracer: false`` nothing here runs: ``tracer_for_partition``
 returns None and the runner skips the call (no extra column pass).
@@ -369,6 +372,33 @@ def _duplicate_pairs_by_representative(rep: np.ndarray, mask: np.ndarray, n: int
     return [(int(rep[r]), int(r)) for r in take]
 
 
+def duplicate_trace_limit(recipe, op_name: str) -> int | None:
+    """``trace_num`` when the tracer covers the op (its duplicate pairs are written), else None."""
+    settings = TraceSettings.from_recipe(recipe)
+    if settings is None or not settings.traces(op_name):
+        return None
+    return settings.trace_num
+
+
+def first_pairs_by_representative(
+    removed: np.ndarray, reps: np.ndarray, n: int, seen: set[int] | None = None
+) -> list[tuple[int, int]]:
+    """``(representative, removed row)`` of the first ``n`` removed rows (``removed``, ascending, each
+    with its representative in ``reps``) whose representative no earlier one has (nor ``seen``, which is
+    updated).  One partition's first ``n`` locally are enough to continue the walk over all partitions:
+    fewer than ``n`` of them can have a representative an earlier partition's pairs already hold."""
+    seen = set() if seen is None else seen
+    out: list[tuple[int, int]] = []
+    for r, rep in zip(np.asarray(removed).tolist(), np.asarray(reps).tolist()):
+        if len(out) >= n:
+            break
+        if rep in seen:
+            continue
+        seen.add(rep)
+        out.append((rep, r))
+    return out
+
+
 def write_duplicate_trace(
     ctx, op_index: int, op_impl, keys: list[pa.Table], mask: np.ndarray, *, history=None
 ) -> int | None:
@@ -385,12 +415,9 @@ def write_duplicate_trace(
     ``dup1`` names the history row (``history_job_id``, ``history_export_row``, ``history_export_path``),
     ``dup2`` is the removed row, and ``history_duplicate`` is true.
     """
-    settings = TraceSettings.from_recipe(ctx.recipe)
-    plan = ctx.plan
-    op = plan.ops[op_index]
-    if settings is None or not settings.traces(op.name):
+    n = duplicate_trace_limit(ctx.recipe, ctx.plan.ops[op_index].name)
+    if n is None:
         return None
-    n = settings.trace_num
     if isinstance(op_impl, SignatureDeduplicator):
         rep = op_impl.duplicate_representatives(keys)
         if rep is not None:
@@ -405,9 +432,23 @@ def write_duplicate_trace(
             else pa.array([], pa.binary(16))
         )
         pairs = _duplicate_pairs_exact(col, mask, n)
+    return write_duplicate_pairs(ctx, op_index, pairs, [k.num_rows for k in keys], history=history)
+
+
+def write_duplicate_pairs(
+    ctx, op_index: int, pairs: list[tuple[int, int]], row_counts: list[int], *, history=None
+) -> int | None:
+    """Write ``trace/duplicate-<op>.jsonl`` from the chosen ``(kept, removed)`` pairs (global positions
+    among the op's input rows; -1: none named), then ``history``; ``row_counts``: each partition's input
+    rows of the op.  The single-process and the sharded step (engine/execution/global_shards.py) both
+    write through it, so their files are the same bytes.  Returns the entry count (None: not traced)."""
+    plan = ctx.plan
+    n = duplicate_trace_limit(ctx.recipe, plan.ops[op_index].name)
+    if n is None:
+        return None
     hist = [] if history is None else list(range(min(n, len(history))))
     wanted = {g for pair in pairs for g in pair if g >= 0} | {int(history.positions[i]) for i in hist}
-    rows = _fetch_rows(ctx, op_index, keys, sorted(wanted))
+    rows = _fetch_rows(ctx, op_index, row_counts, sorted(wanted))
     entries = [{"dup1": rows.get(a), "dup2": rows.get(b)} for a, b in pairs]
     for i in hist:
         entries.append(
@@ -427,7 +468,7 @@ def write_duplicate_trace(
     return len(entries)
 
 
-def _fetch_rows(ctx, op_index: int, keys: list[pa.Table], positions: list[int]) -> dict[int, dict]:
+def _fetch_rows(ctx, op_index: int, row_counts: list[int], positions: list[int]) -> dict[int, dict]:
     """Global row positions -> row dicts, read from the state the deduplicator saw
     (the checkpoint after op ``op_index - 1``, always kept; the input for op 0).
     Only partitions holding a wanted row are read."""
@@ -437,7 +478,7 @@ def _fetch_rows(ctx, op_index: int, keys: list[pa.Table], positions: list[int]) 
         return {}
     plan = ctx.plan
     parts = ctx.partitioning_info["partitions"]
-    offsets = np.cumsum([0] + [k.num_rows for k in keys])
+    offsets = np.cumsum([0] + [int(c) for c in row_counts])
     store = CheckpointStore(ctx.job_dir, ctx.storage_format)
     out: dict[int, dict] = {}
     for pi, p in enumerate(parts):

@@ -93,17 +93,6 @@ def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
     return min(MAX_SHARDS, max(2, math.ceil(need / budget)))
 
 
-def sharding_blocked_by(recipe, op_name: str) -> str | None:
-    """Why the recipe keeps this op's step in one process (its tracer pairs or history look-ups read
-    every key at once), or None."""
-    if recipe.dedup_history is not None and op_name in recipe.dedup_history.ops:
-        return "dedup_history"
-    tracer = recipe.tracer
-    if tracer.open_tracer and (not tracer.op_list_to_trace or op_name in tracer.op_list_to_trace):
-        return "open_tracer"
-    return None
-
-
 def check_global_steps_fit(
     plan, total_rows: int, limit_bytes: int | None = None, *, recipe=None, max_partition_rows: int = 0
 ) -> None:
@@ -117,12 +106,11 @@ def check_global_steps_fit(
     limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
     for index, op in global_ops:
         op_impl = _op_impl(op, recipe)
-        blocked = None if recipe is None else sharding_blocked_by(recipe, op.name)
-        shards = 0 if op_impl is None or blocked else planned_shards(op_impl, total_rows, limit)
+        shards = 0 if op_impl is None else planned_shards(op_impl, total_rows, limit)
         if shards:
             _check_shards_fit(index, op, op_impl, total_rows, shards, max_partition_rows)
         elif total_rows * KEY_BYTES_PER_ROW > limit:
-            raise GlobalStepTooLargeError(_single_step_message(index, op, total_rows, limit, op_impl, blocked))
+            raise GlobalStepTooLargeError(_single_step_message(index, op, total_rows, limit, op_impl))
 
 
 def _op_impl(op, recipe):
@@ -155,7 +143,7 @@ def _check_shards_fit(index: int, op, op_impl, rows: int, shards: int, max_parti
     )
 
 
-def _single_step_message(index: int, op, total_rows: int, limit: int, op_impl, blocked: str | None) -> str:
+def _single_step_message(index: int, op, total_rows: int, limit: int, op_impl) -> str:
     need = total_rows * KEY_BYTES_PER_ROW
     source = (
         "[dj] global_step_memory_limit_gb"
@@ -164,9 +152,7 @@ def _single_step_message(index: int, op, total_rows: int, limit: int, op_impl, b
         "runs the global step"
     )
     why = ""
-    if blocked:
-        why = f"; it runs in one process because the recipe's {blocked} reads every key at once"
-    elif op_impl is not None and not is_shardable(op_impl):
+    if op_impl is not None and not is_shardable(op_impl):
         why = "; it runs in one process because the op decides in its own code"
     return (
         f"global op {index} ({op.name}) decides over every row at once: {total_rows:,} rows need about "

@@ -4,7 +4,10 @@ Real jobs through ``run_job`` in this process: a corpus whose exact and near dup
 partitions and key shards, three global ops (exact, MinHash, SimHash), exported with the
 single-process step (``global_step_shards: 0``) and with 1, 7 and 64 key shards: the export, the
 keep masks and the lineage must be the same bytes.  Then a key-shard task that fails mid-step: the
-retry redoes only the shards that did not commit, and exports the same bytes.
+retry redoes only the shards that did not commit, and exports the same bytes.  The tracer's duplicate
+pairs and deduplication against history (``dedup_history``) run from the shards too: the trace files,
+the history duplicates and the mask tables (with their lineage columns) are the same bytes as the
+single-process step's.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -72,11 +76,11 @@ def _corpus(path, rows: int = 900, seed: int = 7) -> None:
             fh.write(json.dumps({"id": i, "text": text}) + "\n")
 
 
-def _run(tmp_path, monkeypatch, shards: int, name: str, **kwargs):
+def _run(tmp_path, monkeypatch, shards: int, name: str, extra: str = "", **kwargs):
     monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", str(shards))
     recipe = tmp_path / f"{name}.yaml"
     recipe.write_text(
-        RECIPE.format(data=tmp_path / "in.jsonl", export=tmp_path / f"{name}.jsonl", work=tmp_path / "work")
+        RECIPE.format(data=tmp_path / "in.jsonl", export=tmp_path / f"{name}.jsonl", work=tmp_path / "work") + extra
     )
     if "resume" not in kwargs:
         kwargs["job_id"] = name
@@ -174,10 +178,11 @@ def test_the_planner_plans_shards_where_one_process_could_not_hold_the_keys(monk
         check_global_steps_fit(plan, 10**9, limit_bytes=limit, recipe=recipe, max_partition_rows=10**6)
 
 
-def test_a_traced_op_stays_in_one_process_and_is_refused_past_its_memory():
+def test_a_traced_op_is_planned_in_shards_past_one_process():
+    # The tracer's pairs come from the shards' mask tasks now: a traced op is no longer held in one
+    # process, so a billion rows plan in shards instead of being refused.
     plan, recipe = _plan_and_recipe(tracer=True)
-    with pytest.raises(GlobalStepTooLargeError, match="the recipe's open_tracer reads every key at once"):
-        check_global_steps_fit(plan, 10**9, limit_bytes=24 * 10**9, recipe=recipe, max_partition_rows=10**6)
+    check_global_steps_fit(plan, 10**9, limit_bytes=24 * 10**9, recipe=recipe, max_partition_rows=10**6)
 
 
 def test_a_job_past_the_single_step_limit_runs_sharded(tmp_path, monkeypatch, corpus):
@@ -187,3 +192,118 @@ def test_a_job_past_the_single_step_limit_runs_sharded(tmp_path, monkeypatch, co
     result = _run(tmp_path, monkeypatch, 0, "planned")
     assert len(glob.glob(os.path.join(result.job_dir, GLOBAL_SHARDS_DIR, "op_*"))) == 3
     assert_same_bytes((tmp_path / "planned.jsonl").read_bytes(), (tmp_path / "ref.jsonl").read_bytes())
+
+
+def _same_files(got_dir: str, ref_dir: str, pattern: str) -> list[str]:
+    ref = sorted(os.path.relpath(p, ref_dir) for p in glob.glob(os.path.join(ref_dir, pattern)))
+    got = sorted(os.path.relpath(p, got_dir) for p in glob.glob(os.path.join(got_dir, pattern)))
+    assert got == ref and ref, f"{pattern}: {got} vs {ref}"
+    for rel in ref:
+        with open(os.path.join(got_dir, rel), "rb") as a, open(os.path.join(ref_dir, rel), "rb") as b:
+            assert_same_bytes(a.read(), b.read(), rel)
+    return ref
+
+
+@pytest.mark.parametrize("trace_num", [5, 40])
+def test_duplicate_traces_identical_from_the_shards(tmp_path, monkeypatch, corpus, trace_num):
+    # 40 pairs reach past the first partition (about 110 rows): partitions whose removed rows share a
+    # representative with an earlier partition's are skipped as the single-process step skips them.
+    (tmp_path / "in.jsonl").write_bytes(corpus.read_bytes())
+    extra = f"open_tracer: true\ntrace_num: {trace_num}\n"
+    single = _run(tmp_path, monkeypatch, 0, "single", extra)
+    sharded = _run(tmp_path, monkeypatch, 7, "k7", extra)
+    assert len(glob.glob(os.path.join(sharded.job_dir, GLOBAL_SHARDS_DIR, "op_*"))) == 3
+    files = _same_files(sharded.job_dir, single.job_dir, os.path.join("trace", "duplicate-*.jsonl"))
+    assert len(files) == 3
+    counts = {}
+    for rel in files:
+        entries = [json.loads(line) for line in open(os.path.join(single.job_dir, rel))]
+        assert entries and all(e["dup1"] and e["dup2"] for e in entries)
+        rows = [e["dup2"]["__dj__input_row__"] for e in entries]
+        assert rows == sorted(rows)
+        counts[rel] = (len(entries), rows[-1])
+    assert max(n for n, _ in counts.values()) == trace_num, counts
+    assert trace_num < 40 or max(last for _, last in counts.values()) > 120, counts  # past partition 0
+    assert_same_bytes((tmp_path / "k7.jsonl").read_bytes(), (tmp_path / "single.jsonl").read_bytes(), "export")
+
+
+HISTORY = """\
+open_tracer: true
+trace_num: 5
+dedup_history:
+  path: {path}
+  ops: [document_deduplicator, document_minhash_deduplicator]
+"""
+
+
+def _night(tmp_path, monkeypatch, shards: int, name: str, data, history, **kwargs):
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", str(shards))
+    recipe = tmp_path / f"{name}.yaml"
+    text = RECIPE.format(data=data, export=tmp_path / f"{name}.jsonl", work=tmp_path / "work")
+    recipe.write_text(text + HISTORY.format(path=history))
+    return run_job(str(recipe), workers=1, **(kwargs or {"job_id": name}))
+
+
+def test_dedup_history_from_the_shards_is_identical(tmp_path, monkeypatch, corpus):
+    import shutil
+
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    # Night 1: the first 400 rows, exported, its keys committed to the history.  Night 2: rows 250 on, so
+    # its first 150 rows are exact copies of night-1 rows and many later ones near copies.
+    (tmp_path / "n1.jsonl").write_bytes(b"".join(lines[:400]))
+    (tmp_path / "n2.jsonl").write_bytes(b"".join(lines[250:]))
+    _night(tmp_path, monkeypatch, 0, "night1", tmp_path / "n1.jsonl", tmp_path / "hist_a")
+    for copy in ("hist_b", "hist_c"):  # every night-2 run checks the same version 1
+        shutil.copytree(tmp_path / "hist_a", tmp_path / copy)
+    single = _night(tmp_path, monkeypatch, 0, "n2_single", tmp_path / "n2.jsonl", tmp_path / "hist_a")
+    sharded = _night(tmp_path, monkeypatch, 7, "n2_k7", tmp_path / "n2.jsonl", tmp_path / "hist_b")
+    # A sharded night 2 that fails after its first keep mask of the exact op committed, then resumes:
+    # the history duplicates and traces, written before any mask commits, are written again, the same.
+    faulty = tmp_path / "work" / "n2_fault"
+    faulty.mkdir(parents=True)
+    (faulty / FAULT_FILE).write_text(json.dumps([{"point": "global_mid", "op_index": 0, "times": 1}]))
+    with pytest.raises(Exception, match="injected fault at global_mid"):
+        _night(tmp_path, monkeypatch, 7, "n2_fault", tmp_path / "n2.jsonl", tmp_path / "hist_c")
+    assert (faulty / "dedup_history" / "op_000_document_deduplicator.parquet").exists()
+    _night(tmp_path, monkeypatch, 7, "n2_fault", tmp_path / "n2.jsonl", tmp_path / "hist_c", resume="n2_fault")
+    assert_same_bytes((tmp_path / "n2_fault.jsonl").read_bytes(), (tmp_path / "n2_single.jsonl").read_bytes())
+    for pattern in ("dedup_history/op_*.parquet", "trace/duplicate-*.jsonl", "checkpoints/dedup_mask_op_*/*.arrow"):
+        _same_files(str(faulty), single.job_dir, pattern)
+    assert len(glob.glob(os.path.join(sharded.job_dir, GLOBAL_SHARDS_DIR, "op_*"))) == 3
+    assert not glob.glob(os.path.join(single.job_dir, GLOBAL_SHARDS_DIR, "*"))
+    assert_same_bytes((tmp_path / "n2_k7.jsonl").read_bytes(), (tmp_path / "n2_single.jsonl").read_bytes(), "export")
+    found = _same_files(sharded.job_dir, single.job_dir, os.path.join("dedup_history", "op_*.parquet"))
+    assert len(found) == 2
+    dups = [pq.read_table(os.path.join(single.job_dir, rel)) for rel in found]
+    assert all(t.num_rows > 0 for t in dups)
+    traces = _same_files(sharded.job_dir, single.job_dir, os.path.join("trace", "duplicate-*.jsonl"))
+    for rel in traces[:2]:  # the exact and MinHash ops: in-night pairs, then history pairs
+        entries = [json.loads(line) for line in open(os.path.join(single.job_dir, rel))]
+        assert [e.get("history_duplicate", False) for e in entries] == [False] * 5 + [True] * 5, rel
+    # the keep masks with their lineage columns (history_job, history_row, dup_band), byte for byte
+    masks = _same_files(sharded.job_dir, single.job_dir, os.path.join("checkpoints", "dedup_mask_op_*", "*.arrow"))
+    assert len(masks) == 3 * 8
+    for rel in masks:
+        table = pa.ipc.open_file(os.path.join(single.job_dir, rel)).read_all()
+        if "op_002" not in rel:
+            assert {"history_job", "history_row"} <= set(table.column_names), rel
+    got, ref = _lineage_bytes(sharded.job_dir), _lineage_bytes(single.job_dir)
+    assert sorted(got) == sorted(ref)
+    for rel in ref:
+        assert got[rel].equals(ref[rel]), f"{rel} differs with 7 shards"
+    # A mask task looks its rows up in batches within its budget: the same duplicates as in one batch.
+    from airflow_provider_dj.engine.history.lookup import LOOKUP_BYTES_PER_KEY, find_history_duplicates
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.engine.storage.global_op_state import keys_store
+
+    ctx = JobContext(single.job_dir)
+    op = ctx.plan.ops[1]
+    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
+    part = ctx.partitioning_info["partitions"][0]
+    keys = keys_store(single.job_dir).load_valid(1, op.name, 0, part["content_hash"], op.fingerprint).table
+    rows = np.arange(0, keys.num_rows, 2)
+    whole = find_history_duplicates(single.job_dir, op_impl, keys, rows, memory_bytes=1 << 20)
+    per_row = op_impl.num_bands * LOOKUP_BYTES_PER_KEY
+    batched = find_history_duplicates(single.job_dir, op_impl, keys, rows, memory_bytes=4096, query_bytes=3 * per_row)
+    assert len(whole) > 0 and whole.positions.tolist() == batched.positions.tolist()
+    assert batched.table().equals(whole.table())
