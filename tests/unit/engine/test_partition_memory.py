@@ -99,12 +99,16 @@ def test_a_run_whose_global_step_cannot_fit_is_refused_before_work(tmp_path, mon
     recipe = small_recipe(
         tmp_path, "too_many_rows", "  - clean_email_mapper:\n  - document_deduplicator:\n", partitions=None
     )
-    # traced, the step needs every key at once, so it cannot be sharded (tests/unit/engine/test_global_shards.py
-    # shows the same job untraced planned in shards)
-    with open(recipe, "a") as fh:
-        fh.write("open_tracer: true\n")
+    # an op that decides in its own code (the Data-Juicer adapter's, which needs Data-Juicer installed, so
+    # stood in for here) cannot be sharded; tests/unit/engine/test_global_shards.py shows a shardable op's
+    # job planned in shards
+    from airflow_provider_dj.engine.planning import global_memory
+
+    monkeypatch.setattr(global_memory, "is_shardable", lambda op_impl: False)
     monkeypatch.setenv("DJ_GLOBAL_STEP_MEMORY_LIMIT_GB", str(100 * 78 / 1e9))  # room for 100 rows' keys
     settings.reset()
-    with pytest.raises(GlobalStepTooLargeError, match=r"200 rows need about .*open_tracer.* jobs of at most 100 rows"):
+    with pytest.raises(
+        GlobalStepTooLargeError, match=r"200 rows need about .*decides in its own code.* jobs of at most 100 rows"
+    ):
         run_job(recipe, job_id="many", workers=1)
     assert not (tmp_path / "work" / "many").exists()
