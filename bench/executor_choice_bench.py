@@ -35,6 +35,7 @@ export_path: {export}
 work_dir: {work}
 partition: {{mode: manual, size: {size}, align: file}}
 intermediate_storage: {{reuse_across_jobs: true}}
+export_layout: {layout}
 process:
   - clean_email_mapper:
   - whitespace_normalization_mapper:
@@ -43,12 +44,25 @@ process:
 """
 
 
+LAYOUT = {"value": "file"}
+
+
+def _export_digest(export: str) -> str:
+    """The export's xxh3: the file's, or with ``partition_shards`` its manifest's whole-set checksum."""
+    if LAYOUT["value"] == "partition_shards":
+        from airflow_provider_dj.engine.output.shards import manifest_path, read_manifest
+
+        return str(read_manifest(manifest_path(export))["checksum_xxh3_128"])
+    with open(export, "rb") as fh:
+        return xxhash.xxh3_128_hexdigest(fh.read())
+
+
 def _run(tmp: str, executor: str, name: str, data: str, work: str, size: int) -> tuple[float, str]:
     """One ``dj-airflow run`` process; (wall seconds, the export's xxh3)."""
     recipe = os.path.join(tmp, f"{executor}_{name}.yaml")
     export = os.path.join(tmp, f"{executor}_{name}.jsonl")
     with open(recipe, "w") as fh:
-        fh.write(RECIPE.format(data=data, export=export, work=work, size=size))
+        fh.write(RECIPE.format(data=data, export=export, work=work, size=size, layout=LAYOUT["value"]))
     dj = os.path.join(os.path.dirname(sys.executable), "dj-airflow")
     os.sync()  # the previous run's writeback is not this run's cost
     t0 = time.perf_counter()
@@ -58,8 +72,7 @@ def _run(tmp: str, executor: str, name: str, data: str, work: str, size: int) ->
         raise SystemExit(f"{executor} {name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     chose = next((ln.split("executor: ", 1)[1] for ln in proc.stdout.splitlines() if "executor: " in ln), "-")
     print(f"{executor:5} {name:8} {wall:6.2f} s  {chose}", flush=True)
-    with open(export, "rb") as fh:
-        return wall, xxhash.xxh3_128_hexdigest(fh.read())
+    return wall, _export_digest(export)
 
 
 def _inputs(tmp: str, rows: int, files: int, growth: float) -> dict[str, str]:
@@ -81,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=10, help="night 1's files")
     ap.add_argument("--growth", type=float, default=0.05, help="night 2's new file, as a share of night 1's rows")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (printed)")
+    ap.add_argument("--layout", choices=("file", "partition_shards"), default="file", help="export_layout")
     args = ap.parse_args(argv)
+    LAYOUT["value"] = args.layout
     tmp = tempfile.mkdtemp(prefix="dj-bench-exec-")
     try:
         inp = _inputs(tmp, args.rows, args.files, args.growth)
