@@ -1,4 +1,4 @@
-"""Ray Jobs mode: a partition group runs as one Ray Job whose driver lives on the cluster.
+"""Ray Jobs mode: a partition group, or a global op's step, runs as one Ray Job whose driver lives on the cluster.
 
 ``RayJobsClient`` is a small client over Ray's ``JobSubmissionClient`` (the dashboard's HTTP API):
 submit, status, log tail, stop, and :meth:`RayJobsClient.submit_or_attach`, which finds a group's
@@ -18,6 +18,11 @@ Each submission carries the dashboard's address (credentials removed) and its ti
 keeps in the group's record: the job view shows them, and :func:`stop_running_groups` (``dj-airflow
 stop``) stops the submissions the records say are running there, reporting any it could not reach.
 
+A global op's step (``GlobalOpOperator``) is submitted the same way
+(:meth:`RayJobsClient.submit_or_attach_global`, driver engine/runner/global_job.py), under its own
+deterministic ids (``...-op<i>``, ``-r<n>``); it counts as done when every partition's keep mask is
+committed.
+
 Only the connection's allowlisted extras reach Ray: ``runtime_env`` goes to ``submit_job``,
 ``namespace`` to the driver's ``ray.init``; nothing else of the extra is passed on.
 """
@@ -35,6 +40,7 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.runner.global_job import GlobalJobSpec, step_settings, verify_global
 from airflow_provider_dj.engine.runner.group_job import (
     EXIT_REFUSED,
     REFUSED_PREFIX,
@@ -61,8 +67,9 @@ class RayJobSubmitError(DJError, RuntimeError):
 
 
 class RayJobFailedError(DJError, RuntimeError):
-    """A group's Ray Job ended without committing its partitions; the message carries its log tail.
-    A retry (or a UI clear) submits the group again and resumes from its checkpoints."""
+    """A group's (or a global step's) Ray Job ended without committing its partitions (keep masks); the
+    message carries its log tail.  A retry (or a UI clear) submits it again and resumes from what is
+    committed."""
 
 
 def is_dashboard_address(address: str | None) -> bool:
@@ -81,7 +88,8 @@ def public_address(address: str) -> str:
 
 @dataclass(frozen=True)
 class GroupSubmission:
-    """Where a group's Ray Job stands after :meth:`RayJobsClient.submit_or_attach`.
+    """Where a group's (or a global step's) Ray Job stands after :meth:`RayJobsClient.submit_or_attach`
+    (:meth:`RayJobsClient.submit_or_attach_global`).
 
     ``action``: ``submitted`` (first submission), ``resubmitted`` (after a failed or stopped one),
     ``attached`` (one is pending or running), ``succeeded`` (one succeeded and the checkpoints are
@@ -95,7 +103,7 @@ class GroupSubmission:
 
 
 class RayJobsClient:
-    """Ray's Job Submission API at ``address`` (``http://head:8265``), for partition groups."""
+    """Ray's Job Submission API at ``address`` (``http://head:8265``), for partition groups and global steps."""
 
     def __init__(
         self,
@@ -178,6 +186,15 @@ class RayJobsClient:
             progress = f"progress not readable: {exc}"
         return status, progress
 
+    def poll_global(self, submission_id: str, job_dir: str, op_index: int) -> tuple[str, str]:
+        """:meth:`poll` for a global step: the progress line counts its committed keep masks."""
+        status = self.status(submission_id) or "UNKNOWN"
+        try:
+            _, progress = verify_global(job_dir, op_index)
+        except Exception as exc:  # noqa: BLE001 - progress is informative; Ray's status decides
+            progress = f"progress not readable: {exc}"
+        return status, progress
+
     def refusal(self, submission_id: str) -> str | None:
         """Why the submission could not start, when a retry would only meet the same refusal: its driver
         refused before any work (another provider version, a job directory this cluster does not see),
@@ -199,7 +216,7 @@ class RayJobsClient:
         """Every submission on the cluster whose id starts with ``prefix``."""
         return [j for j in self._client.list_jobs() if (j.submission_id or "").startswith(prefix)]
 
-    def submit(self, spec: GroupJobSpec, *, agent_wait_s: float = 60.0) -> str:
+    def submit(self, spec: GroupJobSpec | GlobalJobSpec, *, agent_wait_s: float = 60.0) -> str:
         """Submit ``spec``'s driver under ``spec.submission_id``; an id the cluster knows is not submitted
         twice (Ray refuses it), and this returns the id either way.  A head that has just started answers
         before its job agent can start drivers ("No available agent"): that is retried for
@@ -213,11 +230,11 @@ class RayJobsClient:
                     submission_id=spec.submission_id,
                     runtime_env=self.runtime_env or None,
                     entrypoint_num_cpus=0,  # the driver only waits; its partitions' tasks ask for CPUs
-                    metadata={"dj_job_id": spec.job_id, "dj_segment": str(spec.segment_index)},
+                    metadata=spec.metadata,
                 )
             except RuntimeError as exc:
                 if self.info(spec.submission_id) is not None:
-                    return spec.submission_id  # another submitter was first: the same group, attach to it
+                    return spec.submission_id  # another submitter was first: the same work, attach to it
                 if "No available agent" in str(exc) and time.monotonic() < deadline:
                     time.sleep(1.0)
                     continue
@@ -249,14 +266,45 @@ class RayJobsClient:
 
         ``spec_for(submission_id, attempt)`` builds the driver's spec for a new submission."""
         gid = int(group["group_id"])
-        base = ray_jobs.base_submission_id(job_dir, job_id, segment_index, gid)
+        return self._submit_or_attach(
+            spec_for,
+            ray_jobs.base_submission_id(job_dir, job_id, segment_index, gid),
+            ray_jobs.latest_submission(ray_jobs.read_record(job_dir, segment_index, gid)),
+            lambda: verify_group(job_dir, segment_index, group["partition_ids"]),
+            "the group",
+        )
+
+    def submit_or_attach_global(
+        self, spec_for: Callable[[str, int], GlobalJobSpec], *, job_dir: str, job_id: str, op_index: int
+    ) -> GroupSubmission:
+        """:meth:`submit_or_attach` for global op ``op_index``'s step: its submissions are
+        ``ray_jobs.global_base_submission_id``'s, its record ``ray_jobs.read_global_record``, and a
+        succeeded one is trusted once every partition's keep mask is committed."""
+        return self._submit_or_attach(
+            spec_for,
+            ray_jobs.global_base_submission_id(job_dir, job_id, op_index),
+            ray_jobs.latest_submission(ray_jobs.read_global_record(job_dir, op_index)),
+            lambda: verify_global(job_dir, op_index),
+            f"global op {op_index}'s step",
+        )
+
+    def _submit_or_attach(
+        self,
+        spec_for: Callable[[str, int], Any],
+        base: str,
+        recorded: dict | None,
+        verify: Callable[[], tuple[bool, str]],
+        what: str,
+    ) -> GroupSubmission:
+        """Walk ``base``'s submissions on the cluster (and the latest its drivers ``recorded``, where the
+        cluster forgot it), then attach to an active one, trust a succeeded one that ``verify`` confirms,
+        or submit the next attempt."""
         attempt, info = self.latest_on_cluster(base)
-        recorded = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, segment_index, gid))
         if recorded is not None and int(recorded.get("attempt", 0)) > attempt:
-            # The cluster forgot the group's newest submission (a restarted head): its driver's record says.
+            # The cluster forgot the newest submission (a restarted head): its driver's record says.
             attempt, sid = int(recorded["attempt"]), recorded["submission_id"]
             if recorded.get("state") == "succeeded":
-                done = self._verified(sid, attempt, "SUCCEEDED", job_dir, segment_index, group)
+                done = self._verified(sid, attempt, "SUCCEEDED", verify, what)
                 if done is not None:
                     return done
         elif info is not None:
@@ -265,20 +313,20 @@ class RayJobsClient:
             if status in ACTIVE:
                 return GroupSubmission(sid, attempt, "attached", status)
             if status == "SUCCEEDED":
-                done = self._verified(sid, attempt, status, job_dir, segment_index, group)
+                done = self._verified(sid, attempt, status, verify, what)
                 if done is not None:
                     return done
         nxt = attempt + 1
         sid = self.submit(spec_for(ray_jobs.submission_id(base, nxt), nxt))
         return GroupSubmission(sid, nxt, "resubmitted" if nxt else "submitted", self.status(sid) or "PENDING")
 
-    def _verified(self, sid, attempt, status, job_dir, segment_index, group) -> GroupSubmission | None:
-        """A succeeded submission whose group's checkpoints are all committed; None when some are missing
-        (removed since, or never written): then the group is submitted again."""
-        done, message = verify_group(job_dir, segment_index, group["partition_ids"])
+    def _verified(self, sid, attempt, status, verify, what) -> GroupSubmission | None:
+        """A succeeded submission whose output is all committed; None when some is missing (removed
+        since, or never written): then it is submitted again."""
+        done, message = verify()
         if done:
             return GroupSubmission(sid, attempt, "succeeded", status, message)
-        log.warning("Ray job %s succeeded but %s: submitting the group again", sid, message)
+        log.warning("Ray job %s succeeded but %s: submitting %s again", sid, message, what)
         return None
 
 
@@ -316,6 +364,38 @@ def group_spec(
     )
 
 
+def global_spec(
+    *,
+    job_dir: str,
+    job_id: str,
+    op_index: int,
+    submission_id: str,
+    attempt: int,
+    namespace: str | None = None,
+    try_number: int | None = None,
+    run_id: str | None = None,
+    step_key: str = "",
+    event_defaults: dict | None = None,
+) -> GlobalJobSpec:
+    """A global step's driver spec as this process submits it: this provider's version, this host's name
+    and this process's settings that plan the step (``global_job.STEP_SETTINGS``)."""
+    return GlobalJobSpec(
+        job_dir=job_dir,
+        job_id=job_id,
+        op_index=int(op_index),
+        submission_id=submission_id,
+        attempt=int(attempt),
+        provider_version=__version__,
+        submitter_host=socket.gethostname(),
+        try_number=try_number,
+        run_id=run_id,
+        step_key=step_key,
+        event_defaults=dict(event_defaults or {}),
+        namespace=namespace,
+        settings=step_settings(),
+    )
+
+
 # -- a job's stop ----------------------------------------------------------------
 #: Seconds ``dj-airflow stop`` waits for a dashboard's port before it reports the dashboard unreachable.
 STOP_CONNECT_TIMEOUT_S = 5.0
@@ -323,18 +403,20 @@ STOP_CONNECT_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class RayJobStop:
-    """What a job's stop did to one group's running Ray Job.
+    """What a job's stop did to one group's (or a global step's: ``op_index`` set, no segment or group)
+    running Ray Job.
 
     ``outcome``: ``stopped`` (Ray stops it: SIGTERM to its driver, SIGKILL a few seconds later),
     ``ended`` (Ray says it had already ended), ``not_stopped`` (``reason`` says why: the dashboard does
     not answer or refused, or the record names none).  The job's stop request stays either way."""
 
-    segment_index: int
-    group_id: int
+    segment_index: int | None
+    group_id: int | None
     submission_id: str
     address: str
     outcome: str
     reason: str = ""
+    op_index: int | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -343,7 +425,12 @@ class RayJobStop:
         """One line for a person: the submission, the group and what happened to it."""
         what = {"stopped": "stop requested from Ray", "ended": "had already ended on Ray"}.get(self.outcome)
         where = f" at {self.address}" if self.address else ""
-        head = f"Ray job {self.submission_id} (segment {self.segment_index}, group {self.group_id}){where}"
+        unit = (
+            f"global op {self.op_index}"
+            if self.op_index is not None
+            else f"segment {self.segment_index}, group {self.group_id}"
+        )
+        head = f"Ray job {self.submission_id} ({unit}){where}"
         return f"{head}: {what}" if what else f"{head}: NOT stopped: {self.reason}"
 
 
@@ -359,12 +446,12 @@ def stop_running_groups(
     out = []
     for record, entry in ray_jobs.running_submissions(job_dir):
         where = address or entry.get("dashboard_address") or ""
-        stop = dict(
-            segment_index=int(record["segment_index"]),
-            group_id=int(record["group_id"]),
-            submission_id=str(entry["submission_id"]),
-            address=public_address(where),
+        unit = (
+            dict(segment_index=None, group_id=None, op_index=int(record["op_index"]))
+            if "op_index" in record
+            else dict(segment_index=int(record["segment_index"]), group_id=int(record["group_id"]))
         )
+        stop = dict(**unit, submission_id=str(entry["submission_id"]), address=public_address(where))
         if not where:
             why = "its record names no Ray dashboard: pass one (dj-airflow stop --ray-address http://<head>:8265)"
             out.append(RayJobStop(**stop, outcome="not_stopped", reason=why))

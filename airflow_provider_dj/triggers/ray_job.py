@@ -1,8 +1,8 @@
-"""RayJobTrigger: the deferred half of ``PartitionGroupOperator`` in Ray Jobs mode.
+"""RayJobTrigger: the deferred half of ``PartitionGroupOperator`` and ``GlobalOpOperator`` in Ray Jobs mode.
 
-Runs in the triggerer and follows one Ray Job (a partition group's driver on the cluster) through
-the dashboard's HTTP API, and the group's progress through the job directory (the partitions whose
-segment output is committed), in a worker thread (``asyncio.to_thread``) so blocking HTTP and file
+Runs in the triggerer and follows one Ray Job (a partition group's driver on the cluster, or with
+``op_index`` set a global op's step) through the dashboard's HTTP API, and its progress through the
+job directory (the partitions whose segment output, or keep mask, is committed), in a worker thread (``asyncio.to_thread``) so blocking HTTP and file
 reads never stall the triggerer's event loop.  It yields exactly one event, when the Ray Job ends:
 ``{"status": <Ray's final status | "UNKNOWN" | "error">, "submission_id", "progress", "message"}``.
 The operator's ``execute_complete`` verifies the checkpoints and succeeds, or fails with the Ray
@@ -29,17 +29,19 @@ class RayJobTrigger(BaseTrigger):
         dashboard_address: str,
         submission_id: str,
         job_dir: str,
-        segment_index: int,
-        partition_ids: list[int],
+        segment_index: int | None = None,
+        partition_ids: list[int] | None = None,
         poll_interval: float = 5.0,
         max_poll_errors: int = 5,
+        op_index: int | None = None,
     ) -> None:
         super().__init__()
         self.dashboard_address = dashboard_address
         self.submission_id = submission_id
         self.job_dir = job_dir
         self.segment_index = segment_index
-        self.partition_ids = list(partition_ids)
+        self.partition_ids = list(partition_ids or [])
+        self.op_index = op_index  # a global op's step: progress is its committed keep masks
         self.poll_interval = poll_interval
         self.max_poll_errors = max_poll_errors  # consecutive failed looks before the task is told
 
@@ -52,9 +54,12 @@ class RayJobTrigger(BaseTrigger):
             "partition_ids": self.partition_ids,
             "poll_interval": self.poll_interval,
             "max_poll_errors": self.max_poll_errors,
+            "op_index": self.op_index,
         }
 
     def _poll(self, client) -> tuple[str, str]:
+        if self.op_index is not None:
+            return client.poll_global(self.submission_id, self.job_dir, self.op_index)
         return client.poll(self.submission_id, self.job_dir, self.segment_index, self.partition_ids)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -4,8 +4,10 @@ One cluster for the module (tests/integration/ray_jobs_cluster.py: its own ports
 by its own process group).  A partition group submitted as a Ray Job writes the bytes the in-process
 path writes; a second submission of a group is recognised, a succeeded one is not run again, a failed
 one is submitted again and resumes from its checkpoints; a submitter of another provider version is
-refused on the cluster with nothing written; and a DAG run with the ``ray`` connection in Ray Jobs
-mode runs each group as one Ray Job.  Assertions are on bytes, rows, files and the cluster's job list.
+refused on the cluster with nothing written; a DAG run with the ``ray`` connection in Ray Jobs
+mode runs each group, and its global step (in key shards, as Ray tasks of its driver on the cluster),
+as one Ray Job; a global step's retry after success submits nothing.  Assertions are on bytes, rows,
+files and the cluster's job list.
 """
 
 from __future__ import annotations
@@ -330,9 +332,12 @@ def test_a_runtime_env_that_does_not_install_is_refused_and_nothing_is_written(c
 def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     cluster, client, make_recipe, airflow_home, monkeypatch, tmp_path, caplog
 ):
-    """Segment 0's tasks defer to the trigger; segment 1's wait in the worker (deferrable=False)."""
+    """Segment 0's tasks defer to the trigger; segment 1's wait in the worker (deferrable=False).  The
+    global step runs in 3 key shards (``DJ_GLOBAL_STEP_SHARDS``, set here only: the spec carries it to
+    the driver) as one deferred Ray Job, and the export is the bytes of the unsharded in-process run."""
     import logging
 
+    from airflow_provider_dj import settings
     from airflow_provider_dj.cli.airflow_env import write_cli_dag_stub
     from airflow_provider_dj.dag_builder.factory import build_dag
     from airflow_provider_dj.engine import run_job
@@ -342,6 +347,9 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
     monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
     recipe = make_recipe("rj_dag", parts=2)
+    reference = run_job(recipe, job_id="rjdag_ref", workers=1, overrides={"export_path": str(tmp_path / "r.jsonl")})
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "3")
+    settings.reset()
     dag_id = sanitize_dag_id(load_recipe(recipe).project_name)
     write_cli_dag_stub(airflow_home, recipe, dag_id)
     dag = build_dag(recipe, dag_id=dag_id)
@@ -352,19 +360,22 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     job_dir = str(tmp_path / "work" / "rjdag")
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         summary = json.load(fh)
-    reference = run_job(recipe, job_id="rjdag_ref", workers=1, overrides={"export_path": str(tmp_path / "r.jsonl")})
     with open(summary["export"]["path"], "rb") as a, open(reference.export_path, "rb") as b:
         assert a.read() == b.read()
 
     records = sorted(os.listdir(os.path.join(job_dir, "ray_jobs")))
     seg0 = [r for r in records if r.startswith("seg0_")]
-    assert len(JobContext(job_dir).plan.segments) == 2 and seg0 and len(records) > len(seg0)
+    plan = JobContext(job_dir).plan
+    op_index = plan.segments[0].keys_for_global
+    assert len(plan.segments) == 2 and seg0 and len(records) > len(seg0) + 1
+    assert f"global_op{op_index}.json" in records
     prefix = ray_jobs.base_submission_id(job_dir, "rjdag", 0, 0).rsplit("-s0-g0", 1)[0]
     jobs = client.list_submissions(prefix)
-    assert len(jobs) == len(records)  # one Ray job per group of each segment, none submitted twice
+    assert len(jobs) == len(records)  # one Ray job per group of each segment and the global step, none twice
     assert {str(j.status.value) for j in jobs} == {"SUCCEEDED"}
     deferred = [r for r in caplog.records if "running trigger in line" in r.getMessage()]
-    assert len(deferred) == len(seg0)  # segment 0's tasks deferred; segment 1's waited in the worker
+    assert len(deferred) == len(seg0) + 1  # segment 0's tasks and the global step deferred; segment 1's waited
+    _check_global_job(client, job_dir, "rjdag", op_index, shards=3)
 
     # A clear of a succeeded group: its next try verifies the checkpoints and submits nothing.
     record = ray_jobs.read_record(job_dir, 0, 0)
@@ -372,6 +383,80 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     results = _operator(job_dir, 0, group).execute(_context(dag_run.run_id))
     assert results == ray_jobs.latest_submission(record)["results"] and results
     assert len(client.list_submissions(prefix)) == len(records)
+
+
+def _check_global_job(client, job_dir: str, job_id: str, op_index: int, shards: int) -> dict:
+    """The global step ran as one Ray Job under its deterministic id, its driver on the cluster (not this
+    process), in ``shards`` key shards whose tasks were Ray tasks of that driver; returns its record's entry."""
+    import glob
+
+    from ray.util.state import list_tasks
+
+    sid = ray_jobs.global_base_submission_id(job_dir, job_id, op_index)
+    record = ray_jobs.read_global_record(job_dir, op_index)
+    (entry,) = record["submissions"]
+    assert (record["op_index"], entry["submission_id"], entry["state"]) == (op_index, sid, "succeeded")
+    assert [t["state"] for t in entry["transitions"]] == ["started", "succeeded"]
+    assert entry["pid"] != os.getpid() and entry["dashboard_address"] == client.address
+    info = client.info(sid)
+    assert str(info.status.value) == "SUCCEEDED" and "engine.runner.global_job" in info.entrypoint
+    assert f'"global_step_shards":"{shards}"' in info.entrypoint  # the submitter's setting, in the spec
+    (stage,) = glob.glob(os.path.join(job_dir, "global_shards", f"op_{op_index:03d}_*"))
+    assert len(glob.glob(os.path.join(stage, "edges", "key_*", "done.json"))) == shards
+    names = {t.name for t in list_tasks(address=client.address, filters=[("job_id", "=", info.job_id)], limit=1000)}
+    assert {"scatter_partition", "resolve_key_shard", "commit_partition_mask"} <= names, names
+    return entry
+
+
+def test_a_global_step_runs_as_one_ray_job_and_its_retry_submits_nothing(
+    cluster, client, make_recipe, monkeypatch, tmp_path
+):
+    """``GlobalOpOperator`` in Ray Jobs mode, waiting in the worker: the step runs on the cluster in 3 key
+    shards; the retry finds every keep mask committed and submits nothing; the job then exports the bytes
+    of the in-process run."""
+    from airflow_provider_dj import settings
+    from airflow_provider_dj.engine import run_job, run_prepared_job
+    from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher
+    from airflow_provider_dj.engine.runner.global_job import verify_global
+    from airflow_provider_dj.engine.runner.steps import run_group
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.operators.global_op import GlobalOpOperator
+
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
+    recipe = make_recipe("rj_global", parts=3)
+    reference = run_job(recipe, job_id="rjg_ref", workers=1, overrides={"export_path": str(tmp_path / "g.jsonl")})
+    prepared = _plan(recipe, "rjg")
+    for group in prepared.groups:  # segment 0 in this process: only the global step is under test
+        run_group(prepared.job_dir, 0, group, LocalDispatcher(1), run_id=RUN_ID)
+    op_index = JobContext(prepared.job_dir).plan.segments[0].keys_for_global
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "3")
+    settings.reset()
+
+    def operator():
+        return GlobalOpOperator(
+            task_id=f"global_op{op_index}",
+            job_dir=prepared.job_dir,
+            op_index=op_index,
+            deferrable=False,
+            poll_interval=0.5,
+        )
+
+    assert verify_global(prepared.job_dir, op_index)[0] is False
+    result = operator().execute(_context(RUN_ID, try_number=1))
+    entry = _check_global_job(client, prepared.job_dir, prepared.job_id, op_index, shards=3)
+    assert result == entry["results"] and result["rows"] > result["kept"] > 0
+    assert verify_global(prepared.job_dir, op_index) == (True, f"global op {op_index}: 3/3 keep masks committed")
+
+    again = operator().execute(_context(RUN_ID, try_number=2))  # a retry (or a clear) after success
+    assert again == {"op_index": op_index, "skipped": True}
+    prefix = ray_jobs.global_base_submission_id(prepared.job_dir, prepared.job_id, op_index)
+    assert [j.submission_id for j in client.list_submissions(prefix)] == [entry["submission_id"]]
+    assert len(ray_jobs.read_global_record(prepared.job_dir, op_index)["submissions"]) == 1
+
+    done = run_prepared_job(prepared, workers=1)  # segment 1 and the export, in this process
+    with open(done.export_path, "rb") as a, open(reference.export_path, "rb") as b:
+        assert a.read() == b.read()
 
 
 #: A task process that waits in the worker (``deferrable=False``) for its group's Ray job, as the

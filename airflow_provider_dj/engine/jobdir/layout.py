@@ -130,6 +130,20 @@ def ray_job_record_key(name: str) -> tuple[int, int] | None:
     return int(seg[3:]), int(group)
 
 
+def ray_job_global_record(op_index: int) -> str:
+    """``ray_jobs/global_op<i>.json`` (relative path): the Ray Job submissions of global op ``op_index``'s step."""
+    return f"{RAY_JOBS_DIR}/global_op{op_index}.json"
+
+
+def ray_job_global_record_key(name: str) -> int | None:
+    """The op index of a file name under ``ray_jobs/`` written by :func:`ray_job_global_record`; None for
+    any other name."""
+    stem, _, ext = name.partition(".")
+    if ext != "json" or not stem.startswith("global_op") or not stem[9:].isdigit():
+        return None
+    return int(stem[9:])
+
+
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

@@ -21,6 +21,12 @@ One write comes from the submitter: after a submission ended without success whi
 request was pending, it records the stop (``stopped_by: stop_request``, ``recorded_by: submitter``)
 where the driver was ended before it could (engine/runner/group_job.settle_stopped_group); its driver
 has ended by then, so the writers still never overlap.
+
+A global op's step submitted as a Ray Job (engine/runner/global_job.py) has the same scheme under
+``dj-<job id>-<job dir hash>-op<i>`` (``-r<n>`` after a failed or stopped attempt) and its own record,
+``layout.ray_job_global_record`` (``ray_jobs/global_op<i>.json``), written by its drivers the same way.
+:func:`read_records` lists the groups' records only (what the job view's table shows);
+:func:`running_submissions` covers both, so a job's stop reaches a running global step too.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import xxhash
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import (
     RAY_JOBS_DIR,
+    ray_job_global_record,
+    ray_job_global_record_key,
     ray_job_record,
     ray_job_record_key,
     read_json,
@@ -45,11 +53,21 @@ ENDED = frozenset({"succeeded", "failed", "stopped"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def base_submission_id(job_dir: str, job_id: str, segment_index: int, group_id: int) -> str:
-    """The first submission's id of one group of one segment of one job directory."""
+def _id_prefix(job_dir: str, job_id: str) -> str:
+    """``dj-<job id>-<job dir hash>``: what every submission id of one job directory starts with."""
     digest = xxhash.xxh3_64_hexdigest(job_dir.rstrip("/").encode())
     safe = _UNSAFE.sub("_", job_id)[:64]
-    return f"dj-{safe}-{digest[:8]}-s{int(segment_index)}-g{int(group_id)}"
+    return f"dj-{safe}-{digest[:8]}"
+
+
+def base_submission_id(job_dir: str, job_id: str, segment_index: int, group_id: int) -> str:
+    """The first submission's id of one group of one segment of one job directory."""
+    return f"{_id_prefix(job_dir, job_id)}-s{int(segment_index)}-g{int(group_id)}"
+
+
+def global_base_submission_id(job_dir: str, job_id: str, op_index: int) -> str:
+    """The first submission's id of global op ``op_index``'s step of one job directory."""
+    return f"{_id_prefix(job_dir, job_id)}-op{int(op_index)}"
 
 
 def submission_id(base: str, attempt: int) -> str:
@@ -77,6 +95,32 @@ def read_record(job_dir: str, segment_index: int, group_id: int) -> dict | None:
     return read_json(path)
 
 
+def global_record_path(job_dir: str, op_index: int) -> str:
+    return storage.join(job_dir, *ray_job_global_record(op_index).split("/"))
+
+
+def read_global_record(job_dir: str, op_index: int) -> dict | None:
+    """Global op ``op_index``'s record, or None when no driver of its step has started."""
+    path = global_record_path(job_dir, op_index)
+    if not storage.exists(path):
+        return None
+    return read_json(path)
+
+
+def read_global_records(job_dir: str) -> list[dict]:
+    """Every global step's record in the job directory, by op index; [] when none ran as a Ray Job."""
+    names = storage.listdir(storage.join(job_dir, RAY_JOBS_DIR))
+    records = []
+    for op_index in sorted(k for k in map(ray_job_global_record_key, names) if k is not None):
+        try:
+            record = read_global_record(job_dir, op_index)
+        except (OSError, ValueError):
+            continue
+        if record is not None:
+            records.append(record)
+    return records
+
+
 def read_records(job_dir: str) -> list[dict]:
     """Every group's record in the job directory, by segment then group; [] when the job never ran in
     Ray Jobs mode.  One listing of ``ray_jobs/``; a record removed or half-visible meanwhile is skipped."""
@@ -93,10 +137,11 @@ def read_records(job_dir: str) -> list[dict]:
 
 
 def running_submissions(job_dir: str) -> list[tuple[dict, dict]]:
-    """(record, its latest submission) of every group whose latest driver has started and not ended:
-    the Ray Jobs a stop of the job must reach."""
+    """(record, its latest submission) of every group, and every global step, whose latest driver has
+    started and not ended: the Ray Jobs a stop of the job must reach.  A global step's record has
+    ``op_index`` where a group's has ``segment_index`` and ``group_id``."""
     out = []
-    for record in read_records(job_dir):
+    for record in [*read_records(job_dir), *read_global_records(job_dir)]:
         entry = latest_submission(record)
         if entry is not None and entry.get("state") not in ENDED:
             out.append((record, entry))
@@ -136,16 +181,40 @@ def record_transition(
 ) -> dict:
     """Append ``state`` to submission ``sid``'s transitions (creating its entry from ``identity``: host,
     pid, provider version); ``fields`` (results, error) are set on the entry.  Returns the entry."""
-    if state not in STATES:
-        raise ValueError(f"unknown Ray job state {state!r}: use one of {', '.join(STATES)}")
     gid = int(group["group_id"])
-    record = read_record(job_dir, segment_index, gid) or {
+    fresh = {
         "job_id": job_id,
         "segment_index": int(segment_index),
         "group_id": gid,
         "partition_ids": list(group["partition_ids"]),
         "submissions": [],
     }
+    return _append(record_path(job_dir, segment_index, gid), fresh, sid, state, attempt, identity, fields)
+
+
+def record_global_transition(
+    job_dir: str,
+    op_index: int,
+    sid: str,
+    state: str,
+    *,
+    job_id: str,
+    op_name: str,
+    attempt: int,
+    identity: dict | None = None,
+    **fields,
+) -> dict:
+    """:func:`record_transition` for global op ``op_index``'s step (its record names the op)."""
+    fresh = {"job_id": job_id, "op_index": int(op_index), "op_name": op_name, "submissions": []}
+    return _append(global_record_path(job_dir, op_index), fresh, sid, state, attempt, identity, fields)
+
+
+def _append(path: str, fresh: dict, sid: str, state: str, attempt: int, identity: dict | None, fields: dict) -> dict:
+    """Append ``state`` to submission ``sid`` of the record at ``path`` (``fresh`` when there is none yet),
+    by an atomic replace; returns the submission's entry."""
+    if state not in STATES:
+        raise ValueError(f"unknown Ray job state {state!r}: use one of {', '.join(STATES)}")
+    record = (read_json(path) if storage.exists(path) else None) or fresh
     entry = find_submission(record, sid)
     if entry is None:
         entry = {"submission_id": sid, "attempt": int(attempt), **(identity or {}), "transitions": []}
@@ -153,5 +222,5 @@ def record_transition(
     entry["state"] = state
     entry["transitions"].append({"state": state, "at": time.time()})
     entry.update(fields)
-    write_json(record_path(job_dir, segment_index, gid), record)
+    write_json(path, record)
     return entry

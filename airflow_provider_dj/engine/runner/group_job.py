@@ -13,6 +13,9 @@ planned it: missing at the path (a work dir not mounted at the same path on the 
 holding another job.  Then it records in the job directory what it is and how it ended
 (engine/jobdir/ray_jobs.py).  Exit status: 0 done, 1 failed, 2 refused, 130 stopped.
 
+The checks, the record's transitions and the stop handling are :class:`DriverRun`'s, which a global
+step's driver (engine/runner/global_job.py) runs too, with its own record and work.
+
 No Airflow import anywhere below this module: the cluster's image needs this package, not Airflow.
 """
 
@@ -27,7 +30,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core import fs as storage
@@ -45,11 +48,8 @@ REFUSED_PREFIX = "refused before any work: "
 
 
 class GroupJobRefusedError(DJError, RuntimeError):
-    """The Ray Job cannot run this group here; the message says what to change.  Nothing was written."""
-
-
-#: Set once Ray's stop_job reached this driver (SIGTERM) and the stop is recorded.
-_STOPPED = threading.Event()
+    """The Ray Job cannot run this group (or global step) here; the message says what to change.  Nothing
+    was written."""
 
 
 class _Terminated(BaseException):
@@ -79,6 +79,11 @@ class GroupJobSpec:
     dashboard_address: str = ""
     submitted_at: float | None = None
 
+    @property
+    def metadata(self) -> dict:
+        """What the submission carries in Ray's job list."""
+        return {"dj_job_id": self.job_id, "dj_segment": str(self.segment_index)}
+
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
 
@@ -89,11 +94,13 @@ class GroupJobSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def entrypoint(spec: GroupJobSpec, python: str = "python") -> str:
-    """The Ray Job's entrypoint command line for ``spec`` (a shell command, quoted)."""
+def entrypoint(spec: Any, python: str = "python") -> str:
+    """The Ray Job's entrypoint command line for ``spec`` (a shell command, quoted): the driver module its
+    class names (``DRIVER_MODULE``: this one for a group, engine/runner/global_job.py for a global step)."""
     import shlex
 
-    return f"{shlex.quote(python)} -m {MODULE} --spec {shlex.quote(spec.to_json())}"
+    module = getattr(spec, "DRIVER_MODULE", MODULE)
+    return f"{shlex.quote(python)} -m {module} --spec {shlex.quote(spec.to_json())}"
 
 
 def check_version(spec: GroupJobSpec, installed: str = __version__) -> None:
@@ -167,7 +174,7 @@ def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> 
     return not missing, line + (f" (not yet: {missing})" if missing else "")
 
 
-def _identity(spec: GroupJobSpec) -> dict:
+def _identity(spec: Any) -> dict:
     """What the record keeps of this driver: where it runs, and where and when it was submitted."""
     known = {"dashboard_address": spec.dashboard_address, "submitted_at": spec.submitted_at}
     return {
@@ -178,104 +185,141 @@ def _identity(spec: GroupJobSpec) -> dict:
     }
 
 
-def _connect(spec: GroupJobSpec):
-    import ray
+class DriverRun:
+    """One Ray Job driver's run: the checks, the record and the stop handling every driver shares (a
+    partition group's here, a global step's in engine/runner/global_job.py).
 
-    if not ray.is_initialized():
-        kwargs = {"namespace": spec.namespace} if spec.namespace else {}
-        ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
-        _handle_sigterm(spec)  # ray.init put its own handler (a bare exit) in place of ours
-    return ray
+    ``spec`` is the driver's spec (:class:`GroupJobSpec` or one with the same identity fields: job_dir,
+    job_id, submission_id, attempt, provider_version, submitter_host, try_number, run_id, step_key,
+    event_defaults, namespace, dashboard_address, submitted_at); ``record(state, identity=..., **fields)``
+    writes a transition to the driver's record; ``cancel(reason)`` ends the Ray work it started (set it
+    once that work's handle exists); ``what`` names the work in the driver's log."""
 
+    def __init__(self, spec: Any, record: Callable[..., Any], *, what: str) -> None:
+        self.spec = spec
+        self._record = record
+        self.what = what
+        self.cancel: Callable[[str], Any] = lambda reason: None
+        #: Set once Ray's stop_job reached this driver (SIGTERM) and the stop is recorded.
+        self.terminated = threading.Event()
 
-def _handle_sigterm(spec: GroupJobSpec):
-    """Make Ray's ``stop_job`` (SIGTERM) end the group as stopped; returns the handler it replaced."""
-    return signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(spec))
+    def record(self, state: str, **fields: Any) -> None:
+        self._record(state, identity=_identity(self.spec), **fields)
 
+    def connect(self):
+        """The ``ray`` module, connected to the cluster this driver runs on (``address="auto"``)."""
+        import ray
 
-def _record(spec: GroupJobSpec, state: str, **fields: Any) -> None:
-    ray_jobs.record_transition(
-        spec.job_dir,
-        spec.segment_index,
-        spec.group,
-        spec.submission_id,
-        state,
-        job_id=spec.job_id,
-        attempt=spec.attempt,
-        identity=_identity(spec),
-        **fields,
-    )
+        if not ray.is_initialized():
+            kwargs = {"namespace": self.spec.namespace} if self.spec.namespace else {}
+            ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
+            self.handle_sigterm()  # ray.init put its own handler (a bare exit) in place of ours
+        return ray
+
+    def handle_sigterm(self):
+        """Make Ray's ``stop_job`` (SIGTERM) end the work as stopped; returns the handler it replaced."""
+        return signal.signal(signal.SIGTERM, lambda signum, frame: self._on_sigterm())
+
+    def run(self, body: Callable[[], Any]) -> int:
+        """Check, record, run ``body`` under the stop protocol, record how it ended; the exit status (see
+        the module docstring).  ``body``'s result is the record's ``results``.
+
+        However the work ends early, the record's ``stopped_by`` comes from the job directory: work that
+        ends without success while the job's stop request is pending was stopped by it
+        (``stop_request``), whichever of the stop's paths (the forced-stop watch, a stop point, Ray's
+        SIGTERM) reached this driver first."""
+        from airflow_provider_dj.engine.runner.stop import JobStopped, stoppable
+
+        spec = self.spec
+        try:
+            check_version(spec)
+            check_identity(spec)
+        except GroupJobRefusedError as exc:
+            print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
+            return EXIT_REFUSED
+        previous = self.handle_sigterm()
+        try:
+            self.record("started")
+            results = stoppable(
+                spec.job_dir,
+                body,
+                step_key=spec.step_key or spec.submission_id,
+                try_number=spec.try_number,
+                run_id=spec.run_id,
+                event_defaults=spec.event_defaults,
+                say=log.info,
+                warn=log.warning,
+            )
+        except JobStopped as exc:
+            self.record("stopped", error=str(exc)[:4000], stopped_by="stop_request")
+            print(str(exc), file=sys.stderr, flush=True)
+            return EXIT_STOPPED
+        except BaseException as exc:  # noqa: BLE001 - SIGTERM's exception, Ray's own SIGTERM exit included
+            return self._ended_early(exc)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        self.record("succeeded", results=results)
+        return EXIT_OK
+
+    def _ended_early(self, exc: BaseException) -> int:
+        """Record how the work ended when it raised: stopped (by the pending stop request, else by Ray's
+        ``stop_job``) for a SIGTERM or with a stop request pending, else failed.  Returns the exit status."""
+        if self.terminated.is_set():  # SIGTERM: the handler recorded the stop; its exception may come out as another
+            self.cancel("the Ray job was stopped (SIGTERM)")  # Ray would end them with the driver anyway
+            return EXIT_STOPPED
+        cause = _stop_cause(self.spec)
+        if cause is not None or not isinstance(exc, Exception):  # a stop request, or a signal's exit (Ray's handler)
+            cause = cause or _sigterm_cause(self.spec)
+            if isinstance(exc, Exception):
+                cause["error"] = f"{cause['error']}; the {self.what} ended with {type(exc).__name__}: {exc}"[:4000]
+            self.record("stopped", **cause)
+            self.cancel(f"the {self.what} was stopped")
+            return EXIT_STOPPED
+        self.record("failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
+        log.error("%s failed", self.what, exc_info=exc)
+        return EXIT_FAILED
+
+    def _on_sigterm(self) -> None:
+        """Ray's ``stop_job``: SIGTERM, then SIGKILL a few seconds later.  The stop is recorded here, at
+        once, because the unwinding after it (cancelling the work's Ray tasks) may outlast that grace."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one record, even if Ray signals twice
+        self.record("stopped", **_sigterm_cause(self.spec))
+        self.terminated.set()
+        raise _Terminated()
 
 
 def run_group_job(spec: GroupJobSpec) -> int:
-    """Check, record, run the group, record how it ended; the exit status (see the module docstring).
-
-    However the group ends early, the record's ``stopped_by`` comes from the job directory: a group
-    that ends without success while the job's stop request is pending was stopped by it
-    (``stop_request``), whichever of the stop's paths (the forced-stop watch, a stop point, Ray's
-    SIGTERM) reached this driver first."""
+    """Check, record, run the group, record how it ended; the exit status (see the module docstring)."""
     from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
     from airflow_provider_dj.engine.runner.steps import run_group
-    from airflow_provider_dj.engine.runner.stop import JobStopped, stoppable
 
-    try:
-        check_version(spec)
-        check_identity(spec)
-    except GroupJobRefusedError as exc:
-        print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
-        return EXIT_REFUSED
-    dispatcher = RayDispatcher(lambda: _connect(spec), num_cpus=spec.num_cpus)
-    previous = _handle_sigterm(spec)
-    try:
-        _record(spec, "started")
-        results = stoppable(
+    def record(state: str, **fields: Any) -> None:
+        ray_jobs.record_transition(
             spec.job_dir,
-            lambda: run_group(
-                spec.job_dir,
-                spec.segment_index,
-                spec.group,
-                dispatcher,
-                try_number=spec.try_number,
-                event_defaults=spec.event_defaults,
-                run_id=spec.run_id,
-                say=log.info,
-            ),
-            step_key=spec.step_key or spec.submission_id,
-            try_number=spec.try_number,
-            run_id=spec.run_id,
-            event_defaults=spec.event_defaults,
-            say=log.info,
-            warn=log.warning,
+            spec.segment_index,
+            spec.group,
+            spec.submission_id,
+            state,
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            **fields,
         )
-    except JobStopped as exc:
-        _record(spec, "stopped", error=str(exc)[:4000], stopped_by="stop_request")
-        print(str(exc), file=sys.stderr, flush=True)
-        return EXIT_STOPPED
-    except BaseException as exc:  # noqa: BLE001 - SIGTERM's exception, Ray's own SIGTERM exit included
-        return _ended_early(spec, dispatcher, exc)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    _record(spec, "succeeded", results=results)
-    return EXIT_OK
 
-
-def _ended_early(spec: GroupJobSpec, dispatcher: Any, exc: BaseException) -> int:
-    """Record how the group ended when it raised: stopped (by the pending stop request, else by Ray's
-    ``stop_job``) for a SIGTERM or with a stop request pending, else failed.  Returns the exit status."""
-    if _STOPPED.is_set():  # SIGTERM: the handler recorded the stop; its exception may come out as another
-        dispatcher.cancel("the Ray job was stopped (SIGTERM)")  # Ray would end them with the driver anyway
-        return EXIT_STOPPED
-    cause = _stop_cause(spec)
-    if cause is not None or not isinstance(exc, Exception):  # a stop request, or a signal's exit (Ray's handler)
-        cause = cause or _sigterm_cause(spec)
-        if isinstance(exc, Exception):
-            cause["error"] = f"{cause['error']}; the group ended with {type(exc).__name__}: {exc}"[:4000]
-        _record(spec, "stopped", **cause)
-        dispatcher.cancel("the group was stopped")
-        return EXIT_STOPPED
-    _record(spec, "failed", error=f"{type(exc).__name__}: {exc}"[:4000], fatal=_fatal(exc))
-    log.error("group %s of segment %s failed", spec.group.get("group_id"), spec.segment_index, exc_info=exc)
-    return EXIT_FAILED
+    run = DriverRun(spec, record, what=f"group {spec.group.get('group_id')} of segment {spec.segment_index}")
+    dispatcher = RayDispatcher(run.connect, num_cpus=spec.num_cpus)
+    run.cancel = dispatcher.cancel
+    return run.run(
+        lambda: run_group(
+            spec.job_dir,
+            spec.segment_index,
+            spec.group,
+            dispatcher,
+            try_number=spec.try_number,
+            event_defaults=spec.event_defaults,
+            run_id=spec.run_id,
+            say=log.info,
+        )
+    )
 
 
 def _fatal(exc: BaseException) -> bool:
@@ -287,16 +331,7 @@ def _fatal(exc: BaseException) -> bool:
     )
 
 
-def _on_sigterm(spec: GroupJobSpec) -> None:
-    """Ray's ``stop_job``: SIGTERM, then SIGKILL a few seconds later.  The stop is recorded here, at
-    once, because the unwinding after it (cancelling the group's Ray tasks) may outlast that grace."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one record, even if Ray signals twice
-    _record(spec, "stopped", **_sigterm_cause(spec))
-    _STOPPED.set()
-    raise _Terminated()
-
-
-def _stop_cause(spec: GroupJobSpec) -> dict | None:
+def _stop_cause(spec: Any) -> dict | None:
     """The record's ``stopped_by`` and ``error`` when the job's stop request is pending, else None."""
     try:
         request = stop_control.read_stop_request(spec.job_dir)
@@ -308,10 +343,10 @@ def _stop_cause(spec: GroupJobSpec) -> dict | None:
     return {"stopped_by": "stop_request", "error": f"the job's stop request ({who}) stopped the Ray job"}
 
 
-def _sigterm_cause(spec: GroupJobSpec) -> dict:
+def _sigterm_cause(spec: Any) -> dict:
     """The record's ``stopped_by`` and ``error`` for a SIGTERM: ``stop_request`` when the job's stop request
     is pending (``dj-airflow stop`` asked Ray too: the task ends stopped, without a retry), else
-    ``stop_job`` (someone stopped only this Ray Job: a retry submits the group again)."""
+    ``stop_job`` (someone stopped only this Ray Job: a retry submits the work again)."""
     cause = _stop_cause(spec)
     if cause is not None:
         return {**cause, "error": f"{cause['error']} (SIGTERM)"}
@@ -362,9 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="the submitter's GroupJobSpec as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+    return exit_status(lambda: run_group_job(GroupJobSpec.from_json(args.spec)))
+
+
+def exit_status(body: Callable[[], int]) -> int:
+    """``body()``'s exit status (a driver's run); :data:`EXIT_STOPPED` when Ray's SIGTERM came while the
+    end was being recorded (the handler recorded the stop)."""
     try:
-        return run_group_job(GroupJobSpec.from_json(args.spec))
-    except _Terminated:  # SIGTERM while the end was being recorded: the handler recorded the stop
+        return body()
+    except _Terminated:
         return EXIT_STOPPED
 
 
