@@ -58,6 +58,8 @@ from airflow_provider_dj.ops.registry import create_op
 log = logging.getLogger(__name__)
 
 RunTasks = Callable[[Callable[..., Any], list[tuple]], list[Any]]
+#: The stage files' format, part of the stage folder's name: a folder of another format is never read.
+STAGE_FORMAT = 2
 
 
 def ray_task_runner(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
@@ -79,7 +81,7 @@ def default_task_runner() -> RunTasks:
 
 def _stage_folder(job_dir: str, op_index: int, op, parts: list[dict], shards: int, node_shards: int) -> str:
     ident = json.dumps(
-        [op.fingerprint, [p["content_hash"] for p in parts], shards, node_shards], separators=(",", ":")
+        [STAGE_FORMAT, op.fingerprint, [p["content_hash"] for p in parts], shards, node_shards], separators=(",", ":")
     ).encode()
     digest = hashlib.sha256(ident).hexdigest()[:16]
     return storage.join(job_dir, *layout.global_shards_dir(op_index, digest).split("/"))
@@ -104,31 +106,37 @@ def resolve_sharded(
     folder = _stage_folder(job_dir, op_index, op, parts, shards, node_shards)
     storage.makedirs(folder)
     t0 = time.perf_counter()
-    rows = run(shard_stages.scatter_partition, [(job_dir, op_index, folder, p, shards) for p in range(count)])
+    scattered = run(shard_stages.scatter_partition, [(job_dir, op_index, folder, p, shards) for p in range(count)])
+    rows = [d["rows"] for d in scattered]
     t1 = time.perf_counter()
+    budget = shard_budget_bytes()
     found = run(
-        shard_stages.resolve_key_shard, [(job_dir, op_index, folder, s, count, node_shards) for s in range(shards)]
+        shard_stages.resolve_key_shard,
+        [(job_dir, op_index, folder, s, count, node_shards, budget) for s in range(shards)],
     )
-    edges = int(sum(f["edges"] for f in found))
+    edges = int(sum(f["edges"] for f in found)) + int(sum(d["local_edges"] for d in scattered))
     t2 = time.perf_counter()
+    node_of = node_shard(np.arange(count, dtype=np.int64) << np.int64(32), count, node_shards)
+    local_files = [storage.join(folder, layout.shard_local_edges_file(p)) for p in range(count)]
     edge_files = [
         [storage.join(folder, layout.shard_edges_file(s, r)) for s in range(shards)] for r in range(node_shards)
     ]
     if edges and isinstance(op_impl, SignatureDeduplicator):
+        inputs = [
+            files + [local_files[p] for p in range(count) if node_of[p] == r] for r, files in enumerate(edge_files)
+        ]
         results = sharded_components(
             storage.join(folder, layout.SHARD_COMPONENTS_DIR),
-            edge_files,
+            inputs,
             partitions=count,
             shards=node_shards,
             run_tasks=run,
         )
-        node_files = [[path] for path in results]
-    else:
-        node_files = edge_files
+        files_of = [[results[int(node_of[p])]] for p in range(count)]
+    else:  # exact keys: a row's local edge, then its first row's key-shard edge (shard_stages._removed_rows)
+        files_of = [edge_files[int(node_of[p])] + [local_files[p]] for p in range(count)]
     t3 = time.perf_counter()
     lineage = lineage_enabled()
-    node_of = node_shard(np.arange(count, dtype=np.int64) << np.int64(32), count, node_shards)
-    files_of = [node_files[int(node_of[p])] for p in range(count)]
     history, part_history = _history_and_trace(ctx, op_index, op_impl, files_of, rows, run)
     history_band = history is not None and bool(np.any(history.bands >= 0))
     counts = run(

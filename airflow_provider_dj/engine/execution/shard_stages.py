@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.dedup_matches import (
     DUP_BAND_COLUMN,
     DUP_OF_COLUMN,
@@ -38,6 +39,7 @@ from airflow_provider_dj.engine.execution.dedup_matches import (
 from airflow_provider_dj.engine.execution.shard_components import node_shard
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
+from airflow_provider_dj.engine.planning.global_memory import BYTES_PER_ITEM
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
@@ -122,8 +124,12 @@ def _read_batch(path: str, index: int) -> pa.RecordBatch:
 
 
 def _scatter_rows(path: str) -> int:
+    return _scatter_meta(path, "rows")
+
+
+def _scatter_meta(path: str, key: str) -> int:
     with storage.open_read(path) as fh:
-        return int(json.loads(ipc.open_file(fh).schema.metadata[b"rows"]))
+        return int(json.loads(ipc.open_file(fh).schema.metadata[key.encode()]))
 
 
 def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table:
@@ -139,16 +145,23 @@ def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table
     return cp.table
 
 
-def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index: int, shards: int) -> int:
-    """Write partition ``partition_index``'s items as one batch per key shard; returns its row count."""
+def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index: int, shards: int) -> dict:
+    """Write partition ``partition_index``'s items as one batch per key shard, each bucket's first item of
+    the partition only, and the partition's other items as local edges to that first item (a combiner:
+    a skewed key costs its shard one item per partition, not one per row); returns its row count and
+    how many local edges it wrote.  The local edges are written first, so a present scatter file means
+    both are complete."""
     path = storage.join(folder, layout.shard_scatter_file(partition_index))
+    local_path = storage.join(folder, layout.shard_local_edges_file(partition_index))
     if storage.exists(path):
-        return _scatter_rows(path)
+        return {"rows": _scatter_rows(path), "local_edges": _scatter_meta(path, "local_edges")}
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    t, k0, k1, pos = row_items(op_impl, keys, partition_index)
+    t, k0, k1, pos, lu, lv = _combined_items(*row_items(op_impl, keys, partition_index))
+    local = pa.record_batch([pa.array(lu, pa.int64()), pa.array(lv, pa.int64())], schema=EDGE_SCHEMA)
+    storage.atomic_write_bytes(local_path, _ipc_bytes(EDGE_SCHEMA, [local]))
     # SimHash compares every value of a (t, k0) bucket, so its bucket key leaves the full value out.
     bucket_k1 = np.zeros_like(k1) if isinstance(op_impl, DocumentSimhashDeduplicator) else k1
     shard = key_shard(t, k0, bucket_k1, shards)
@@ -160,8 +173,23 @@ def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index:
         for s in range(shards)
     ]
     batches = [b[0] if b else pa.RecordBatch.from_pylist([], schema=ITEM_SCHEMA) for b in batches]
-    storage.atomic_write_bytes(path, _ipc_bytes(ITEM_SCHEMA, batches, {"rows": keys.num_rows}))
-    return keys.num_rows
+    meta = {"rows": keys.num_rows, "local_edges": len(lu)}
+    storage.atomic_write_bytes(path, _ipc_bytes(ITEM_SCHEMA, batches, meta))
+    return {"rows": keys.num_rows, "local_edges": len(lu)}
+
+
+def _combined_items(t, k0, k1, pos) -> tuple[np.ndarray, ...]:
+    """Each ``(t, k0, k1)`` bucket's first item of the partition, and the local edges ``(u, v)`` from its
+    other items to it (deduplicated: a row repeated in several buckets links to each first row once)."""
+    order = np.lexsort((pos, k1, k0, t))
+    t, k0, k1, pos = t[order], k0[order], k1[order], pos[order]
+    del order
+    new = _equal_runs(t, k0, k1)
+    u, v = _star_edges(pos, new)
+    if len(u):
+        pairs = np.unique(np.stack([u, v], axis=1), axis=0)
+        u, v = pairs[:, 0].copy(), pairs[:, 1].copy()
+    return t[new], k0[new], k1[new], pos[new], u, v
 
 
 def _equal_runs(t: np.ndarray, k0: np.ndarray, k1: np.ndarray) -> np.ndarray:
@@ -222,16 +250,28 @@ def shard_edges(op_impl, t, k0, k1, pos) -> tuple[np.ndarray, np.ndarray]:
     return u, v
 
 
-def resolve_key_shard(job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int) -> dict:
+class ShardTooLargeError(DJError, MemoryError):
+    """One key shard holds more items than a task may hold; the message names the shard, its size and
+    the settings to change.  Nothing committed is lost: the other shards' outputs are kept."""
+
+
+def resolve_key_shard(
+    job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int, budget: int = 0
+) -> dict:
     """Read key shard ``shard``'s items from every partition's scatter file, find its duplicate edges,
-    and write them by node shard of their later row; ``done`` is written last. Returns its counts."""
+    and write them by node shard of their later row; ``done`` is written last. Returns its counts.
+    ``budget`` (bytes, 0: none): a shard whose items would need more than twice it fails with
+    :class:`ShardTooLargeError` before it sorts them."""
     done = storage.join(folder, layout.shard_done_file(shard))
     if storage.exists(done):
         return json.loads(storage.read_bytes(done))
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    batches = [_read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard) for p in range(partitions)]
+    batches = []
+    for p in range(partitions):
+        batches.append(_read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard))
+        _check_shard_size(op_index, op.name, shard, sum(b.num_rows for b in batches), budget)
     items = pa.Table.from_batches(batches, schema=ITEM_SCHEMA)
     del batches
     cols = [items.column(c).to_numpy() for c in ("t", "k0", "k1", "pos")]
@@ -253,6 +293,16 @@ def resolve_key_shard(job_dir: str, op_index: int, folder: str, shard: int, part
     return summary
 
 
+def _check_shard_size(op_index: int, op_name: str, shard: int, items: int, budget: int) -> None:
+    if budget and items * BYTES_PER_ITEM > 2 * budget:
+        raise ShardTooLargeError(
+            f"global op {op_index} ({op_name}): key shard {shard} holds more than {items:,} items "
+            f"(about {items * BYTES_PER_ITEM / 2**20:,.0f} MiB to resolve), over twice what one task may use "
+            f"([dj] global_shard_memory_mb = {budget >> 20}); raise [dj] global_step_shards or "
+            "[dj] global_shard_memory_mb and clear the global step's task; committed shards are kept"
+        )
+
+
 def _removed_rows(result_files: list[str], partition_index: int) -> tuple[np.ndarray, np.ndarray]:
     """Local rows of partition ``partition_index`` removed as duplicates, and each one's representative
     position, from the node shard's ``(node, rep)`` files (the smallest rep when a file repeats a node)."""
@@ -269,7 +319,14 @@ def _removed_rows(result_files: list[str], partition_index: int) -> tuple[np.nda
     node, rep = node[order], rep[order]
     first = np.ones(len(node), dtype=bool)
     first[1:] = node[1:] != node[:-1]
-    return (node[first] & np.int64(0xFFFFFFFF)), rep[first]
+    node, rep = node[first], rep[first]
+    # Exact keys: a row links to its partition's first row of the key (a local edge), which links to the
+    # key's first row overall (a key shard's edge); follow that second link.  (Components' results
+    # already name each cluster's smallest row, which links nowhere.)
+    if len(node):
+        at = np.minimum(np.searchsorted(node, rep), len(node) - 1)
+        rep = np.where(node[at] == rep, rep[at], rep)
+    return (node & np.int64(0xFFFFFFFF)), rep
 
 
 def _trace_pairs(rows: np.ndarray, reps: np.ndarray, partition_index: int, n: int) -> list[tuple[int, int]]:

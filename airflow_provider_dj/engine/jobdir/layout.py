@@ -95,6 +95,13 @@ def shard_scatter_file(partition_index: int) -> str:
     return f"scatter/part_{partition_index:05d}.arrow"
 
 
+def shard_local_edges_file(partition_index: int) -> str:
+    """Relative to :func:`global_shards_dir`: partition ``partition_index``'s duplicates of an earlier row of
+    the same partition (its scatter task combines them, so a key repeated a million times in a partition
+    sends one item to its shard)."""
+    return f"scatter/local_{partition_index:05d}.arrow"
+
+
 def shard_edges_file(key_shard: int, node_shard: int) -> str:
     """Relative to :func:`global_shards_dir`: key shard ``key_shard``'s duplicate edges whose row lies in
     node shard ``node_shard``."""

@@ -24,7 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_dj.engine import run_job
-from airflow_provider_dj.engine.execution.shard_stages import row_items, shard_edges
+from airflow_provider_dj.engine.execution.shard_stages import (
+    ShardTooLargeError,
+    resolve_key_shard,
+    row_items,
+    shard_edges,
+)
 from airflow_provider_dj.engine.jobdir.layout import FAULT_FILE, GLOBAL_SHARDS_DIR
 from airflow_provider_dj.engine.planning.global_memory import (
     BYTES_PER_ITEM,
@@ -133,7 +138,7 @@ def test_a_failed_shard_task_is_redone_alone(tmp_path, monkeypatch, corpus):
     done = sorted(glob.glob(os.path.join(folder, "edges", "key_*", "done.json")))
     assert len(done) == 0  # the first task failed: none committed
     scatter = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(folder, "scatter", "*.arrow"))}
-    assert len(scatter) == 8
+    assert len(scatter) == 16  # 8 partitions: their items and their local edges
     _run(tmp_path, monkeypatch, 5, "faulty", resume="faulty")
     assert_same_bytes(
         (tmp_path / "faulty.jsonl").read_bytes(), (tmp_path / "ref.jsonl").read_bytes(), "export after the retry"
@@ -307,3 +312,63 @@ def test_dedup_history_from_the_shards_is_identical(tmp_path, monkeypatch, corpu
     batched = find_history_duplicates(single.job_dir, op_impl, keys, rows, memory_bytes=4096, query_bytes=3 * per_row)
     assert len(whole) > 0 and whole.positions.tolist() == batched.positions.tolist()
     assert batched.table().equals(whole.table())
+
+
+def _skewed_corpus(path, rows: int, hot_share: float, seed: int = 5) -> None:
+    """``hot_share`` of the rows one text (a skewed key: boilerplate), the rest distinct."""
+    rnd = random.Random(seed)
+    with open(path, "w") as fh:
+        for i in range(rows):
+            text = (
+                "the same boilerplate line"
+                if rnd.random() < hot_share
+                else f"row {i} " + " ".join(rnd.choice(WORDS) for _ in range(8))
+            )
+            fh.write(json.dumps({"id": i, "text": text}) + "\n")
+
+
+def _skew_recipe(tmp_path, name: str) -> str:
+    recipe = tmp_path / f"{name}.yaml"
+    recipe.write_text(
+        f"project_name: skew\ndataset_path: {tmp_path / 'in.jsonl'}\nexport_path: {tmp_path / name}.jsonl\n"
+        f"work_dir: {tmp_path / 'work'}\npartition:\n  mode: manual\n  num_of_partitions: 8\n"
+        "process:\n  - document_deduplicator:\n"
+    )
+    return str(recipe)
+
+
+def test_a_skewed_key_costs_its_shard_one_item_per_partition(tmp_path, monkeypatch):
+    _skewed_corpus(tmp_path / "in.jsonl", 4000, hot_share=0.6)
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "0")
+    single = run_job(_skew_recipe(tmp_path, "single"), job_id="single", workers=1)
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "7")
+    sharded = run_job(_skew_recipe(tmp_path, "sharded"), job_id="sharded", workers=1)
+    assert_same_bytes((tmp_path / "sharded.jsonl").read_bytes(), (tmp_path / "single.jsonl").read_bytes())
+    assert single.rows == sharded.rows < 2000
+    (folder,) = glob.glob(os.path.join(sharded.job_dir, GLOBAL_SHARDS_DIR, "op_000_*"))
+    items = 0
+    for path in glob.glob(os.path.join(folder, "scatter", "part_*.arrow")):
+        reader = pa.ipc.open_file(path)
+        items += sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    # the ~2,400 copies of the hot text reach the key shards as one item per partition
+    assert items == sharded.rows - 1 + 8
+    for rel, table in _lineage_bytes(single.job_dir).items():
+        assert _lineage_bytes(sharded.job_dir)[rel].equals(table), rel
+
+
+def test_a_shard_past_twice_the_budget_fails_naming_it_and_keeps_what_committed(tmp_path, monkeypatch):
+    """The planner sizes shards from the rows, so a shard past its budget is skew it could not see (a
+    SimHash bucket of many distinct values); here the key-shard task of a finished step is rerun with a
+    budget its shard exceeds: it fails naming the shard and the settings, before writing anything."""
+    _skewed_corpus(tmp_path / "in.jsonl", 30000, hot_share=0.0)
+    monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "1")
+    result = run_job(_skew_recipe(tmp_path, "tight"), job_id="tight", workers=1)
+    (folder,) = glob.glob(os.path.join(result.job_dir, GLOBAL_SHARDS_DIR, "op_000_*"))
+    done = os.path.join(folder, "edges", "key_0000", "done.json")
+    os.remove(done)
+    before = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(folder, "*", "*.arrow"))}
+    with pytest.raises(ShardTooLargeError, match=r"key shard 0 holds more than .* global_shard_memory_mb = 1\)"):
+        resolve_key_shard(result.job_dir, 0, folder, 0, 8, 1, 1 << 20)  # 30,000 items need about 2.3 MiB
+    assert not os.path.exists(done)
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+    assert resolve_key_shard(result.job_dir, 0, folder, 0, 8, 1, 64 << 20)["edges"] == 0
