@@ -255,18 +255,27 @@ def _ray_jobs_html(view: dict) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr data-submission='{esc(r['submission_id'])}'><td>{esc(r['segment_index'])}</td><td>{esc(r['group_id'])}"
-        f"</td><td>{esc(', '.join(map(str, r['partition_ids'])))}</td><td><code>{esc(r['submission_id'])}</code></td>"
+        f"<tr data-submission='{esc(r['submission_id'])}'>{_ray_job_step_cells(r)}"
+        f"<td><code>{esc(r['submission_id'])}</code></td>"
         f"<td>{badge(r['state'])}</td><td>{esc(_t(r['submitted_at']))}</td>"
         f"<td class='num'>{'-' if r['resubmissions'] is None else esc(r['resubmissions'])}</td></tr>"
         for r in rows
     )
     return (
-        "<h2>Ray Jobs</h2><p class='muted'>Each group's latest Ray Job, as its driver recorded it in the job "
+        "<h2>Ray Jobs</h2><p class='muted'>Each group's and each global step's latest Ray Job, as its driver "
+        "recorded it in the job "
         "directory (not asked of the Ray dashboard).</p><table class='facts' id='ray-jobs'><tr><th>segment</th>"
         "<th>group</th><th>partitions</th><th>submission id</th><th>state</th><th>submitted</th>"
         f"<th>resubmissions</th></tr>{body}</table>"
     )
+
+
+def _ray_job_step_cells(row: dict) -> str:
+    """A group's segment, group and partitions; a global step's op and "all partitions"."""
+    if row.get("op_index") is not None:
+        return f"<td>global op {esc(row['op_index'])}</td><td>-</td><td>all</td>"
+    parts = ", ".join(map(str, row["partition_ids"]))
+    return f"<td>{esc(row['segment_index'])}</td><td>{esc(row['group_id'])}</td><td>{esc(parts)}</td>"
 
 
 def _trace_html(view: dict) -> str:

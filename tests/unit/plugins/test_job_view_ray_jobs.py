@@ -61,6 +61,7 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
         {
             "segment_index": 0,
             "group_id": planned.groups[0]["group_id"],
+            "op_index": None,
             "partition_ids": planned.groups[0]["partition_ids"],
             "submission_id": r1,
             "state": "started",
@@ -71,6 +72,7 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
         {
             "segment_index": 0,
             "group_id": planned.groups[1]["group_id"],
+            "op_index": None,
             "partition_ids": planned.groups[1]["partition_ids"],
             "submission_id": b1,
             "state": "succeeded",
@@ -85,6 +87,22 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
     assert f"<tr data-submission='{r1}'>" in page and f"<code>{r1}</code>" in page and ">started</span>" in page
     assert f"<code>{b1}</code>" in page and ">succeeded</span>" in page
     assert views._t(SUBMITTED) in page
+
+
+def test_a_global_steps_ray_job_is_shown_after_the_groups(planned):
+    _, b1 = _write_records(planned)
+    base = ray_jobs.global_base_submission_id(planned.job_dir, planned.job_id, 1)
+    ray_jobs.record_global_transition(
+        planned.job_dir, 1, base, "started", job_id="rjview", op_name="document_deduplicator", attempt=0
+    )
+    ray_jobs.record_global_transition(
+        planned.job_dir, 1, base, "succeeded", job_id="rjview", op_name="document_deduplicator", attempt=0
+    )
+    rows = job_data.job_overview(planned.job_dir)["ray_jobs"]
+    assert [r["submission_id"] for r in rows][-2:] == [b1, base]
+    assert rows[-1]["op_index"] == 1 and rows[-1]["segment_index"] is None and rows[-1]["state"] == "succeeded"
+    page = views.job_page(job_data.job_overview(planned.job_dir), api="/a", static="/s")
+    assert f"<tr data-submission='{base}'><td>global op 1</td><td>-</td><td>all</td><td><code>{base}</code>" in page
 
 
 def test_a_job_not_run_in_ray_jobs_mode_shows_nothing_new(planned):
