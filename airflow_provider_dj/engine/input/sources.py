@@ -191,6 +191,11 @@ def index_jsonl(f: InputFile) -> None:
     one partition task deep into the run.
     """
     starts: list[np.ndarray] = []
+    rows = 0
+    # An uncompressed file keeps the offset of every ROW_STRIDE-th row only (RowStarts finds the others
+    # by reading a few lines), so planning holds 8 bytes per ROW_STRIDE rows, not 8 per row; a compressed
+    # stream cannot be entered in the middle, so it keeps every row's.
+    stride = ROW_STRIDE if f.compression is None else 1
     pos = 0
     pending_start = 0  # start offset of the line currently open
     carry = b""  # bytes of the open line, not yet UTF-8 checked (a newline never splits a character)
@@ -209,17 +214,63 @@ def index_jsonl(f: InputFile) -> None:
             carry = block[cut:]
         else:
             carry += block
-        starts.append(_non_blank(complete_s, complete_e, block, pos, f))
+        kept = _non_blank(complete_s, complete_e, block, pos, f)
+        starts.append(kept[(-rows) % stride :: stride])
+        rows += len(kept)
         pending_start = int(line_starts[-1])
         pos += len(block)
     _check_utf8(f, carry, pos - len(carry))
     if pending_start < pos:
         last = _non_blank(np.array([pending_start]), np.array([pos]), None, 0, f)
-        starts.append(last)
-    row_starts = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
-    f.row_starts = np.concatenate((row_starts.astype(np.int64), [pos]))
+        starts.append(last[(-rows) % stride :: stride])
+        rows += len(last)
+    sampled = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, dtype=np.int64)
     f.stream_len = pos
-    f.num_rows = len(row_starts)
+    f.num_rows = rows
+    f.row_starts = RowStarts(f, sampled, stride) if stride > 1 else np.concatenate((sampled, [pos]))
+
+
+#: Rows between two offsets an uncompressed JSONL file's index keeps (RowStarts).
+ROW_STRIDE = 1024
+
+
+class RowStarts:
+    """The byte offset where each row of an uncompressed JSONL file starts, ``starts[num_rows]`` being the
+    stream's length, from the offsets of every ``stride``-th row: another row's is found by reading
+    forward from the sample before it, counting non-blank lines as the index does (at most ``stride``
+    lines; planning looks up only the partitions' boundary rows)."""
+
+    def __init__(self, f: InputFile, sampled: np.ndarray, stride: int) -> None:
+        self.f, self.sampled, self.stride = f, sampled, stride
+
+    def __getitem__(self, row: int) -> int:
+        row = int(row)
+        if row == self.f.num_rows:
+            return int(self.f.stream_len)
+        if not 0 <= row < self.f.num_rows:
+            raise IndexError(f"{self.f.path}: row {row} of {self.f.num_rows}")
+        base, ahead = divmod(row, self.stride)
+        start = int(self.sampled[base])
+        return start if not ahead else _row_start_after(self.f, start, ahead)
+
+
+def _row_start_after(f: InputFile, start: int, ahead: int) -> int:
+    """The offset of the row ``ahead`` rows after the row that starts at ``start`` (rows are non-blank
+    lines); the caller knows that row exists."""
+    window = 1 << 16
+    while True:
+        end = min(f.stream_len, start + window)
+        data = b"".join(iter_stream(f, start, end, chunk=window))
+        offset, seen = 0, -1
+        for line in data.split(b"\n"):
+            if line.strip():
+                seen += 1
+                if seen == ahead:
+                    return start + offset
+            offset += len(line) + 1
+        if end >= f.stream_len:
+            raise InputError(f"{f.path}: row {ahead} after byte {start} is past the end of the file")
+        window *= 4
 
 
 def _check_utf8(f: InputFile, data: bytes, offset: int, start: int = 0, end: int | None = None) -> None:
