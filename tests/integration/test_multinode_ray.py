@@ -4,8 +4,10 @@ The head advertises no CPUs, so every partition task runs on a worker node.
 Mid-job the worker node is killed with SIGKILL (its raylet, object store and
 workers: a machine going away).  The partition task fails, Airflow retries
 it, a replacement worker node joins, and the retry resumes from the
-partitions' checkpoints on the shared work dir; the export must be
-byte-identical to a clean single-node run.
+partitions' checkpoints on the shared work dir; the deduplicator's global
+step then runs in three key shards on the worker node that replaced it.  The
+export must be byte-identical to a clean single-node run with the step in
+one process.
 """
 
 from __future__ import annotations
@@ -212,6 +214,9 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
             "AIRFLOW_CONN_RAY_DEFAULT": json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": nodes.port}),
             "DJ_TASK_RETRIES": "3",
             "DJ_TASK_RETRY_DELAY_S": "1",
+            # the deduplicator's global step in key shards, its tasks on the worker node (the reference
+            # ran it in one process)
+            "DJ_GLOBAL_STEP_SHARDS": "3",
         }
     )
     log_path = tmp_path / "cluster.log"
@@ -262,3 +267,5 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         assert json.load(fh)["export"]["rows"] == ref_export.count(b"\n")
     assert "connecting to Ray cluster at 127.0.0.1" in output
+    (shards,) = [e for e in events if e["event_type"] == "global_op_shards"]
+    assert shards["key_shards"] == 3
