@@ -52,6 +52,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "10M, 100M and 1B rows planned by the real planner and DAG: counts, memory, limits",
     ),
     "global-shards": ("bench.global_shards", "a global op's step in one process against shards: time, RSS, same masks"),
+    "minhash-vs-dj": (
+        "bench.minhash_vs_dj",
+        "MinHash near-dedup through dj-airflow run against Data-Juicer's MinHash and Ray BTS ops, same input",
+    ),
     "ray-jobs": (
         "bench.ray_jobs_bench",
         "Ray Jobs mode against the in-worker driver on one cluster: overhead per group, worker-slot-seconds",
