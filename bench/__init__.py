@@ -56,6 +56,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.minhash_vs_dj",
         "MinHash near-dedup through dj-airflow run against Data-Juicer's MinHash and Ray BTS ops, same input",
     ),
+    "memory-at-scale": (
+        "bench.memory_at_scale",
+        "every process's peak RSS of an exact-dedup dj-airflow run at 10M and 30M rows, global step's defaults",
+    ),
     "ray-jobs": (
         "bench.ray_jobs_bench",
         "Ray Jobs mode against the in-worker driver on one cluster: overhead per group, worker-slot-seconds",
