@@ -53,6 +53,7 @@ from airflow_provider_dj.ops.dedup.near import (
     GOLDEN_K1,
     DocumentMinhashDeduplicator,
     DocumentSimhashDeduplicator,
+    close_pairs_in_runs,
     mix64,
     simhash_blocks,
 )
@@ -211,27 +212,11 @@ def _star_edges(pos: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _hamming_edges(t, k0, full, pos, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of run heads (distinct full values) in one ``(t, k0)`` bucket within ``max_distance`` bits;
     the items are sorted by ``(t, k0)``. Work is the sum of squared bucket sizes, as SimHash's index."""
-    n = len(t)
-    if n < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    new = np.ones(n, dtype=bool)
-    new[1:] = (t[1:] != t[:-1]) | (k0[1:] != k0[:-1])
-    starts = np.flatnonzero(new)
-    ends = np.r_[starts[1:], n]
-    remaining = np.repeat(ends, ends - starts) - np.arange(n)
-    active = np.flatnonzero(remaining > 1)
-    us, vs, k = [], [], 1
-    while len(active):
-        a, b = active, active + k
-        close = np.bitwise_count(full[a] ^ full[b]) <= max_distance
-        if close.any():
-            us.append(pos[b[close]])
-            vs.append(pos[a[close]])
-        k += 1
-        active = active[remaining[active] > k]
-    if not us:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(us), np.concatenate(vs)
+    new = np.ones(len(t), dtype=bool)
+    if len(t) > 1:
+        new[1:] = (t[1:] != t[:-1]) | (k0[1:] != k0[:-1])
+    a, b = close_pairs_in_runs(new, full, max_distance)
+    return pos[b], pos[a]
 
 
 def shard_edges(op_impl, t, k0, k1, pos) -> tuple[np.ndarray, np.ndarray]:

@@ -418,6 +418,33 @@ def simhash_blocks(num_blocks: int) -> list[int]:
     return masks
 
 
+def close_pairs_in_runs(new: np.ndarray, values: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs ``(a, b)``, ``a < b``, within one run (``new`` marks where each run starts) whose
+    ``values`` are at most ``max_distance`` bits apart; every pair of a run is compared (work: the sum
+    of squared run sizes)."""
+    n = len(new)
+    if n < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], n]
+    remaining = np.repeat(ends, ends - starts) - np.arange(n)  # positions left in each one's run
+    active = np.flatnonzero(remaining > 1)
+    firsts: list[np.ndarray] = []
+    seconds: list[np.ndarray] = []
+    k = 1
+    while len(active):
+        a, b = active, active + k
+        close = np.bitwise_count(values[a] ^ values[b]) <= max_distance
+        if close.any():
+            firsts.append(a[close])
+            seconds.append(b[close])
+        k += 1
+        active = active[remaining[active] > k]
+    if not firsts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
 def hamming_pairs(values: np.ndarray, num_blocks: int, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
     """Index pairs (i, j) of distinct ``values`` within ``max_distance`` bits.
 
@@ -440,21 +467,10 @@ def hamming_pairs(values: np.ndarray, num_blocks: int, max_distance: int) -> tup
         new[0] = True
         np.not_equal(ks[1:], ks[:-1], out=new[1:])
         del ks
-        starts = np.flatnonzero(new)
-        ends = np.r_[starts[1:], n]
-        run_end = np.repeat(ends, ends - starts)  # exclusive end of each position's run
-        remaining = run_end - np.arange(n)
-        active = np.flatnonzero(remaining > 1)
-        k = 1
-        sv = values[order]
-        while len(active):
-            a, b = active, active + k
-            close = np.bitwise_count(sv[a] ^ sv[b]) <= max_distance
-            if close.any():
-                us.append(order[a[close]])
-                vs.append(order[b[close]])
-            k += 1
-            active = active[remaining[active] > k]
+        a, b = close_pairs_in_runs(new, values[order], max_distance)
+        if len(a):
+            us.append(order[a])
+            vs.append(order[b])
     if not us:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(us), np.concatenate(vs)
