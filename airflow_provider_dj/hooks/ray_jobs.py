@@ -1,4 +1,4 @@
-"""Ray Jobs mode: a partition group, or a global op's step, runs as one Ray Job whose driver lives on the cluster.
+"""Ray Jobs mode: a partition group, a global step or the export runs as one Ray Job whose driver is on the cluster.
 
 ``RayJobsClient`` is a small client over Ray's ``JobSubmissionClient`` (the dashboard's HTTP API):
 submit, status, log tail, stop, and :meth:`RayJobsClient.submit_or_attach`, which finds a group's
@@ -21,7 +21,9 @@ stop``) stops the submissions the records say are running there, reporting any i
 A global op's step (``GlobalOpOperator``) is submitted the same way
 (:meth:`RayJobsClient.submit_or_attach_global`, driver engine/runner/global_job.py), under its own
 deterministic ids (``...-op<i>``, ``-r<n>``); it counts as done when every partition's keep mask is
-committed.
+committed.  The job's export (``ExportOperator``) likewise (:meth:`RayJobsClient.submit_or_attach_export`,
+driver engine/runner/export_job.py, ids ``...-export``, ``-r<n>``); it counts as done when the job's
+summary says ``completed``.
 
 Only the connection's allowlisted extras reach Ray: ``runtime_env`` goes to ``submit_job``,
 ``namespace`` to the driver's ``ray.init``; nothing else of the extra is passed on.
@@ -40,6 +42,7 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.runner.export_job import ExportJobSpec, verify_export
 from airflow_provider_dj.engine.runner.global_job import GlobalJobSpec, step_settings, verify_global
 from airflow_provider_dj.engine.runner.group_job import (
     EXIT_REFUSED,
@@ -195,6 +198,15 @@ class RayJobsClient:
             progress = f"progress not readable: {exc}"
         return status, progress
 
+    def poll_export(self, submission_id: str, job_dir: str) -> tuple[str, str]:
+        """:meth:`poll` for the export: the progress line says whether the export is committed."""
+        status = self.status(submission_id) or "UNKNOWN"
+        try:
+            _, progress = verify_export(job_dir)
+        except Exception as exc:  # noqa: BLE001 - progress is informative; Ray's status decides
+            progress = f"progress not readable: {exc}"
+        return status, progress
+
     def refusal(self, submission_id: str) -> str | None:
         """Why the submission could not start, when a retry would only meet the same refusal: its driver
         refused before any work (another provider version, a job directory this cluster does not see),
@@ -216,7 +228,7 @@ class RayJobsClient:
         """Every submission on the cluster whose id starts with ``prefix``."""
         return [j for j in self._client.list_jobs() if (j.submission_id or "").startswith(prefix)]
 
-    def submit(self, spec: GroupJobSpec | GlobalJobSpec, *, agent_wait_s: float = 60.0) -> str:
+    def submit(self, spec: GroupJobSpec | GlobalJobSpec | ExportJobSpec, *, agent_wait_s: float = 60.0) -> str:
         """Submit ``spec``'s driver under ``spec.submission_id``; an id the cluster knows is not submitted
         twice (Ray refuses it), and this returns the id either way.  A head that has just started answers
         before its job agent can start drivers ("No available agent"): that is retried for
@@ -286,6 +298,20 @@ class RayJobsClient:
             ray_jobs.latest_submission(ray_jobs.read_global_record(job_dir, op_index)),
             lambda: verify_global(job_dir, op_index),
             f"global op {op_index}'s step",
+        )
+
+    def submit_or_attach_export(
+        self, spec_for: Callable[[str, int], ExportJobSpec], *, job_dir: str, job_id: str
+    ) -> GroupSubmission:
+        """:meth:`submit_or_attach` for the job's export: its submissions are
+        ``ray_jobs.export_base_submission_id``'s, its record ``ray_jobs.read_export_record``, and a
+        succeeded one is trusted once the job's summary says ``completed``."""
+        return self._submit_or_attach(
+            spec_for,
+            ray_jobs.export_base_submission_id(job_dir, job_id),
+            ray_jobs.latest_submission(ray_jobs.read_export_record(job_dir)),
+            lambda: verify_export(job_dir),
+            "the export",
         )
 
     def _submit_or_attach(
@@ -396,6 +422,34 @@ def global_spec(
     )
 
 
+def export_spec(
+    *,
+    job_dir: str,
+    job_id: str,
+    submission_id: str,
+    attempt: int,
+    namespace: str | None = None,
+    try_number: int | None = None,
+    run_id: str | None = None,
+    step_key: str = "",
+    event_defaults: dict | None = None,
+) -> ExportJobSpec:
+    """The export's driver spec as this process submits it: this provider's version and this host's name."""
+    return ExportJobSpec(
+        job_dir=job_dir,
+        job_id=job_id,
+        submission_id=submission_id,
+        attempt=int(attempt),
+        provider_version=__version__,
+        submitter_host=socket.gethostname(),
+        try_number=try_number,
+        run_id=run_id,
+        step_key=step_key,
+        event_defaults=dict(event_defaults or {}),
+        namespace=namespace,
+    )
+
+
 # -- a job's stop ----------------------------------------------------------------
 #: Seconds ``dj-airflow stop`` waits for a dashboard's port before it reports the dashboard unreachable.
 STOP_CONNECT_TIMEOUT_S = 5.0
@@ -403,8 +457,8 @@ STOP_CONNECT_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class RayJobStop:
-    """What a job's stop did to one group's (or a global step's: ``op_index`` set, no segment or group)
-    running Ray Job.
+    """What a job's stop did to one group's (or a global step's: ``op_index`` set, no segment or group; or
+    the export's: ``step`` is ``"export"``) running Ray Job.
 
     ``outcome``: ``stopped`` (Ray stops it: SIGTERM to its driver, SIGKILL a few seconds later),
     ``ended`` (Ray says it had already ended), ``not_stopped`` (``reason`` says why: the dashboard does
@@ -417,6 +471,7 @@ class RayJobStop:
     outcome: str
     reason: str = ""
     op_index: int | None = None
+    step: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -425,11 +480,12 @@ class RayJobStop:
         """One line for a person: the submission, the group and what happened to it."""
         what = {"stopped": "stop requested from Ray", "ended": "had already ended on Ray"}.get(self.outcome)
         where = f" at {self.address}" if self.address else ""
-        unit = (
-            f"global op {self.op_index}"
-            if self.op_index is not None
-            else f"segment {self.segment_index}, group {self.group_id}"
-        )
+        if self.step == "export":
+            unit = "export"
+        elif self.op_index is not None:
+            unit = f"global op {self.op_index}"
+        else:
+            unit = f"segment {self.segment_index}, group {self.group_id}"
         head = f"Ray job {self.submission_id} ({unit}){where}"
         return f"{head}: {what}" if what else f"{head}: NOT stopped: {self.reason}"
 
@@ -446,11 +502,12 @@ def stop_running_groups(
     out = []
     for record, entry in ray_jobs.running_submissions(job_dir):
         where = address or entry.get("dashboard_address") or ""
-        unit = (
-            dict(segment_index=None, group_id=None, op_index=int(record["op_index"]))
-            if "op_index" in record
-            else dict(segment_index=int(record["segment_index"]), group_id=int(record["group_id"]))
-        )
+        if record.get("step") == "export":
+            unit: dict = dict(segment_index=None, group_id=None, step="export")
+        elif "op_index" in record:
+            unit = dict(segment_index=None, group_id=None, op_index=int(record["op_index"]))
+        else:
+            unit = dict(segment_index=int(record["segment_index"]), group_id=int(record["group_id"]))
         stop = dict(**unit, submission_id=str(entry["submission_id"]), address=public_address(where))
         if not where:
             why = "its record names no Ray dashboard: pass one (dj-airflow stop --ray-address http://<head>:8265)"

@@ -206,11 +206,17 @@ def _job_overview(job_dir: str, dag_id: str | None, run_id: str | None, t0: floa
 
 
 def ray_jobs_overview(job_dir: str) -> list[dict]:
-    """Ray Jobs mode: per group, then per global step, its latest Ray Job as its record in the job
-    directory says (the record is the source of truth; the web server never asks the Ray dashboard).  ``resubmissions`` is the latest
+    """Ray Jobs mode: per group, then per global step, then the export, its latest Ray Job as its record
+    in the job directory says (the record is the source of truth; the web server never asks the Ray
+    dashboard).  ``step`` is ``export`` for the export's row, else None.  ``resubmissions`` is the latest
     submission's attempt number (None when the record has none); [] for a job not run in Ray Jobs mode."""
     out = []
-    for record in ray_jobs.read_records(job_dir) + ray_jobs.read_global_records(job_dir):
+    try:
+        export = ray_jobs.read_export_record(job_dir)
+    except (OSError, ValueError):  # removed or half-visible meanwhile: shown at the next look
+        export = None
+    records = ray_jobs.read_records(job_dir) + ray_jobs.read_global_records(job_dir) + ([export] if export else [])
+    for record in records:
         entry = ray_jobs.latest_submission(record)
         if entry is None:
             continue
@@ -220,6 +226,7 @@ def ray_jobs_overview(job_dir: str) -> list[dict]:
                 "segment_index": record.get("segment_index"),
                 "group_id": record.get("group_id"),
                 "op_index": record.get("op_index"),  # a global step's Ray Job (no segment, no group)
+                "step": record.get("step"),  # "export": the export's Ray Job
                 "partition_ids": record.get("partition_ids") or [],
                 "submission_id": entry.get("submission_id"),
                 "state": entry.get("state"),

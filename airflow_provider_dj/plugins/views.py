@@ -262,8 +262,8 @@ def _ray_jobs_html(view: dict) -> str:
         for r in rows
     )
     return (
-        "<h2>Ray Jobs</h2><p class='muted'>Each group's and each global step's latest Ray Job, as its driver "
-        "recorded it in the job "
+        "<h2>Ray Jobs</h2><p class='muted'>Each group's, each global step's and the export's latest Ray Job, "
+        "as its driver recorded it in the job "
         "directory (not asked of the Ray dashboard).</p><table class='facts' id='ray-jobs'><tr><th>segment</th>"
         "<th>group</th><th>partitions</th><th>submission id</th><th>state</th><th>submitted</th>"
         f"<th>resubmissions</th></tr>{body}</table>"
@@ -271,7 +271,9 @@ def _ray_jobs_html(view: dict) -> str:
 
 
 def _ray_job_step_cells(row: dict) -> str:
-    """A group's segment, group and partitions; a global step's op and "all partitions"."""
+    """A group's segment, group and partitions; a global step's op, or the export, and "all partitions"."""
+    if row.get("step") == "export":
+        return "<td>export</td><td>-</td><td>all</td>"
     if row.get("op_index") is not None:
         return f"<td>global op {esc(row['op_index'])}</td><td>-</td><td>all</td>"
     parts = ", ".join(map(str, row["partition_ids"]))

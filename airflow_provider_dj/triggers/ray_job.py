@@ -1,9 +1,11 @@
-"""RayJobTrigger: the deferred half of ``PartitionGroupOperator`` and ``GlobalOpOperator`` in Ray Jobs mode.
+"""RayJobTrigger: the deferred half of ``PartitionGroupOperator``, ``GlobalOpOperator`` and ``ExportOperator``
+in Ray Jobs mode.
 
-Runs in the triggerer and follows one Ray Job (a partition group's driver on the cluster, or with
-``op_index`` set a global op's step) through the dashboard's HTTP API, and its progress through the
-job directory (the partitions whose segment output, or keep mask, is committed), in a worker thread (``asyncio.to_thread``) so blocking HTTP and file
-reads never stall the triggerer's event loop.  It yields exactly one event, when the Ray Job ends:
+Runs in the triggerer and follows one Ray Job (a partition group's driver on the cluster, with
+``op_index`` set a global op's step, with ``step="export"`` the export) through the dashboard's HTTP
+API, and its progress through the job directory (the partitions whose segment output, or keep mask,
+is committed; whether the export is), in a worker thread (``asyncio.to_thread``) so blocking HTTP and
+file reads never stall the triggerer's event loop.  It yields exactly one event, when the Ray Job ends:
 ``{"status": <Ray's final status | "UNKNOWN" | "error">, "submission_id", "progress", "message"}``.
 The operator's ``execute_complete`` verifies the checkpoints and succeeds, or fails with the Ray
 Job's log tail.  The trigger holds no state the task needs: a restarted triggerer runs it again
@@ -34,6 +36,7 @@ class RayJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         max_poll_errors: int = 5,
         op_index: int | None = None,
+        step: str | None = None,
     ) -> None:
         super().__init__()
         self.dashboard_address = dashboard_address
@@ -42,6 +45,7 @@ class RayJobTrigger(BaseTrigger):
         self.segment_index = segment_index
         self.partition_ids = list(partition_ids or [])
         self.op_index = op_index  # a global op's step: progress is its committed keep masks
+        self.step = step  # "export": the job's export step; progress is whether it is committed
         self.poll_interval = poll_interval
         self.max_poll_errors = max_poll_errors  # consecutive failed looks before the task is told
 
@@ -55,9 +59,12 @@ class RayJobTrigger(BaseTrigger):
             "poll_interval": self.poll_interval,
             "max_poll_errors": self.max_poll_errors,
             "op_index": self.op_index,
+            "step": self.step,
         }
 
     def _poll(self, client) -> tuple[str, str]:
+        if self.step == "export":
+            return client.poll_export(self.submission_id, self.job_dir)
         if self.op_index is not None:
             return client.poll_global(self.submission_id, self.job_dir, self.op_index)
         return client.poll(self.submission_id, self.job_dir, self.segment_index, self.partition_ids)

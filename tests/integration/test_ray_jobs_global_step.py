@@ -147,3 +147,102 @@ def test_a_step_whose_keep_masks_are_committed_submits_nothing_and_asks_no_dashb
     ti = SimpleNamespace(dag_id="d", run_id="r", task_id=op.task_id, map_index=-1, try_number=2)
     assert op.execute({"ti": ti, "dag_run": SimpleNamespace(run_id="r")}) == {"op_index": op_index, "skipped": True}
     assert op._ray_job is None and not os.path.exists(os.path.join(job_dir, "ray_jobs"))
+
+
+# -- the export's Ray Job (engine/runner/export_job.py) ---------------------------------------------
+
+
+def _run_to_export(job_dir: str, groups: list[dict]) -> None:
+    """Every step before the export, in this process."""
+    from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher
+    from airflow_provider_dj.engine.runner.steps import run_global_step, run_group
+    from airflow_provider_dj.engine.storage.context import JobContext
+
+    for seg in JobContext(job_dir).plan.segments:
+        for group in groups:
+            run_group(job_dir, seg.index, group, LocalDispatcher(1))
+        if seg.keys_for_global is not None:
+            run_global_step(job_dir, seg.keys_for_global)
+
+
+def _export_op(**kw):
+    from airflow_provider_dj.operators.export import ExportOperator
+
+    return ExportOperator(task_id="export", **kw)
+
+
+def _ctx(try_number: int = 1) -> dict:
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="export", map_index=-1, try_number=try_number)
+    return {"ti": ti, "dag_run": SimpleNamespace(run_id="r")}
+
+
+class _Finished:
+    """What ``ExportOperator._finish`` asks of a Ray Jobs client after the export's Ray Job succeeded."""
+
+    address = "http://head.example:8265"
+
+    def logs_tail(self, sid):
+        return ""
+
+
+def test_the_export_driver_writes_the_in_process_bytes_and_the_operator_reads_its_record(
+    planned, tmp_path, monkeypatch, capsys
+):
+    """In Ray Jobs mode the operator submits (a dead dashboard: refused, nothing written); the export's
+    driver refuses another version with nothing written, else exports the in-process run's bytes and records
+    ``finish_job``'s result, which the operator returns; a completed job submits nothing, asks no dashboard."""
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.runner import export_job
+    from airflow_provider_dj.engine.runner.export_job import ExportJobSpec
+    from airflow_provider_dj.hooks.ray_jobs import RayDashboardUnreachableError, export_spec
+
+    job_dir = planned.job_dir
+    reference = run_job(
+        str(tmp_path / "r.yaml"), job_id="ref", workers=1, overrides={"export_path": str(tmp_path / "ref.jsonl")}
+    )
+    _run_to_export(job_dir, planned.groups)
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps({"conn_type": "ray", "host": _dead_dashboard()}))
+    before = _tree(job_dir)
+    with pytest.raises(RayDashboardUnreachableError):
+        _export_op(job_dir=job_dir).execute(_ctx())
+    assert _tree(job_dir) == before and not os.path.exists(tmp_path / "out.jsonl")
+
+    base = ray_jobs.export_base_submission_id(job_dir, "g1")
+    assert base == f"{ray_jobs.base_submission_id(job_dir, 'g1', 0, 0).rsplit('-s0-g0', 1)[0]}-export"
+    spec = export_spec(job_dir=job_dir, job_id="g1", submission_id=base, attempt=0, run_id="r")
+    assert ExportJobSpec.from_json(spec.to_json()) == spec and spec.metadata["dj_step"] == "export"
+    other = ExportJobSpec(**{**spec.__dict__, "provider_version": "0.0.0+elsewhere"})
+    assert export_job.main(["--spec", other.to_json()]) == EXIT_REFUSED
+    assert capsys.readouterr().err.startswith("refused before any work: provider version mismatch")
+    assert _tree(job_dir) == before and ray_jobs.read_export_record(job_dir) is None
+
+    assert export_job.main(["--spec", spec.to_json()]) == 0  # the driver's run, here without a cluster
+    with open(tmp_path / "out.jsonl", "rb") as a, open(reference.export_path, "rb") as b:
+        assert a.read() == b.read()
+    record = ray_jobs.read_export_record(job_dir)
+    (entry,) = record["submissions"]
+    assert (record["step"], entry["submission_id"], entry["state"]) == ("export", base, "succeeded")
+    assert entry["results"] == export_job.export_result(job_dir) and entry["results"]["rows"] == reference.rows
+    assert export_job.verify_export(job_dir)[0] is True and ray_jobs.running_submissions(job_dir) == []
+
+    op = _export_op(job_dir=job_dir)
+    assert op._finish(_Finished(), base, "SUCCEEDED", _ctx()) == entry["results"]  # the XCom: the driver's record
+    done = op.execute(_ctx(try_number=2))  # a retry of a completed job: verified, nothing submitted
+    assert done == {**entry["results"], "already_complete": True} and op._ray_job is None
+    assert len(ray_jobs.read_export_record(job_dir)["submissions"]) == 1
+
+
+def test_a_running_exports_ray_job_is_found_by_a_jobs_stop(planned):
+    from airflow_provider_dj.hooks.ray_jobs import RayJobStop, stop_running_groups
+
+    job_dir = planned.job_dir
+    base = ray_jobs.export_base_submission_id(job_dir, "g1")
+    who = {"host": "ray-head", "pid": 1, "provider_version": __version__, "dashboard_address": _dead_dashboard()}
+    ray_jobs.record_export_transition(job_dir, base, "started", job_id="g1", attempt=0, identity=who)
+    assert ray_jobs.read_records(job_dir) == [] and ray_jobs.read_global_records(job_dir) == []
+    ((record, entry),) = ray_jobs.running_submissions(job_dir)
+    assert (record["step"], entry["submission_id"]) == ("export", base)
+    (stop,) = stop_running_groups(job_dir, connect_timeout_s=1)
+    assert (stop.step, stop.op_index, stop.segment_index, stop.outcome) == ("export", None, None, "not_stopped")
+    assert stop.line().startswith(f"Ray job {base} (export) at {who['dashboard_address']}: NOT stopped")
+    assert RayJobStop(**stop.to_dict()) == stop

@@ -334,7 +334,8 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
 ):
     """Segment 0's tasks defer to the trigger; segment 1's wait in the worker (deferrable=False).  The
     global step runs in 3 key shards (``DJ_GLOBAL_STEP_SHARDS``, set here only: the spec carries it to
-    the driver) as one deferred Ray Job, and the export is the bytes of the unsharded in-process run."""
+    the driver) as one deferred Ray Job; the export runs as one deferred Ray Job too, its driver on the
+    cluster, and writes the bytes of the unsharded in-process run, which its Asset event describes."""
     import logging
 
     from airflow_provider_dj import settings
@@ -368,14 +369,15 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     plan = JobContext(job_dir).plan
     op_index = plan.segments[0].keys_for_global
     assert len(plan.segments) == 2 and seg0 and len(records) > len(seg0) + 1
-    assert f"global_op{op_index}.json" in records
+    assert f"global_op{op_index}.json" in records and "export.json" in records
     prefix = ray_jobs.base_submission_id(job_dir, "rjdag", 0, 0).rsplit("-s0-g0", 1)[0]
     jobs = client.list_submissions(prefix)
     assert len(jobs) == len(records)  # one Ray job per group of each segment and the global step, none twice
     assert {str(j.status.value) for j in jobs} == {"SUCCEEDED"}
     deferred = [r for r in caplog.records if "running trigger in line" in r.getMessage()]
-    assert len(deferred) == len(seg0) + 1  # segment 0's tasks and the global step deferred; segment 1's waited
+    assert len(deferred) == len(seg0) + 2  # segment 0's tasks, the global step and the export deferred
     _check_global_job(client, job_dir, "rjdag", op_index, shards=3)
+    _check_export_job(client, job_dir, "rjdag", summary, dag_id, dag_run.run_id)
 
     # A clear of a succeeded group: its next try verifies the checkpoints and submits nothing.
     record = ray_jobs.read_record(job_dir, 0, 0)
@@ -383,6 +385,36 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     results = _operator(job_dir, 0, group).execute(_context(dag_run.run_id))
     assert results == ray_jobs.latest_submission(record)["results"] and results
     assert len(client.list_submissions(prefix)) == len(records)
+
+
+def _check_export_job(client, job_dir: str, job_id: str, summary: dict, dag_id: str, run_id: str) -> None:
+    """The export ran as one Ray Job under its deterministic id, its driver on the cluster (not this process),
+    which recorded ``finish_job``'s result; the outlet Asset's event carries it."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from airflow_provider_dj.engine.runner.export_job import export_result
+
+    sid = ray_jobs.export_base_submission_id(job_dir, job_id)
+    record = ray_jobs.read_export_record(job_dir)
+    (entry,) = record["submissions"]
+    assert (record["step"], entry["submission_id"], entry["state"]) == ("export", sid, "succeeded")
+    assert [t["state"] for t in entry["transitions"]] == ["started", "succeeded"]
+    assert entry["pid"] != os.getpid() and entry["dashboard_address"] == client.address
+    assert entry["results"] == export_result(job_dir) and entry["results"]["rows"] == summary["export"]["rows"]
+    info = client.info(sid)
+    assert str(info.status.value) == "SUCCEEDED" and "engine.runner.export_job" in info.entrypoint
+    with create_session() as session:
+        events = session.execute(
+            select(AssetEvent.source_task_id, AssetEvent.source_run_id, AssetEvent.extra, AssetModel.uri)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)
+        ).all()
+    ((task_id, event_run, extra, uri),) = events  # this run's one event, annotated after the deferral
+    assert (task_id, event_run, uri) == ("export", run_id, "file://" + summary["export"]["path"])
+    assert (extra["job_id"], extra["rows"]) == (job_id, summary["export"]["rows"])
+    assert extra["checksum_xxh3_128"] == summary["export"]["checksum_xxh3_128"]
 
 
 def _check_global_job(client, job_dir: str, job_id: str, op_index: int, shards: int) -> dict:

@@ -151,6 +151,10 @@ def ray_job_global_record_key(name: str) -> int | None:
     return int(stem[9:])
 
 
+#: Ray Jobs mode: the Ray Job submissions of the job's export step (engine/runner/export_job.py).
+RAY_JOB_EXPORT_RECORD = f"{RAY_JOBS_DIR}/export.json"
+
+
 #: Human-readable progress logs (jobdir/progress_log.py): logs/partition_NNNNN.log and logs/job.log.
 LOGS_DIR = "logs"
 JOB_LOG = "job.log"

@@ -26,7 +26,10 @@ A global op's step submitted as a Ray Job (engine/runner/global_job.py) has the 
 ``dj-<job id>-<job dir hash>-op<i>`` (``-r<n>`` after a failed or stopped attempt) and its own record,
 ``layout.ray_job_global_record`` (``ray_jobs/global_op<i>.json``), written by its drivers the same way.
 :func:`read_records` lists the groups' records only (what the job view's table shows);
-:func:`running_submissions` covers both, so a job's stop reaches a running global step too.
+The job's export step submitted as a Ray Job (engine/runner/export_job.py) has the same scheme under
+``dj-<job id>-<job dir hash>-export`` and its record ``layout.RAY_JOB_EXPORT_RECORD``
+(``ray_jobs/export.json``, ``"step": "export"``).
+:func:`running_submissions` covers all three, so a job's stop reaches a running global step or export too.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import xxhash
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import (
+    RAY_JOB_EXPORT_RECORD,
     RAY_JOBS_DIR,
     ray_job_global_record,
     ray_job_global_record_key,
@@ -68,6 +72,11 @@ def base_submission_id(job_dir: str, job_id: str, segment_index: int, group_id: 
 def global_base_submission_id(job_dir: str, job_id: str, op_index: int) -> str:
     """The first submission's id of global op ``op_index``'s step of one job directory."""
     return f"{_id_prefix(job_dir, job_id)}-op{int(op_index)}"
+
+
+def export_base_submission_id(job_dir: str, job_id: str) -> str:
+    """The first submission's id of the export step of one job directory."""
+    return f"{_id_prefix(job_dir, job_id)}-export"
 
 
 def submission_id(base: str, attempt: int) -> str:
@@ -107,6 +116,18 @@ def read_global_record(job_dir: str, op_index: int) -> dict | None:
     return read_json(path)
 
 
+def export_record_path(job_dir: str) -> str:
+    return storage.join(job_dir, *RAY_JOB_EXPORT_RECORD.split("/"))
+
+
+def read_export_record(job_dir: str) -> dict | None:
+    """The export step's record, or None when no driver of it has started."""
+    path = export_record_path(job_dir)
+    if not storage.exists(path):
+        return None
+    return read_json(path)
+
+
 def read_global_records(job_dir: str) -> list[dict]:
     """Every global step's record in the job directory, by op index; [] when none ran as a Ray Job."""
     names = storage.listdir(storage.join(job_dir, RAY_JOBS_DIR))
@@ -137,11 +158,13 @@ def read_records(job_dir: str) -> list[dict]:
 
 
 def running_submissions(job_dir: str) -> list[tuple[dict, dict]]:
-    """(record, its latest submission) of every group, and every global step, whose latest driver has
-    started and not ended: the Ray Jobs a stop of the job must reach.  A global step's record has
-    ``op_index`` where a group's has ``segment_index`` and ``group_id``."""
+    """(record, its latest submission) of every group, every global step and the export whose latest
+    driver has started and not ended: the Ray Jobs a stop of the job must reach.  A global step's record
+    has ``op_index`` where a group's has ``segment_index`` and ``group_id``; the export's has
+    ``"step": "export"``."""
     out = []
-    for record in [*read_records(job_dir), *read_global_records(job_dir)]:
+    export = read_export_record(job_dir)
+    for record in [*read_records(job_dir), *read_global_records(job_dir), *([export] if export else [])]:
         entry = latest_submission(record)
         if entry is not None and entry.get("state") not in ENDED:
             out.append((record, entry))
@@ -207,6 +230,21 @@ def record_global_transition(
     """:func:`record_transition` for global op ``op_index``'s step (its record names the op)."""
     fresh = {"job_id": job_id, "op_index": int(op_index), "op_name": op_name, "submissions": []}
     return _append(global_record_path(job_dir, op_index), fresh, sid, state, attempt, identity, fields)
+
+
+def record_export_transition(
+    job_dir: str,
+    sid: str,
+    state: str,
+    *,
+    job_id: str,
+    attempt: int,
+    identity: dict | None = None,
+    **fields,
+) -> dict:
+    """:func:`record_transition` for the export step (its record says ``"step": "export"``)."""
+    fresh = {"job_id": job_id, "step": "export", "submissions": []}
+    return _append(export_record_path(job_dir), fresh, sid, state, attempt, identity, fields)
 
 
 def _append(path: str, fresh: dict, sid: str, state: str, attempt: int, identity: dict | None, fields: dict) -> dict:

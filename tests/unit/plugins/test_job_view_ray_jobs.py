@@ -62,6 +62,7 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
             "segment_index": 0,
             "group_id": planned.groups[0]["group_id"],
             "op_index": None,
+            "step": None,
             "partition_ids": planned.groups[0]["partition_ids"],
             "submission_id": r1,
             "state": "started",
@@ -73,6 +74,7 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
             "segment_index": 0,
             "group_id": planned.groups[1]["group_id"],
             "op_index": None,
+            "step": None,
             "partition_ids": planned.groups[1]["partition_ids"],
             "submission_id": b1,
             "state": "succeeded",
@@ -103,6 +105,38 @@ def test_a_global_steps_ray_job_is_shown_after_the_groups(planned):
     assert rows[-1]["op_index"] == 1 and rows[-1]["segment_index"] is None and rows[-1]["state"] == "succeeded"
     page = views.job_page(job_data.job_overview(planned.job_dir), api="/a", static="/s")
     assert f"<tr data-submission='{base}'><td>global op 1</td><td>-</td><td>all</td><td><code>{base}</code>" in page
+
+
+def test_the_exports_ray_job_is_shown_last_as_export(planned):
+    _, b1 = _write_records(planned)
+    gbase = ray_jobs.global_base_submission_id(planned.job_dir, planned.job_id, 1)
+    ray_jobs.record_global_transition(
+        planned.job_dir, 1, gbase, "succeeded", job_id="rjview", op_name="document_deduplicator", attempt=0
+    )
+    base = ray_jobs.export_base_submission_id(planned.job_dir, planned.job_id)
+    r1 = ray_jobs.submission_id(base, 1)
+    assert base.endswith("-export") and base.rsplit("-export", 1)[0] == gbase.rsplit("-op1", 1)[0]
+    ray_jobs.record_export_transition(planned.job_dir, base, "failed", job_id="rjview", attempt=0, error="boom")
+    who = {"host": "node1", "dashboard_address": DASHBOARD, "submitted_at": SUBMITTED}
+    ray_jobs.record_export_transition(planned.job_dir, r1, "started", job_id="rjview", attempt=1, identity=who)
+    rows = job_data.job_overview(planned.job_dir)["ray_jobs"]
+    assert [r["submission_id"] for r in rows][-3:] == [b1, gbase, r1]
+    assert rows[-1] == {
+        "segment_index": None,
+        "group_id": None,
+        "op_index": None,
+        "step": "export",
+        "partition_ids": [],
+        "submission_id": r1,
+        "state": "started",
+        "submitted_at": SUBMITTED,
+        "resubmissions": 1,
+        "dashboard_address": DASHBOARD,
+    }
+    assert rows[-2]["step"] is None and rows[-2]["op_index"] == 1
+    page = views.job_page(job_data.job_overview(planned.job_dir), api="/a", static="/s")
+    assert f"<tr data-submission='{r1}'><td>export</td><td>-</td><td>all</td><td><code>{r1}</code>" in page
+    assert f"<td>global op 1</td><td>-</td><td>all</td><td><code>{gbase}</code>" in page
 
 
 def test_a_job_not_run_in_ray_jobs_mode_shows_nothing_new(planned):
