@@ -4,7 +4,10 @@ Real planned job directories: the driver refuses a submitter of another version 
 written (the group driver's check, reused); the step's submission ids are deterministic and apart
 from the groups'; its record is kept beside theirs and a job's stop finds it; the settings that plan
 the step travel in the spec; a step whose keep masks are all committed submits nothing and asks no
-dashboard.  The step's run on a real Ray Jobs cluster is tested in tests/integration/test_ray_jobs_mode.py.
+dashboard.  The export's Ray Job likewise (engine/runner/export_job.py): its driver, run here, writes
+the in-process bytes and records the result the operator returns; its ids are attached to or walked on
+as a group's; a completed job submits nothing; a job's stop finds it.  The step's and the export's runs
+on a real Ray Jobs cluster are tested in tests/integration/test_ray_jobs_mode.py.
 """
 
 from __future__ import annotations
@@ -246,3 +249,63 @@ def test_a_running_exports_ray_job_is_found_by_a_jobs_stop(planned):
     assert (stop.step, stop.op_index, stop.segment_index, stop.outcome) == ("export", None, None, "not_stopped")
     assert stop.line().startswith(f"Ray job {base} (export) at {who['dashboard_address']}: NOT stopped")
     assert RayJobStop(**stop.to_dict()) == stop
+
+
+class _Dashboard:
+    """Ray's job list as a dict of submission id -> status: what ``RayJobsClient`` asks of the dashboard."""
+
+    def __init__(self, jobs: dict[str, str]):
+        self.jobs, self.submitted, self.stopped = dict(jobs), [], []
+
+    def get_job_info(self, sid):
+        if sid not in self.jobs:
+            raise RuntimeError(f"Job {sid} does not exist")
+        return SimpleNamespace(status=self.jobs[sid])
+
+    def submit_job(self, *, entrypoint, submission_id, metadata, **kw):
+        self.submitted.append((submission_id, entrypoint, metadata))
+        self.jobs[submission_id] = "PENDING"
+        return submission_id
+
+    def stop_job(self, sid):
+        self.stopped.append(sid)
+        return True
+
+
+def test_the_exports_submission_is_attached_to_while_it_runs_and_resubmitted_after_a_failure(planned):
+    """The export's ids walk as a group's do: a running one is attached to (a retry, a restarted worker),
+    a failed one is followed by ``-r1`` whose entrypoint is the export's driver; ``on_kill`` stops it,
+    and the trigger follows it with ``step="export"``."""
+    from airflow_provider_dj.engine.runner import export_job
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient, export_spec
+    from airflow_provider_dj.triggers.ray_job import RayJobTrigger
+
+    job_dir = planned.job_dir
+    base = ray_jobs.export_base_submission_id(job_dir, "g1")
+
+    def spec_for(sid, attempt):
+        return export_spec(job_dir=job_dir, job_id="g1", submission_id=sid, attempt=attempt)
+
+    dashboard = _Dashboard({base: "RUNNING"})
+    client = RayJobsClient("http://head.example:8265", client_factory=lambda address: dashboard)
+    sub = client.submit_or_attach_export(spec_for, job_dir=job_dir, job_id="g1")
+    assert (sub.submission_id, sub.action, dashboard.submitted) == (base, "attached", [])
+    assert client.poll_export(base, job_dir) == ("RUNNING", export_job.verify_export(job_dir)[1])
+
+    dashboard.jobs[base] = "FAILED"
+    sub = client.submit_or_attach_export(spec_for, job_dir=job_dir, job_id="g1")
+    ((sid, entrypoint, metadata),) = dashboard.submitted
+    assert (sub.submission_id, sub.attempt, sub.action) == (f"{base}-r1", 1, "resubmitted") and sid == f"{base}-r1"
+    words = shlex.split(entrypoint)
+    assert words[1:3] == ["-m", export_job.MODULE] and json.loads(words[4])["attempt"] == 1
+    assert metadata == {"dj_job_id": "g1", "dj_step": "export"}
+
+    op = _export_op(job_dir=job_dir)
+    op._ray_job = (client, sid)
+    op.on_kill()
+    assert dashboard.stopped == [sid]
+
+    trigger = RayJobTrigger(dashboard_address=client.address, submission_id=sid, job_dir=job_dir, step="export")
+    classpath, kwargs = trigger.serialize()
+    assert kwargs["step"] == "export" and RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert trigger._poll(client) == ("PENDING", "the export is not committed (no completed job_summary.json)")
