@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from collections import Counter
@@ -166,9 +167,25 @@ def _assert_export_is_the_engines(recipe: str, export: str, job_id: str) -> None
         assert ours.read() == engine.read()
 
 
-def _submissions(cluster_client, job_dir: str, job_id: str) -> list:
+def _all_submissions(cluster_client, job_dir: str, job_id: str) -> list:
     prefix = ray_jobs.base_submission_id(job_dir, job_id, 0, 0).rsplit("-s0-g0", 1)[0]
     return cluster_client.list_submissions(prefix)
+
+
+def _submissions(cluster_client, job_dir: str, job_id: str) -> list:
+    """The job's groups' Ray Jobs (``-s<k>-g<g>``, ``-r<n>`` when resubmitted), not its export's."""
+    return [
+        s
+        for s in _all_submissions(cluster_client, job_dir, job_id)
+        if re.search(r"-s\d+-g\d+(-r\d+)?$", s.submission_id)
+    ]
+
+
+def _export_submissions(cluster_client, job_dir: str, job_id: str) -> list:
+    """The job's export's Ray Jobs (Ray Jobs mode runs the export on the cluster too)."""
+    return [
+        s for s in _all_submissions(cluster_client, job_dir, job_id) if re.search(r"-export(-r\d+)?$", s.submission_id)
+    ]
 
 
 def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_resubmitted(rj):
@@ -230,6 +247,8 @@ def test_deferred_groups_survive_a_killed_triggerer_and_a_cleared_group_is_not_r
     submissions = _submissions(jobs_client, job_dir, job_id)
     assert len(submissions) == groups  # one Ray job per group: the new triggerer resubmitted nothing
     assert {str(j.status.value) for j in submissions} == {"SUCCEEDED"}
+    (export_job,) = _export_submissions(jobs_client, job_dir, job_id)  # the export ran on the cluster, once
+    assert str(export_job.status.value) == "SUCCEEDED"
     ran = Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete"))
     assert ran == Counter({(p, op): 1 for p in range(PARTS) for op in range(2)})
 
