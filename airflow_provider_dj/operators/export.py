@@ -29,7 +29,6 @@ retry attaches to a running submission instead of starting another; ``on_kill`` 
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 from airflow_provider_dj import settings
@@ -38,19 +37,16 @@ from airflow_provider_dj.engine.runner.steps import finish_job, wants_parallel_e
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.base import (
-    AirflowFailException,
     DJBaseOperator,
-    JobStoppedError,
     event_defaults,
     fail_fast_on_guard,
     run_id_of,
-    task_key,
-    try_number,
 )
 from airflow_provider_dj.operators.local_run import ray_cpus
+from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMixin
 
 
-class ExportOperator(DJBaseOperator):
+class ExportOperator(RayJobStepMixin, DJBaseOperator):
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
     lineage_step = "export"
@@ -146,133 +142,48 @@ class ExportOperator(DJBaseOperator):
     def on_kill(self) -> None:
         """Ray Jobs mode: stop the export's Ray Job (its driver records the stop).  Otherwise a large
         export's Ray tasks end with this process (their driver)."""
-        if self._ray_job is not None:
-            client, sid = self._ray_job
-            self.log.warning("on_kill: stopping Ray job %s at %s: %s", sid, client.address, client.stop(sid))
+        self._stop_ray_job()
 
-    # -- Ray Jobs mode ---------------------------------------------------------
+    # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
     def _run_ray_job(self, context: Any) -> dict:
-        """Submit the export as a Ray Job, or find its earlier submission; then wait (here or deferred)."""
-        from airflow_provider_dj.hooks.ray_jobs import export_spec
-
-        client = RayHook(ray_conn_id=self.ray_conn_id).get_jobs_client()  # a dead dashboard: refused here
-        job_id = JobContext(self.job_dir).job_id
-
-        def spec_for(sid: str, attempt: int):
-            return export_spec(
-                job_dir=self.job_dir,
-                job_id=job_id,
-                submission_id=sid,
-                attempt=attempt,
-                namespace=client.namespace,
-                try_number=try_number(context),
-                run_id=run_id_of(context),
-                step_key=task_key(context),
-                event_defaults=event_defaults(context),
-            )
-
-        sub = client.submit_or_attach_export(spec_for, job_dir=self.job_dir, job_id=job_id)
-        self._ray_job = (client, sub.submission_id)
-        self.log.info(
-            "%s", f"Export: Ray job {sub.submission_id} {sub.action} at {client.address} (status {sub.status})"
-        )
-        if sub.action == "succeeded":
-            return self._finish(client, sub.submission_id, sub.status, context)
-        if self.deferrable:
-            from airflow_provider_dj.triggers.ray_job import RayJobTrigger
-
-            self.defer(
-                trigger=RayJobTrigger(
-                    dashboard_address=client.address,
-                    submission_id=sub.submission_id,
-                    job_dir=self.job_dir,
-                    step="export",
-                    poll_interval=float(self.poll_interval),
-                ),
-                method_name="execute_complete",
-            )
-        return self._finish(client, sub.submission_id, self._wait_in_worker(client, sub.submission_id), context)
-
-    def _wait_in_worker(self, client: Any, sid: str) -> str:
-        from airflow_provider_dj.hooks.ray_jobs import ACTIVE
-
-        last = None
-        while True:
-            status, progress = client.poll_export(sid, self.job_dir)
-            if (status, progress) != last:
-                self.log.info("Ray job %s: %s; %s", sid, status, progress)
-                last = (status, progress)
-            if status not in ACTIVE:
-                return status
-            time.sleep(float(self.poll_interval))
+        return self._submit_and_wait(context)
 
     def execute_complete(self, context: Any, event: dict | None = None) -> dict:
         """The trigger saw the Ray Job end: verify the export and annotate its Asset event, or fail with
         the Ray Job's log tail."""
-        if not event or not event.get("submission_id"):
-            raise AirflowFailException(f"{self.task_id}: the Ray job trigger returned no event")
-        client = RayHook(ray_conn_id=self.ray_conn_id).get_jobs_client()
-        sid = event["submission_id"]
-        self._ray_job = (client, sid)
-        if event.get("status") == "error":
-            self.log.warning("the trigger could not follow Ray job %s: %s", sid, event["message"])
-        result = self._finish(client, sid, client.status(sid) or "UNKNOWN", context)
+        result = super().execute_complete(context, event)
         self._annotate_asset_events(context, result)
         return result
 
-    def _finish(self, client: Any, sid: str, status: str, context: Any = None) -> dict:
-        """The export's outcome from its Ray Job's status, the job's stop request, its driver's record and
-        the job's summary.  A Ray Job that ended without success while the job's stop request is pending
-        was stopped by it, whatever its driver recorded: the task ends stopped, without retry."""
-        from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
-        from airflow_provider_dj.engine.runner.export_job import export_result, verify_export
-        from airflow_provider_dj.hooks.ray_jobs import ACTIVE, RayJobFailedError
+    def _ray_job_step(self, context: Any) -> RayJobStep:
+        from airflow_provider_dj.engine.jobdir import ray_jobs
+        from airflow_provider_dj.engine.runner.export_job import export_result, settle_stopped_export, verify_export
+        from airflow_provider_dj.hooks.ray_jobs import export_spec
 
-        entry = ray_jobs.find_submission(ray_jobs.read_export_record(self.job_dir), sid) or {}
-        if status == "SUCCEEDED" or entry.get("state") == "succeeded":
-            done, message = verify_export(self.job_dir)
-            if done:
-                result = entry.get("results") or export_result(self.job_dir)
-                self.log.info(
-                    "%s", f"Ray job {sid}: {message}; exported {result['rows']} rows to {result['export_path']}"
-                )
-                return result
-            raise RayJobFailedError(
-                f"Ray job {sid} at {client.address} reported {status} but {message}: clear this task to export "
-                f"again\n--- its log, last lines ---\n{client.logs_tail(sid)}"
-            )
-        refusal = None if entry else client.refusal(sid)
-        if refusal:  # refused before any work: a retry would be refused again
-            raise AirflowFailException(refusal)
-        request = stop_control.read_stop_request(self.job_dir)
-        if request is not None and status not in ACTIVE:  # a retry would only stop at once: stopped now
-            raise self._stopped(sid, request, context or {})
-        if entry.get("state") == "stopped" and entry.get("stopped_by") == "stop_request":
-            raise JobStoppedError(f"Ray job {sid} stopped: {entry.get('error')}")  # the request was cleared since
-        what = entry.get("error") or f"status {status}"
-        message = (
-            f"Ray job {sid} at {client.address} ended {status}: {what}\n--- its log, last lines ---\n"
-            f"{client.logs_tail(sid)}"
+        job_dir = self.job_dir
+        job_id = JobContext(job_dir).job_id
+
+        def succeeded(entry: dict, sid: str, message: str) -> dict:
+            result = entry.get("results") or export_result(job_dir)
+            self.log.info("%s", f"Ray job {sid}: {message}; exported {result['rows']} rows to {result['export_path']}")
+            return result
+
+        return RayJobStep(
+            label="Export",
+            again="export again",
+            submit=lambda client, spec_for: client.submit_or_attach_export(spec_for, job_dir=job_dir, job_id=job_id),
+            spec=lambda client, sid, attempt: export_spec(
+                job_dir=job_dir,
+                job_id=job_id,
+                submission_id=sid,
+                attempt=attempt,
+                namespace=client.namespace,
+                **self._spec_context(context),
+            ),
+            poll=lambda client, sid: client.poll_export(sid, job_dir),
+            trigger={"step": "export"},
+            record_entry=lambda sid: ray_jobs.find_submission(ray_jobs.read_export_record(job_dir), sid),
+            verify=lambda: verify_export(job_dir),
+            succeeded=succeeded,
+            settle_stopped=lambda sid, request, defaults: settle_stopped_export(job_dir, job_id, sid, request),
         )
-        if entry.get("fatal"):
-            raise AirflowFailException(message)
-        raise RayJobFailedError(message)
-
-    def _stopped(self, sid: str, request: dict, context: Any) -> JobStoppedError:
-        """Record the export's stop as the in-worker path does (its Ray job's record, this task's
-        acknowledgement, the ``stopped`` summary, the runner lock released)."""
-        from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
-        from airflow_provider_dj.engine.runner.export_job import settle_stopped_export
-        from airflow_provider_dj.engine.runner.stop import record_stop
-
-        settle_stopped_export(self.job_dir, JobContext(self.job_dir).job_id, sid, request)
-        done = record_stop(
-            self.job_dir,
-            StopRequested(self.job_dir, request),
-            task_key(context),
-            try_number(context),
-            run_id_of(context),
-            event_defaults(context),
-            lambda m: self.log.warning("%s", m),
-        )
-        return JobStoppedError(f"Ray job {sid} stopped: {done}")
