@@ -224,9 +224,19 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "Key shards of a global op's step (a deduplicator's decision over every row): each shard resolves "
         "in its own task, on Ray where Ray runs, and commits on its own, so a retry redoes only shards not "
-        "committed. `0`: one in-process step while the rows' keys fit `global_shard_memory_mb`, else as "
-        "many shards as keep each within it. The export does not depend on it.",
+        "committed. `0`: one in-process step while the rows' keys fit `global_step_in_process_max_mb`, "
+        "else as many shards as keep each within `global_shard_memory_mb`. The export does not depend on it.",
         "64",
+    ),
+    _s(
+        "global_step_in_process_max_mb",
+        "integer",
+        128,
+        "A global op's step whose keys need at most this much (about 78 bytes a row: 128 MB is 1.7M rows) "
+        "runs in the process of its task, where it is fastest; above it, in key shards whose tasks run on "
+        "Ray, so the task's process (an Airflow worker, `dj-airflow run`) stays small whatever the rows. "
+        "`[dj] global_step_shards` overrides it.",
+        "1024",
     ),
     _s(
         "global_shard_memory_mb",

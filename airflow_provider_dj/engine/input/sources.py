@@ -215,14 +215,14 @@ def index_jsonl(f: InputFile) -> None:
         else:
             carry += block
         kept = _non_blank(complete_s, complete_e, block, pos, f)
-        starts.append(kept[(-rows) % stride :: stride])
+        starts.append(kept[(-rows) % stride :: stride].copy())  # a copy: a view would keep the block's array
         rows += len(kept)
         pending_start = int(line_starts[-1])
         pos += len(block)
     _check_utf8(f, carry, pos - len(carry))
     if pending_start < pos:
         last = _non_blank(np.array([pending_start]), np.array([pos]), None, 0, f)
-        starts.append(last[(-rows) % stride :: stride])
+        starts.append(last[(-rows) % stride :: stride].copy())
         rows += len(last)
     sampled = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, dtype=np.int64)
     f.stream_len = pos

@@ -78,19 +78,20 @@ def shard_budget_bytes() -> int:
 
 
 def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
-    """Key shards for ``rows`` rows: ``[dj] global_step_shards`` when set; else 0 (the single-process
-    step) while the rows' keys fit both ``[dj] global_shard_memory_mb`` and ``limit_bytes`` (default
-    :func:`global_step_limit_bytes`) or the op cannot be sharded, else as many as keep each shard
-    within the budget."""
+    """Key shards for ``rows`` rows: ``[dj] global_step_shards`` when set; else 0 (the step in its
+    task's process) while the rows' keys fit both ``[dj] global_step_in_process_max_mb`` and
+    ``limit_bytes`` (default :func:`global_step_limit_bytes`), or when the op cannot be sharded; else as
+    many as keep each shard within ``[dj] global_shard_memory_mb`` (one shard is still a task of its
+    own, off the task's process)."""
     configured = int(settings.get("global_step_shards") or 0)
     if configured > 0:
         return configured
-    budget = shard_budget_bytes()
+    in_process = int(settings.get("global_step_in_process_max_mb")) << 20
     limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
-    if rows * KEY_BYTES_PER_ROW <= min(budget, limit) or not is_shardable(op_impl):
+    if rows * KEY_BYTES_PER_ROW <= min(in_process, limit) or not is_shardable(op_impl):
         return 0
     need = rows * items_per_row(op_impl) * BYTES_PER_ITEM
-    return min(MAX_SHARDS, max(2, math.ceil(need / budget)))
+    return min(MAX_SHARDS, max(1, math.ceil(need / shard_budget_bytes())))
 
 
 def check_global_steps_fit(
