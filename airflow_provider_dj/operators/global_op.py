@@ -2,7 +2,7 @@
 
 Runs after the barrier, over the keys every partition committed, and
 commits one keep mask per partition.  A small step (its keys within
-``[dj] global_shard_memory_mb``) runs in the task process itself; a larger
+``[dj] global_step_in_process_max_mb``) runs in the task process itself; a larger
 one is sharded (engine/execution/global_shards.py) and its tasks run on the
 Ray the ``ray`` connection names (embedded or a cluster), so this process
 holds no key.  Its result is durable in the job directory: a retry or a
