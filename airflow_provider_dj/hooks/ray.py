@@ -60,6 +60,13 @@ except Exception:  # noqa: BLE001 - Airflow's import path differs between versio
 
 
 class RayHook(BaseHook):  # type: ignore[misc]
+    """Reach the Ray a job runs on: embedded, a cluster's GCS address, or Ray Jobs mode's dashboard.
+
+    :param ray_conn_id: the Airflow connection naming the cluster (none, or one without an address:
+        the embedded local head).
+    :param in_process_cpus: set by ``dj-airflow run``: CPUs of its private in-process Ray.
+    """
+
     conn_name_attr = "ray_conn_id"
     default_conn_name = "ray_default"
     conn_type = "ray"

@@ -15,16 +15,6 @@ job's summary says ``completed``; its XCom result is what the driver recorded (`
 and the Asset event and the OpenLineage facets are read from the job directory as in every mode.  A job
 already complete submits nothing (its export is verified against its summary, as in every mode); a
 retry attaches to a running submission instead of starting another; ``on_kill`` stops the Ray Job.
-
-:param job_dir: the job directory (templated).
-:param ray_conn_id: the Ray connection a large export's parts run on (or, in Ray Jobs mode, the step).
-:param local_run: set by ``dj-airflow run`` (operators/local_run.py).
-:param recipe_name: the recipe's name in the Asset event (default: the DAG id).
-:param declared_export_path: the export path the DAG declares as its Asset.
-:param export_path_template: the recipe's templated export path, for the Asset event.
-:param deferrable: Ray Jobs mode: wait for the export's Ray Job in the triggerer (True) or in the
-    worker (False); None: ``[dj] ray_jobs_deferrable``.
-:param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
 """
 
 from __future__ import annotations
@@ -47,6 +37,21 @@ from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMix
 
 
 class ExportOperator(RayJobStepMixin, DJBaseOperator):
+    """Check the accounting and write the export atomically, in input order (module docstring).
+
+    :param job_dir: the job directory (templated).
+    :param ray_conn_id: the Ray connection for the parallel serialization of a large JSONL export; in
+        Ray Jobs mode the whole export runs there as one Ray Job.
+    :param recipe_name: the recipe's ``project_name`` for the export's Asset event (None: the DAG id).
+    :param declared_export_path: the export path the DAG declared as its outlet Asset.
+    :param export_path_template: the recipe's template of ``export_path``, when it has one.
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
+        ``[dj] ray_jobs_deferrable``.
+    :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
+    """
+
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#e3e3f7"
     lineage_step = "export"

@@ -18,14 +18,6 @@ the worker.  It succeeds once every partition's keep mask is committed, else fai
 job's log tail.  A job already complete, or whose masks are all committed, submits nothing; a retry
 or a restarted worker attaches to the running submission instead of starting another; ``on_kill``
 stops the Ray Job.
-
-:param job_dir: the job directory (templated).
-:param op_index: the global op's index in the plan.
-:param ray_conn_id: the Ray connection its sharded tasks run on (or, in Ray Jobs mode, the step).
-:param local_run: set by ``dj-airflow run`` (operators/local_run.py).
-:param deferrable: Ray Jobs mode: wait for the step's Ray Job in the triggerer (True) or in the
-    worker (False); None: ``[dj] ray_jobs_deferrable``.
-:param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
 """
 
 from __future__ import annotations
@@ -46,6 +38,18 @@ from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMix
 
 
 class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
+    """Decide a deduplicator's keep masks over every partition's keys (module docstring).
+
+    :param job_dir: the job directory (templated).
+    :param op_index: the global op's index in the plan.
+    :param ray_conn_id: the Ray connection its sharded tasks run on (or, in Ray Jobs mode, the step).
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
+        ``[dj] ray_jobs_deferrable``.
+    :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
+    """
+
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#f6d9e8"
     lineage_step = "global"

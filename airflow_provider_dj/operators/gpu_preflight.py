@@ -31,7 +31,14 @@ from airflow_provider_dj.operators.resume_validator import RecipeRefused, run_id
 
 
 class GpuPreflightOperator(DJBaseOperator):
-    """Probe GPU ops on a sample; ``probe_executor``: auto (Ray when importable) | ray | local | inline."""
+    """Probe GPU ops on a sample; ``probe_executor``: auto (Ray when importable) | ray | local | inline.
+
+    :param recipe_path: the recipe file (templated).
+    :param probe_executor: where the probe runs: ``auto``, ``ray``, ``local`` (a subprocess) or ``inline``.
+    :param ray_conn_id: the Ray connection.
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler.
+    :param heartbeat_s: how often a running probe logs that it is alive."""
 
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#e8f4d9"

@@ -50,6 +50,19 @@ MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
 
 class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
+    """Run one segment of the pipeline for one execution group's partitions on Ray (module docstring).
+
+    :param job_dir: the job directory (templated; the DAG pulls it from ``validate``).
+    :param segment_index: the segment to run.
+    :param execution_group: the group: its partition ids and label (supplied by ``expand``).
+    :param ray_conn_id: the Ray connection (in Ray Jobs mode the group runs there as one Ray Job).
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler.
+    :param cpus_per_partition: CPUs each partition's Ray task holds.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False).
+    :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job and the group's progress.
+    """
+
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#d9ecf9"
     lineage_step = "partitions"

@@ -54,6 +54,15 @@ def run_identity(context: Any) -> RunIdentity:
 
 
 class ResumeValidatorOperator(DJBaseOperator):
+    """Apply the run's overrides, then plan a new job or validate the one to resume (module docstring).
+
+    :param recipe_path: the recipe file (templated).
+    :param group_size: partitions per mapped task, unless ``partition.execution_group_size`` says otherwise.
+    :param max_active_groups: the run-time cap on partitions in flight (``max_concurrent_partitions``).
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler.
+    """
+
     template_fields: Sequence[str] = ("recipe_path",)
     ui_color = "#fdf2d0"
     lineage_step = "validate"

@@ -40,7 +40,13 @@ REVIEW_XCOM_KEY = "review"
 
 
 class ReviewOperator(ApprovalOperator):
-    """Decide the recipe's review bounds; ask a person only when one is crossed (module docstring)."""
+    """Decide the recipe's review bounds; ask a person only when one is crossed (module docstring).
+
+    :param job_dir: the job directory (templated).
+    :param timeout_s: how long to wait for an answer (None: no limit).
+    :param on_timeout: what no answer in time means: ``reject`` (default) or ``approve``.
+    :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
+        (operators/local_run.py); None under a scheduler."""
 
     template_fields: Sequence[str] = ("job_dir",)
     ui_color = "#fbe7c6"

@@ -21,6 +21,16 @@ CLASSPATH = "airflow_provider_dj.triggers.checkpoint.CheckpointTrigger"
 
 
 class CheckpointTrigger(BaseTrigger):
+    """Wait in the triggerer until the job directory holds what a ``CheckpointSensor`` waits for.
+
+    :param job_dir: the job directory.
+    :param after_op: an op's name or index: its output committed for every partition.
+    :param segment_index: the generated DAG's barrier: a segment's output and its dedup keys.
+    :param wait_for: ``"export"``: the job completed.
+    :param partitions: only these partitions (default: all).
+    :param poke_interval: seconds between looks at the job directory.
+    """
+
     def __init__(
         self,
         *,

@@ -25,6 +25,19 @@ CLASSPATH = "airflow_provider_dj.triggers.ray_job.RayJobTrigger"
 
 
 class RayJobTrigger(BaseTrigger):
+    """Follow one step's Ray Job from the triggerer until it ends (Ray Jobs mode).
+
+    :param dashboard_address: the Ray dashboard the job was submitted to.
+    :param submission_id: the Ray Job's submission id.
+    :param job_dir: the job directory, where the step's progress is read.
+    :param segment_index: a partition group's segment (with ``partition_ids``).
+    :param partition_ids: a partition group's partitions.
+    :param poll_interval: seconds between looks at the Ray Job.
+    :param max_poll_errors: dashboard errors in a row before the trigger gives up and says why.
+    :param op_index: a global step's op (its progress: keep masks committed).
+    :param step: ``"export"`` for the export's Ray Job.
+    """
+
     def __init__(
         self,
         *,
