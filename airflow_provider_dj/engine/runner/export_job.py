@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.runner.group_job import DriverRun, exit_status
+from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, exit_status
 
 log = logging.getLogger("dj.export_job")
 
@@ -36,7 +36,7 @@ MODULE = "airflow_provider_dj.engine.runner.export_job"
 
 
 @dataclass(frozen=True)
-class ExportJobSpec:
+class ExportJobSpec(DriverSpec):
     """Everything the export's driver needs, passed by the submitter as one JSON argument."""
 
     DRIVER_MODULE: ClassVar[str] = MODULE
@@ -54,15 +54,6 @@ class ExportJobSpec:
     namespace: str | None = None
     dashboard_address: str = ""
     submitted_at: float | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> ExportJobSpec:
-        data = json.loads(text)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
     def metadata(self) -> dict:

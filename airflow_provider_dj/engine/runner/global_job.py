@@ -23,7 +23,6 @@ No Airflow import anywhere below this module: the cluster's image needs this pac
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.runner.group_job import DriverRun, exit_status
+from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, exit_status
 
 log = logging.getLogger("dj.global_job")
 
@@ -43,7 +42,7 @@ STEP_SETTINGS = ("global_step_shards", "global_shard_memory_mb", "global_step_me
 
 
 @dataclass(frozen=True)
-class GlobalJobSpec:
+class GlobalJobSpec(DriverSpec):
     """Everything a global step's driver needs, passed by the submitter as one JSON argument."""
 
     DRIVER_MODULE: ClassVar[str] = MODULE
@@ -64,15 +63,6 @@ class GlobalJobSpec:
     settings: dict = field(default_factory=dict)
     dashboard_address: str = ""
     submitted_at: float | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> GlobalJobSpec:
-        data = json.loads(text)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
     def metadata(self) -> dict:

@@ -56,8 +56,22 @@ class _Terminated(BaseException):
     """SIGTERM from Ray's ``stop_job``: end the group as stopped (a BaseException: no handler swallows it)."""
 
 
+class DriverSpec:
+    """The JSON form every Ray Job driver's spec travels in (the entrypoint's one argument): its fields
+    sorted, and unknown keys ignored on the way back, so a newer submitter's extra field is harmless."""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str):
+        data = json.loads(text)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass(frozen=True)
-class GroupJobSpec:
+class GroupJobSpec(DriverSpec):
     """Everything a driver needs, passed by the submitter as one JSON argument."""
 
     job_dir: str
@@ -83,15 +97,6 @@ class GroupJobSpec:
     def metadata(self) -> dict:
         """What the submission carries in Ray's job list."""
         return {"dj_job_id": self.job_id, "dj_segment": str(self.segment_index)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> GroupJobSpec:
-        data = json.loads(text)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def entrypoint(spec: Any, python: str = "python") -> str:
