@@ -18,8 +18,8 @@ job directory.
 Ray Jobs mode (the ``ray`` connection names a dashboard; docs/deployment.md): the group runs as one
 Ray Job whose driver lives on the cluster (engine/runner/group_job.py), submitted under a
 deterministic id (hooks/ray_jobs.py).  The task then waits for it in the triggerer
-(``deferrable=True``, the default: no worker slot is held while the partitions run) or in the
-worker; ``execute_complete`` verifies the group's checkpoints and succeeds, or fails with the Ray
+(``deferrable``, by default ``[dj] ray_jobs_deferrable``, on: no worker slot is held while the
+partitions run) or in the worker; ``execute_complete`` verifies the group's checkpoints and succeeds, or fails with the Ray
 Job's log tail.  A retry or a UI clear finds the group's submission (on the cluster by its id, and
 in the job directory's ``ray_jobs/`` record) and attaches to a running one, trusts a succeeded one
 once its checkpoints are verified, and submits again after a failed or stopped one, resuming from
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
 from airflow_provider_dj.engine.runner.steps import run_group
 from airflow_provider_dj.hooks.ray import RayHook
@@ -59,7 +60,8 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
     :param cpus_per_partition: CPUs each partition's Ray task holds.
-    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False).
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
+        ``[dj] ray_jobs_deferrable``.
     :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job and the group's progress.
     """
 
@@ -76,7 +78,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         ray_conn_id: str | None = RayHook.default_conn_name,
         local_run: dict | None = None,
         cpus_per_partition: float = 1,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
@@ -87,7 +89,8 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         self.ray_conn_id = ray_conn_id
         self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.cpus_per_partition = cpus_per_partition
-        self.deferrable = deferrable  # Ray Jobs mode: wait in the triggerer (True) or in the worker
+        # Ray Jobs mode: wait in the triggerer (True) or in the worker; None: [dj] ray_jobs_deferrable
+        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
         self.poll_interval = poll_interval  # Ray Jobs mode: seconds between looks at the Ray Job
         self._dispatcher: RayDispatcher | None = None
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
