@@ -73,8 +73,30 @@ def items_per_row(op_impl) -> int:
     return 1
 
 
+def _whole_setting(key: str, minimum: int) -> int:
+    """``[dj] key`` as a whole number of at least ``minimum``; a SettingError naming the variable that set
+    it and the default otherwise (raised while the job is planned, before any work)."""
+    value = int(settings.get(key) or 0)
+    if value < minimum:
+        where = settings.source(key) or f"[{settings.SECTION}] {key}"
+        raise settings.SettingError(
+            f"{where}={value}: {key} must be at least {minimum}; set a larger value or unset it for the "
+            f"default ({settings.BY_KEY[key].default})"
+        )
+    return value
+
+
+def check_shard_settings() -> None:
+    """Refuse (SettingError) a shard setting out of range: ``global_step_shards`` and
+    ``global_step_in_process_max_mb`` below 0, ``global_shard_memory_mb`` below 1."""
+    _whole_setting("global_step_shards", 0)
+    _whole_setting("global_step_in_process_max_mb", 0)
+    _whole_setting("global_shard_memory_mb", 1)
+
+
 def shard_budget_bytes() -> int:
-    return int(settings.get("global_shard_memory_mb")) << 20
+    """``[dj] global_shard_memory_mb`` in bytes (at least 1 MiB)."""
+    return _whole_setting("global_shard_memory_mb", 1) << 20
 
 
 def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
@@ -83,10 +105,10 @@ def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
     ``limit_bytes`` (default :func:`global_step_limit_bytes`), or when the op cannot be sharded; else as
     many as keep each shard within ``[dj] global_shard_memory_mb`` (one shard is still a task of its
     own, off the task's process)."""
-    configured = int(settings.get("global_step_shards") or 0)
+    configured = _whole_setting("global_step_shards", 0)
     if configured > 0:
-        return configured
-    in_process = int(settings.get("global_step_in_process_max_mb")) << 20
+        return min(configured, MAX_SHARDS)
+    in_process = _whole_setting("global_step_in_process_max_mb", 0) << 20
     limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
     if rows * KEY_BYTES_PER_ROW <= min(in_process, limit) or not is_shardable(op_impl):
         return 0
@@ -102,7 +124,10 @@ def check_global_steps_fit(
     :func:`global_step_limit_bytes`); sharded (``recipe`` given and the op shardable), one shard or one
     partition's mask task past ``[dj] global_shard_memory_mb``."""
     global_ops = [(i, op) for i, op in enumerate(plan.ops) if op.is_global]
-    if not global_ops or total_rows <= 0:
+    if not global_ops:
+        return
+    check_shard_settings()  # a bad value is refused here, whatever the rows, not when a step first shards
+    if total_rows <= 0:
         return
     limit = global_step_limit_bytes() if limit_bytes is None else int(limit_bytes)
     for index, op in global_ops:

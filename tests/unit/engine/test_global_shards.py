@@ -372,3 +372,17 @@ def test_a_shard_past_twice_the_budget_fails_naming_it_and_keeps_what_committed(
     assert not os.path.exists(done)
     assert {p: os.stat(p).st_mtime_ns for p in before} == before
     assert resolve_key_shard(result.job_dir, 0, folder, 0, 8, 1, 64 << 20)["edges"] == 0
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("DJ_GLOBAL_SHARD_MEMORY_MB", "0"), ("DJ_GLOBAL_STEP_SHARDS", "-2"), ("DJ_GLOBAL_STEP_IN_PROCESS_MAX_MB", "-1")],
+)
+def test_a_bad_shard_setting_is_refused_before_any_work_naming_the_variable(tmp_path, monkeypatch, name, value):
+    from airflow_provider_dj.settings import SettingError
+
+    _skewed_corpus(tmp_path / "in.jsonl", 200, hot_share=0.0)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError, match=rf"^{name}={value}: .* must be at least .* unset it for the default"):
+        run_job(_skew_recipe(tmp_path, "bad"), job_id="bad", workers=1)
+    assert not (tmp_path / "work" / "bad").exists()
