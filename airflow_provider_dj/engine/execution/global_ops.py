@@ -31,10 +31,10 @@ from airflow_provider_dj.engine.planning.global_memory import is_shardable, plan
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
-    MASK_COLUMN,
     MissingKeysError,
     keys_store,
     mask_store,
+    save_keep_mask,
 )
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
@@ -87,7 +87,7 @@ def resolve_global_op(
     # crash in between re-runs this step and rewrites them.  No-op when tracing is off.
     write_duplicate_trace(ctx, op_index, op_impl, keys, in_night, history=history_dups)
     matches = match_columns(op_impl, keys, rep, in_night, history_dups) if lineage_enabled() else {}
-    _save_masks(job_dir, ms, op, op_index, parts, keys, mask, matches)
+    _save_masks(job_dir, op, op_index, parts, keys, mask, matches)
     return _complete(events, op, op_index, total, int(mask.sum()), history_dups, t0)
 
 
@@ -161,9 +161,7 @@ def _keep_flags(op_impl, keys: list[pa.Table], total: int, op, op_index: int) ->
     return mask, rep
 
 
-def _save_masks(
-    job_dir: str, ms, op, op_index: int, parts: list[dict], keys: list[pa.Table], mask, matches: dict
-) -> None:
+def _save_masks(job_dir: str, op, op_index: int, parts: list[dict], keys: list[pa.Table], mask, matches: dict) -> None:
     """Commit each partition's slice of the keep flags (and its lineage match columns) as its mask;
     the ``global_mid`` fault point fires after the first partition's commit."""
     offset = 0
@@ -172,14 +170,6 @@ def _save_masks(
         part_mask = mask[offset : offset + k.num_rows]
         part_matches = partition_columns(matches, offset, offset + k.num_rows)
         offset += k.num_rows
-        ms.save(
-            op_index=op_index,
-            op_name=op.name,
-            partition_id=p["partition_id"],
-            table=pa.table({MASK_COLUMN: pa.array(part_mask, type=pa.bool_()), **part_matches}),
-            partition_hash=p["content_hash"],
-            fingerprint=op.fingerprint,
-            accounting=[],
-        )
+        save_keep_mask(job_dir, op, op_index, p, part_mask, part_matches)
         if n == 0:
             maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")

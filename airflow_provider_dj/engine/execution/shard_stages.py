@@ -47,6 +47,7 @@ from airflow_provider_dj.engine.storage.global_op_state import (
     MissingKeysError,
     keys_store,
     mask_store,
+    save_keep_mask,
 )
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.dedup.near import (
@@ -253,10 +254,11 @@ def resolve_key_shard(
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    batches = []
+    batches, items_read = [], 0
     for p in range(partitions):
         batches.append(_read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard))
-        _check_shard_size(op_index, op.name, shard, sum(b.num_rows for b in batches), budget)
+        items_read += batches[-1].num_rows
+        _check_shard_size(op_index, op.name, shard, items_read, budget)
     items = pa.Table.from_batches(batches, schema=ITEM_SCHEMA)
     del batches
     cols = [items.column(c).to_numpy() for c in ("t", "k0", "k1", "pos")]
@@ -446,14 +448,6 @@ def commit_partition_mask(
         if lineage
         else {}
     )
-    ms.save(
-        op_index=op_index,
-        op_name=op.name,
-        partition_id=part["partition_id"],
-        table=pa.table({MASK_COLUMN: pa.array(keep, type=pa.bool_()), **matches}),
-        partition_hash=part["content_hash"],
-        fingerprint=op.fingerprint,
-        accounting=[],
-    )
+    save_keep_mask(job_dir, op, op_index, part, keep, matches)
     maybe_fail(job_dir, load_faults(job_dir), part["partition_id"], op_index, point="global_mid")
     return {"rows": int(keys.num_rows), "kept": int(keep.sum())}

@@ -8,6 +8,8 @@ The prefixes are part of the job-directory format: an old job directory still re
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
@@ -27,3 +29,18 @@ def mask_store(job_dir: str) -> CheckpointStore:
 class MissingKeysError(DJError, RuntimeError):
     """A partition's committed keys are missing or torn when a global step reads them; the message names
     the partition and says to clear its segment task."""
+
+
+def save_keep_mask(job_dir: str, op, op_index: int, part: dict, keep, columns: dict) -> None:
+    """Commit partition ``part``'s keep mask for global op ``op_index`` (``keep``: one flag per row) with its
+    lineage match ``columns`` (engine/execution/dedup_matches.py), as the one-process and the sharded steps
+    both commit it."""
+    mask_store(job_dir).save(
+        op_index=op_index,
+        op_name=op.name,
+        partition_id=part["partition_id"],
+        table=pa.table({MASK_COLUMN: pa.array(keep, type=pa.bool_()), **columns}),
+        partition_hash=part["content_hash"],
+        fingerprint=op.fingerprint,
+        accounting=[],
+    )
