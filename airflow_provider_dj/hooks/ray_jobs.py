@@ -356,98 +356,34 @@ class RayJobsClient:
         return None
 
 
-def group_spec(
-    *,
-    job_dir: str,
-    job_id: str,
-    segment_index: int,
-    group: dict,
-    submission_id: str,
-    attempt: int,
-    num_cpus: float = 1,
-    namespace: str | None = None,
-    try_number: int | None = None,
-    run_id: str | None = None,
-    step_key: str = "",
-    event_defaults: dict | None = None,
-) -> GroupJobSpec:
-    """The driver's spec as this process submits it: this provider's version and this host's name."""
-    return GroupJobSpec(
-        job_dir=job_dir,
-        job_id=job_id,
-        segment_index=int(segment_index),
-        group=dict(group),
-        submission_id=submission_id,
+def _submitted(spec_cls, *, attempt: int, event_defaults: dict | None = None, **fields):
+    """A driver's spec as this process submits it: this provider's version and this host's name.  The
+    step-agnostic fields every caller passes (``namespace``, ``try_number``, ``run_id``, ``step_key``)
+    go through as given."""
+    return spec_cls(
         attempt=int(attempt),
         provider_version=__version__,
         submitter_host=socket.gethostname(),
-        try_number=try_number,
-        run_id=run_id,
-        step_key=step_key,
         event_defaults=dict(event_defaults or {}),
-        num_cpus=num_cpus,
-        namespace=namespace,
+        **fields,
     )
 
 
-def global_spec(
-    *,
-    job_dir: str,
-    job_id: str,
-    op_index: int,
-    submission_id: str,
-    attempt: int,
-    namespace: str | None = None,
-    try_number: int | None = None,
-    run_id: str | None = None,
-    step_key: str = "",
-    event_defaults: dict | None = None,
-) -> GlobalJobSpec:
-    """A global step's driver spec as this process submits it: this provider's version, this host's name
-    and this process's settings that plan the step (``global_job.STEP_SETTINGS``)."""
-    return GlobalJobSpec(
-        job_dir=job_dir,
-        job_id=job_id,
-        op_index=int(op_index),
-        submission_id=submission_id,
-        attempt=int(attempt),
-        provider_version=__version__,
-        submitter_host=socket.gethostname(),
-        try_number=try_number,
-        run_id=run_id,
-        step_key=step_key,
-        event_defaults=dict(event_defaults or {}),
-        namespace=namespace,
-        settings=step_settings(),
-    )
+def group_spec(*, segment_index: int, group: dict, num_cpus: float = 1, **fields) -> GroupJobSpec:
+    """A partition group's driver spec (``fields``: ``job_dir``, ``job_id``, ``submission_id``, ``attempt``
+    and the task's ``namespace``, ``try_number``, ``run_id``, ``step_key``, ``event_defaults``)."""
+    return _submitted(GroupJobSpec, segment_index=int(segment_index), group=dict(group), num_cpus=num_cpus, **fields)
 
 
-def export_spec(
-    *,
-    job_dir: str,
-    job_id: str,
-    submission_id: str,
-    attempt: int,
-    namespace: str | None = None,
-    try_number: int | None = None,
-    run_id: str | None = None,
-    step_key: str = "",
-    event_defaults: dict | None = None,
-) -> ExportJobSpec:
-    """The export's driver spec as this process submits it: this provider's version and this host's name."""
-    return ExportJobSpec(
-        job_dir=job_dir,
-        job_id=job_id,
-        submission_id=submission_id,
-        attempt=int(attempt),
-        provider_version=__version__,
-        submitter_host=socket.gethostname(),
-        try_number=try_number,
-        run_id=run_id,
-        step_key=step_key,
-        event_defaults=dict(event_defaults or {}),
-        namespace=namespace,
-    )
+def global_spec(*, op_index: int, **fields) -> GlobalJobSpec:
+    """A global step's driver spec (``fields`` as :func:`group_spec`'s), with this process's settings that
+    plan the step (``global_job.STEP_SETTINGS``)."""
+    return _submitted(GlobalJobSpec, op_index=int(op_index), settings=step_settings(), **fields)
+
+
+def export_spec(**fields) -> ExportJobSpec:
+    """The export's driver spec (``fields`` as :func:`group_spec`'s)."""
+    return _submitted(ExportJobSpec, **fields)
 
 
 # -- a job's stop ----------------------------------------------------------------
