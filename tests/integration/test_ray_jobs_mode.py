@@ -244,7 +244,7 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
         assert time.time() < deadline and client.status(sub.submission_id) in ("PENDING", "RUNNING")
         time.sleep(0.3)
 
-    running, _ = _live_tasks_and_actors(client.address, sub.submission_id, timeout=0)
+    running = _running_tasks(client.address, sub.submission_id, timeout=60)
     assert running, "the state API lists no running task of the hung group: the check below would prove nothing"
     work_dir = os.path.dirname(prepared.job_dir)
     assert main(["stop", prepared.job_id, "--force", "--work-dir", work_dir, "--timeout", "0"]) == 0
@@ -260,6 +260,17 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
     (event,) = read_events(prepared.job_dir, "stop_requested")
     assert [(s["submission_id"], s["outcome"]) for s in event["ray_jobs"]] == [(sub.submission_id, "stopped")]
     assert _live_tasks_and_actors(client.address, sub.submission_id) == ([], [])
+
+
+def _running_tasks(address: str, submission_id: str, timeout: float) -> list:
+    """The Ray job's tasks not yet ended, once the state API lists one or at ``timeout``: task events reach
+    the state API in batches, seconds after the task started on a loaded machine."""
+    deadline = time.time() + timeout
+    while True:
+        tasks, _ = _live_tasks_and_actors(address, submission_id, timeout=0)
+        if tasks or time.time() > deadline:
+            return tasks
+        time.sleep(1)
 
 
 def _live_tasks_and_actors(address: str, submission_id: str, timeout: float = 60) -> tuple[list, list]:
