@@ -219,6 +219,15 @@ SETTINGS: tuple[Setting, ...] = (
         "64",
     ),
     _s(
+        "planning_chunk_mb",
+        "integer",
+        64,
+        "Planning indexes an uncompressed JSON Lines file in chunks of about this many MiB, each a task of "
+        "its own (on this machine's cores, or on Ray where the task that plans is connected to it), so "
+        "planning time falls with cores; partitions are hashed a task each. The plan does not depend on it.",
+        "256",
+    ),
+    _s(
         "global_step_shards",
         "integer",
         0,

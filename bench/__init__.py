@@ -60,6 +60,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.memory_at_scale",
         "every process's peak RSS of an exact-dedup dj-airflow run at 10M and 30M rows, global step's defaults",
     ),
+    "planning": (
+        "bench.planning_bench",
+        "planning (index + partition hashes) by 1 task at a time against threads and Ray tasks: time vs cores",
+    ),
     "ray-jobs": (
         "bench.ray_jobs_bench",
         "Ray Jobs mode against the in-worker driver on one cluster: overhead per group, worker-slot-seconds",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.engine.execution.global_shards import ray_task_runner
+from airflow_provider_dj.engine.input.task_map import ray_task_runner
 from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import run_global_step
 from airflow_provider_dj.hooks.ray import RayHook

@@ -21,9 +21,12 @@ from airflow_provider_dj.engine.config.recipe import RecipeError
 from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
 from airflow_provider_dj.engine.input.sources import InputError
+from airflow_provider_dj.engine.input.task_map import ray_task_runner, run_in_process
+from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
 from airflow_provider_dj.engine.job.setup import ResumeRefusedError
 from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe, start_job
+from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators.base import AirflowFailException, DJBaseOperator, event_defaults
 
@@ -61,6 +64,9 @@ class ResumeValidatorOperator(DJBaseOperator):
     :param max_active_groups: the run-time cap on partitions in flight (``max_concurrent_partitions``).
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
+    :param ray_conn_id: the ``ray`` connection: where it names a Ray cluster, a new job's input is
+        indexed and hashed by Ray tasks on it (planning time falls with the cluster's cores); else by
+        this worker's threads.
     """
 
     template_fields: Sequence[str] = ("recipe_path",)
@@ -74,10 +80,12 @@ class ResumeValidatorOperator(DJBaseOperator):
         group_size: int = 1,
         max_active_groups: int | None = None,
         local_run: dict | None = None,
+        ray_conn_id: str | None = RayHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
+        self.ray_conn_id = ray_conn_id
         # local_run: what `dj-airflow run` decided (operators/local_run.py); None under a scheduler.
         self.local_run = local_run
         # group_size: the size when partition.execution_group_size is auto but
@@ -99,6 +107,20 @@ class ResumeValidatorOperator(DJBaseOperator):
             self.log.error("Recipe refused before any work; nothing was planned or written:\n%s", exc)
             raise RecipeRefused(str(exc)) from exc
 
+    def _input_planner(self) -> InputPlanner:
+        """How a new job's input is indexed and hashed: by Ray tasks where the connection names a Ray
+        cluster (connecting only when there is more than one task), else on this worker's threads."""
+        if RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] != "cluster":
+            return plan_input
+        return lambda recipe, say: plan_input(recipe, say, self._planning_tasks)
+
+    def _planning_tasks(self, fn: Any, args_list: list[tuple]) -> list[Any]:
+        if len(args_list) <= 1:
+            return run_in_process(fn, args_list)
+        RayHook(ray_conn_id=self.ray_conn_id).get_client()
+        self.log.info("planning: %d tasks on the Ray cluster", len(args_list))
+        return ray_task_runner(fn, args_list)
+
     def execute(self, context: Any) -> list[dict]:
         started_at = time.time()
         recipe = self._effective_recipe(context)
@@ -117,6 +139,7 @@ class ResumeValidatorOperator(DJBaseOperator):
                 run_pid=local.owner_pid(self.local_run),
                 say=lambda m: self.log.info("%s", m),
                 warn=lambda m: self.log.warning("%s", m),
+                input_planner=self._input_planner(),
             )
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)

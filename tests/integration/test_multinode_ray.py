@@ -5,9 +5,9 @@ Mid-job the worker node is killed with SIGKILL (its raylet, object store and
 workers: a machine going away).  The partition task fails, Airflow retries
 it, a replacement worker node joins, and the retry resumes from the
 partitions' checkpoints on the shared work dir; the deduplicator's global
-step then runs in three key shards on the worker node that replaced it.  The
-export must be byte-identical to a clean single-node run with the step in
-one process.
+step then runs in three key shards on the worker node that replaced it, as the
+partitions' hashes of planning ran on the cluster.  The export must be
+byte-identical to a clean single-node run with the step in one process.
 """
 
 from __future__ import annotations
@@ -267,5 +267,9 @@ def test_worker_node_killed_mid_job_resumes_from_checkpoints(nodes, tmp_path, co
     with open(os.path.join(job_dir, "job_summary.json")) as fh:
         assert json.load(fh)["export"]["rows"] == ref_export.count(b"\n")
     assert "connecting to Ray cluster at 127.0.0.1" in output
+    # planning on the cluster: the 4 partitions' hashes (the index is one chunk) as Ray tasks
+    assert "planning: 4 tasks on the Ray cluster" in output, tail(output)
+    with open(os.path.join(job_dir, "checkpoints", "partitioning_info.json")) as fh:
+        assert json.load(fh)["timing"]["tasks"] == {"index": 1, "hash": 4}
     (shards,) = [e for e in events if e["event_type"] == "global_op_shards"]
     assert shards["key_shards"] == 3

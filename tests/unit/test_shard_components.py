@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.engine.execution import shard_components as sc
+from airflow_provider_dj.engine.input.task_map import run_in_process
 from airflow_provider_dj.ops.dedup.near import min_label_components
 from tests.helpers_compare import assert_same_bytes
 
@@ -61,7 +62,7 @@ def _read_result(path: str) -> tuple[np.ndarray, np.ndarray]:
     return table.column("node").to_numpy(), table.column("rep").to_numpy()
 
 
-def _run(tmp_path, u, v, partitions: int, shards: int, run_tasks=sc.run_in_process, name: str = "cc") -> list[str]:
+def _run(tmp_path, u, v, partitions: int, shards: int, run_tasks=run_in_process, name: str = "cc") -> list[str]:
     inputs = _write_inputs(str(tmp_path / f"{name}_in"), u, v, partitions, shards)
     return sc.sharded_components(
         str(tmp_path / name), inputs, partitions=partitions, shards=shards, run_tasks=run_tasks
@@ -203,7 +204,7 @@ def test_resume_after_a_crash_redoes_only_uncommitted_tasks(tmp_path, monkeypatc
     computed = []
     real_write = sc._write_outputs
     monkeypatch.setattr(sc, "_write_outputs", lambda f, k, s, *a: (computed.append((k, s)), real_write(f, k, s, *a)))
-    paths = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=sc.run_in_process)
+    paths = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=run_in_process)
 
     after = _stats(folder)
     committed_outputs = {
@@ -225,7 +226,7 @@ def test_a_finished_result_returns_without_running_a_task(tmp_path):
     u, v = _random_graph(5, partitions, nodes=200, edges=150)
     inputs = _write_inputs(str(tmp_path / "in"), u, v, partitions, shards)
     folder = str(tmp_path / "cc")
-    first = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=sc.run_in_process)
+    first = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=run_in_process)
     before = _stats(folder)
 
     def no_tasks(fn, args_list):
@@ -241,14 +242,14 @@ def test_a_round_already_committed_is_replayed_from_its_summaries(tmp_path):
     u, v = _random_graph(6, partitions, nodes=200, edges=150)
     inputs = _write_inputs(str(tmp_path / "in"), u, v, partitions, shards)
     folder = str(tmp_path / "cc")
-    paths = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=sc.run_in_process)
+    paths = sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=run_in_process)
     os.remove(paths[1])  # one result shard lost: the rounds replay, only that shard is written again
     before = _stats(folder)
     calls = []
 
     def counting(fn, args_list):
         calls.append((fn.__name__, len(args_list)))
-        return sc.run_in_process(fn, args_list)
+        return run_in_process(fn, args_list)
 
     sc.sharded_components(folder, inputs, partitions=partitions, shards=shards, run_tasks=counting)
     after = _stats(folder)
@@ -264,12 +265,12 @@ def test_a_node_outside_the_partitions_is_refused(tmp_path):
     inputs = [[], [], []]
     inputs[0] = _write_inputs(str(tmp_path / "in"), v, u, 4, 3)[0]
     with pytest.raises(ValueError, match="outside the 4 partitions"):
-        sc.sharded_components(str(tmp_path / "cc"), inputs, partitions=4, shards=3, run_tasks=sc.run_in_process)
+        sc.sharded_components(str(tmp_path / "cc"), inputs, partitions=4, shards=3, run_tasks=run_in_process)
 
 
 def test_edge_inputs_must_have_one_list_per_shard(tmp_path):
     with pytest.raises(ValueError, match="one list per shard"):
-        sc.sharded_components(str(tmp_path), [[]], partitions=2, shards=2, run_tasks=sc.run_in_process)
+        sc.sharded_components(str(tmp_path), [[]], partitions=2, shards=2, run_tasks=run_in_process)
 
 
 def test_too_many_passes_raise_naming_the_folder(tmp_path, monkeypatch):

@@ -29,19 +29,19 @@ import hashlib
 import json
 import logging
 import time
-from typing import Any, Callable
 
 import numpy as np
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution import shard_stages
-from airflow_provider_dj.engine.execution.shard_components import node_shard, run_in_process, sharded_components
+from airflow_provider_dj.engine.execution.shard_components import node_shard, sharded_components
 from airflow_provider_dj.engine.history.lookup import (
     checks_history,
     concat_history_duplicates,
     write_history_duplicates,
 )
 from airflow_provider_dj.engine.history.pin import read_pin
+from airflow_provider_dj.engine.input.task_map import RunTasks, default_task_runner
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.observe.lineage import lineage_enabled
@@ -57,26 +57,8 @@ from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger(__name__)
 
-RunTasks = Callable[[Callable[..., Any], list[tuple]], list[Any]]
 #: The stage files' format, part of the stage folder's name: a folder of another format is never read.
 STAGE_FORMAT = 2
-
-
-def ray_task_runner(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
-    """Run ``fn`` over ``args_list`` as Ray tasks (a task whose worker dies is retried by Ray)."""
-    import ray
-
-    remote = ray.remote(num_cpus=1, max_retries=3)(fn)
-    return ray.get([remote.remote(*args) for args in args_list])
-
-
-def default_task_runner() -> RunTasks:
-    """Ray tasks where this process is connected to Ray, else one task after another in this process."""
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - ray is a dependency
-        return run_in_process
-    return ray_task_runner if ray.is_initialized() else run_in_process
 
 
 def _stage_folder(job_dir: str, op_index: int, op, parts: list[dict], shards: int, node_shards: int) -> str:

@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core import fs
+from airflow_provider_dj.engine.input.task_map import RunTasks
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,6 @@ _RESULT_SCHEMA = pa.schema([("node", pa.int64()), ("rep", pa.int64())])
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-
-RunTasks = Callable[[Callable[..., Any], list[tuple]], list[Any]]
-
-
-def run_in_process(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
-    """``run_tasks`` that runs every task here, one after another."""
-    return [fn(*a) for a in args_list]
 
 
 def node_shard(nodes: np.ndarray, partitions: int, shards: int) -> np.ndarray:

@@ -20,16 +20,16 @@ import pyarrow as pa
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.input.index_cache import segment_key
+from airflow_provider_dj.engine.input.indexing import index_inputs
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
-    index_jsonl,
-    index_parquet,
     iter_stream,
     list_input_files,
     read_jsonl_range,
     read_parquet_range,
 )
+from airflow_provider_dj.engine.input.task_map import RunTasks, run_on_threads
 from airflow_provider_dj.engine.jobdir.integrity import seal_json
 
 # 2: the document carries checksum_xxh3_128 (engine/jobdir/integrity.py), checked on every resume; 1 (no checksum)
@@ -226,11 +226,15 @@ def _segments_for(files: list[InputFile], file_row_offsets: np.ndarray, start: i
     return segs
 
 
-def hash_recorded_partition(algorithm: str, input_files: list[dict], segments: list[dict]) -> tuple[str, int]:
+def hash_recorded_partition(
+    algorithm: str, input_files: list[dict] | dict[int, dict], segments: list[dict]
+) -> tuple[str, int]:
     """(content hash, bytes hashed) of a partition as it is on disk now.
 
     Used both when planning and when a resume re-verifies a job: JSONL is
     hashed from its bytes without parsing, Parquet from its Arrow columns.
+    ``input_files[i]`` describes the file a segment's ``file`` names (a list of every file, or a dict of
+    those the segments name).
     """
     if algorithm == hashing.JSONL_ALGORITHM:
         h = hashing.ByteStreamHasher()
@@ -252,13 +256,6 @@ def hash_recorded_partition(algorithm: str, input_files: list[dict], segments: l
 
 def algorithm_for(files: list[InputFile]) -> str:
     return hashing.JSONL_ALGORITHM if files[0].format == "jsonl" else hashing.ARROW_ALGORITHM
-
-
-def _index_file(f: InputFile) -> None:
-    if f.format == "jsonl":
-        index_jsonl(f)
-    else:
-        index_parquet(f)
 
 
 def _from_cache(f: InputFile, entry: dict) -> None:
@@ -285,29 +282,37 @@ def _boundary_rows(files: list[InputFile], offsets: np.ndarray, bounds: list[tup
     return need
 
 
-def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = None) -> dict:
+def plan_partitions(
+    dataset_path: str, partition_cfg: Any, index_cache: Any = None, run_tasks: RunTasks = run_on_threads
+) -> dict:
     """Scan the input, choose boundaries, hash each partition; return partitioning_info.
 
     ``index_cache`` (engine/input/index_cache.py, reuse across jobs): an unchanged file's row count,
-    boundary offsets and partition hashes come from an earlier job instead of reading the file again."""
+    boundary offsets and partition hashes come from an earlier job instead of reading the file again.
+    ``run_tasks`` runs the indexing tasks (a chunk of a file each) and the hashing tasks (a partition
+    each): on this machine's cores by default, as Ray tasks where the caller passes Ray's
+    (engine/input/task_map.py); the result is the same whichever runs them."""
     t0 = time.perf_counter()
     files = list_input_files(dataset_path)
-    cached = _index_files(files, index_cache)
+    cached, index_tasks = _index_files(files, index_cache, run_tasks)
     total_rows = sum(f.num_rows for f in files)
     total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
     bounds, how, align = _choose_boundaries(partition_cfg, files, total_rows, total_bytes)
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
-    for idx, rows in _boundary_rows(files, offsets, bounds).items():
-        f = files[idx]
-        if idx in cached and f.format == "jsonl" and not rows <= f.row_starts.keys():
-            _index_file(f)  # other boundaries than the cached ones (another partition size)
-            del cached[idx]
+    stale = [  # other boundaries than the cached ones (another partition size): indexed after all
+        idx
+        for idx, rows in _boundary_rows(files, offsets, bounds).items()
+        if idx in cached and files[idx].format == "jsonl" and not rows <= files[idx].row_starts.keys()
+    ]
+    index_tasks += index_inputs([files[idx] for idx in stale], run_tasks)
+    for idx in stale:
+        del cached[idx]
     t_index = time.perf_counter() - t0
     file_descr = _describe_files(files)
     algorithm = algorithm_for(files)
     t1 = time.perf_counter()
     parts, hashed_bytes, learnt, hashes_from_cache = _hash_partitions(
-        files, offsets, bounds, cached, algorithm, file_descr
+        files, offsets, bounds, cached, algorithm, file_descr, run_tasks
     )
     t_hash = time.perf_counter() - t1
     cache_timing = {}
@@ -337,24 +342,24 @@ def plan_partitions(dataset_path: str, partition_cfg: Any, index_cache: Any = No
                 "index_s": round(t_index, 4),
                 "hash_s": round(t_hash, 4),
                 "hashed_bytes": hashed_bytes,
+                "tasks": {"index": index_tasks, "hash": len(parts) - hashes_from_cache},
                 **cache_timing,
             },
         }
     )
 
 
-def _index_files(files: list, index_cache: Any) -> dict[int, dict]:
-    """Index every input file, from ``index_cache`` where it knows the file unchanged; return the
-    cache entries used, by file index."""
+def _index_files(files: list, index_cache: Any, run_tasks: RunTasks) -> tuple[dict[int, dict], int]:
+    """Index every input file, from ``index_cache`` where it knows the file unchanged, the others by
+    tasks over ``run_tasks``; return the cache entries used, by file index, and the tasks run."""
     cached: dict[int, dict] = {}
     for idx, f in enumerate(files):
         entry = index_cache.observe(f) if index_cache is not None else None
         if entry is not None:
             _from_cache(f, entry)
             cached[idx] = entry
-        else:
-            _index_file(f)
-    return cached
+    tasks = index_inputs([f for idx, f in enumerate(files) if idx not in cached], run_tasks)
+    return cached, tasks
 
 
 def _choose_boundaries(
@@ -387,36 +392,43 @@ def _describe_files(files: list) -> list[dict]:
 
 
 def _hash_partitions(
-    files: list, offsets, bounds: list, cached: dict[int, dict], algorithm: str, file_descr: list[dict]
+    files: list,
+    offsets,
+    bounds: list,
+    cached: dict[int, dict],
+    algorithm: str,
+    file_descr: list[dict],
+    run_tasks: RunTasks,
 ) -> tuple[list[dict], int, dict[int, tuple[dict, dict]], int]:
     """Each partition's spec with its content hash; return (the specs, bytes hashed, what was learnt
     per file for the index cache as (boundary offsets, single-file partition hashes), how many
-    hashes came from the cache).  A single-file partition's hash comes from the cache when known."""
-    parts = []
-    hashed_bytes = 0
-    learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
-    hashes_from_cache = 0
-    for pid, (s, e) in enumerate(bounds):
-        segs = _segments_for(files, offsets, s, e)
+    hashes came from the cache).  A single-file partition's hash comes from the cache when known; the
+    others are hashed by a task each over ``run_tasks``."""
+    segments = [_segments_for(files, offsets, s, e) for s, e in bounds]
+    known: dict[int, tuple[str, int]] = {}
+    for pid, segs in enumerate(segments):
         one_file = segs[0]["file"] if len(segs) == 1 else None
-        key = segment_key(segs[0]) if one_file is not None else None
-        known = cached[one_file]["hashes"].get(key) if one_file in cached else None
-        if known is not None:
-            digest, nbytes = str(known[0]), int(known[1])
-            hashes_from_cache += 1
-        else:
-            digest, nbytes = hash_recorded_partition(algorithm, file_descr, segs)
-            hashed_bytes += nbytes
+        hit = cached[one_file]["hashes"].get(segment_key(segs[0])) if one_file in cached else None
+        if hit is not None:
+            known[pid] = (str(hit[0]), int(hit[1]))
+    todo = [pid for pid in range(len(bounds)) if pid not in known]
+    # A task gets the descriptions of the files its segments name only, not every file's.
+    tasks = [(algorithm, {g["file"]: file_descr[g["file"]] for g in segments[pid]}, segments[pid]) for pid in todo]
+    hashed = dict(zip(todo, run_tasks(hash_recorded_partition, tasks)))
+    parts = []
+    learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
+    for pid, ((s, e), segs) in enumerate(zip(bounds, segments)):
+        digest, nbytes = known[pid] if pid in known else hashed[pid]
         for seg in segs:
             offs, hs = learnt.setdefault(seg["file"], ({}, {}))
             if "byte_start" in seg:
                 offs[seg["row_start"]] = seg["byte_start"]
                 if seg["row_end"] < files[seg["file"]].num_rows:
                     offs[seg["row_end"]] = seg["byte_end"]
-        if one_file is not None:
-            learnt[one_file][1][key] = [digest, nbytes]
+        if len(segs) == 1:
+            learnt[segs[0]["file"]][1][segment_key(segs[0])] = [digest, nbytes]
         parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
-    return parts, hashed_bytes, learnt, hashes_from_cache
+    return parts, sum(hashed[pid][1] for pid in todo), learnt, len(known)
 
 
 class InputChangedError(DJError, RuntimeError):

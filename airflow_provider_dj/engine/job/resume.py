@@ -31,12 +31,14 @@ from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.input.indexing import index_inputs
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
     algorithm_for,
     hash_recorded_partition,
 )
-from airflow_provider_dj.engine.input.sources import InputError, index_inputs, list_input_files
+from airflow_provider_dj.engine.input.sources import InputError, list_input_files
+from airflow_provider_dj.engine.input.task_map import run_on_threads
 from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
@@ -234,7 +236,7 @@ def _compare_inputs(saved: dict, dataset_path: str) -> None:
             "algorithm_changed",
             f"the job's hash algorithm is {saved['algorithm']!r} but this input hashes with {algorithm_for(files)!r}",
         )
-    index_inputs(files)
+    index_inputs(files, run_on_threads)
     for f, sf in zip(files, saved["input_files"]):
         if f.num_rows != sf["num_rows"]:
             raise ResumeRefusedError(
@@ -406,12 +408,13 @@ def _load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
 
 
 def _verify_partition_hashes(info: dict) -> int:
-    """Step 5: every partition's full content hashes as recorded; return the bytes hashed.
-    Raises ResumeRefusedError (hash_mismatch) at the first partition that differs."""
-    nbytes = 0
-    for p in info["partitions"]:
-        digest, n = hash_recorded_partition(info["algorithm"], info["input_files"], p["segments"])
-        nbytes += n
+    """Step 5: every partition's full content hashes as recorded (a task per partition, on this machine's
+    cores); return the bytes hashed.  Raises ResumeRefusedError (hash_mismatch) naming the first
+    partition that differs."""
+    parts = info["partitions"]
+    tasks = [(info["algorithm"], info["input_files"], p["segments"]) for p in parts]
+    results = run_on_threads(hash_recorded_partition, tasks)
+    for p, (digest, _) in zip(parts, results):
         if digest != p["content_hash"]:
             raise ResumeRefusedError(
                 "hash_mismatch",
@@ -419,4 +422,4 @@ def _verify_partition_hashes(info: dict) -> int:
                 f"{p['end_row'] - 1}) does not match its recorded content hash: the input was "
                 f"edited or reordered since the job started",
             )
-    return nbytes
+    return sum(n for _, n in results)

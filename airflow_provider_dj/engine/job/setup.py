@@ -21,7 +21,7 @@ from typing import Callable
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.path_confinement import refuse_job_dir_outside_roots
-from airflow_provider_dj.engine.input.partitioning import plan_partitions
+from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
 from airflow_provider_dj.engine.job.resume import ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog, write_buffered
@@ -70,6 +70,7 @@ def prepare_job(
     airflow_run_id: str | None = None,
     log_step: Callable[[str], None] | None = None,
     run_pid: int | None = None,
+    input_planner: InputPlanner = plan_input,
 ) -> PreparedJob:
     """``recipe`` is the effective engine.config.recipe.Recipe (overrides applied).
 
@@ -78,6 +79,7 @@ def prepare_job(
     ``max_groups``: no more execution groups than this (``engine.planning.groups.group_cap``).
     ``run_pid``: the pid that lives as long as the run (``dj-airflow run``'s own),
     recorded in the runner lock (engine/jobdir/lock.py).
+    ``input_planner``: how a new job's input is checked and partitioned (engine/job/input_plan.py).
     """
     validate_job_id(job_id)
     say = log_step or log.info
@@ -95,7 +97,7 @@ def prepare_job(
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
         prepared = _prepare_resumed_job(*args)
     else:
-        prepared = _prepare_new_job(*args)
+        prepared = _prepare_new_job(*args, input_planner=input_planner)
     prepared.runner_id = airflow_run_id
     return prepared
 
@@ -158,11 +160,12 @@ def _prepare_new_job(
     sizing: tuple[int | Callable[[dict, str], int], int | None],
     event_defaults: dict | None,
     say: Callable[[str], None],
+    *,
+    input_planner: InputPlanner,
 ) -> PreparedJob:
     """No job directory yet: refuse a resume (metadata_missing), else check the input, plan the
     partitions and write the job directory (partitioning_info.json last: it marks a planned job)."""
     from airflow_provider_dj.engine.config.recipe import check_input_exists
-    from airflow_provider_dj.engine.input.partition_memory import check_partitions_fit
     from airflow_provider_dj.engine.planning.global_memory import check_global_steps_fit
 
     info_path = paths.path(PARTITIONING_INFO)
@@ -173,9 +176,7 @@ def _prepare_new_job(
         )
     check_input_exists(recipe)
     t0 = time.perf_counter()
-    check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
-    info = plan_partitions(recipe.dataset_path, recipe.partition, _input_index_cache(recipe))
-    check_partitions_fit(info)  # a partition no worker could hold: refused before anything is written
+    info = input_planner(recipe, say)  # the input checked, indexed and hashed; nothing written
     largest = max((p["end_row"] - p["start_row"] for p in info["partitions"]), default=0)
     # as is a global step no machine here could run (one shard of it, when it is sharded)
     check_global_steps_fit(plan, info["total_rows"], recipe=recipe, max_partition_rows=largest)
@@ -238,23 +239,6 @@ def _new_job_groups(recipe, plan, info: dict, job_dir: str, sizing: tuple[int, i
     return groups
 
 
-def check_input_against_recipe(recipe, say: Callable[[str], None] | None = None):
-    """The input check of engine/input/schema.py: raises InputMismatchError (nothing written) when a
-    field the recipe reads is in no row; logs the files that lack one, or have no rows."""
-    from airflow_provider_dj.engine.input.schema import check_input_fields
-
-    say = say or log.info
-    t0 = time.perf_counter()
-    check = check_input_fields(recipe)
-    say(
-        f"input check: the {check.files} input file(s) hold the field(s) the recipe reads "
-        f"({', '.join(check.fields) or 'none'}) ({time.perf_counter() - t0:.2f}s)"
-    )
-    for warning in check.warnings:
-        say(f"input warning: {warning}")
-    return check
-
-
 def _record_limits(job_dir: str, recipe, say: Callable[[str], None]) -> None:
     """Record this run's failure-rate guard and review bounds: the recipe of the latest validate, new job
     or resume, is what the partitions and the review gate check against."""
@@ -279,16 +263,3 @@ def _register(job_id: str, job_dir: str) -> None:
         register_job(job_id, job_dir, status="running")
     except Exception as exc:  # noqa: BLE001
         log.warning("could not update the recent-jobs registry: %s", exc)
-
-
-def _input_index_cache(recipe):
-    """Reuse across jobs on a local work dir: planning skips re-reading unchanged input files
-    (engine/input/index_cache.py says why their stat can stand in for their bytes)."""
-    if not recipe.intermediate_storage.reuse_across_jobs or storage.is_url(recipe.work_dir):
-        return None
-    if not settings.get("input_index_cache"):
-        return None
-    from airflow_provider_dj.engine.input.index_cache import InputIndexCache
-    from airflow_provider_dj.engine.jobdir.layout import input_index_cache_dir
-
-    return InputIndexCache(input_index_cache_dir(recipe.work_dir))

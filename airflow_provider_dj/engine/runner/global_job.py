@@ -121,7 +121,7 @@ def _short(ids: list[int], shown: int = 20) -> str:
 
 def run_global_job(spec: GlobalJobSpec) -> int:
     """Check, record, run the global step, record how it ended; the exit status (see the module docstring)."""
-    from airflow_provider_dj.engine.execution.global_shards import ray_task_runner
+    from airflow_provider_dj.engine.input.task_map import ray_task_runner
     from airflow_provider_dj.engine.runner.steps import run_global_step
     from airflow_provider_dj.engine.storage.context import JobContext
 

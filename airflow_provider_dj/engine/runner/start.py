@@ -19,6 +19,7 @@ from typing import Any, Callable
 from airflow_provider_dj.engine.config.notices import unused_setting_notices
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import load_recipe
+from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
 from airflow_provider_dj.engine.job.setup import PreparedJob, prepare_job
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, new_job_id, resume_command, validate_job_id
@@ -151,6 +152,7 @@ def start_job(
     run_pid: int | None = None,
     say: Say = log.info,
     warn: Say = log.warning,
+    input_planner: InputPlanner = plan_input,
 ) -> StartedJob:
     """Plan a new job or prove an existing one, then record the start; returns the execution groups.
 
@@ -161,7 +163,8 @@ def start_job(
     Airflow's ``[core] max_map_length`` where Airflow maps the groups (no segment gets more groups, nor,
     for a size the planner chose, more than ``[dj] max_groups_per_segment``); ``None`` where nothing maps
     them (the local executor), so no cap.  ``run_id`` and
-    ``run_pid`` identify the runner in the job's lock.  Raises ``ResumeRefusedError``,
+    ``run_pid`` identify the runner in the job's lock.  ``input_planner``: how a new job's input is
+    checked and partitioned (engine/job/input_plan.py).  Raises ``ResumeRefusedError``,
     ``HistoryIndexError`` or ``InputError`` before anything is written."""
     started_at = time.time() if started_at is None else started_at
     report_recipe(recipe, say, warn)
@@ -189,6 +192,7 @@ def start_job(
         airflow_run_id=run_id,
         log_step=say,
         run_pid=run_pid,
+        input_planner=input_planner,
     )
     started = StartedJob(recipe, prepared, decisions=decided.get("decisions"))
     _clear_older_stop(prepared, started_at, event_defaults, say)

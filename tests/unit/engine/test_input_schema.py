@@ -229,10 +229,12 @@ def test_non_utf8_bytes_are_refused_at_planning_naming_line_and_byte(tmp_path):
 
 def test_non_utf8_in_a_later_block_of_a_big_file(tmp_path, monkeypatch):
     """The check runs per stream block, with the open line carried over: the line number stays exact."""
+    import airflow_provider_dj.engine.input.indexing as indexing
     import airflow_provider_dj.engine.input.sources as src
 
     real = src.iter_stream
-    monkeypatch.setattr(src, "iter_stream", lambda f, start=0, end=None, chunk=16 << 20: real(f, start, end, 7))
+    for module in (src, indexing):
+        monkeypatch.setattr(module, "iter_stream", lambda f, start=0, end=None, chunk=16 << 20: real(f, start, end, 7))
     f = tmp_path / "x.jsonl"
     f.write_bytes(b'{"text": "\xc3\xa9t\xc3\xa9"}\n' * 5 + b'{"text": "\xc3"}\n')
     with pytest.raises(InputError, match="line 6 "):

@@ -1,4 +1,4 @@
-"""Planning keeps every 1,024th row's byte offset of an uncompressed JSONL file (engine/input/sources.py);
+"""Planning keeps every 1,024th row's byte offset of an uncompressed JSONL file (engine/input/indexing.py);
 the others are found by reading forward.  Every row's offset must be exactly the one a full index gives,
 blank and whitespace-only lines (not rows) and a last line without a newline included."""
 
@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from airflow_provider_dj.engine.input import sources
-from airflow_provider_dj.engine.input.sources import InputFile, RowStarts, index_jsonl
+from airflow_provider_dj.engine.input import indexing
+from airflow_provider_dj.engine.input.indexing import RowStarts, index_jsonl
+from airflow_provider_dj.engine.input.sources import InputFile
 
 
 def _write(path, rows: int, seed: int = 0) -> None:
@@ -27,7 +28,7 @@ def _write(path, rows: int, seed: int = 0) -> None:
 
 
 def _index(path, stride: int, monkeypatch) -> InputFile:
-    monkeypatch.setattr(sources, "ROW_STRIDE", stride)
+    monkeypatch.setattr(indexing, "ROW_STRIDE", stride)
     f = InputFile(path=str(path), format="jsonl", compression=None, size=os.path.getsize(path))
     index_jsonl(f)
     return f
