@@ -4,8 +4,7 @@
 reads in a sample of rows (engine/input/schema.py), every row indexed and every partition hashed
 (engine/input/partitioning.py, by tasks over ``run_tasks``), and each partition checked to fit a worker.
 ``prepare_job`` calls it in its process by default (tasks on this machine's threads); a caller with
-another place to plan passes its own ``InputPlanner`` (the validate task on a Ray cluster: Ray tasks;
-in Ray Jobs mode: the partitioning a planning Ray Job wrote, engine/runner/plan_job.py).
+another place to plan passes its own ``InputPlanner`` (the validate task on a Ray cluster: Ray tasks).
 """
 
 from __future__ import annotations
