@@ -33,6 +33,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.nightly_scheduler_bench",
         "nightly reuse under the scheduler: night 2 against a from-scratch DAG run on airflow standalone",
     ),
+    "parts-export": (
+        "bench.partition_parts_export_bench",
+        "partition_shards export from parallel parts: each part hard-linked as its shard, against copied",
+    ),
     "lineage": ("bench.lineage_bench", "per-row lineage's cost: the same in-process job with lineage off and on"),
     "tracer": ("bench.tracer_bench", "tracer overhead: the same in-process job with open_tracer off and on"),
     "history-index": (

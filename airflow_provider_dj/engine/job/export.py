@@ -96,6 +96,7 @@ def export_job(
         duration=round(duration, 6),
         checksum=checksum,
         serialized_in_parallel=part_source is not None or None,
+        parts_linked_as_shards=ledger.worker_parts_linked,
         manifest=manifest["path"] if manifest else None,
         shards=[s["file"] for s in manifest["shards"]] if manifest else None,
     )
@@ -200,13 +201,16 @@ class _PartLedger:
     ``written``: the parts this process wrote or copied, as published entries; ``copied_ranges``: the
     parallel path's parts as (partition, offset, length, xxh3, rows); ``parts_copied``: how many parts
     came from the last export's bytes, ``bytes_copied`` their size; ``parts_linked``: how many of those
-    were hard-linked shards (``export_layout: partition_shards``)."""
+    were hard-linked shards (``export_layout: partition_shards``); ``worker_parts_linked``: how many of
+    the parallel workers' part files became shards by a hard link, not a copy (the same layout; None
+    when there were no such parts)."""
 
     written: list[dict] = field(default_factory=list)
     copied_ranges: list[tuple] = field(default_factory=list)
     parts_copied: int = 0
     bytes_copied: int = 0
     parts_linked: int = 0
+    worker_parts_linked: int | None = None
 
 
 def _write_export(

@@ -12,10 +12,24 @@ only the shards of the partitions it computed: the shard of a partition whose fi
 reused, and whose bytes the last export holds in a shard of their own, is hard-linked from that shard
 after its length and xxh3 are checked (``ShardSetWriter.link_next``).  The shards concatenated are
 the single-file export byte for byte, as for Data-Juicer's split points.
+
+**Parallel parts are the shards.**  When Ray workers serialize the partitions (engine/output/parts.py),
+each part file holds exactly one shard's bytes, so on a local export the part is hard-linked into the
+set under its staged name instead of copied: the bytes are written once, by the worker, and the export
+process only reads them once for the set's checksum (xxh3-128 of the shards concatenated, which no
+per-part digest can give) and commits.  Each shard's size and xxh3 come from the worker, hashed as it
+wrote.  The link is made where a copy would have been written, so the fault points and the commit keep
+their meaning: a crash before the commit leaves staged names (removed by the next attempt, whose workers
+write new part files) and the previous set; the parts are removed only after the commit, and from then
+on the shard's name holds the file alone.  Where no link can be made (another file system, a link
+refused) ``link_next`` copies in the kernel; to or from an object store the part is copied through this
+process as before.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 from typing import Callable, Iterator
 
 import pyarrow as pa
@@ -96,9 +110,10 @@ def write_partition_shards(
     Without ``part_source`` a partition's shard is linked from the last export's shard when its final
     checkpoint was reused and that shard is intact, copied when the last export holds its bytes inside
     a larger file, else serialized here.  With ``part_source`` (the parallel workers' part files) every
-    part is copied.  ``ledger`` (export.py's ``_PartLedger``) gets the parts reused and, once
-    committed, each shard as an entry to publish for the next night.  Fault points: ``export_mid``
-    after the first partition, ``export_commit`` before the manifest."""
+    part becomes its shard: hard-linked on a local export, copied otherwise (``_worker_parts``).
+    ``ledger`` (export.py's ``_PartLedger``) gets the parts reused or linked and, once committed, each
+    shard as an entry to publish for the next night.  Fault points: ``export_mid`` after the first
+    partition, ``export_commit`` before the manifest."""
     from airflow_provider_dj.engine.execution import reuse
 
     recipe = ctx.recipe
@@ -114,12 +129,14 @@ def write_partition_shards(
     local = not storage.is_url(recipe.export_path)
     try:
         rows = 0
-        chunks = _copied_parts(part_source, out) if part_source is not None else None
-        for n, p in enumerate(tables.parts if chunks is None else []):
-            rows += _partition_shard(ctx, tables, p, markers[p["partition_id"]], writer, out, ledger, local, reuse)
-            if n == 0:
-                maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
-        for n, nrows in enumerate(chunks or []):
+        if part_source is None:
+            placed = (
+                _partition_shard(ctx, tables, p, markers[p["partition_id"]], writer, out, ledger, local, reuse)
+                for p in tables.parts
+            )
+        else:
+            placed = _worker_parts(part_source, writer, out, ledger, local)
+        for n, nrows in enumerate(placed):
             rows += nrows
             if n == 0:
                 maybe_fail(job_dir, fault_spec, None, None, point="export_mid")
@@ -164,13 +181,41 @@ def _partition_shard(ctx, tables, p: dict, marker: dict, writer, out: HashingWri
     return rows
 
 
-def _copied_parts(part_source: Callable[[], Iterator[dict]], out: HashingWriter) -> Iterator[int]:
-    """Copy the parallel workers' part files into ``out`` in order; yield each part's rows."""
+def _worker_parts(
+    part_source: Callable[[], Iterator[dict]], writer, out: HashingWriter, ledger, local: bool
+) -> Iterator[int]:
+    """Make the parallel workers' part files the shards, in order; yield each part's rows.
+
+    A non-empty part on a local export, with the size and xxh3 its worker recorded, is linked into
+    ``writer`` (copied in the kernel where the file system refuses a link) and only read here, for
+    the set's checksum; any other part (an object store, an empty partition: no shard) is copied
+    through ``out``, where the writer cuts and hashes it."""
+    ledger.worker_parts_linked = 0
     for part in part_source():
-        with storage.open_read(part["path"]) as fh:
-            for chunk in storage.iter_chunks(fh):
-                out.write(chunk)
-        yield part["rows"]
+        rows = int(part["rows"])
+        if rows and local and _linkable(part):
+            how = writer.link_next(part["path"], rows=rows, nbytes=int(part["bytes"]), digest=part["xxh3_128"])
+            _count_file(writer.staged[len(writer.shards) - 1], out)
+            ledger.worker_parts_linked += how == "linked"
+        else:
+            with storage.open_read(part["path"]) as fh:
+                for chunk in storage.iter_chunks(fh):
+                    out.write(chunk)
+        yield rows
+
+
+def _linkable(part: dict) -> bool:
+    """Whether a worker's part can be linked: a local file whose size and xxh3 the worker recorded."""
+    return "bytes" in part and "xxh3_128" in part and not storage.is_url(part["path"])
+
+
+def _count_file(path: str, out: HashingWriter) -> None:
+    """Feed the local file ``path``'s bytes to ``out``'s hash and count, mapped rather than copied."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            out.count(view)
 
 
 def _write_parquet(table: pa.Table, fh) -> None:

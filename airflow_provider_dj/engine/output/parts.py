@@ -9,9 +9,17 @@ task, and the export task only copies the parts, in partition order, into
 the atomic export file while hashing it.  The bytes are exactly those of a
 sequential export.
 
+With ``export_layout: partition_shards`` a part is exactly one shard, so it is
+not copied at all: the export task hard-links each part file into the shard set
+(engine/job/export_shards.py) and only reads it once for the set's checksum.
+The worker records each part's size and xxh3-128, hashed as it writes, because
+the shard's manifest entry needs them and reading the part again for them is
+the work the link saves.
+
 Part files live in ``{job}/export_parts/`` and are written atomically.  They
 are never reused: a crash leaves some behind, and the next export rewrites
-them, then removes them all once the export is committed.
+them (a new file under the same name: a shard linked from the old one keeps
+its bytes), then removes them all once the export is committed.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any, Callable, Iterator
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import EXPORT_PARTS_DIR
+from airflow_provider_dj.engine.output.hashing import HashingWriter
 
 PARTS_DIR = EXPORT_PARTS_DIR
 # Below this many rows the parts cost more (Ray round trips, a second write) than they save.
@@ -43,7 +52,8 @@ def part_path(job_dir: str, partition_id: int) -> str:
 
 
 def write_part(job_dir: str, partition_id: int) -> dict:
-    """Serialize one partition's final checkpoint to its part file (runs in a Ray worker)."""
+    """Serialize one partition's final checkpoint to its part file (runs in a Ray worker); return its
+    ``partition_id``, ``path``, ``rows``, ``bytes`` and ``xxh3_128`` (hex, of the bytes as written)."""
     from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
@@ -62,8 +72,15 @@ def write_part(job_dir: str, partition_id: int) -> dict:
     table = clean_for_export(cp.table, ctx.recipe.keep_stats_in_res_ds, ctx.recipe.keep_hashes_in_res_ds)
     path = part_path(job_dir, partition_id)
     with storage.AtomicFileWriter(path, tmp_tag=f"p{partition_id}") as fh:
-        write_jsonl(table, fh)
-    return {"partition_id": partition_id, "path": path, "rows": table.num_rows}
+        out = HashingWriter(fh)
+        write_jsonl(table, out)
+    return {
+        "partition_id": partition_id,
+        "path": path,
+        "rows": table.num_rows,
+        "bytes": out.n,
+        "xxh3_128": out.h.hexdigest(),
+    }
 
 
 def parts_on_ray(

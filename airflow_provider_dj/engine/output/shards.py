@@ -172,13 +172,15 @@ class ShardSetWriter:
 
     def link_next(self, source: str, *, rows: int, nbytes: int, digest: str) -> str:
         """Make the next shard the file ``source`` (an earlier export's shard whose bytes, ``nbytes``
-        long with xxh3 ``digest``, the caller has verified): a hard link where the file system allows,
-        else a copy in the kernel.  Returns ``"linked"`` or ``"copied"``.  Local files only."""
+        long with xxh3 ``digest``, the caller has verified, or a parallel worker's part file with the
+        size and xxh3 it recorded while writing it): a hard link where the file system allows, else a
+        copy in the kernel.  Returns ``"linked"`` or ``"copied"``.  Local files only; the file is made
+        read-only under both names."""
         if self._fh is not None or self._index + 1 >= len(self.targets) or self.targets[self._index + 1] != rows:
             raise ValueError(f"{source} ({rows} rows) is not the next shard of the export")
         self._index += 1
         staged = self.staged[self._index]
-        how = _link_or_copy(source, staged)
+        how = _link_or_copy(source, staged, what=f"shard {self.names[self._index]} of the export")
         if os.stat(staged).st_size != nbytes:
             raise ExportMismatchError(f"{source} changed while it was linked into the export; run the export again")
         self._record(rows, nbytes, digest)
@@ -318,9 +320,10 @@ def _copy_in_kernel(src, dst) -> None:
         shutil.copyfileobj(src, dst, 16 << 20)
 
 
-def _link_or_copy(source: str, target: str) -> str:
+def _link_or_copy(source: str, target: str, *, what: str = "a shard of the export") -> str:
     """``target`` becomes ``source``'s file: a hard link, or (another file system, no links) a copy made
-    by ``os.copy_file_range`` and synced.  Read-only either way."""
+    by ``os.copy_file_range`` and synced.  Read-only either way.  A disk-full error in the copy names
+    ``what`` and leaves no partial file."""
     check_write(target)
     if os.path.lexists(target):  # a crashed attempt's leftover
         os.unlink(target)
@@ -330,10 +333,17 @@ def _link_or_copy(source: str, target: str) -> str:
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
             raise
-        with open(source, "rb") as src, open(target + ".copying", "wb") as dst:
-            _copy_in_kernel(src, dst)
-            os.fsync(dst.fileno())
-        os.replace(target + ".copying", target)
+        copying = target + ".copying"
+        try:
+            with open(source, "rb") as src, open(copying, "wb") as dst:
+                _copy_in_kernel(src, dst)
+                os.fsync(dst.fileno())
+            os.replace(copying, target)
+        except OSError as err:  # the half copy is not a staged shard: nobody else would remove it
+            storage.remove(copying)
+            if storage.is_full(err):
+                raise storage.full_error(err, target, what) from err
+            raise
         how = "copied"
     _read_only(target)
     return how
