@@ -45,6 +45,11 @@ KEY_TEXT: dict[str, str] = {
     "work_dir": "Where job directories (`{work_dir}/{job_id}/`) go. Every Ray node and Airflow worker must see it "
     "at the same path. May be templated.",
     "text_keys": "The text field the ops read; only the first is used, as in Data-Juicer.",
+    "image_key": "The field holding a row's image paths (a list), as in Data-Juicer: a relative path is read from "
+    "the dataset file's folder; each named file must exist, lie under `allowed_roots`, and its bytes are part of "
+    "the partition's content hash; auto partitioning detects the modality from it ([user_guide.md](user_guide.md)).",
+    "audio_key": "The field holding a row's audio paths; as `image_key`.",
+    "video_key": "The field holding a row's video paths; as `image_key`.",
     "np": "Data-Juicer's process count. Accepted and recorded; parallelism here comes from partitions and Ray.",
     "process": "The op list: `- op_name: {args}` or `- op_name`. See [ops_reference.md](ops_reference.md).",
     "executor_type": "Only `ray_partitioned` runs here; any other value is an error that says what to set.",
@@ -251,6 +256,9 @@ VALUE_TEXT: dict[str, str] = {
     "export_path": "path or URL",
     "work_dir": "path or URL",
     "text_keys": "string or list of strings",
+    "image_key": "field name",
+    "audio_key": "field name",
+    "video_key": "field name",
     "np": "integer ≥ 1",
     "process": "list of ops",
     "open_tracer": "true \\| false",
@@ -407,6 +415,9 @@ def _default_for(key: str, eff: dict) -> str:
         "review.on_timeout": "`reject`",
         "review.sample_rows": f"`{S.DEFAULT_REVIEW_SAMPLE_ROWS}`",
         "partition_size": "`null`",
+        "image_key": "`images`",
+        "audio_key": "`audios`",
+        "video_key": "`videos`",
         "max_failed_ratio": "`null` = 0.5",
         "export_type": "`null` (the suffix's)",
         "export_shard_size": "`0`",

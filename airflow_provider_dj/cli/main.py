@@ -107,9 +107,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if recipe.templates:
             logical_date = _logical_date(args.logical_date)
             recipe, note = _render_preview(args.recipe, recipe, overrides, logical_date)
+        modality = None
         if args.check_input and not note:
             check_input_exists(recipe)
             _check_input_fields(recipe)
+            from airflow_provider_dj.engine.input.modality import preview
+
+            modality = preview(recipe)  # also refuses a sample row naming a missing media file
     except (RecipeError, InputError, LogicalDateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -121,6 +125,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for op in plan.ops:
         print(f"  op {op.index}: {op.name} {op.args or ''}{'  [global]' if op.is_global else ''}")
     print(f"  segments: {len(plan.segments)}; checkpoints after ops {plan.checkpoint_points} ({plan.strategy})")
+    if modality:
+        print(f"  {modality}")
     from airflow_provider_dj.engine.config.notices import unused_setting_notices
     from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
 
@@ -418,8 +424,9 @@ def _add_recipe_commands(sub) -> None:
     val.add_argument(
         "--check-input",
         action="store_true",
-        help="also check the input: dataset_path matches files, and every field the recipe reads "
-        "is in its rows (Parquet footers, the first MiB of each JSONL file)",
+        help="also check the input: dataset_path matches files, every field the recipe reads "
+        "is in its rows (Parquet footers, the first MiB of each JSONL file), and the media files "
+        "the first rows name exist; print the modality of those rows and the partition size it gives",
     )
     val.set_defaults(func=cmd_validate)
 

@@ -299,9 +299,17 @@ class _Parser(SectionParser):
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
             review=self.review(self.section(data, "review")),
             templates=templates or {},
+            **{k: self.media_key(get_or_default(data, k, v), k) for k, v in S.DEFAULT_MEDIA_KEYS.items()},
         )
         self.confine_recipe_paths(recipe)
         return recipe
+
+    def media_key(self, raw: Any, key: str) -> str:
+        """Data-Juicer's image_key / audio_key / video_key: one field name (engine/input/media.py)."""
+        value = self.str_(raw, key)
+        if not value.strip():
+            raise self.err(key, f"must name a field, e.g. {key}: {S.DEFAULT_MEDIA_KEYS[key]}")
+        return value
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):
         """Data-Juicer's export keys: honoured as it honours them, or refused with the reason."""

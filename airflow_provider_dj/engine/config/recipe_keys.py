@@ -125,6 +125,10 @@ OWN_TOP_LEVEL_KEYS = (
     "schedule",
     "partition_size",  # Data-Juicer's deprecated alias of partition.size
     "max_failed_ratio",  # the failure-rate guard (engine/execution/failure_guard.py); ours, not Data-Juicer's
+    # Data-Juicer's media keys: the fields naming media files (engine/input/media.py, modality.py)
+    "image_key",
+    "audio_key",
+    "video_key",
     # Data-Juicer's export keys, honoured or refused with a reason (engine/output/fields.py)
     "export_type",
     "export_shard_size",
@@ -137,6 +141,8 @@ OWN_TOP_LEVEL_KEYS = (
 
 DEFAULT_NP = 4
 DEFAULT_TEXT_KEYS = ("text",)
+#: Data-Juicer's defaults of image_key, audio_key and video_key.
+DEFAULT_MEDIA_KEYS = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 DEFAULT_SKIP_OP_ERROR = True  # Data-Juicer's default
 DEFAULT_PROJECT_NAME = "dj_recipe"  # only when there is no file to name it after
 
@@ -164,12 +170,9 @@ DJ_IGNORED_KEYS = frozenset(
         "cache_compress",
         "adaptive_batch_size",
         "encryption_key_path",
-        "image_key",
         "image_bytes_key",
         "image_special_token",
-        "audio_key",
         "audio_special_token",
-        "video_key",
         "video_special_token",
         "eoc_special_token",
         "use_dag",

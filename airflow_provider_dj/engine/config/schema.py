@@ -16,6 +16,7 @@ from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.recipe_keys import *  # noqa: F403
 from airflow_provider_dj.engine.config.recipe_keys import (
     DEFAULT_DEDUP_HISTORY_MEMORY_MB,
+    DEFAULT_MEDIA_KEYS,
     DEFAULT_REVIEW_SAMPLE_ROWS,
     PARTITION_FIELDS,
     REVIEW_FIELDS,
@@ -181,9 +182,19 @@ class Recipe:
     dedup_history: DedupHistoryConfig | None = None
     #: The review gate before export (None: no gate).
     review: ReviewConfig | None = None
+    #: Data-Juicer's image_key, audio_key and video_key: the fields whose files are part of the job
+    #: (engine/input/media.py) and from which auto partitioning detects the modality.
+    image_key: str = "images"
+    audio_key: str = "audios"
+    video_key: str = "videos"
     #: Templated values (engine/config/templates.py): {"logical_date", "run_id", "values": {key path:
     #: {"template", "rendered"}}}; empty when the recipe has none.  "rendered" is absent at parse time.
     templates: dict = field(default_factory=dict)
+
+    @property
+    def media_keys(self) -> dict[str, str]:
+        """{"image": image_key, "audio": audio_key, "video": video_key} (engine/input/media.py's MediaKeys)."""
+        return {"image": self.image_key, "audio": self.audio_key, "video": self.video_key}
 
     @property
     def text_key(self) -> str:
@@ -242,6 +253,8 @@ class Recipe:
                 else {}
             ),
             **({"review": self.review.to_dict()} if self.review else {}),
+            # Media keys only when not Data-Juicer's defaults, so a job started before they were read compares equal.
+            **{k: getattr(self, k) for k, v in DEFAULT_MEDIA_KEYS.items() if getattr(self, k) != v},
             **({"templates": copy.deepcopy(self.templates)} if self.templates.get("values") else {}),
         }
 
@@ -293,6 +306,7 @@ def recipe_from_dict(d: dict) -> Recipe:
             ),
             review=ReviewConfig(**{k: d["review"][k] for k in REVIEW_FIELDS}) if d.get("review") else None,
             templates=copy.deepcopy(d.get("templates") or {}),
+            **{k: d.get(k, v) for k, v in DEFAULT_MEDIA_KEYS.items()},
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(

@@ -45,7 +45,9 @@ from airflow_provider_dj.engine.input.sources import InputFile
 
 log = logging.getLogger(__name__)
 
-INDEX_CACHE_VERSION = 1
+#: 2: a partition hash is cached only for a partition whose rows name no media file (engine/input/media.py),
+#: so a cached hash never stands in for an image's bytes; entries of version 1 may and are not read.
+INDEX_CACHE_VERSION = 2
 #: A file modified within this long before it was stat'ed is not cached (see the module docstring).
 RACY_MARGIN_NS = 2_000_000_000
 

@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.input import hashing, media
 from airflow_provider_dj.engine.input.index_cache import segment_key
 from airflow_provider_dj.engine.input.indexing import index_inputs
+from airflow_provider_dj.engine.input.modality import detect, media_rows_per_partition, sample_rows, sample_size
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
@@ -132,10 +133,13 @@ def _allot(file_rows: list[int], count: int) -> list[int]:
     return counts
 
 
-def rows_per_partition_of(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int | None, str]:
+def rows_per_partition_of(
+    partition_cfg: Any, total_rows: int, total_bytes: int, auto: tuple[int, str] | None = None
+) -> tuple[int | None, str]:
     """The partition size in rows when the recipe sets one (auto mode, ``partition.size``), else None.
 
-    File-aligned partitioning divides each file by this size, so old files keep their partitions."""
+    File-aligned partitioning divides each file by this size, so old files keep their partitions.
+    ``auto``: the (rows, how) auto mode chose for a media modality (engine/input/modality.py)."""
     if partition_cfg.mode == "manual":
         if partition_cfg.num_of_partitions:
             return None, "manual: num_of_partitions"
@@ -144,7 +148,7 @@ def rows_per_partition_of(partition_cfg: Any, total_rows: int, total_bytes: int)
         return None, "manual: default count"
     if total_rows == 0:
         return None, "empty input"
-    return _auto_rows(partition_cfg, total_rows, total_bytes)
+    return auto or _auto_rows(partition_cfg, total_rows, total_bytes)
 
 
 def alignment_of(partition_cfg: Any) -> str:
@@ -152,8 +156,11 @@ def alignment_of(partition_cfg: Any) -> str:
     return (getattr(partition_cfg, "extra", None) or {}).get("align") or "rows"
 
 
-def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int) -> tuple[int, str]:
-    """(count, how it was chosen).  ``partition_cfg`` is the recipe's PartitionConfig."""
+def choose_partition_count(
+    partition_cfg: Any, total_rows: int, total_bytes: int, auto: tuple[int, str] | None = None
+) -> tuple[int, str]:
+    """(count, how it was chosen).  ``partition_cfg`` is the recipe's PartitionConfig; ``auto`` as in
+    :func:`rows_per_partition_of`."""
     if total_rows == 0:
         return 0, "empty input"
     if partition_cfg.mode == "manual":
@@ -162,7 +169,7 @@ def choose_partition_count(partition_cfg: Any, total_rows: int, total_bytes: int
         if partition_cfg.size:
             return math.ceil(total_rows / int(partition_cfg.size)), f"manual: size={partition_cfg.size} rows"
         return min(DEFAULT_MANUAL_PARTITIONS, total_rows), "manual: default count"
-    rows, how = _auto_rows(partition_cfg, total_rows, total_bytes)
+    rows, how = auto or _auto_rows(partition_cfg, total_rows, total_bytes)
     return max(1, math.ceil(total_rows / rows)), how
 
 
@@ -254,6 +261,26 @@ def hash_recorded_partition(
     return ah.hexdigest(), nbytes
 
 
+def hash_partition(
+    algorithm: str, input_files: list[dict] | dict[int, dict], segments: list[dict], media_keys: dict | None = None
+) -> tuple[str, int, dict | None]:
+    """(content hash, bytes hashed, media record) of a partition as it is on disk now: a task of planning
+    and of resume's verification.
+
+    With ``media_keys`` (engine/input/media.py) every media file the partition's rows name is read too: a
+    partition that names some gets the content hash of its rows and its files, and a record of the row
+    hash (``rows_hash``, what reading the partition checks) and each file's digest; one that names none
+    keeps its row hash and gets no record, so a text corpus hashes as it always did."""
+    digest, nbytes = hash_recorded_partition(algorithm, input_files, segments)
+    if media_keys is None:
+        return digest, nbytes, None
+    keys = media.MediaKeys.from_dict(media_keys)
+    found = media.scan_partition_media(algorithm == hashing.JSONL_ALGORITHM, input_files, segments, keys)
+    if found is None:
+        return digest, nbytes, None
+    return media.combine(digest, found.digest), nbytes, {"rows_hash": digest, "media": found.to_dict()}
+
+
 def algorithm_for(files: list[InputFile]) -> str:
     return hashing.JSONL_ALGORITHM if files[0].format == "jsonl" else hashing.ARROW_ALGORITHM
 
@@ -283,9 +310,17 @@ def _boundary_rows(files: list[InputFile], offsets: np.ndarray, bounds: list[tup
 
 
 def plan_partitions(
-    dataset_path: str, partition_cfg: Any, index_cache: Any = None, run_tasks: RunTasks = run_on_threads
+    dataset_path: str,
+    partition_cfg: Any,
+    index_cache: Any = None,
+    run_tasks: RunTasks = run_on_threads,
+    media_keys: media.MediaKeys | None = None,
 ) -> dict:
     """Scan the input, choose boundaries, hash each partition; return partitioning_info.
+
+    ``media_keys`` (default: Data-Juicer's ``images``/``audios``/``videos`` and ``text``): the fields whose
+    files are part of the job's identity (engine/input/media.py) and from which auto mode detects the
+    modality (engine/input/modality.py).
 
     ``index_cache`` (engine/input/index_cache.py, reuse across jobs): an unchanged file's row count,
     boundary offsets and partition hashes come from an earlier job instead of reading the file again.
@@ -297,7 +332,14 @@ def plan_partitions(
     cached, index_tasks = _index_files(files, index_cache, run_tasks)
     total_rows = sum(f.num_rows for f in files)
     total_bytes = sum(f.stream_len if f.format == "jsonl" else f.size for f in files)
-    bounds, how, align = _choose_boundaries(partition_cfg, files, total_rows, total_bytes)
+    keys = media_keys or media.MediaKeys()
+    detected = _detect_modality(partition_cfg, files, total_rows, keys)
+    auto = None
+    if detected is not None and detected.modality != "text":
+        auto = media_rows_per_partition(detected, partition_cfg)
+    bounds, how, align = _choose_boundaries(partition_cfg, files, total_rows, total_bytes, auto)
+    if detected is not None and auto is None:
+        how = f"{how}; text detected in a sample of {detected.sample_rows} rows"
     offsets = np.concatenate(([0], np.cumsum([f.num_rows for f in files]))).astype(np.int64)
     stale = [  # other boundaries than the cached ones (another partition size): indexed after all
         idx
@@ -312,7 +354,7 @@ def plan_partitions(
     algorithm = algorithm_for(files)
     t1 = time.perf_counter()
     parts, hashed_bytes, learnt, hashes_from_cache = _hash_partitions(
-        files, offsets, bounds, cached, algorithm, file_descr, run_tasks
+        files, offsets, bounds, cached, algorithm, file_descr, run_tasks, keys.to_dict()
     )
     t_hash = time.perf_counter() - t1
     cache_timing = {}
@@ -337,6 +379,9 @@ def plan_partitions(
             "num_partitions": len(parts),
             "how_chosen": how,
             **({"align": align} if align != "rows" else {}),
+            "media_keys": keys.to_dict(),
+            **({"modality": detected.to_dict()} if detected is not None else {}),
+            **_media_totals(parts),
             "partitions": parts,
             "timing": {
                 "index_s": round(t_index, 4),
@@ -347,6 +392,28 @@ def plan_partitions(
             },
         }
     )
+
+
+def _detect_modality(partition_cfg: Any, files: list, total_rows: int, keys: media.MediaKeys):
+    """Auto mode: the modality of a sample of the first rows (engine/input/modality.py); None otherwise."""
+    if partition_cfg.mode == "manual" or total_rows == 0:
+        return None
+    return detect(sample_rows(files, sample_size(total_rows)), keys)
+
+
+def _media_totals(parts: list[dict]) -> dict:
+    """How many partitions name media, and how many files and bytes (absent for a corpus without media)."""
+    with_media = [p["media"] for p in parts if "media" in p]
+    if not with_media:
+        return {}
+    return {
+        "media": {
+            "partitions": len(with_media),
+            "files": sum(m["files"] for m in with_media),
+            "bytes": sum(m["bytes"] for m in with_media),
+            "hash_scheme": media.MEDIA_HASH_SCHEME,
+        }
+    }
 
 
 def _index_files(files: list, index_cache: Any, run_tasks: RunTasks) -> tuple[dict[int, dict], int]:
@@ -363,14 +430,14 @@ def _index_files(files: list, index_cache: Any, run_tasks: RunTasks) -> tuple[di
 
 
 def _choose_boundaries(
-    partition_cfg: Any, files: list, total_rows: int, total_bytes: int
+    partition_cfg: Any, files: list, total_rows: int, total_bytes: int, auto: tuple[int, str] | None = None
 ) -> tuple[list[tuple[int, int]], str, str]:
     """The partitions' (start, end) rows, how their count was chosen and the alignment
-    (``file``: boundaries fall on input files; else even row ranges)."""
-    count, how = choose_partition_count(partition_cfg, total_rows, total_bytes)
+    (``file``: boundaries fall on input files; else even row ranges).  ``auto``: a media modality's size."""
+    count, how = choose_partition_count(partition_cfg, total_rows, total_bytes, auto)
     align = alignment_of(partition_cfg)
     if align == "file":
-        rows_per, how = rows_per_partition_of(partition_cfg, total_rows, total_bytes)
+        rows_per, how = rows_per_partition_of(partition_cfg, total_rows, total_bytes, auto)
         bounds = file_aligned_boundaries([f.num_rows for f in files], count, rows_per)
         how = f"{how}; aligned to input files"
     else:
@@ -399,11 +466,13 @@ def _hash_partitions(
     algorithm: str,
     file_descr: list[dict],
     run_tasks: RunTasks,
+    media_keys: dict | None = None,
 ) -> tuple[list[dict], int, dict[int, tuple[dict, dict]], int]:
     """Each partition's spec with its content hash; return (the specs, bytes hashed, what was learnt
     per file for the index cache as (boundary offsets, single-file partition hashes), how many
     hashes came from the cache).  A single-file partition's hash comes from the cache when known; the
-    others are hashed by a task each over ``run_tasks``."""
+    others are hashed by a task each over ``run_tasks`` (media files included, engine/input/media.py: the
+    cache holds only hashes of partitions that name none, so a cached hash never stands in for a file's)."""
     segments = [_segments_for(files, offsets, s, e) for s, e in bounds]
     known: dict[int, tuple[str, int]] = {}
     for pid, segs in enumerate(segments):
@@ -413,21 +482,24 @@ def _hash_partitions(
             known[pid] = (str(hit[0]), int(hit[1]))
     todo = [pid for pid in range(len(bounds)) if pid not in known]
     # A task gets the descriptions of the files its segments name only, not every file's.
-    tasks = [(algorithm, {g["file"]: file_descr[g["file"]] for g in segments[pid]}, segments[pid]) for pid in todo]
-    hashed = dict(zip(todo, run_tasks(hash_recorded_partition, tasks)))
+    tasks = [
+        (algorithm, {g["file"]: file_descr[g["file"]] for g in segments[pid]}, segments[pid], media_keys)
+        for pid in todo
+    ]
+    hashed = dict(zip(todo, run_tasks(hash_partition, tasks)))
     parts = []
     learnt: dict[int, tuple[dict, dict]] = {}  # file -> (boundary offsets, single-file partition hashes)
     for pid, ((s, e), segs) in enumerate(zip(bounds, segments)):
-        digest, nbytes = known[pid] if pid in known else hashed[pid]
+        digest, nbytes, named = (*known[pid], None) if pid in known else hashed[pid]
         for seg in segs:
             offs, hs = learnt.setdefault(seg["file"], ({}, {}))
             if "byte_start" in seg:
                 offs[seg["row_start"]] = seg["byte_start"]
                 if seg["row_end"] < files[seg["file"]].num_rows:
                     offs[seg["row_end"]] = seg["byte_end"]
-        if len(segs) == 1:
+        if len(segs) == 1 and named is None:
             learnt[segs[0]["file"]][1][segment_key(segs[0])] = [digest, nbytes]
-        parts.append(PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict())
+        parts.append({**PartitionSpec(pid, s, e, digest, segs, nbytes).to_dict(), **(named or {})})
     return parts, sum(hashed[pid][1] for pid in todo), learnt, len(known)
 
 
@@ -459,7 +531,8 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
             tables.append(t)
             sources.append(f["path"])
         digest = ah.hexdigest()
-    if verify_hash and digest != part["content_hash"]:
+    # A partition whose rows name media records its row hash apart (the files are checked by resume).
+    if verify_hash and digest != part.get("rows_hash", part["content_hash"]):
         raise InputChangedError(
             f"partition {partition_id} (rows {part['start_row']}-{part['end_row']}) no longer matches "
             f"the input the job was planned on (hash {digest} != recorded {part['content_hash']}); "

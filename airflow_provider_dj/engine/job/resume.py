@@ -30,12 +30,12 @@ from typing import Any, Callable
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.input import hashing
+from airflow_provider_dj.engine.input import hashing, media
 from airflow_provider_dj.engine.input.indexing import index_inputs
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
     algorithm_for,
-    hash_recorded_partition,
+    hash_partition,
 )
 from airflow_provider_dj.engine.input.sources import InputError, list_input_files
 from airflow_provider_dj.engine.input.task_map import run_on_threads
@@ -47,7 +47,18 @@ from airflow_provider_dj.engine.storage.resume_point import last_committed_check
 log = logging.getLogger(__name__)
 
 # Keys whose change alters which rows a job produces, or their content.
-RESULT_KEYS = ("dataset_path", "process", "text_keys", "skip_op_error", "keep_stats_in_res_ds", "executor_type")
+RESULT_KEYS = (
+    "dataset_path",
+    "process",
+    "text_keys",
+    "skip_op_error",
+    "keep_stats_in_res_ds",
+    "executor_type",
+    # the fields whose media files the partition hashes cover (engine/input/media.py)
+    "image_key",
+    "audio_key",
+    "video_key",
+)
 # Keys that may change between the original run and a resume.  Partitioning
 # keys are accepted because the saved boundaries are always reused;
 # checkpoint and storage keys because every checkpoint records its own
@@ -410,16 +421,26 @@ def _load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
 def _verify_partition_hashes(info: dict) -> int:
     """Step 5: every partition's full content hashes as recorded (a task per partition, on this machine's
     cores); return the bytes hashed.  Raises ResumeRefusedError (hash_mismatch) naming the first
-    partition that differs."""
+    partition that differs, and the media file when its rows are unchanged but a file they name is not
+    (engine/input/media.py; a job planned before media were hashed records no ``media_keys``: rows only)."""
     parts = info["partitions"]
-    tasks = [(info["algorithm"], info["input_files"], p["segments"]) for p in parts]
-    results = run_on_threads(hash_recorded_partition, tasks)
-    for p, (digest, _) in zip(parts, results):
+    keys = info.get("media_keys")
+    tasks = [(info["algorithm"], info["input_files"], p["segments"], keys) for p in parts]
+    try:
+        results = run_on_threads(hash_partition, tasks)
+    except InputError as exc:  # a media file a row names is gone or unreadable (engine/input/media.py)
+        raise ResumeRefusedError("hash_mismatch", f"the input cannot be read as it was planned: {exc}") from exc
+    for p, (digest, _, named) in zip(parts, results):
         if digest != p["content_hash"]:
+            rows_same = named is not None and named["rows_hash"] == p.get("rows_hash")
+            what = (
+                media.changed_media(p.get("media"), media.PartitionMedia("", named["media"]["file_digests"], 0))
+                if rows_same
+                else "the input was edited or reordered since the job started"
+            )
             raise ResumeRefusedError(
                 "hash_mismatch",
                 f"partition {p['partition_id']} (rows {p['start_row']}-"
-                f"{p['end_row'] - 1}) does not match its recorded content hash: the input was "
-                f"edited or reordered since the job started",
+                f"{p['end_row'] - 1}) does not match its recorded content hash: {what}",
             )
-    return sum(n for _, n in results)
+    return sum(n for _, n, _ in results)
