@@ -79,7 +79,7 @@ def _print_ray_stops(stops: list[dict]) -> None:
     with why, and that the stop request in the job directory stays for their drivers."""
     if not stops:
         return
-    from airflow_provider_dj.hooks.ray_jobs import RayJobStop
+    from airflow_provider_dj.hooks.ray_jobs_stop import RayJobStop
 
     for stop in [RayJobStop(**d) for d in stops]:
         print(stop.line(), file=sys.stderr if stop.outcome == "not_stopped" else sys.stdout)

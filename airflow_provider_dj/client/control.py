@@ -49,7 +49,7 @@ class StopResult:
     request: dict | None = None
     waited_s: float = 0.0
     summary: dict | None = field(default=None, repr=False)
-    #: Ray Jobs mode: what the stop did to each group's running Ray Job (``hooks.ray_jobs.RayJobStop``).
+    #: Ray Jobs mode: what the stop did to each group's running Ray Job (``hooks.ray_jobs_stop.RayJobStop``).
     ray_jobs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -116,13 +116,13 @@ def stop_job(
 
 
 def _stop_ray_jobs(job_dir: str, address: str | None) -> list[dict]:
-    """Ray Jobs mode: stop the groups' running Ray Jobs (``hooks.ray_jobs.stop_running_groups``); [] when
+    """Ray Jobs mode: stop the groups' running Ray Jobs (``hooks.ray_jobs_stop.stop_running_groups``); [] when
     no record says one runs, without importing the Ray client."""
     from airflow_provider_dj.engine.jobdir import ray_jobs
 
     if not ray_jobs.running_submissions(job_dir):
         return []
-    from airflow_provider_dj.hooks.ray_jobs import stop_running_groups
+    from airflow_provider_dj.hooks.ray_jobs_stop import stop_running_groups
 
     return [s.to_dict() for s in stop_running_groups(job_dir, address=address)]
 

@@ -15,7 +15,7 @@ The provider-version and job-directory checks run in the driver on the cluster
 (engine/runner/group_job.py), which also writes nothing when it refuses.
 
 Each submission carries the dashboard's address (credentials removed) and its time, which its driver
-keeps in the group's record: the job view shows them, and :func:`stop_running_groups` (``dj-airflow
+keeps in the group's record: the job view shows them, and :func:`hooks.ray_jobs_stop.stop_running_groups` (``dj-airflow
 stop``) stops the submissions the records say are running there, reporting any it could not reach.
 
 A global op's step (``GlobalOpOperator``) is submitted the same way
@@ -23,7 +23,9 @@ A global op's step (``GlobalOpOperator``) is submitted the same way
 deterministic ids (``...-op<i>``, ``-r<n>``); it counts as done when every partition's keep mask is
 committed.  The job's export (``ExportOperator``) likewise (:meth:`RayJobsClient.submit_or_attach_export`,
 driver engine/runner/export_job.py, ids ``...-export``, ``-r<n>``); it counts as done when the job's
-summary says ``completed``.
+summary says ``completed``.  A new job's planning in Ray Jobs mode (the validate task) likewise
+(:meth:`RayJobsClient.submit_or_attach_plan`, driver engine/runner/plan_job.py, ids ``...-plan-<recipe
+digest>``, ``-r<n>``); it counts as done while its plan file is there for that recipe.
 
 Only the connection's allowlisted extras reach Ray: ``runtime_env`` goes to ``submit_job``,
 ``namespace`` to the driver's ``ray.init``; nothing else of the extra is passed on.
@@ -42,6 +44,7 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.jobdir.layout import planned_input_file
 from airflow_provider_dj.engine.runner.export_job import ExportJobSpec, verify_export
 from airflow_provider_dj.engine.runner.global_job import GlobalJobSpec, step_settings, verify_global
 from airflow_provider_dj.engine.runner.group_job import (
@@ -51,6 +54,7 @@ from airflow_provider_dj.engine.runner.group_job import (
     entrypoint,
     verify_group,
 )
+from airflow_provider_dj.engine.runner.plan_job import PlanJobSpec, plan_settings, read_planned, recipe_digest
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +232,9 @@ class RayJobsClient:
         """Every submission on the cluster whose id starts with ``prefix``."""
         return [j for j in self._client.list_jobs() if (j.submission_id or "").startswith(prefix)]
 
-    def submit(self, spec: GroupJobSpec | GlobalJobSpec | ExportJobSpec, *, agent_wait_s: float = 60.0) -> str:
+    def submit(
+        self, spec: GroupJobSpec | GlobalJobSpec | ExportJobSpec | PlanJobSpec, *, agent_wait_s: float = 60.0
+    ) -> str:
         """Submit ``spec``'s driver under ``spec.submission_id``; an id the cluster knows is not submitted
         twice (Ray refuses it), and this returns the id either way.  A head that has just started answers
         before its job agent can start drivers ("No available agent"): that is retried for
@@ -314,6 +320,30 @@ class RayJobsClient:
             "the export",
         )
 
+    def submit_or_attach_plan(
+        self, spec_for: Callable[[str, int], PlanJobSpec], *, job_dir: str, job_id: str, recipe: dict
+    ) -> GroupSubmission:
+        """:meth:`submit_or_attach` for planning a new job's input: its submissions are
+        ``ray_jobs.plan_base_submission_id``'s (one series per effective recipe), and a succeeded one is
+        trusted while its plan file is there for this recipe."""
+        digest = recipe_digest(recipe)
+        base = ray_jobs.plan_base_submission_id(job_dir, job_id, digest)
+        work_dir = recipe["work_dir"]
+
+        def verify() -> tuple[bool, str]:
+            attempt, _ = self.latest_on_cluster(base)
+            sid = ray_jobs.submission_id(base, max(attempt, 0))
+            if read_planned(work_dir, job_id, sid, recipe) is not None:
+                return True, f"its plan is in {planned_input_file(work_dir, job_id)}"
+            return False, f"there is no plan of submission {sid} in {planned_input_file(work_dir, job_id)}"
+
+        return self._submit_or_attach(spec_for, base, None, verify, "the planning")
+
+    def poll_plan(self, submission_id: str) -> tuple[str, str]:
+        """(Ray's status of the planning's Ray Job, a line for the log)."""
+        status = self.status(submission_id) or "UNKNOWN"
+        return status, "planning the input on the cluster"
+
     def _submit_or_attach(
         self,
         spec_for: Callable[[str, int], Any],
@@ -381,101 +411,23 @@ def global_spec(*, op_index: int, **fields) -> GlobalJobSpec:
     return _submitted(GlobalJobSpec, op_index=int(op_index), settings=step_settings(), **fields)
 
 
+def plan_spec(
+    *, recipe: dict, job_id: str, submission_id: str, attempt: int, namespace: str | None = None
+) -> PlanJobSpec:
+    """The planning driver's spec as this process submits it: this provider's version, this host's name
+    and this process's settings that planning is checked with (``plan_job.PLAN_SETTINGS``)."""
+    return PlanJobSpec(
+        recipe=recipe,
+        job_id=job_id,
+        submission_id=submission_id,
+        attempt=int(attempt),
+        provider_version=__version__,
+        submitter_host=socket.gethostname(),
+        namespace=namespace,
+        settings=plan_settings(),
+    )
+
+
 def export_spec(**fields) -> ExportJobSpec:
     """The export's driver spec (``fields`` as :func:`group_spec`'s)."""
     return _submitted(ExportJobSpec, **fields)
-
-
-# -- a job's stop ----------------------------------------------------------------
-#: Seconds ``dj-airflow stop`` waits for a dashboard's port before it reports the dashboard unreachable.
-STOP_CONNECT_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class RayJobStop:
-    """What a job's stop did to one group's (or a global step's: ``op_index`` set, no segment or group; or
-    the export's: ``step`` is ``"export"``) running Ray Job.
-
-    ``outcome``: ``stopped`` (Ray stops it: SIGTERM to its driver, SIGKILL a few seconds later),
-    ``ended`` (Ray says it had already ended), ``not_stopped`` (``reason`` says why: the dashboard does
-    not answer or refused, or the record names none).  The job's stop request stays either way."""
-
-    segment_index: int | None
-    group_id: int | None
-    submission_id: str
-    address: str
-    outcome: str
-    reason: str = ""
-    op_index: int | None = None
-    step: str | None = None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def line(self) -> str:
-        """One line for a person: the submission, the group and what happened to it."""
-        what = {"stopped": "stop requested from Ray", "ended": "had already ended on Ray"}.get(self.outcome)
-        where = f" at {self.address}" if self.address else ""
-        if self.step == "export":
-            unit = "export"
-        elif self.op_index is not None:
-            unit = f"global op {self.op_index}"
-        else:
-            unit = f"segment {self.segment_index}, group {self.group_id}"
-        head = f"Ray job {self.submission_id} ({unit}){where}"
-        return f"{head}: {what}" if what else f"{head}: NOT stopped: {self.reason}"
-
-
-def stop_running_groups(
-    job_dir: str, *, address: str | None = None, connect_timeout_s: float = STOP_CONNECT_TIMEOUT_S
-) -> list[RayJobStop]:
-    """Ask Ray to stop each submission the job directory's records say is running
-    (``engine/jobdir/ray_jobs.running_submissions``), at the dashboard its record names or at ``address``
-    (``dj-airflow stop --ray-address``).  [] for a job that never ran in Ray Jobs mode.  A dashboard that
-    does not answer is asked once, within ``connect_timeout_s``; nothing here raises for a dashboard: each
-    submission's :class:`RayJobStop` says what happened."""
-    clients: dict[str, RayJobsClient | str] = {}
-    out = []
-    for record, entry in ray_jobs.running_submissions(job_dir):
-        where = address or entry.get("dashboard_address") or ""
-        if record.get("step") == "export":
-            unit: dict = dict(segment_index=None, group_id=None, step="export")
-        elif "op_index" in record:
-            unit = dict(segment_index=None, group_id=None, op_index=int(record["op_index"]))
-        else:
-            unit = dict(segment_index=int(record["segment_index"]), group_id=int(record["group_id"]))
-        stop = dict(**unit, submission_id=str(entry["submission_id"]), address=public_address(where))
-        if not where:
-            why = "its record names no Ray dashboard: pass one (dj-airflow stop --ray-address http://<head>:8265)"
-            out.append(RayJobStop(**stop, outcome="not_stopped", reason=why))
-            continue
-        if where not in clients:
-            clients[where] = _stop_client(where, connect_timeout_s)
-        client = clients[where]
-        if isinstance(client, str):
-            out.append(RayJobStop(**stop, outcome="not_stopped", reason=client))
-            continue
-        try:
-            stopped, why = client.try_stop(stop["submission_id"])
-        except Exception as exc:  # noqa: BLE001 - a dashboard that dies meanwhile is reported, not raised
-            stopped, why = None, f"{type(exc).__name__}: {exc}"
-        outcome = "stopped" if stopped else ("ended" if stopped is False else "not_stopped")
-        out.append(RayJobStop(**stop, outcome=outcome, reason=why))
-    return out
-
-
-def _stop_client(address: str, timeout_s: float) -> RayJobsClient | str:
-    """A client of the dashboard at ``address``, or why there is none.  Its port is tried first, within
-    ``timeout_s``: Ray's client waits without a limit on a host that does not answer."""
-    shown = public_address(address)
-    try:
-        parts = urllib.parse.urlsplit(address)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
-            pass
-        return RayJobsClient(address)
-    except RayDashboardUnreachableError as exc:
-        cause = exc.__cause__ or exc
-        return f"the Ray dashboard at {shown} does not answer ({type(cause).__name__}: {cause})"
-    except (OSError, ValueError) as exc:
-        return f"the Ray dashboard at {shown} does not answer ({type(exc).__name__}: {exc})"

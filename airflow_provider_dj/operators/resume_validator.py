@@ -17,22 +17,18 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from airflow_provider_dj import settings
 from airflow_provider_dj.engine.config.recipe import RecipeError
 from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
 from airflow_provider_dj.engine.input.sources import InputError
-from airflow_provider_dj.engine.input.task_map import ray_task_runner, run_in_process
-from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
 from airflow_provider_dj.engine.job.setup import ResumeRefusedError
 from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators.base import AirflowFailException, DJBaseOperator, event_defaults
-
-
-class InputRefused(AirflowFailException):
-    """The input does not fit the recipe; the task fails at once, without retries."""
+from airflow_provider_dj.operators.input_planning import InputPlanningMixin, InputRefused
 
 
 class RecipeRefused(AirflowFailException):
@@ -56,7 +52,7 @@ def run_identity(context: Any) -> RunIdentity:
     return RunIdentity(dag_run.dag_id, dag_run.run_id, when)
 
 
-class ResumeValidatorOperator(DJBaseOperator):
+class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
     """Apply the run's overrides, then plan a new job or validate the one to resume (module docstring).
 
     :param recipe_path: the recipe file (templated).
@@ -65,8 +61,11 @@ class ResumeValidatorOperator(DJBaseOperator):
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
     :param ray_conn_id: the ``ray`` connection: where it names a Ray cluster, a new job's input is
-        indexed and hashed by Ray tasks on it (planning time falls with the cluster's cores); else by
-        this worker's threads.
+        indexed and hashed by Ray tasks on it (planning time falls with the cluster's cores); in Ray Jobs
+        mode by a Ray Job on the cluster (operators/input_planning.py); else by this worker's threads.
+    :param deferrable: Ray Jobs mode: wait for the planning's Ray Job in the triggerer (True) or the
+        worker (False); None: ``[dj] ray_jobs_deferrable``.
+    :param poll_interval: Ray Jobs mode: seconds between looks at the planning's Ray Job.
     """
 
     template_fields: Sequence[str] = ("recipe_path",)
@@ -81,11 +80,15 @@ class ResumeValidatorOperator(DJBaseOperator):
         max_active_groups: int | None = None,
         local_run: dict | None = None,
         ray_conn_id: str | None = RayHook.default_conn_name,
+        deferrable: bool | None = None,
+        poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
         self.ray_conn_id = ray_conn_id
+        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
+        self.poll_interval = poll_interval
         # local_run: what `dj-airflow run` decided (operators/local_run.py); None under a scheduler.
         self.local_run = local_run
         # group_size: the size when partition.execution_group_size is auto but
@@ -107,27 +110,30 @@ class ResumeValidatorOperator(DJBaseOperator):
             self.log.error("Recipe refused before any work; nothing was planned or written:\n%s", exc)
             raise RecipeRefused(str(exc)) from exc
 
-    def _input_planner(self) -> InputPlanner:
-        """How a new job's input is indexed and hashed: by Ray tasks where the connection names a Ray
-        cluster (connecting only when there is more than one task), else on this worker's threads."""
-        if RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] != "cluster":
-            return plan_input
-        return lambda recipe, say: plan_input(recipe, say, self._planning_tasks)
-
-    def _planning_tasks(self, fn: Any, args_list: list[tuple]) -> list[Any]:
-        if len(args_list) <= 1:
-            return run_in_process(fn, args_list)
-        RayHook(ray_conn_id=self.ray_conn_id).get_client()
-        self.log.info("planning: %d tasks on the Ray cluster", len(args_list))
-        return ray_task_runner(fn, args_list)
-
     def execute(self, context: Any) -> list[dict]:
         started_at = time.time()
         recipe = self._effective_recipe(context)
+        job_id = choose_job_id(recipe, run_identity(context))
+        return self._start(context, recipe, job_id, started_at, self._input_planner(recipe, job_id))
+
+    def execute_complete(self, context: Any, event: dict | None = None) -> list[dict]:
+        """Ray Jobs mode: the planning's Ray Job ended (the trigger's event): start the job from its plan."""
+        if not event or not event.get("submission_id"):
+            raise AirflowFailException(f"{self.task_id}: the Ray job trigger returned no event")
+        started_at = time.time()
+        recipe = self._effective_recipe(context)
+        job_id = choose_job_id(recipe, run_identity(context))
+        client = RayHook(ray_conn_id=self.ray_conn_id).get_jobs_client()
+        sid = event["submission_id"]
+        planner = self._planned_by(client, sid, client.status(sid) or "UNKNOWN", recipe.to_dict(), job_id)
+        return self._start(context, recipe, job_id, started_at, planner)
+
+    def _start(self, context: Any, recipe: Any, job_id: str, started_at: float, planner: Any) -> list[dict]:
+        """``start_job`` with ``planner`` for a new job's input; the refusals as failures without retries."""
         try:
             started = start_job(
                 recipe,
-                job_id=choose_job_id(recipe, run_identity(context)),
+                job_id=job_id,
                 started_at=started_at,
                 default_group_size=self.group_size,
                 max_active_groups=self.max_active_groups,
@@ -139,7 +145,7 @@ class ResumeValidatorOperator(DJBaseOperator):
                 run_pid=local.owner_pid(self.local_run),
                 say=lambda m: self.log.info("%s", m),
                 warn=lambda m: self.log.warning("%s", m),
-                input_planner=self._input_planner(),
+                input_planner=planner,
             )
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)
@@ -158,6 +164,9 @@ class ResumeValidatorOperator(DJBaseOperator):
             # that is not a JSON object): retrying cannot help, so fail without retries (engine/input/schema.py).
             self.log.error("Input refused before any work; nothing was planned or written:\n%s", exc)
             raise InputRefused(str(exc)) from exc
+        from airflow_provider_dj.engine.runner.plan_job import remove_planned
+
+        remove_planned(recipe.work_dir, job_id)  # a plan a Ray Job wrote is in the job directory now
         self.lineage_job_dir = started.job_dir  # what its OpenLineage events report (operators/openlineage.py)
         ti = context["ti"]
         ti.xcom_push(key="job_dir", value=started.job_dir)

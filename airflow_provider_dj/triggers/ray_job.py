@@ -2,7 +2,8 @@
 in Ray Jobs mode.
 
 Runs in the triggerer and follows one Ray Job (a partition group's driver on the cluster, with
-``op_index`` set a global op's step, with ``step="export"`` the export) through the dashboard's HTTP
+``op_index`` set a global op's step, with ``step="export"`` the export, with ``step="plan"`` a new job's
+planning) through the dashboard's HTTP
 API, and its progress through the job directory (the partitions whose segment output, or keep mask,
 is committed; whether the export is), in a worker thread (``asyncio.to_thread``) so blocking HTTP and
 file reads never stall the triggerer's event loop.  It yields exactly one event, when the Ray Job ends:
@@ -35,7 +36,8 @@ class RayJobTrigger(BaseTrigger):
     :param poll_interval: seconds between looks at the Ray Job.
     :param max_poll_errors: dashboard errors in a row before the trigger gives up and says why.
     :param op_index: a global step's op (its progress: keep masks committed).
-    :param step: ``"export"`` for the export's Ray Job.
+    :param step: ``"export"`` for the export's Ray Job, ``"plan"`` for a new job's planning (whose
+        ``job_dir`` does not exist yet: its progress is Ray's status alone).
     """
 
     def __init__(
@@ -76,6 +78,8 @@ class RayJobTrigger(BaseTrigger):
         }
 
     def _poll(self, client) -> tuple[str, str]:
+        if self.step == "plan":
+            return client.poll_plan(self.submission_id)
         if self.step == "export":
             return client.poll_export(self.submission_id, self.job_dir)
         if self.op_index is not None:

@@ -117,7 +117,7 @@ def test_the_steps_ids_spec_and_record_stand_beside_the_groups(planned, monkeypa
     assert ray_jobs.read_records(job_dir) == []  # the groups' records only (the job view's table)
     ((record, entry),) = ray_jobs.running_submissions(job_dir)
     assert (record["op_index"], entry["submission_id"], entry["state"]) == (op_index, base, "started")
-    from airflow_provider_dj.hooks.ray_jobs import stop_running_groups
+    from airflow_provider_dj.hooks.ray_jobs_stop import stop_running_groups
 
     (stop,) = stop_running_groups(job_dir, connect_timeout_s=1)
     assert (stop.op_index, stop.segment_index, stop.outcome) == (op_index, None, "not_stopped")
@@ -236,7 +236,7 @@ def test_the_export_driver_writes_the_in_process_bytes_and_the_operator_reads_it
 
 
 def test_a_running_exports_ray_job_is_found_by_a_jobs_stop(planned):
-    from airflow_provider_dj.hooks.ray_jobs import RayJobStop, stop_running_groups
+    from airflow_provider_dj.hooks.ray_jobs_stop import RayJobStop, stop_running_groups
 
     job_dir = planned.job_dir
     base = ray_jobs.export_base_submission_id(job_dir, "g1")

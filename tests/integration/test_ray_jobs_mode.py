@@ -5,7 +5,7 @@ by its own process group).  A partition group submitted as a Ray Job writes the 
 path writes; a second submission of a group is recognised, a succeeded one is not run again, a failed
 one is submitted again and resumes from its checkpoints; a submitter of another provider version is
 refused on the cluster with nothing written; a DAG run with the ``ray`` connection in Ray Jobs
-mode runs each group, and its global step (in key shards, as Ray tasks of its driver on the cluster),
+mode plans its input as a Ray Job, runs each group, and its global step (in key shards, as Ray tasks of its driver on the cluster),
 as one Ray Job; a global step's retry after success submits nothing.  Assertions are on bytes, rows,
 files and the cluster's job list.
 """
@@ -383,10 +383,12 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     assert f"global_op{op_index}.json" in records and "export.json" in records
     prefix = ray_jobs.base_submission_id(job_dir, "rjdag", 0, 0).rsplit("-s0-g0", 1)[0]
     jobs = client.list_submissions(prefix)
-    assert len(jobs) == len(records)  # one Ray job per group of each segment and the global step, none twice
+    # one Ray job per group of each segment, the global step, the export and the planning, none twice
+    assert len(jobs) == len(records) + 1
     assert {str(j.status.value) for j in jobs} == {"SUCCEEDED"}
     deferred = [r for r in caplog.records if "running trigger in line" in r.getMessage()]
-    assert len(deferred) == len(seg0) + 2  # segment 0's tasks, the global step and the export deferred
+    assert len(deferred) == len(seg0) + 3  # validate, segment 0's tasks, the global step and the export deferred
+    _check_plan_job(client, [j for j in jobs if "-plan-" in j.submission_id], job_dir, reference.job_dir)
     _check_global_job(client, job_dir, "rjdag", op_index, shards=3)
     _check_export_job(client, job_dir, "rjdag", summary, dag_id, dag_run.run_id)
 
@@ -395,7 +397,58 @@ def test_a_dag_run_in_ray_jobs_mode_runs_each_group_as_one_ray_job(
     group = {"group_id": 0, "partition_ids": record["partition_ids"], "label": "p0"}
     results = _operator(job_dir, 0, group).execute(_context(dag_run.run_id))
     assert results == ray_jobs.latest_submission(record)["results"] and results
-    assert len(client.list_submissions(prefix)) == len(records)
+    assert len(client.list_submissions(prefix)) == len(records) + 1
+
+
+def _check_plan_job(client, plan_jobs: list, job_dir: str, reference_job_dir: str) -> None:
+    """The validate task planned the input as one Ray Job, its index and hash tasks Ray tasks of that
+    driver; the job directory holds the same partitions (rows, segments, content hashes) as the in-process
+    run's, and the plan's hand-over file is gone."""
+    from ray.util.state import list_tasks
+
+    from airflow_provider_dj.engine.jobdir.layout import PARTITIONING_INFO, planned_input_file, read_json
+
+    (job,) = plan_jobs
+    info = client.info(job.submission_id)
+    assert str(info.status.value) == "SUCCEEDED" and "engine.runner.plan_job" in info.entrypoint
+    names = {t.name for t in list_tasks(address=client.address, filters=[("job_id", "=", info.job_id)], limit=1000)}
+    assert {"index_task", "hash_recorded_partition"} <= names, names
+    planned, reference = (read_json(os.path.join(d, PARTITIONING_INFO)) for d in (job_dir, reference_job_dir))
+    assert planned["partitions"] == reference["partitions"] and planned["total_rows"] == reference["total_rows"]
+    assert planned["timing"]["tasks"]["hash"] == len(reference["partitions"])
+    assert not os.path.exists(planned_input_file(os.path.dirname(job_dir), "rjdag"))
+
+
+def test_planning_as_a_ray_job_refuses_bad_input_naming_its_line_and_trusts_a_plan_it_made(
+    cluster, client, make_recipe, monkeypatch, tmp_path
+):
+    """Ray Jobs mode's planning, waiting in the worker: input with a line that is not a JSON object is
+    refused on the cluster (the task fails without retries, naming the file and line; no job directory);
+    good input is planned once, and a second validate of the same job and recipe (a retry) trusts that
+    plan, submitting nothing, with the partitions the in-process planner gives."""
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.job.input_plan import plan_input
+    from airflow_provider_dj.operators.resume_validator import InputRefused, ResumeValidatorOperator
+
+    conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "one two three four five six"}\n[1, 2]\n{"text": "seven eight"}\n')
+    recipe = load_recipe(make_recipe("rj_plan_bad", parts=2, data=str(bad)))
+    op = ResumeValidatorOperator(task_id="validate", recipe_path="unused", deferrable=False, poll_interval=0.3)
+    with pytest.raises(InputRefused, match=r"line 2 \(byte 40\)") as exc:
+        op._input_planner(recipe, "rjplanbad")
+    assert str(bad) in str(exc.value)
+    assert not os.path.exists(os.path.join(recipe.work_dir, "rjplanbad"))
+
+    good = load_recipe(make_recipe("rj_plan_good", parts=3))
+    planner = op._input_planner(good, "rjplan")
+    prefix = ray_jobs.plan_base_submission_id(os.path.join(good.work_dir, "rjplan"), "rjplan", "0" * 8)[:-8]
+    assert len(client.list_submissions(prefix)) == 1
+    again = op._input_planner(good, "rjplan")  # a retry: the succeeded submission's plan is trusted
+    assert len(client.list_submissions(prefix)) == 1
+    ours = [planner(good, lambda m: None), again(good, lambda m: None), plan_input(good)]
+    assert all(o["partitions"] == ours[2]["partitions"] and o["num_partitions"] == 3 for o in ours)
 
 
 def _check_export_job(client, job_dir: str, job_id: str, summary: dict, dag_id: str, run_id: str) -> None:

@@ -15,7 +15,9 @@ from typing import Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.input.partitioning import plan_partitions
+from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
+from airflow_provider_dj.engine.input.partitioning import PartitioningError, plan_partitions
+from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.input.task_map import RunTasks, run_on_threads
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 Say = Callable[[str], None]
 #: ``(recipe, say) -> partitioning_info``: how a new job's input is planned.
 InputPlanner = Callable[[object, Say], dict]
+#: What ``plan_input`` raises for input the recipe cannot run: a retry would be refused the same way.
+PLAN_REFUSALS = (InputError, PartitionTooLargeError, PartitioningError)
 
 
 def plan_input(recipe, say: Say | None = None, run_tasks: RunTasks = run_on_threads) -> dict:
@@ -68,4 +72,4 @@ def input_index_cache(recipe):
     return InputIndexCache(input_index_cache_dir(recipe.work_dir))
 
 
-__all__ = ["InputPlanner", "check_input_against_recipe", "input_index_cache", "plan_input"]
+__all__ = ["PLAN_REFUSALS", "InputPlanner", "check_input_against_recipe", "input_index_cache", "plan_input"]

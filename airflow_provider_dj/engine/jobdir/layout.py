@@ -194,6 +194,9 @@ REUSE_GC_LOCK = "_reuse/gc.lock"
 REUSE_PINS_DIR = "metadata/reused_from"
 #: Planning's row index and partition hashes of unchanged input files (input/index_cache.py).
 INPUT_INDEX_CACHE_DIR = "_reuse/input_index"
+#: A new job's input planned by a Ray Job before its job directory exists (engine/runner/plan_job.py):
+#: ``<job_id>.json`` under it, read by the validate task that submitted the Ray Job, then removed.
+PLANNED_INPUT_DIR = "_planning"
 
 
 #: Per project (recipe ``project_name``), the latest completed job in this work dir (job/project_index.py):
@@ -218,6 +221,10 @@ def reuse_index_dir(work_dir: str) -> str:
 
 def input_index_cache_dir(work_dir: str) -> str:
     return storage.join(work_dir, *INPUT_INDEX_CACHE_DIR.split("/"))
+
+
+def planned_input_file(work_dir: str, job_id: str) -> str:
+    return storage.join(work_dir, *PLANNED_INPUT_DIR.split("/"), f"{job_id}.json")
 
 
 def reuse_gc_lock(work_dir: str) -> str:

@@ -79,6 +79,12 @@ def export_base_submission_id(job_dir: str, job_id: str) -> str:
     return f"{_id_prefix(job_dir, job_id)}-export"
 
 
+def plan_base_submission_id(job_dir: str, job_id: str, recipe_digest: str) -> str:
+    """The first submission's id of planning one job directory's input for one effective recipe (another
+    recipe, say other overrides in the run's conf, is planned under other ids)."""
+    return f"{_id_prefix(job_dir, job_id)}-plan-{recipe_digest[:8]}"
+
+
 def submission_id(base: str, attempt: int) -> str:
     """Attempt 0 is ``base``; a resubmission after attempt n-1 failed or was stopped is ``base-r<n>``."""
     return base if attempt == 0 else f"{base}-r{int(attempt)}"
