@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -170,8 +171,47 @@ def _missing(resolved: str, written: str, key: str, where: RowRef, exc: BaseExce
 # -- the rows of one partition -------------------------------------------------
 
 
-def _needles(keys: MediaKeys) -> list[bytes]:
-    return [json.dumps(k, ensure_ascii=False).encode("utf-8") for _kind, k in keys.media()]
+def key_needles(keys: MediaKeys) -> list[bytes]:
+    """The media keys as they appear in a JSON line (quoted; a key that is not ASCII also as JSON's \\u
+    escapes spell it): a line without one names no media."""
+    spellings = [
+        json.dumps(k, ensure_ascii=escaped).encode("utf-8") for _kind, k in keys.media() for escaped in (False, True)
+    ]
+    return list(dict.fromkeys(spellings))
+
+
+class KeySearch:
+    """Whether any of the quoted media keys occurs in a block of JSONL bytes, at memory speed.
+
+    Planning hashes every partition's bytes; this search rides on that pass so that a text partition is
+    still read once.  One RE2 alternation over the block (Arrow, zero-copy, without the GIL: about 5 GB/s
+    on one core, against 1.6 GB/s per key for ``bytes.find``), with each byte hex-escaped so that no key
+    is read as a pattern; a key that is not ASCII falls back to Python's ``re``."""
+
+    def __init__(self, needles: list[bytes]) -> None:
+        self.overlap = max((len(n) for n in needles), default=1) - 1
+        self._pattern = None
+        self._re = None
+        if needles and all(n.isascii() for n in needles):
+            self._pattern = "|".join("".join(f"\\x{b:02x}" for b in n) for n in needles)
+        elif needles:
+            self._re = re.compile(b"|".join(re.escape(n) for n in needles))
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None or self._re is not None
+
+    def found_in(self, block: bytes) -> bool:
+        if self._re is not None:
+            return self._re.search(block) is not None
+        if self._pattern is None or not block:
+            return False
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int64).tobytes())
+        one = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(block)])
+        return bool(pc.match_substring_regex(one, self._pattern)[0].as_py())
 
 
 def iter_segment_rows(
@@ -184,12 +224,13 @@ def iter_segment_rows(
     if algorithm_is_jsonl:
         src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
         data = b"".join(iter_stream(src, seg["byte_start"], seg["byte_end"]))
-        if not any(n in data for n in _needles(keys)):
+        needles = key_needles(keys)
+        if not KeySearch(needles).found_in(data):
             return
         first_line = None
         newlines = 0
         for raw in data.split(b"\n"):
-            if raw.strip() and any(n in raw for n in _needles(keys)):
+            if raw.strip() and any(n in raw for n in needles):
                 try:
                     row = json.loads(raw)
                 except ValueError:

@@ -243,14 +243,31 @@ def hash_recorded_partition(
     ``input_files[i]`` describes the file a segment's ``file`` names (a list of every file, or a dict of
     those the segments name).
     """
+    digest, nbytes, _ = _hash_rows(algorithm, input_files, segments)
+    return digest, nbytes
+
+
+def _hash_rows(
+    algorithm: str, input_files: list[dict] | dict[int, dict], segments: list[dict], needles: list[bytes] = ()
+) -> tuple[str, int, bool]:
+    """:func:`hash_recorded_partition`, and whether the bytes may name media: for JSONL, whether one of
+    ``needles`` (the quoted media keys) occurs in them, found on the same pass; Parquet: always maybe."""
     if algorithm == hashing.JSONL_ALGORITHM:
         h = hashing.ByteStreamHasher()
+        found = False
+        search = media.KeySearch(list(needles))
+        overlap = search.overlap
         for seg in segments:
             f = input_files[seg["file"]]
             src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
+            tail = b""
             for block in iter_stream(src, seg["byte_start"], seg["byte_end"]):
                 h.update(block)
-        return h.hexdigest(), h.nbytes
+                if search and not found:
+                    edge = tail + bytes(block[:overlap])  # a key cut by the block boundary
+                    found = search.found_in(block) or search.found_in(edge)
+                    tail = bytes(block[-overlap:]) if overlap else b""
+        return h.hexdigest(), h.nbytes, found
     ah = hashing.ArrowTableHasher()
     nbytes = 0
     for seg in segments:
@@ -258,7 +275,7 @@ def hash_recorded_partition(
         t = read_parquet_range(f, seg["row_start"], seg["row_end"], f["row_group_rows"])
         ah.update(t)
         nbytes += t.nbytes
-    return ah.hexdigest(), nbytes
+    return ah.hexdigest(), nbytes, bool(needles)
 
 
 def hash_partition(
@@ -271,10 +288,10 @@ def hash_partition(
     partition that names some gets the content hash of its rows and its files, and a record of the row
     hash (``rows_hash``, what reading the partition checks) and each file's digest; one that names none
     keeps its row hash and gets no record, so a text corpus hashes as it always did."""
-    digest, nbytes = hash_recorded_partition(algorithm, input_files, segments)
-    if media_keys is None:
+    keys = media.MediaKeys.from_dict(media_keys) if media_keys is not None else None
+    digest, nbytes, maybe = _hash_rows(algorithm, input_files, segments, media.key_needles(keys) if keys else [])
+    if not maybe:  # (JSONL) no media key in the partition's bytes: read once, as a text partition always was
         return digest, nbytes, None
-    keys = media.MediaKeys.from_dict(media_keys)
     found = media.scan_partition_media(algorithm == hashing.JSONL_ALGORITHM, input_files, segments, keys)
     if found is None:
         return digest, nbytes, None

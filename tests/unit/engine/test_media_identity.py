@@ -190,3 +190,16 @@ def test_nightly_reuse_recomputes_only_the_partition_whose_image_changed(tmp_pat
     same = [a["content_hash"] == b["content_hash"] for a, b in zip(info1["partitions"], info2["partitions"])]
     assert same == [True, False, True]
     assert open(tmp_path / "night1.jsonl").read() == open(tmp_path / "night2.jsonl").read()  # same rows out
+
+
+@pytest.mark.parametrize("key", ["pics.v2", "bilder_é", "a|b"])
+def test_any_key_spelling_is_found_literally(tmp_path, key):
+    from airflow_provider_dj.engine.input.media import KeySearch, MediaKeys, key_needles
+
+    search = KeySearch(key_needles(MediaKeys(image=key)))
+    assert search.found_in(json.dumps({key: ["x.jpg"]}, ensure_ascii=False).encode())
+    assert not search.found_in(b'{"picsXv2": ["x.jpg"], "a": 1, "b": 2}')
+    image = copy_images(tmp_path / "media", 1)[0]
+    data = write_rows(tmp_path / "d.jsonl", [{"text": "t", key: [f"media/{image.name}"]}] * 4)
+    info = plan_partitions(data, PartitionConfig(), media_keys=MediaKeys(image=key))
+    assert info["modality"]["modality"] == "multimodal" and info["media"]["files"] == 1
