@@ -8,7 +8,7 @@ bytes into the partition's content hash.  A changed image thus changes the parti
 resume refuses it (naming the file) and nightly reuse does not reuse that partition.
 
 Paths are resolved as Data-Juicer resolves them (``data_juicer/format/formatter.py`` ``rel2abs``,
-``core/data/ray_dataset.py`` ``set_dataset_to_absolute_path``): an absolute path or URL as it is, a
+``data_juicer/core/data/ray_dataset.py`` ``set_dataset_to_absolute_path``): an absolute path or URL as it is, a
 relative one joined to the folder of the dataset file that holds the row.
 
 Only rows that name media are affected: a partition none of whose rows has a non-empty value under a
@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import xxhash
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.config.path_confinement import allowed_roots
+from airflow_provider_dj.engine.config.path_confinement import AllowedRoots, allowed_roots
 from airflow_provider_dj.engine.input.sources import (
     InputError,
     InputFile,
@@ -119,7 +119,7 @@ def resolve_media_path(path: str, input_file: str) -> str:
 
 def media_file_size(resolved: str, written: str, key: str, where: RowRef) -> int:
     """The size of a media file, or a refusal naming the row and the path."""
-    _confine(resolved, written, key, where)
+    _confine(resolved, written, key, where, allowed_roots())
     try:
         if storage.is_url(resolved):
             return storage.size(resolved)
@@ -131,9 +131,12 @@ def media_file_size(resolved: str, written: str, key: str, where: RowRef) -> int
     return int(st.st_size)
 
 
-def digest_media_file(resolved: str, written: str, key: str, where: RowRef) -> tuple[str, int]:
-    """(xxh3-128 hex digest, size) of a media file's bytes, or a refusal naming the row and the path."""
-    _confine(resolved, written, key, where)
+def digest_media_file(
+    resolved: str, written: str, key: str, where: RowRef, roots: AllowedRoots | None
+) -> tuple[str, int]:
+    """(xxh3-128 hex digest, size) of a media file's bytes, or a refusal naming the row and the path
+    (``roots``: the allowed roots it must lie under, None for none)."""
+    _confine(resolved, written, key, where, roots)
     h = xxhash.xxh3_128()
     n = 0
     try:
@@ -149,8 +152,7 @@ def digest_media_file(resolved: str, written: str, key: str, where: RowRef) -> t
     return h.hexdigest(), n
 
 
-def _confine(resolved: str, written: str, key: str, where: RowRef) -> None:
-    roots = allowed_roots()
+def _confine(resolved: str, written: str, key: str, where: RowRef, roots: AllowedRoots | None) -> None:
     if roots is None:
         return
     message = roots.refusal(resolved, what=f"{where}: {key} path {written!r}")
@@ -267,10 +269,16 @@ class PartitionMedia:
 
 
 def scan_partition_media(
-    algorithm_is_jsonl: bool, input_files: list[dict] | dict[int, dict], segments: list[dict], keys: MediaKeys
+    algorithm_is_jsonl: bool,
+    input_files: list[dict] | dict[int, dict],
+    segments: list[dict],
+    keys: MediaKeys,
+    roots_text: str | None = None,
 ) -> PartitionMedia | None:
     """Read every media file the partition's rows name; None when no row names one.  Raises
-    InputError / InputOutsideRootsError naming the row and the path."""
+    InputError / InputOutsideRootsError naming the row and the path.  ``roots_text``: the planner's
+    ``allowed_roots`` (a Ray task's worker may not have the setting); None: this process's setting."""
+    roots = allowed_roots() if roots_text is None else AllowedRoots.parse(roots_text)
     whole = xxhash.xxh3_128()
     files: dict[str, str] = {}
     sizes: dict[str, int] = {}
@@ -282,7 +290,7 @@ def scan_partition_media(
                 key = dict(keys.media())[kind]
                 resolved = resolve_media_path(written, f["path"])
                 if resolved not in files:
-                    files[resolved], sizes[resolved] = digest_media_file(resolved, written, key, where)
+                    files[resolved], sizes[resolved] = digest_media_file(resolved, written, key, where, roots)
                 whole.update(f"{n}:{at}\x00{kind}\x00{resolved}\x00{files[resolved]}\n".encode())
                 named += 1
     if not named:

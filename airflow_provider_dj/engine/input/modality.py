@@ -1,6 +1,6 @@
 """Which modality a corpus is, from a sample of its rows, and the partition size that follows (auto mode).
 
-Data-Juicer's partitioned executor (1.6.1, ``core/executor/partition_size_optimizer.py``) samples the
+Data-Juicer's partitioned executor (1.6.1, ``data_juicer/core/executor/partition_size_optimizer.py``) samples the
 dataset and sizes partitions by modality.  The rules kept here are its own:
 
 * a row is ``text`` when its text field (``text_keys[0]``) is non-empty, ``image``/``audio``/``video``

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.config.path_confinement import allowed_roots
 from airflow_provider_dj.engine.input import hashing, media
 from airflow_provider_dj.engine.input.index_cache import segment_key
 from airflow_provider_dj.engine.input.indexing import index_inputs
@@ -292,7 +293,8 @@ def hash_partition(
     digest, nbytes, maybe = _hash_rows(algorithm, input_files, segments, media.key_needles(keys) if keys else [])
     if not maybe:  # (JSONL) no media key in the partition's bytes: read once, as a text partition always was
         return digest, nbytes, None
-    found = media.scan_partition_media(algorithm == hashing.JSONL_ALGORITHM, input_files, segments, keys)
+    roots = (media_keys or {}).get("allowed_roots")
+    found = media.scan_partition_media(algorithm == hashing.JSONL_ALGORITHM, input_files, segments, keys, roots)
     if found is None:
         return digest, nbytes, None
     return media.combine(digest, found.digest), nbytes, {"rows_hash": digest, "media": found.to_dict()}
@@ -370,8 +372,11 @@ def plan_partitions(
     file_descr = _describe_files(files)
     algorithm = algorithm_for(files)
     t1 = time.perf_counter()
+    # The tasks confine media paths by this process's allowed_roots: a Ray worker may lack the setting.
+    roots = allowed_roots()
+    task_keys = {**keys.to_dict(), **({"allowed_roots": ",".join(roots.text)} if roots else {})}
     parts, hashed_bytes, learnt, hashes_from_cache = _hash_partitions(
-        files, offsets, bounds, cached, algorithm, file_descr, run_tasks, keys.to_dict()
+        files, offsets, bounds, cached, algorithm, file_descr, run_tasks, task_keys
     )
     t_hash = time.perf_counter() - t1
     cache_timing = {}

@@ -37,7 +37,10 @@ def plan_input(recipe, say: Say | None = None, run_tasks: RunTasks = run_on_thre
 
     say = say or log.info
     check_input_against_recipe(recipe, say)  # a field the recipe reads missing from every row: refused here
-    info = plan_partitions(recipe.dataset_path, recipe.partition, input_index_cache(recipe), run_tasks)
+    from airflow_provider_dj.engine.input.media import MediaKeys
+
+    keys = MediaKeys.of_recipe(recipe)  # image_key/audio_key/video_key: media files are part of the job
+    info = plan_partitions(recipe.dataset_path, recipe.partition, input_index_cache(recipe), run_tasks, keys)
     check_partitions_fit(info)  # a partition no worker could hold: refused before anything is written
     return info
 

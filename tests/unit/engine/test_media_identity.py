@@ -203,3 +203,20 @@ def test_any_key_spelling_is_found_literally(tmp_path, key):
     data = write_rows(tmp_path / "d.jsonl", [{"text": "t", key: [f"media/{image.name}"]}] * 4)
     info = plan_partitions(data, PartitionConfig(), media_keys=MediaKeys(image=key))
     assert info["modality"]["modality"] == "multimodal" and info["media"]["files"] == 1
+
+
+def test_the_planners_roots_travel_with_the_hashing_task(corpus, monkeypatch):
+    """A hashing task may run as a Ray task on a worker without the setting: the planner's roots go with it."""
+    from airflow_provider_dj.engine.input.partitioning import hash_partition
+
+    monkeypatch.delenv("AIRFLOW__DJ__ALLOWED_ROOTS", raising=False)
+    monkeypatch.delenv("DJ_ALLOWED_ROOTS", raising=False)
+    info = plan_partitions(corpus["data"], MANUAL3)
+    p = info["partitions"][0]
+    task_keys = {**info["media_keys"], "allowed_roots": str(corpus["tmp"] / "data")}  # media/ is outside
+    with pytest.raises(InputOutsideRootsError, match=r"d\.jsonl: line 1: images path '\.\./media/"):
+        hash_partition(info["algorithm"], info["input_files"], p["segments"], task_keys)
+    assert (
+        hash_partition(info["algorithm"], info["input_files"], p["segments"], info["media_keys"])[0]
+        == (p["content_hash"])
+    )
