@@ -76,14 +76,22 @@ class MediaKeys:
 
 @dataclass
 class RowRef:
-    """Where a row is, for messages: its input file and its 1-based line (JSONL) or row (Parquet)."""
+    """Where a row is, for messages: its input file and its 1-based line (JSONL) or row (Parquet).
+
+    ``after``: a JSONL row inside a segment is given as (file, byte offset of the segment) and ``line``
+    counts from the segment's first line; the absolute line is counted only when a message needs it
+    (counting it for every partition would read each file from its start once per partition)."""
 
     file: str
     line: int | None = None
     row: int | None = None
+    after: tuple[InputFile, int] | None = None
 
     def __str__(self) -> str:
-        return f"{self.file}: line {self.line}" if self.line is not None else f"{self.file}: row {self.row}"
+        if self.line is None:
+            return f"{self.file}: row {self.row}"
+        line = self.line if self.after is None else line_number(*self.after) + self.line
+        return f"{self.file}: line {line}"
 
 
 def row_media_paths(row: dict, keys: MediaKeys, where: RowRef | None = None) -> list[tuple[str, str]]:
@@ -229,7 +237,6 @@ def iter_segment_rows(
         needles = key_needles(keys)
         if not KeySearch(needles).found_in(data):
             return
-        first_line = None
         newlines = 0
         for raw in data.split(b"\n"):
             if raw.strip() and any(n in raw for n in needles):
@@ -238,9 +245,7 @@ def iter_segment_rows(
                 except ValueError:
                     row = None  # the row reader names a line that is not JSON
                 if isinstance(row, dict):
-                    if first_line is None:
-                        first_line = line_number(src, seg["byte_start"])
-                    yield RowRef(f["path"], line=first_line + newlines), newlines, row
+                    yield RowRef(f["path"], line=newlines, after=(src, seg["byte_start"])), newlines, row
             newlines += 1
         return
     import pyarrow.parquet as pq
