@@ -1,7 +1,9 @@
 """End to end: Ray Jobs mode under a real scheduler and triggerer (docs/deployment.md, "Ray Jobs mode").
 
-A Ray cluster of its own on loopback (``ray start --head`` with its dashboard: ``RayJobsCluster``)
-and an ``airflow standalone`` whose ``ray`` connection names that dashboard, driven over REST:
+A Ray cluster of its own on loopback, three nodes (``ray start --head`` with its dashboard and two
+``ray start --address`` worker nodes, each with one CPU and a custom resource of its own:
+``RayJobsCluster``), and an ``airflow standalone`` whose ``ray`` connection names that dashboard,
+driven over REST:
 
 * a DAG run's partition tasks submit one Ray Job per group and **defer**: while the Ray jobs run,
   every ``partitions_seg0`` instance is ``deferred`` (no worker slot held);
@@ -10,6 +12,12 @@ and an ``airflow standalone`` whose ``ray`` connection names that dashboard, dri
   (the cluster holds one submission per group), every op of every partition ran once (the job's
   ``op_complete`` events), and the export is byte-identical to the engine's run of the same recipe
   in this process;
+* a second DAG, **exact and near deduplication** (``document_deduplicator`` then
+  ``document_minhash_deduplicator``) over Data-Juicer's near-duplicate corpus, whose duplicates span
+  its partitions, with each global step in **3 key shards** (``DJ_GLOBAL_STEP_SHARDS`` in the server's
+  environment): the steps and the export run as Ray Jobs, their tasks on more than one node (Ray's
+  state API), and the export and lineage are byte-identical to the engine's single-process step in this
+  process, whose kept rows are Data-Juicer 1.6.1's;
 * a **clear of a succeeded group** over REST runs its task again, which finds its Ray job succeeded
   and its checkpoints whole, and submits nothing;
 * **mark failed** on a deferred group stops its Ray job;
@@ -23,6 +31,7 @@ kill lands while they run, not by timing.  Nothing is mocked.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -31,6 +40,7 @@ import subprocess
 from collections import Counter
 
 import psutil
+import pyarrow as pa
 import pytest
 
 from airflow_provider_dj.engine.jobdir import ray_jobs
@@ -48,6 +58,27 @@ PARTS, ROWS = 3, 240
 OPS = "process:\n  - whitespace_normalization_mapper:\n  - words_num_filter:\n      min_num: 12\n"
 RELEASE = "release_ray_jobs"  # the file (in the job dir) whose creation lets the held Ray jobs go on
 RUN_TIMEOUT = 600
+#: The three nodes' own resources: each worker node is started with one of these (and one CPU).
+WORKER_RESOURCES = ({"node_b": 1}, {"node_c": 1})
+
+# The dedup DAG: Data-Juicer's near-duplicate corpus (tests/conformance/near_dedup: 342 rows, exact and
+# near copies spread over the file) in 4 partitions, two to a group, each global step in 3 key shards.
+DEDUP_DAG = "e2e_rayjobs_dedup"
+DEDUP_PARTS, DEDUP_SHARDS = 4, 3
+DEDUP_JOB = "rj_dedup"
+NEAR_DEDUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conformance", "near_dedup")
+DEDUP_RECIPE = """\
+project_name: {name}
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+text_keys: text
+partition: {{mode: manual, num_of_partitions: {parts}, execution_group_size: 2}}
+process:
+  - whitespace_normalization_mapper:
+  - document_deduplicator:
+  - document_minhash_deduplicator:
+"""
 
 
 def _hold(partitions=range(PARTS)) -> list[dict]:
@@ -83,7 +114,20 @@ def _rj(tmp_path_factory):
     recipe = os.path.join(recipes, f"{DAG}.yaml")
     with open(recipe, "w") as fh:
         fh.write(view_recipe(DAG, data, os.path.join(exports, f"{DAG}.jsonl"), work, PARTS, ops=OPS))
-    cluster = RayJobsCluster(num_cpus=2).start()
+    dedup_recipe = os.path.join(recipes, f"{DEDUP_DAG}.yaml")
+    with open(dedup_recipe, "w") as fh:
+        fh.write(
+            DEDUP_RECIPE.format(
+                name=DEDUP_DAG,
+                data=os.path.join(NEAR_DEDUP, "inputs", "near_dup.jsonl"),
+                export=os.path.join(exports, f"{DEDUP_DAG}.jsonl"),
+                work=work,
+                parts=DEDUP_PARTS,
+            )
+        )
+    # Three CPUs on the head: while the first test holds three partitions (a CPU each), the dedup run
+    # beside it still has two.
+    cluster = RayJobsCluster(num_cpus=3, worker_resources=WORKER_RESOURCES).start()
     conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
     home = os.path.join(root, "airflow")
     server = AirflowServer(
@@ -97,17 +141,29 @@ def _rj(tmp_path_factory):
             # triggers move to the replacement sooner.
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+            # Every global step in key shards, whatever its size (only the dedup DAG has one); the
+            # engine's reference run in this process has the step in one process.
+            "DJ_GLOBAL_STEP_SHARDS": str(DEDUP_SHARDS),
         },
     )
     extra: list[subprocess.Popen] = []
     try:
         client = server.start()
         client.wait_dag(DAG)
+        client.wait_dag(DEDUP_DAG)
+        # The dedup DAG's run starts now and runs beside the first tests (its Ray Jobs and theirs share
+        # the cluster, its triggers move with theirs to the replacement triggerer); its test, before the
+        # server restarts, waits for it.  Run alone it would add a minute and a half of waiting.
+        client.set_paused(DEDUP_DAG, False)
+        dedup_export = os.path.join(exports, f"{DEDUP_JOB}.jsonl")
+        dedup_run = client.trigger(DEDUP_DAG, {"job_id": DEDUP_JOB, "export_path": dedup_export})["dag_run_id"]
         yield {
             "server": server,
             "client": client,
             "cluster": cluster,
             "recipe": recipe,
+            "dedup_recipe": dedup_recipe,
+            "dedup_run": dedup_run,
             "work": work,
             "exports": exports,
             "extra": extra,
@@ -327,6 +383,135 @@ def test_marking_a_deferred_group_failed_stops_its_ray_job(rj):
     others = [s for s in _submissions(jobs_client, job_dir, job_id) if s.submission_id != marked]
     assert len(others) == PARTS - 1 and {str(j.status.value) for j in others} == {"SUCCEEDED"}
     assert not os.path.exists(export)
+
+
+def _jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _edges(path: str) -> pa.Table:
+    with pa.memory_map(path) as src:
+        return pa.ipc.open_file(src).read_all()
+
+
+def _stage(job_dir: str, op_index: int) -> str:
+    (stage,) = glob.glob(os.path.join(job_dir, "global_shards", f"op_{op_index:03d}_*"))
+    return stage
+
+
+def _cross_partition_duplicates(job_dir: str, op_index: int, bounds: list[int]) -> int:
+    """Rows the op removed whose kept match (lineage's ``dup_of_row``) lies in another partition."""
+    import pyarrow.parquet as pq
+
+    def partition(row: int) -> int:
+        return next(p for p in range(len(bounds) - 1) if bounds[p] <= row < bounds[p + 1])
+
+    found = 0
+    for path in glob.glob(os.path.join(job_dir, "lineage", "partition_*", f"op_{op_index:03d}.parquet")):
+        for r in pq.read_table(path).to_pylist():
+            if r.get("dup_of_row") is not None and r["dup_of_row"] >= 0:
+                found += partition(r["input_row"]) != partition(r["dup_of_row"])
+    return found
+
+
+def test_three_nodes_dedup_exact_and_near_duplicates_in_key_shards_as_the_single_process_step(rj):
+    """Exact then near deduplication on the three-node cluster, each global step in 3 key shards as a
+    Ray Job, the export as a Ray Job: the export and lineage are byte for byte the engine's run of the
+    recipe in this process (the step in one process), the kept rows are Data-Juicer 1.6.1's, the
+    duplicates span partitions and key shards, and the steps' tasks ran on more than one node.
+
+    Data-Juicer's reference (``pipeline__document_minhash_deduplicator``) is the mapper and MinHash
+    alone: an exact duplicate after the mapper has its earlier copy's MinHash signature, so it is in
+    that copy's cluster, never the first of it, and bridges nothing the copy does not; removing it
+    first leaves MinHash's kept rows as they were."""
+    from ray.util.state import list_tasks
+
+    from airflow_provider_dj.engine import run_job
+    from airflow_provider_dj.engine.storage.context import JobContext
+    from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
+
+    server, client, cluster = rj["server"], rj["client"], rj["cluster"]
+    job_id = DEDUP_JOB
+    job_dir = os.path.join(rj["work"], job_id)
+    export = os.path.join(rj["exports"], f"{job_id}.jsonl")
+    run = client.wait_run(DEDUP_DAG, rj["dedup_run"], timeout=RUN_TIMEOUT)  # triggered by the fixture
+    assert run["state"] == "success", server.log_tail()
+
+    # The export and the lineage: the engine's bytes with the step in one process (no key shards).
+    reference = run_job(
+        rj["dedup_recipe"], job_id=f"{job_id}_ref", workers=1, overrides={"export_path": export[:-6] + "_ref.jsonl"}
+    )
+    ref_dir = os.path.join(rj["work"], f"{job_id}_ref")
+    assert not read_events(ref_dir, "global_op_shards")  # the reference's steps ran in one process
+    with open(export, "rb") as ours, open(reference.export_path, "rb") as engine:
+        assert ours.read() == engine.read()
+    lineage = sorted(os.path.relpath(p, ref_dir) for p in glob.glob(os.path.join(ref_dir, "lineage", "*", "*")))
+    assert lineage == sorted(os.path.relpath(p, job_dir) for p in glob.glob(os.path.join(job_dir, "lineage", "*", "*")))
+    for rel in lineage:
+        with open(os.path.join(job_dir, rel), "rb") as ours, open(os.path.join(ref_dir, rel), "rb") as engine:
+            assert ours.read() == engine.read(), rel
+    want = _jsonl(os.path.join(NEAR_DEDUP, "expected", "pipeline__document_minhash_deduplicator.jsonl"))
+    assert [(r["id"], r["text"]) for r in _jsonl(export)] == [(r["id"], r["text"]) for r in want]
+
+    # Both steps in 3 key shards; exact and near duplicates across partitions and key shards.
+    plan = JobContext(job_dir).plan
+    exact, near = (s.keys_for_global for s in plan.segments[:2])
+    assert [plan.ops[exact].name, plan.ops[near].name] == ["document_deduplicator", "document_minhash_deduplicator"]
+    shards = {e["op_index"]: e for e in read_events(job_dir, "global_op_shards")}
+    assert {i: e["key_shards"] for i, e in shards.items()} == {exact: DEDUP_SHARDS, near: DEDUP_SHARDS}
+    parts = JobContext(job_dir).partitioning_info["partitions"]
+    bounds = [p["start_row"] for p in parts] + [parts[-1]["end_row"]]
+    assert _cross_partition_duplicates(job_dir, exact, bounds) > 0
+    assert _cross_partition_duplicates(job_dir, near, bounds) > 0
+    for op_index in (exact, near):
+        done = [
+            _jsonl(p)[0] for p in glob.glob(os.path.join(_stage(job_dir, op_index), "edges", "key_*", "done.json"))
+        ]  # one line
+        assert len(done) == DEDUP_SHARDS and all(d["edges"] > 0 for d in done), done  # duplicates in every shard
+    # A near-duplicate cluster spans key shards: a row matched in bands that hash to different shards,
+    # joined only by the components rounds.
+    rows_by_shard = []
+    for key_dir in sorted(glob.glob(os.path.join(_stage(job_dir, near), "edges", "key_*"))):
+        edges = [_edges(p) for p in glob.glob(os.path.join(key_dir, "node_*.arrow"))]
+        rows_by_shard.append({v for t in edges for c in ("u", "v") for v in t.column(c).to_pylist()})
+    assert any(a & b for i, a in enumerate(rows_by_shard) for b in rows_by_shard[i + 1 :])
+    assert glob.glob(os.path.join(_stage(job_dir, near), "components", "round_*"))
+
+    # The groups, both global steps and the export ran as Ray Jobs on the cluster, each once.
+    records = sorted(os.listdir(os.path.join(job_dir, "ray_jobs")))
+    assert {f"global_op{exact}.json", f"global_op{near}.json", "export.json"} <= set(records), records
+    assert {r.split("_", 1)[0] for r in records if r.startswith("seg")} == {"seg0", "seg1", "seg2"}
+    for op_index in (exact, near):
+        (entry,) = ray_jobs.read_global_record(job_dir, op_index)["submissions"]
+        assert entry["state"] == "succeeded" and entry["pid"] != os.getpid(), entry
+    (entry,) = ray_jobs.read_export_record(job_dir)["submissions"]
+    assert entry["state"] == "succeeded" and entry["pid"] != os.getpid(), entry
+    jobs_client = RayJobsClient(cluster.address)
+    # The groups', the steps' and the export's submissions (the ones with a record under ray_jobs/).
+    submissions = [
+        j
+        for j in _all_submissions(jobs_client, job_dir, job_id)
+        if re.search(r"-(s\d+-g\d+|op\d+|export)(-r\d+)?$", j.submission_id)
+    ]
+    assert len(submissions) == len(records) and {str(j.status.value) for j in submissions} == {"SUCCEEDED"}
+    steps = [j for j in submissions if re.search(r"-op\d+$", j.submission_id)]
+    assert len(steps) == 2 and all("engine.runner.global_job" in j.entrypoint for j in steps)
+
+    # Their Ray tasks ran on every node, the steps' shard tasks on more than one (Ray's state API: each
+    # task's node; Ray's default scheduling packs a node to half its CPUs, then spreads).
+    names = cluster.node_ids()
+    ran_on: dict[str, set[str]] = {}
+    for job in submissions:
+        ray_job_id = jobs_client.info(job.submission_id).job_id
+        if ray_job_id is None:
+            continue  # a driver that never connected to Ray (a small export writes in its own process)
+        for task in list_tasks(address=cluster.address, filters=[("job_id", "=", ray_job_id)], limit=10_000):
+            if task.node_id:
+                ran_on.setdefault(names.get(task.node_id, task.node_id), set()).add(task.name)
+    assert set(ran_on) == {"head", *(name for r in WORKER_RESOURCES for name in r)}, ran_on
+    step_tasks = {"scatter_partition", "resolve_key_shard", "commit_partition_mask"}
+    assert len([n for n, tasks in ran_on.items() if tasks & step_tasks]) >= 2, ran_on
 
 
 def _task_process(server: AirflowServer, ti_id: str) -> psutil.Process | None:

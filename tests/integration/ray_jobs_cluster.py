@@ -5,10 +5,17 @@ GCS port and a private temp dir, so it shares nothing with the suite's other clu
 by its own process group (``ray stop`` would end every Ray of the machine).  Its PATH starts with this
 virtualenv's bin, so a Ray Job's ``python`` is the one with this package installed, as the cluster's
 image would provide it.
+
+``worker_resources`` adds worker nodes (``ray start --address``), one per entry, each with one CPU and
+that entry's custom resources (``{"node_b": 1}``), so every node is a distinct, nameable member of the
+cluster: a multi-node cluster on one machine.  Each is a session of its own, ended by its process
+group; they take the head's session dir (a worker node is given no temp dir of its own), so the
+head's stray search finds their processes too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -48,10 +55,15 @@ def cluster_env() -> dict:
     return env
 
 
-class RayJobsCluster:
-    """One head node with ``num_cpus`` CPUs and its dashboard; ``address`` is the dashboard's URL."""
+#: What ``ray start`` prints once its node registered with the cluster (then ``--block`` blocks).
+NODE_STARTED = b"Ray runtime started"
 
-    def __init__(self, num_cpus: int = 2) -> None:
+
+class RayJobsCluster:
+    """One head node with ``num_cpus`` CPUs and its dashboard, and a worker node with one CPU per entry
+    of ``worker_resources`` (its custom resources); ``address`` is the dashboard's URL."""
+
+    def __init__(self, num_cpus: int = 2, worker_resources: list[dict[str, float]] | tuple = ()) -> None:
         # Short: Ray's unix socket paths under the temp dir must stay under 107 bytes.
         self.temp_dir = tempfile.mkdtemp(prefix="djrj-", dir="/tmp")
         self.gcs_port, self.dashboard_port = free_port(), free_port()
@@ -59,7 +71,9 @@ class RayJobsCluster:
         self.gcs_address = f"127.0.0.1:{self.gcs_port}"
         self.log_path = os.path.join(self.temp_dir, "head.log")
         self.num_cpus = num_cpus
+        self.worker_resources = [dict(r) for r in worker_resources]
         self.proc: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
 
     def start(self, timeout: float = 120) -> RayJobsCluster:
         """Start the head and wait until its job agent runs a job.  A start that Ray itself gave up on
@@ -78,14 +92,90 @@ class RayJobsCluster:
                         raise RuntimeError(f"the Ray head with its dashboard did not start:\n{self.log()}")
                     time.sleep(0.5)
                 self._warm_up(deadline)
-                return self
+                break
             except BaseException:
                 timed_out = self.proc.poll() is not None and STARTUP_TIMED_OUT in self.log()
                 self._end_group()
                 if not timed_out or attempt == START_ATTEMPTS:
                     self.stop()
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        try:
+            for index in range(len(self.worker_resources)):
+                self._start_worker(index, timeout)
+            self._wait_for_nodes(1 + len(self.worker_resources), time.time() + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _worker_log_path(self, index: int) -> str:
+        return os.path.join(self.temp_dir, f"worker{index}.log")
+
+    def _start_worker(self, index: int, timeout: float) -> None:
+        """Start worker node ``index`` and wait until it says it joined; a start Ray itself gave up on
+        under load (its 30 s raylet wait) is tried again on fresh ports, as the head's is."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            cmd = [
+                RAY,
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--node-ip-address=127.0.0.1",
+                f"--address={self.gcs_address}",
+                "--num-cpus=1",
+                f"--resources={json.dumps(self.worker_resources[index], separators=(',', ':'))}",
+                *node_port_args(head=False),
+            ]
+            with open(self._worker_log_path(index), "wb") as log:  # a second try starts a fresh log
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=cluster_env(),
+                )
+            self.workers.append(proc)
+            deadline = time.time() + timeout
+            while NODE_STARTED not in self._read(self._worker_log_path(index)).encode():
+                if proc.poll() is not None or time.time() > deadline:
+                    break
+                time.sleep(0.3)
+            else:
+                return
+            output = self._read(self._worker_log_path(index))
+            self.workers.remove(proc)
+            _end_group(proc)
+            if STARTUP_TIMED_OUT not in output or attempt == START_ATTEMPTS:
+                raise RuntimeError(f"Ray worker node {index} did not join {self.gcs_address}:\n{output}")
+
+    def _wait_for_nodes(self, count: int, deadline: float) -> None:
+        """Until the head's state API lists ``count`` alive nodes (a worker's "started" line comes
+        as its raylet registers, before the cluster's view of it may have caught up)."""
+        from ray.util.state import list_nodes
+
+        alive: list = []
+        while time.time() < deadline:
+            try:
+                alive = [n for n in list_nodes(address=self.address) if n.state == "ALIVE"]
+            except Exception:  # noqa: BLE001 - a busy dashboard's timeout: ask again until the deadline
+                alive = []
+            if len(alive) >= count:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the cluster never listed {count} alive nodes (last: {alive}):\n{self.log()}")
+
+    def node_ids(self) -> dict[str, str]:
+        """Each alive node's id -> its name: ``head``, or the custom resource it was started with."""
+        from ray.util.state import list_nodes
+
+        names = {}
+        for node in list_nodes(address=self.address, detail=True):
+            if node.state != "ALIVE":
+                continue
+            own = [r for r in node.resources_total if any(r in w for w in self.worker_resources)]
+            names[node.node_id] = own[0] if own else "head"
+        return names
 
     def _launch(self) -> None:
         cmd = [
@@ -142,16 +232,29 @@ class RayJobsCluster:
             return False
 
     def log(self) -> str:
+        """The head's log tail, then each worker node's."""
+        tails = [self._read(self.log_path)[-4000:]]
+        tails += [
+            f"--- worker node {i}:\n{self._read(self._worker_log_path(i))[-2000:]}"
+            for i in range(len(self.worker_resources))
+        ]
+        return "\n".join(tails)
+
+    @staticmethod
+    def _read(path: str) -> str:
         try:
-            with open(self.log_path, errors="replace") as fh:
-                return fh.read()[-4000:]
+            with open(path, errors="replace") as fh:
+                return fh.read()
         except OSError:
             return ""
 
     def stop(self, grace: float = 5) -> None:
-        """End the head's process group (raylet, GCS, dashboard, workers), then any process of this
-        cluster that left the group (a job's driver runs in its own session), found by the cluster's
-        temp dir, which goes with its session logs."""
+        """End each worker node's process group, then the head's (raylet, GCS, dashboard, workers),
+        then any process of this cluster that left its group (a job's driver runs in its own session),
+        found by the cluster's temp dir, which goes with its session logs."""
+        workers, self.workers = self.workers, []
+        for proc in workers:
+            _end_group(proc, grace)
         self._end_group(grace)
         for pid in self._strays():
             try:
@@ -161,20 +264,10 @@ class RayJobsCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def _end_group(self, grace: float = 5) -> None:
-        """SIGTERM to the head's process group, and SIGKILL after ``grace`` seconds (a draining head
-        waits 30 s otherwise)."""
+        """The head's process group, ended by :func:`_end_group`."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.time() + wait
-            while time.time() < deadline and _group_alive(proc.pid):
-                time.sleep(0.2)
-        proc.wait(timeout=30)
+        if proc is not None:
+            _end_group(proc, grace)
 
     def _strays(self) -> list[int]:
         out = []
@@ -188,6 +281,20 @@ class RayJobsCluster:
             except OSError:
                 continue
         return out
+
+
+def _end_group(proc: subprocess.Popen, grace: float = 5) -> None:
+    """SIGTERM to a node's process group, and SIGKILL after ``grace`` seconds (a draining node waits
+    30 s otherwise)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and _group_alive(proc.pid):
+            time.sleep(0.2)
+    proc.wait(timeout=30)
 
 
 def _group_alive(pgid: int) -> bool:
