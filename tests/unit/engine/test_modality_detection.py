@@ -189,3 +189,16 @@ def test_a_parquet_corpus_is_sampled_too(tmp_path):
     assert info["modality"]["modality"] == "image"
     assert sum(p["media"]["files"] for p in info["partitions"]) == 2 * info["num_partitions"]
     assert json.dumps(info)  # the whole document is JSON
+
+
+def test_file_alignment_divides_each_file_by_the_media_size(tmp_path):
+    images = copy_images(tmp_path / "media", 2)
+    for name, n in (("a.jsonl", 50), ("b.jsonl", 25)):
+        write_rows(tmp_path / "in" / name, image_text_rows(n, [str(p) for p in images], text=False))
+    info = plan_partitions(str(tmp_path / "in"), PartitionConfig(target_size_mb=1, extra={"align": "file"}))
+    rows = info["modality"]["rows_per_partition"]
+    per_row = [images[i % 2].stat().st_size for i in range(75)]
+    assert rows == expected_rows(per_row[:75], "image", 1) and info["align"] == "file"
+    assert info["num_partitions"] == math.ceil(50 / rows) + math.ceil(25 / rows)
+    assert info["how_chosen"].endswith(f"{rows} rows/partition; aligned to input files")
+    assert all(len(p["segments"]) == 1 for p in info["partitions"])
