@@ -228,9 +228,9 @@ def iter_segment_rows(
     algorithm_is_jsonl: bool, f: dict, seg: dict, keys: MediaKeys
 ) -> Iterator[tuple[RowRef, int, dict]]:
     """The rows of one segment that may name media, with where they are (for messages) and their line or
-    row offset in the segment (for the digest: the same rows elsewhere give the same digest).  JSONL rows are found by a byte
-    search for the media keys first (no parsing when none occurs); Parquet rows only when a media key is
-    a column."""
+    row offset in the segment (for the digest: the same rows elsewhere give the same digest).  JSONL
+    rows are found by a byte search for the media keys first (no parsing when none occurs); Parquet
+    rows only when a media key is a column."""
     if algorithm_is_jsonl:
         src = InputFile(path=f["path"], format="jsonl", compression=f.get("compression"), size=f.get("size", 0))
         data = b"".join(iter_stream(src, seg["byte_start"], seg["byte_end"]))
