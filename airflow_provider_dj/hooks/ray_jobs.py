@@ -44,7 +44,6 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.jobdir.layout import planned_input_file
 from airflow_provider_dj.engine.runner.export_job import ExportJobSpec, verify_export
 from airflow_provider_dj.engine.runner.global_job import GlobalJobSpec, step_settings, verify_global
 from airflow_provider_dj.engine.runner.group_job import (
@@ -321,23 +320,34 @@ class RayJobsClient:
         )
 
     def submit_or_attach_plan(
-        self, spec_for: Callable[[str, int], PlanJobSpec], *, job_dir: str, job_id: str, recipe: dict
+        self,
+        spec_for: Callable[[str, int], PlanJobSpec],
+        *,
+        job_dir: str,
+        job_id: str,
+        recipe: dict,
+        proof_try: int | None = None,
     ) -> GroupSubmission:
-        """:meth:`submit_or_attach` for planning a new job's input: its submissions are
-        ``ray_jobs.plan_base_submission_id``'s (one series per effective recipe), and a succeeded one is
-        trusted while its plan file is there for this recipe."""
+        """:meth:`submit_or_attach` for planning a new job's input (``ray_jobs.plan_base_submission_id``'s
+        ids, one series per effective recipe), or with ``proof_try`` set for proving a resumed job's input
+        in that try of the validate task (``ray_jobs.proof_base_submission_id``'s); a succeeded one is
+        trusted while its file is there for this recipe."""
         digest = recipe_digest(recipe)
-        base = ray_jobs.plan_base_submission_id(job_dir, job_id, digest)
+        proof = proof_try is not None
+        if proof:
+            base = ray_jobs.proof_base_submission_id(job_dir, job_id, digest, proof_try)
+        else:
+            base = ray_jobs.plan_base_submission_id(job_dir, job_id, digest)
         work_dir = recipe["work_dir"]
 
         def verify() -> tuple[bool, str]:
             attempt, _ = self.latest_on_cluster(base)
             sid = ray_jobs.submission_id(base, max(attempt, 0))
-            if read_planned(work_dir, job_id, sid, recipe) is not None:
-                return True, f"its plan is in {planned_input_file(work_dir, job_id)}"
-            return False, f"there is no plan of submission {sid} in {planned_input_file(work_dir, job_id)}"
+            if read_planned(work_dir, job_id, sid, recipe, proof=proof) is not None:
+                return True, f"its result is in {work_dir}'s planning folder"
+            return False, f"there is no result of submission {sid}"
 
-        return self._submit_or_attach(spec_for, base, None, verify, "the planning")
+        return self._submit_or_attach(spec_for, base, None, verify, "the input proof" if proof else "the planning")
 
     def poll_plan(self, submission_id: str) -> tuple[str, str]:
         """(Ray's status of the planning's Ray Job, a line for the log)."""
@@ -412,10 +422,17 @@ def global_spec(*, op_index: int, **fields) -> GlobalJobSpec:
 
 
 def plan_spec(
-    *, recipe: dict, job_id: str, submission_id: str, attempt: int, namespace: str | None = None
+    *,
+    recipe: dict,
+    job_id: str,
+    submission_id: str,
+    attempt: int,
+    namespace: str | None = None,
+    verify_job_dir: str = "",
 ) -> PlanJobSpec:
     """The planning driver's spec as this process submits it: this provider's version, this host's name
-    and this process's settings that planning is checked with (``plan_job.PLAN_SETTINGS``)."""
+    and this process's settings that planning is checked with (``plan_job.PLAN_SETTINGS``);
+    ``verify_job_dir``: prove that job directory's input instead of planning."""
     return PlanJobSpec(
         recipe=recipe,
         job_id=job_id,
@@ -425,6 +442,7 @@ def plan_spec(
         submitter_host=socket.gethostname(),
         namespace=namespace,
         settings=plan_settings(),
+        verify_job_dir=verify_job_dir,
     )
 
 

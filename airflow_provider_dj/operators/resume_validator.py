@@ -114,10 +114,12 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         started_at = time.time()
         recipe = self._effective_recipe(context)
         job_id = choose_job_id(recipe, run_identity(context))
-        return self._start(context, recipe, job_id, started_at, self._input_planner(recipe, job_id))
+        planner, proof = self._where_input_is_read(recipe, job_id, context)
+        return self._start(context, recipe, job_id, started_at, planner, proof)
 
     def execute_complete(self, context: Any, event: dict | None = None) -> list[dict]:
-        """Ray Jobs mode: the planning's Ray Job ended (the trigger's event): start the job from its plan."""
+        """Ray Jobs mode: the planning's (or the input proof's) Ray Job ended, the trigger's event says
+        which: start the job from what it wrote."""
         if not event or not event.get("submission_id"):
             raise AirflowFailException(f"{self.task_id}: the Ray job trigger returned no event")
         started_at = time.time()
@@ -125,11 +127,13 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         job_id = choose_job_id(recipe, run_identity(context))
         client = RayHook(ray_conn_id=self.ray_conn_id).get_jobs_client()
         sid = event["submission_id"]
-        planner = self._planned_by(client, sid, client.status(sid) or "UNKNOWN", recipe.to_dict(), job_id)
-        return self._start(context, recipe, job_id, started_at, planner)
+        status = client.status(sid) or "UNKNOWN"
+        planner, proof = self._from_input_ray_job(client, sid, status, recipe.to_dict(), job_id)
+        return self._start(context, recipe, job_id, started_at, planner, proof)
 
-    def _start(self, context: Any, recipe: Any, job_id: str, started_at: float, planner: Any) -> list[dict]:
-        """``start_job`` with ``planner`` for a new job's input; the refusals as failures without retries."""
+    def _start(self, context: Any, recipe: Any, job_id: str, started_at: float, planner: Any, proof: Any) -> list[dict]:
+        """``start_job`` with ``planner`` for a new job's input and ``proof`` for a resumed one's; the
+        refusals as failures without retries."""
         try:
             started = start_job(
                 recipe,
@@ -146,6 +150,7 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
                 say=lambda m: self.log.info("%s", m),
                 warn=lambda m: self.log.warning("%s", m),
                 input_planner=planner,
+                input_proof=proof,
             )
         except ResumeRefusedError as exc:
             self.log.error("Resume refused (%s); the job directory was not modified:\n%s", exc.reason, exc)

@@ -412,22 +412,29 @@ def _check_plan_job(client, plan_jobs: list, job_dir: str, reference_job_dir: st
     info = client.info(job.submission_id)
     assert str(info.status.value) == "SUCCEEDED" and "engine.runner.plan_job" in info.entrypoint
     names = {t.name for t in list_tasks(address=client.address, filters=[("job_id", "=", info.job_id)], limit=1000)}
-    assert {"index_task", "hash_recorded_partition"} <= names, names
+    assert {"index_task", "hash_partition"} <= names, names
     planned, reference = (read_json(os.path.join(d, PARTITIONING_INFO)) for d in (job_dir, reference_job_dir))
     assert planned["partitions"] == reference["partitions"] and planned["total_rows"] == reference["total_rows"]
     assert planned["timing"]["tasks"]["hash"] == len(reference["partitions"])
     assert not os.path.exists(planned_input_file(os.path.dirname(job_dir), "rjdag"))
 
 
-def test_planning_as_a_ray_job_refuses_bad_input_naming_its_line_and_trusts_a_plan_it_made(
-    cluster, client, make_recipe, monkeypatch, tmp_path
+def test_planning_as_a_ray_job_refuses_bad_input_and_a_resumes_input_proof_runs_there_too(
+    cluster, client, make_recipe, corpus, monkeypatch, tmp_path
 ):
-    """Ray Jobs mode's planning, waiting in the worker: input with a line that is not a JSON object is
-    refused on the cluster (the task fails without retries, naming the file and line; no job directory);
-    good input is planned once, and a second validate of the same job and recipe (a retry) trusts that
-    plan, submitting nothing, with the partitions the in-process planner gives."""
+    """Ray Jobs mode's planning and input proof, waiting in the worker.  Input with a line that is not a
+    JSON object is refused on the cluster (the task fails without retries, naming the file and line; no
+    job directory).  Good input is planned once; a second validate of the same job and recipe (a retry)
+    trusts that plan, submitting nothing, with the partitions the in-process planner gives.  Once the
+    job directory is written, a validate (a cleared task) proves the input on the cluster as a Ray Job
+    of its try: the bytes it hashed are the in-process proof's; after the input grew, the next try's
+    proof refuses the resume (``input_changed``) and the job directory is untouched."""
+    import shutil
+
     from airflow_provider_dj.engine.config.recipe import load_recipe
     from airflow_provider_dj.engine.job.input_plan import plan_input
+    from airflow_provider_dj.engine.job.resume import ResumeRefusedError, load_saved_partitioning, prove_input
+    from airflow_provider_dj.engine.job.setup import prepare_job
     from airflow_provider_dj.operators.resume_validator import InputRefused, ResumeValidatorOperator
 
     conn = {"conn_type": "ray", "host": "http://127.0.0.1", "port": int(cluster.address.rsplit(":", 1)[1])}
@@ -437,18 +444,36 @@ def test_planning_as_a_ray_job_refuses_bad_input_naming_its_line_and_trusts_a_pl
     recipe = load_recipe(make_recipe("rj_plan_bad", parts=2, data=str(bad)))
     op = ResumeValidatorOperator(task_id="validate", recipe_path="unused", deferrable=False, poll_interval=0.3)
     with pytest.raises(InputRefused, match=r"line 2 \(byte 40\)") as exc:
-        op._input_planner(recipe, "rjplanbad")
+        op._where_input_is_read(recipe, "rjplanbad", _context(RUN_ID, 1))
     assert str(bad) in str(exc.value)
     assert not os.path.exists(os.path.join(recipe.work_dir, "rjplanbad"))
 
-    good = load_recipe(make_recipe("rj_plan_good", parts=3))
-    planner = op._input_planner(good, "rjplan")
+    data = tmp_path / "good.jsonl"
+    shutil.copyfile(corpus, data)
+    good = load_recipe(make_recipe("rj_plan_good", parts=3, data=str(data)))
+    planner, proof = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 1))
     prefix = ray_jobs.plan_base_submission_id(os.path.join(good.work_dir, "rjplan"), "rjplan", "0" * 8)[:-8]
-    assert len(client.list_submissions(prefix)) == 1
-    again = op._input_planner(good, "rjplan")  # a retry: the succeeded submission's plan is trusted
+    assert proof is None and len(client.list_submissions(prefix)) == 1
+    again, _ = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 2))  # a retry: the plan is trusted
     assert len(client.list_submissions(prefix)) == 1
     ours = [planner(good, lambda m: None), again(good, lambda m: None), plan_input(good)]
     assert all(o["partitions"] == ours[2]["partitions"] and o["num_partitions"] == 3 for o in ours)
+
+    prepared = prepare_job(good, job_id="rjplan", input_planner=again)  # the job directory, from that plan
+    info, _ = load_saved_partitioning(prepared.job_dir)
+    proof_prefix = prefix.replace("-plan-", "-proof-")
+    _, proof = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 3))  # a cleared validate
+    assert proof(info, good.dataset_path) == prove_input(info, good.dataset_path) > 0
+    (proved,) = client.list_submissions(proof_prefix)
+    assert proved.submission_id.endswith("-t3") and str(proved.status.value) == "SUCCEEDED"
+    before = _tree(prepared.job_dir)
+    with open(data, "a") as fh:
+        fh.write('{"text": "a row appended after planning"}\n')
+    _, proof = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 4))
+    with pytest.raises(ResumeRefusedError, match="changed size") as refused:
+        proof(info, good.dataset_path)
+    assert refused.value.reason == "input_changed" and len(client.list_submissions(proof_prefix)) == 2
+    assert _tree(prepared.job_dir) == before
 
 
 def _check_export_job(client, job_dir: str, job_id: str, summary: dict, dag_id: str, run_id: str) -> None:
@@ -504,14 +529,35 @@ def _check_global_job(client, job_dir: str, job_id: str, op_index: int, shards: 
     return entry
 
 
+#: A global step's task process waiting in the worker for the step's Ray job: the test SIGKILLs it mid-step.
+_WAITING_GLOBAL_TASK = """
+import sys
+from types import SimpleNamespace
+from airflow_provider_dj.operators.global_op import GlobalOpOperator
+job_dir, op_index, run_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ti = SimpleNamespace(dag_id="d", run_id=run_id, task_id=f"global_op{op_index}", map_index=-1, try_number=1)
+op = GlobalOpOperator(task_id=f"global_op{op_index}", job_dir=job_dir, op_index=op_index, deferrable=False,
+                      poll_interval=0.5)
+op.execute({"ti": ti, "dag_run": SimpleNamespace(run_id=run_id)})
+"""
+
+
 def test_a_global_step_runs_as_one_ray_job_and_its_retry_submits_nothing(
     cluster, client, make_recipe, monkeypatch, tmp_path
 ):
     """``GlobalOpOperator`` in Ray Jobs mode, waiting in the worker: the step runs on the cluster in 3 key
-    shards; the retry finds every keep mask committed and submits nothing; the job then exports the bytes
-    of the in-process run."""
+    shards; its task process is SIGKILLed mid-step (an OOM kill, a pod eviction: the step holds in a key
+    shard's task) and the Ray job goes on; the retry attaches to it, so the step runs once,
+    nothing committed is computed again; a later retry finds every keep mask committed and submits
+    nothing; the job then exports the bytes of the in-process run."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
     from airflow_provider_dj import settings
     from airflow_provider_dj.engine import run_job, run_prepared_job
+    from airflow_provider_dj.engine.jobdir.events import read_events
     from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher
     from airflow_provider_dj.engine.runner.global_job import verify_global
     from airflow_provider_dj.engine.runner.steps import run_group
@@ -539,14 +585,44 @@ def test_a_global_step_runs_as_one_ray_job_and_its_retry_submits_nothing(
         )
 
     assert verify_global(prepared.job_dir, op_index)[0] is False
-    result = operator().execute(_context(RUN_ID, try_number=1))
+    # a key shard's task holds before it commits: no keep mask is committed until the test lets it go
+    hold = {"point": "global_shard", "op_index": op_index, "kind": "delay", "seconds": 300, "until": "go"}
+    write_faults(prepared.job_dir, [hold])
+    task = subprocess.Popen(
+        [sys.executable, "-c", _WAITING_GLOBAL_TASK, prepared.job_dir, str(op_index), RUN_ID], env=dict(os.environ)
+    )
+    fired = os.path.join(prepared.job_dir, "_fault_injection.fired", "fault0_0")
+    deadline = time.time() + 240
+    while not os.path.exists(fired):  # the step held mid-way: the task waits on it
+        assert time.time() < deadline and task.poll() is None
+        time.sleep(0.3)
+    prefix = ray_jobs.global_base_submission_id(prepared.job_dir, prepared.job_id, op_index)
+    (submitted,) = client.list_submissions(prefix)
+    task.send_signal(signal.SIGKILL)
+    task.wait(timeout=30)
+    time.sleep(2)  # a driver tied to the task would be gone by now
+    assert client.status(submitted.submission_id) == "RUNNING"
+    retry, outcome = operator(), {}  # Airflow's retry: it attaches to the running Ray job and waits
+    waiter = threading.Thread(target=lambda: outcome.update(r=retry.execute(_context(RUN_ID, try_number=2))))
+    waiter.start()
+    while retry._ray_job is None:  # set once it has found the submission, before it waits
+        assert time.time() < deadline and waiter.is_alive(), outcome
+        time.sleep(0.2)
+    assert client.status(submitted.submission_id) == "RUNNING"  # attached while the step still runs
+    open(os.path.join(prepared.job_dir, "go"), "w").close()
+    waiter.join(timeout=240)
+    result = outcome["r"]
+    # the task trusts the driver's record of success; Ray says SUCCEEDED once that driver has exited
+    assert _wait(client, submitted.submission_id) == "SUCCEEDED"
     entry = _check_global_job(client, prepared.job_dir, prepared.job_id, op_index, shards=3)
+    assert entry["submission_id"] == submitted.submission_id
+    (shards_event,) = read_events(prepared.job_dir, "global_op_shards")  # the step ran once
+    assert shards_event["key_shards"] == 3
     assert result == entry["results"] and result["rows"] > result["kept"] > 0
     assert verify_global(prepared.job_dir, op_index) == (True, f"global op {op_index}: 3/3 keep masks committed")
 
-    again = operator().execute(_context(RUN_ID, try_number=2))  # a retry (or a clear) after success
+    again = operator().execute(_context(RUN_ID, try_number=3))  # a retry (or a clear) after success
     assert again == {"op_index": op_index, "skipped": True}
-    prefix = ray_jobs.global_base_submission_id(prepared.job_dir, prepared.job_id, op_index)
     assert [j.submission_id for j in client.list_submissions(prefix)] == [entry["submission_id"]]
     assert len(ray_jobs.read_global_record(prepared.job_dir, op_index)["submissions"]) == 1
 

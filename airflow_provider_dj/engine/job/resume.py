@@ -38,7 +38,7 @@ from airflow_provider_dj.engine.input.partitioning import (
     hash_partition,
 )
 from airflow_provider_dj.engine.input.sources import InputError, list_input_files
-from airflow_provider_dj.engine.input.task_map import run_on_threads
+from airflow_provider_dj.engine.input.task_map import RunTasks, run_on_threads
 from airflow_provider_dj.engine.jobdir.integrity import CHECKSUM_KEY, json_seal_problem
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, JOB_SUMMARY, PARTITIONING_INFO, read_json
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
@@ -220,7 +220,19 @@ def _check_boundaries(info: dict) -> None:
         )
 
 
-def _compare_inputs(saved: dict, dataset_path: str) -> None:
+#: ``(saved partitioning_info, dataset_path) -> bytes hashed``: steps 4 and 5 of a resume, the input
+#: proven to be the one the job was planned on, wherever that proof runs; raises ResumeRefusedError.
+InputProof = Callable[[dict, str], int]
+
+
+def prove_input(info: dict, dataset_path: str, run_tasks: RunTasks = run_on_threads) -> int:
+    """Steps 4 and 5 by tasks over ``run_tasks``: the files and their rows as recorded, every partition's
+    content hash as recorded; return the bytes hashed.  Raises ResumeRefusedError."""
+    _compare_inputs(info, dataset_path, run_tasks)
+    return _verify_partition_hashes(info, run_tasks)
+
+
+def _compare_inputs(saved: dict, dataset_path: str, run_tasks: RunTasks = run_on_threads) -> None:
     """Step 4: today's files and row layout must be the ones the boundaries were cut on."""
     try:
         files = list_input_files(dataset_path)
@@ -247,7 +259,7 @@ def _compare_inputs(saved: dict, dataset_path: str) -> None:
             "algorithm_changed",
             f"the job's hash algorithm is {saved['algorithm']!r} but this input hashes with {algorithm_for(files)!r}",
         )
-    index_inputs(files, run_on_threads)
+    index_inputs(files, run_tasks)
     for f, sf in zip(files, saved["input_files"]):
         if f.num_rows != sf["num_rows"]:
             raise ResumeRefusedError(
@@ -268,7 +280,17 @@ def completed_checkpoints(job_dir: str, info: dict, plan) -> dict[int, dict]:
     return out
 
 
-def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], None] | None = None) -> ResumeReport:
+def validate_resume(
+    recipe,
+    job_dir: str,
+    plan,
+    *,
+    log_step: Callable[[str], None] | None = None,
+    input_proof: InputProof | None = None,
+) -> ResumeReport:
+    """The six steps that prove a job directory may be continued (module docstring); the job directory
+    is only read.  ``input_proof`` runs steps 4 and 5 elsewhere (a Ray Job on the cluster,
+    operators/input_planning.py); by default they run here, on this machine's threads."""
     say = log_step or log.info
     events: list[dict] = []
 
@@ -302,7 +324,7 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
         say(f"accepted change (does not affect results):{line}")
 
     # 3. saved partitioning (its checksum: engine/jobdir/integrity.py)
-    info, sealed = _load_saved_partitioning(job_dir)
+    info, sealed = load_saved_partitioning(job_dir)
     step(
         3,
         "load_partitioning",
@@ -310,13 +332,16 @@ def validate_resume(recipe, job_dir: str, plan, *, log_step: Callable[[str], Non
         + ("" if sealed else " (version 1, written before checksums: not verified)"),
     )
 
-    # 4. recreate partitions at the saved boundaries
-    _compare_inputs(info, recipe.dataset_path)
-    step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
-
-    # 5. full-content hashes
+    # 4. recreate partitions at the saved boundaries; 5. full-content hashes
     t0 = time.perf_counter()
-    nbytes = _verify_partition_hashes(info)
+    if input_proof is None:
+        _compare_inputs(info, recipe.dataset_path)
+        step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
+        t0 = time.perf_counter()
+        nbytes = _verify_partition_hashes(info)
+    else:
+        nbytes = input_proof(info, recipe.dataset_path)
+        step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
     secs = time.perf_counter() - t0
     step(
         5,
@@ -374,7 +399,7 @@ def _check_config_unchanged(recipe, job_dir: str) -> list[str]:
     return accepted
 
 
-def _load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
+def load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
     """Step 3: the saved partitioning document, checked; return (it, whether it carries a checksum).
 
     Raises ResumeRefusedError: metadata_corrupt, metadata_outdated or algorithm_changed, or what
@@ -418,7 +443,7 @@ def _load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
     return info, sealed
 
 
-def _verify_partition_hashes(info: dict) -> int:
+def _verify_partition_hashes(info: dict, run_tasks: RunTasks = run_on_threads) -> int:
     """Step 5: every partition's full content hashes as recorded (a task per partition, on this machine's
     cores); return the bytes hashed.  Raises ResumeRefusedError (hash_mismatch) naming the first
     partition that differs, and the media file when its rows are unchanged but a file they name is not
@@ -427,7 +452,7 @@ def _verify_partition_hashes(info: dict) -> int:
     keys = info.get("media_keys")
     tasks = [(info["algorithm"], info["input_files"], p["segments"], keys) for p in parts]
     try:
-        results = run_on_threads(hash_partition, tasks)
+        results = run_tasks(hash_partition, tasks)
     except InputError as exc:  # a media file a row names is gone or unreadable (engine/input/media.py)
         raise ResumeRefusedError("hash_mismatch", f"the input cannot be read as it was planned: {exc}") from exc
     for p, (digest, _, named) in zip(parts, results):

@@ -22,7 +22,7 @@ from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.path_confinement import refuse_job_dir_outside_roots
 from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
-from airflow_provider_dj.engine.job.resume import ResumeRefusedError, validate_resume
+from airflow_provider_dj.engine.job.resume import InputProof, ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog, write_buffered
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
@@ -71,6 +71,7 @@ def prepare_job(
     log_step: Callable[[str], None] | None = None,
     run_pid: int | None = None,
     input_planner: InputPlanner = plan_input,
+    input_proof: InputProof | None = None,
 ) -> PreparedJob:
     """``recipe`` is the effective engine.config.recipe.Recipe (overrides applied).
 
@@ -79,7 +80,8 @@ def prepare_job(
     ``max_groups``: no more execution groups than this (``engine.planning.groups.group_cap``).
     ``run_pid``: the pid that lives as long as the run (``dj-airflow run``'s own),
     recorded in the runner lock (engine/jobdir/lock.py).
-    ``input_planner``: how a new job's input is checked and partitioned (engine/job/input_plan.py).
+    ``input_planner``: how a new job's input is checked and partitioned (engine/job/input_plan.py);
+    ``input_proof``: how a resumed job's input is proven unchanged (``resume.validate_resume``).
     """
     validate_job_id(job_id)
     say = log_step or log.info
@@ -95,7 +97,7 @@ def prepare_job(
     owner = job_lock.owner_identity(airflow_run_id, run_pid=run_pid)
     args = (recipe, paths, plan, owner, job_id, (group_size, max_groups), event_defaults, say)
     if storage.exists(info_path) or (recipe.resume and storage.exists(paths.job_dir)):
-        prepared = _prepare_resumed_job(*args)
+        prepared = _prepare_resumed_job(*args, input_proof=input_proof)
     else:
         prepared = _prepare_new_job(*args, input_planner=input_planner)
     prepared.runner_id = airflow_run_id
@@ -111,12 +113,14 @@ def _prepare_resumed_job(
     sizing: tuple[int | Callable[[dict, str], int], int | None],
     event_defaults: dict | None,
     say: Callable[[str], None],
+    *,
+    input_proof: InputProof | None = None,
 ) -> PreparedJob:
     """A job directory exists: validate the resume, take the runner lock unless the job completed,
     and write the execution plan of the partitions still to compute."""
     # Everything before the lock is taken only reads the job directory.
     job_lock.check(paths.job_dir, owner)
-    report = validate_resume(recipe, paths.job_dir, plan, log_step=say)
+    report = validate_resume(recipe, paths.job_dir, plan, log_step=say, input_proof=input_proof)
     info = report.info
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
     write_buffered(events, report.events)

@@ -13,6 +13,8 @@ the older key ``after_op: <op index>``):
 ``after_op``               after an op (and its checkpoint, if any) is committed
 ``checkpoint_mid_write``   after a checkpoint's data file, before its commit marker
 ``global_mid``             after the first keep mask of a global op is committed
+``global_shard``           a sharded global step: after a key shard's edges are written, before
+                           its ``done`` marker
 ``export_mid``             after the first partition is written to the export's temp file
                            (a sharded export: to its staged shards)
 ``export_commit``          a sharded export: after its shards are renamed into place, before

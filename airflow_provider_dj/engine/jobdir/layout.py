@@ -195,7 +195,8 @@ REUSE_PINS_DIR = "metadata/reused_from"
 #: Planning's row index and partition hashes of unchanged input files (input/index_cache.py).
 INPUT_INDEX_CACHE_DIR = "_reuse/input_index"
 #: A new job's input planned by a Ray Job before its job directory exists (engine/runner/plan_job.py):
-#: ``<job_id>.json`` under it, read by the validate task that submitted the Ray Job, then removed.
+#: ``<job_id>.json`` under it, read by the validate task that submitted the Ray Job, then removed; a
+#: resumed job's input proof likewise, ``<job_id>.proof.json``.
 PLANNED_INPUT_DIR = "_planning"
 
 
@@ -225,6 +226,11 @@ def input_index_cache_dir(work_dir: str) -> str:
 
 def planned_input_file(work_dir: str, job_id: str) -> str:
     return storage.join(work_dir, *PLANNED_INPUT_DIR.split("/"), f"{job_id}.json")
+
+
+def input_proof_file(work_dir: str, job_id: str) -> str:
+    """A resumed job's input proven unchanged by a Ray Job (engine/runner/plan_job.py), beside the plans."""
+    return storage.join(work_dir, *PLANNED_INPUT_DIR.split("/"), f"{job_id}.proof.json")
 
 
 def reuse_gc_lock(work_dir: str) -> str:

@@ -85,6 +85,12 @@ def plan_base_submission_id(job_dir: str, job_id: str, recipe_digest: str) -> st
     return f"{_id_prefix(job_dir, job_id)}-plan-{recipe_digest[:8]}"
 
 
+def proof_base_submission_id(job_dir: str, job_id: str, recipe_digest: str, try_number: int | None) -> str:
+    """The first submission's id of proving a resumed job directory's input unchanged, for one try of the
+    validate task: every try proves the input afresh (it may have changed since the last one)."""
+    return f"{_id_prefix(job_dir, job_id)}-proof-{recipe_digest[:8]}-t{int(try_number or 0)}"
+
+
 def submission_id(base: str, attempt: int) -> str:
     """Attempt 0 is ``base``; a resubmission after attempt n-1 failed or was stopped is ``base-r<n>``."""
     return base if attempt == 0 else f"{base}-r{int(attempt)}"

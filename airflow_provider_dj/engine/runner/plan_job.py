@@ -1,4 +1,4 @@
-"""The driver of one Ray Job: a new job's input planned on the cluster it runs on.
+"""The driver of one Ray Job: a new job's input planned, or a resumed job's input proven, on the cluster.
 
 ``python -m airflow_provider_dj.engine.runner.plan_job --spec '<json>'`` is the entrypoint a submitter
 (hooks/ray_jobs.py, for the validate task in Ray Jobs mode) gives Ray's Job Submission API.  It makes
@@ -10,6 +10,12 @@ time falls with the cluster's cores.  The result is written, atomically, to
 planned; the validate task reads it back, checks both, and writes the job directory from it as it would
 from its own plan (the job directory does not exist before: its lock and its files stay the validate
 task's).
+
+With ``verify_job_dir`` set, the same driver runs a resume's input proof instead (steps 4 and 5 of
+``engine/job/resume.validate_resume``: the files and rows as recorded, every partition's content hash as
+recorded) against that job directory's saved partitioning, its tasks on the cluster, and writes
+``{"hashed_bytes": n}`` or the refusal (``{"refused": message, "reason": ...}``) to
+``layout.input_proof_file``; the validate task goes on with the rest of the resume's proof.
 
 Settings that decide what planning accepts (``PLAN_SETTINGS``: the deployment's allowed roots, the
 partition memory limit, the index cache) travel in the spec as the submitter has them set, so the plan is
@@ -35,7 +41,7 @@ from typing import ClassVar
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import planned_input_file, read_json, write_json
+from airflow_provider_dj.engine.jobdir.layout import input_proof_file, planned_input_file, read_json, write_json
 from airflow_provider_dj.engine.runner.group_job import (
     EXIT_FAILED,
     EXIT_OK,
@@ -68,13 +74,15 @@ class PlanJobSpec(DriverSpec):
     namespace: str | None = None
     #: :data:`PLAN_SETTINGS` as the submitter has them set (raw strings; unset ones are absent).
     settings: dict = field(default_factory=dict)
+    #: Set for a resume's input proof: the job directory whose saved partitioning the input must match.
+    verify_job_dir: str = ""
     dashboard_address: str = ""
     submitted_at: float | None = None
 
     @property
     def metadata(self) -> dict:
         """What the submission carries in Ray's job list."""
-        return {"dj_job_id": self.job_id, "dj_step": "plan"}
+        return {"dj_job_id": self.job_id, "dj_step": "verify_input" if self.verify_job_dir else "plan"}
 
 
 def recipe_digest(recipe_dict: dict) -> str:
@@ -94,11 +102,14 @@ def _apply_plan_settings(values: dict) -> None:
     settings.reset()
 
 
-def read_planned(work_dir: str, job_id: str, submission_id: str, recipe_dict: dict) -> dict | None:
+def read_planned(
+    work_dir: str, job_id: str, submission_id: str, recipe_dict: dict, *, proof: bool = False
+) -> dict | None:
     """The plan a Ray Job wrote for this submission and this recipe: ``{"partitioning_info": ...}`` or
-    ``{"refused": message, "error_type": name}``; None when there is none (or another submission's, or
-    one made for another recipe: never trusted)."""
-    path = planned_input_file(work_dir, job_id)
+    ``{"refused": message, "error_type": name}`` (``proof``: the input proof, ``{"hashed_bytes": n}`` or
+    ``{"refused": message, "reason": ...}``); None when there is none (or another submission's, or one
+    made for another recipe: never trusted)."""
+    path = (input_proof_file if proof else planned_input_file)(work_dir, job_id)
     if not storage.exists(path):
         return None
     doc = read_json(path)
@@ -108,10 +119,10 @@ def read_planned(work_dir: str, job_id: str, submission_id: str, recipe_dict: di
 
 
 def remove_planned(work_dir: str, job_id: str) -> None:
-    """Remove the plan's file once the job directory holds it (or the refusal was reported)."""
-    path = planned_input_file(work_dir, job_id)
-    if storage.exists(path):
-        storage.remove(path)
+    """Remove the plan's and the proof's files once the job directory holds what they said."""
+    for path in (planned_input_file(work_dir, job_id), input_proof_file(work_dir, job_id)):
+        if storage.exists(path):
+            storage.remove(path)
 
 
 def run_plan_job(spec: PlanJobSpec) -> int:
@@ -138,6 +149,8 @@ def run_plan_job(spec: PlanJobSpec) -> int:
             ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
         return ray_task_runner(fn, args_list)
 
+    if spec.verify_job_dir:
+        return _prove_input(spec, recipe, head, run_tasks)
     t0 = time.perf_counter()
     try:
         info = plan_input(recipe, log.info, run_tasks)
@@ -156,6 +169,28 @@ def run_plan_job(spec: PlanJobSpec) -> int:
         time.perf_counter() - t0,
         out,
     )
+    return EXIT_OK
+
+
+def _prove_input(spec: PlanJobSpec, recipe, head: dict, run_tasks) -> int:
+    """A resume's steps 4 and 5 against ``spec.verify_job_dir``'s saved partitioning; the exit status."""
+    from airflow_provider_dj.engine.job.resume import ResumeRefusedError, load_saved_partitioning, prove_input
+
+    out = input_proof_file(recipe.work_dir, spec.job_id)
+    t0 = time.perf_counter()
+    try:
+        info, _ = load_saved_partitioning(spec.verify_job_dir)
+        nbytes = prove_input(info, recipe.dataset_path, run_tasks)
+    except ResumeRefusedError as exc:
+        write_json(out, {**head, "refused": str(exc), "reason": exc.reason})
+        print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    except Exception:
+        log.exception("proving the input failed")
+        return EXIT_FAILED
+    secs = round(time.perf_counter() - t0, 3)
+    write_json(out, {**head, "hashed_bytes": nbytes, "proved_s": secs})
+    log.info("input proven unchanged: %d partitions, %d bytes hashed in %.2fs", len(info["partitions"]), nbytes, secs)
     return EXIT_OK
 
 

@@ -20,6 +20,7 @@ from airflow_provider_dj.engine.config.notices import unused_setting_notices
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
+from airflow_provider_dj.engine.job.resume import InputProof
 from airflow_provider_dj.engine.job.setup import PreparedJob, prepare_job
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, new_job_id, resume_command, validate_job_id
@@ -153,6 +154,7 @@ def start_job(
     say: Say = log.info,
     warn: Say = log.warning,
     input_planner: InputPlanner = plan_input,
+    input_proof: InputProof | None = None,
 ) -> StartedJob:
     """Plan a new job or prove an existing one, then record the start; returns the execution groups.
 
@@ -164,7 +166,8 @@ def start_job(
     for a size the planner chose, more than ``[dj] max_groups_per_segment``); ``None`` where nothing maps
     them (the local executor), so no cap.  ``run_id`` and
     ``run_pid`` identify the runner in the job's lock.  ``input_planner``: how a new job's input is
-    checked and partitioned (engine/job/input_plan.py).  Raises ``ResumeRefusedError``,
+    checked and partitioned (engine/job/input_plan.py); ``input_proof``: how a resumed job's input is
+    proven unchanged (engine/job/resume.py).  Raises ``ResumeRefusedError``,
     ``HistoryIndexError`` or ``InputError`` before anything is written."""
     started_at = time.time() if started_at is None else started_at
     report_recipe(recipe, say, warn)
@@ -193,6 +196,7 @@ def start_job(
         log_step=say,
         run_pid=run_pid,
         input_planner=input_planner,
+        input_proof=input_proof,
     )
     started = StartedJob(recipe, prepared, decisions=decided.get("decisions"))
     _clear_older_stop(prepared, started_at, event_defaults, say)
