@@ -44,8 +44,11 @@ def max_rows_for_global_step(limit_bytes: int | None = None) -> int:
 
 
 #: Peak bytes per item in a key-shard task of the sharded step (engine/execution/shard_stages.py): the
-#: items (26), the sort's order and sorted copies (34), the edges found (16).
-BYTES_PER_ITEM = 80
+#: items read batch by batch and their contiguous columns (52), the sort's order and sorted copies (34),
+#: the edges found (16); measured at 100M rows in 2,000 partitions (12.5M items a shard: 98 bytes an item
+#: above the Ray worker's own memory, docs/benchmarks.md), with a margin.  The budget bounds this data;
+#: the Ray worker's interpreter and libraries (about 180 MiB) come on top.
+BYTES_PER_ITEM = 104
 #: Peak bytes per row of a partition's mask task: its keys, the mask, its removed rows and their partners.
 MASK_BYTES_PER_ROW = 64
 MAX_SHARDS = 4096

@@ -179,7 +179,7 @@ def test_the_planner_plans_shards_where_one_process_could_not_hold_the_keys(monk
     with pytest.raises(GlobalStepTooLargeError, match="a partition's keep mask of 6.40 GB .* use more partitions"):
         check_global_steps_fit(plan, 10**9, limit_bytes=limit, recipe=recipe, max_partition_rows=10**8)
     monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", "4")
-    with pytest.raises(GlobalStepTooLargeError, match=r"needs 4 key shards of 20\.00 GB each.* global_step_shards"):
+    with pytest.raises(GlobalStepTooLargeError, match=r"needs 4 key shards of 26\.00 GB each.* global_step_shards"):
         check_global_steps_fit(plan, 10**9, limit_bytes=limit, recipe=recipe, max_partition_rows=10**6)
 
 
