@@ -108,7 +108,7 @@ def test_the_steps_ids_spec_and_record_stand_beside_the_groups(planned, monkeypa
     assert json.loads(words[4])["op_index"] == op_index
     monkeypatch.delenv("DJ_GLOBAL_STEP_SHARDS")
     monkeypatch.setenv("AIRFLOW__DJ__GLOBAL_STEP_SHARDS", "7")  # the cluster's own value: the spec's wins
-    global_job.apply_step_settings(spec.settings)
+    global_job.apply_submitter_settings(spec.settings, global_job.STEP_SETTINGS)
     assert settings.get("global_step_shards") == 3
 
     who = {"host": "ray-head", "pid": 1, "provider_version": __version__, "dashboard_address": _dead_dashboard()}

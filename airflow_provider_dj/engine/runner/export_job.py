@@ -20,7 +20,6 @@ No Airflow import anywhere below this module: the cluster's image needs this pac
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, exit_status
+from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, driver_main
 
 log = logging.getLogger("dj.export_job")
 
@@ -147,11 +146,7 @@ def settle_stopped_export(job_dir: str, job_id: str, sid: str, request: dict) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    parser.add_argument("--spec", required=True, help="the submitter's ExportJobSpec as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    return exit_status(lambda: run_export_job(ExportJobSpec.from_json(args.spec)))
+    return driver_main(argv, module=MODULE, doc=__doc__, spec_cls=ExportJobSpec, run=run_export_job)
 
 
 if __name__ == "__main__":

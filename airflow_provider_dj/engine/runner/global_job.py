@@ -22,16 +22,14 @@ No Airflow import anywhere below this module: the cluster's image needs this pac
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir import ray_jobs
-from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, exit_status
+from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, apply_submitter_settings, driver_main
 
 log = logging.getLogger("dj.global_job")
 
@@ -73,15 +71,6 @@ class GlobalJobSpec(DriverSpec):
 def step_settings() -> dict:
     """This process's :data:`STEP_SETTINGS` that are set (raw strings): what a submitter puts in the spec."""
     return {k: v for k in STEP_SETTINGS if (v := settings.raw(k)) is not None}
-
-
-def apply_step_settings(values: dict) -> None:
-    """Make ``values`` (:func:`step_settings` of the submitter) this process's settings: set under the
-    names read first (``AIRFLOW__DJ__<KEY>``), then the settings read again."""
-    for key, value in values.items():
-        if key in STEP_SETTINGS and value is not None:
-            os.environ[settings.AIRFLOW_ENV_PREFIX + key.upper()] = str(value)
-    settings.reset()
 
 
 def uncommitted_masks(job_dir: str, op_index: int) -> list[int]:
@@ -148,7 +137,7 @@ def run_global_job(spec: GlobalJobSpec) -> int:
         return ray_task_runner(fn, args_list)
 
     def body() -> dict:
-        apply_step_settings(spec.settings)
+        apply_submitter_settings(spec.settings, STEP_SETTINGS)
         return run_global_step(spec.job_dir, spec.op_index, event_defaults=spec.event_defaults, run_tasks=run_tasks)
 
     return run.run(body)
@@ -181,11 +170,7 @@ def settle_stopped_global(job_dir: str, job_id: str, op_index: int, sid: str, re
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    parser.add_argument("--spec", required=True, help="the submitter's GlobalJobSpec as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    return exit_status(lambda: run_global_job(GlobalJobSpec.from_json(args.spec)))
+    return driver_main(argv, module=MODULE, doc=__doc__, spec_cls=GlobalJobSpec, run=run_global_job)
 
 
 if __name__ == "__main__":

@@ -397,14 +397,6 @@ def settle_stopped_group(
     return missing
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    parser.add_argument("--spec", required=True, help="the submitter's GroupJobSpec as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    return exit_status(lambda: run_group_job(GroupJobSpec.from_json(args.spec)))
-
-
 def exit_status(body: Callable[[], int]) -> int:
     """``body()``'s exit status (a driver's run); :data:`EXIT_STOPPED` when Ray's SIGTERM came while the
     end was being recorded (the handler recorded the stop)."""
@@ -412,6 +404,31 @@ def exit_status(body: Callable[[], int]) -> int:
         return body()
     except _Terminated:
         return EXIT_STOPPED
+
+
+def driver_main(argv: list[str] | None, *, module: str, doc: str | None, spec_cls: type, run: Callable) -> int:
+    """A Ray Job driver's entrypoint: ``--spec`` (the submitter's ``spec_cls`` as JSON) parsed, logging to
+    stdout (Ray's job log), ``run(spec)``'s exit status (:func:`exit_status`)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
+    parser.add_argument("--spec", required=True, help=f"the submitter's {spec_cls.__name__} as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+    return exit_status(lambda: run(spec_cls.from_json(args.spec)))
+
+
+def apply_submitter_settings(values: dict, allowed: tuple[str, ...]) -> None:
+    """Make ``values`` (the ``allowed`` ``[dj]`` settings as the submitter has them set, raw strings) this
+    driver's: set under the names read first (``AIRFLOW__DJ__<KEY>``), then the settings read again."""
+    from airflow_provider_dj import settings
+
+    for key, value in values.items():
+        if key in allowed and value is not None:
+            os.environ[settings.AIRFLOW_ENV_PREFIX + key.upper()] = str(value)
+    settings.reset()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return driver_main(argv, module=MODULE, doc=__doc__, spec_cls=GroupJobSpec, run=run_group_job)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,9 @@ No Airflow import anywhere below this module: the cluster's image needs this pac
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,7 +47,9 @@ from airflow_provider_dj.engine.runner.group_job import (
     REFUSED_PREFIX,
     DriverSpec,
     GroupJobRefusedError,
+    apply_submitter_settings,
     check_version,
+    driver_main,
 )
 
 log = logging.getLogger("dj.plan_job")
@@ -95,13 +95,6 @@ def plan_settings() -> dict:
     return {k: v for k in PLAN_SETTINGS if (v := settings.raw(k)) is not None}
 
 
-def _apply_plan_settings(values: dict) -> None:
-    for key, value in values.items():
-        if key in PLAN_SETTINGS and value is not None:
-            os.environ[settings.AIRFLOW_ENV_PREFIX + key.upper()] = str(value)
-    settings.reset()
-
-
 def read_planned(
     work_dir: str, job_id: str, submission_id: str, recipe_dict: dict, *, proof: bool = False
 ) -> dict | None:
@@ -136,7 +129,7 @@ def run_plan_job(spec: PlanJobSpec) -> int:
     except GroupJobRefusedError as exc:
         print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    _apply_plan_settings(spec.settings)
+    apply_submitter_settings(spec.settings, PLAN_SETTINGS)
     recipe = recipe_from_dict(spec.recipe)
     out = planned_input_file(recipe.work_dir, spec.job_id)
     head = {"submission_id": spec.submission_id, "recipe_digest": recipe_digest(spec.recipe), "job_id": spec.job_id}
@@ -195,11 +188,7 @@ def _prove_input(spec: PlanJobSpec, recipe, head: dict, run_tasks) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    parser.add_argument("--spec", required=True, help="the submitter's PlanJobSpec as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    return run_plan_job(PlanJobSpec.from_json(args.spec))
+    return driver_main(argv, module=MODULE, doc=__doc__, spec_cls=PlanJobSpec, run=run_plan_job)
 
 
 if __name__ == "__main__":

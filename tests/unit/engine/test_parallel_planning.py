@@ -6,7 +6,6 @@ byte, when the defect lies in a middle chunk."""
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
@@ -16,19 +15,11 @@ from airflow_provider_dj.engine.input.indexing import RowStarts, index_jsonl
 from airflow_provider_dj.engine.input.partitioning import plan_partitions
 from airflow_provider_dj.engine.input.sources import InputError, InputFile
 from airflow_provider_dj.engine.input.task_map import run_in_process, run_on_threads
+from tests.unit.engine.ragged_jsonl import write_ragged_jsonl
 
 
-def _write(path, rows: int, seed: int = 0, tail: str = '{"id": "last"}') -> None:
-    rnd = random.Random(seed)
-    with open(path, "w") as fh:
-        for i in range(rows):
-            roll = rnd.random()
-            if roll < 0.05:
-                fh.write("\n")
-            elif roll < 0.08:
-                fh.write("   \t \r\n")
-            fh.write('{"id": %d, "t": "%s"}\n' % (i, "é" * rnd.randint(0, 120)))
-        fh.write(tail)
+def _write(path, rows: int, seed: int = 0) -> None:
+    write_ragged_jsonl(path, rows, seed, max_chars=120)
 
 
 def _file(path) -> InputFile:

@@ -5,26 +5,17 @@ blank and whitespace-only lines (not rows) and a last line without a newline inc
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
 from airflow_provider_dj.engine.input import indexing
 from airflow_provider_dj.engine.input.indexing import RowStarts, index_jsonl
 from airflow_provider_dj.engine.input.sources import InputFile
+from tests.unit.engine.ragged_jsonl import write_ragged_jsonl
 
 
 def _write(path, rows: int, seed: int = 0) -> None:
-    rnd = random.Random(seed)
-    with open(path, "w") as fh:
-        for i in range(rows):
-            roll = rnd.random()
-            if roll < 0.05:
-                fh.write("\n")
-            elif roll < 0.08:
-                fh.write("   \t \r\n")
-            fh.write('{"id": %d, "t": "%s"}\n' % (i, "é" * rnd.randint(0, 300)))
-        fh.write('{"id": "last"}')  # no newline at the end
+    write_ragged_jsonl(path, rows, seed, max_chars=300)
 
 
 def _index(path, stride: int, monkeypatch) -> InputFile:
