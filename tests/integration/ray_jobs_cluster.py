@@ -59,6 +59,20 @@ def cluster_env() -> dict:
 NODE_STARTED = b"Ray runtime started"
 
 
+def spawn_node(cmd: list[str], log_path: str) -> subprocess.Popen:
+    """``ray start ... --block`` in a session of its own (ended by its process group), its output to
+    ``log_path`` (written anew), with :func:`cluster_env`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=cluster_env(),
+        )
+
+
 class RayJobsCluster:
     """One head node with ``num_cpus`` CPUs and its dashboard, and a worker node with one CPU per entry
     of ``worker_resources`` (its custom resources); ``address`` is the dashboard's URL."""
@@ -126,15 +140,7 @@ class RayJobsCluster:
                 f"--resources={json.dumps(self.worker_resources[index], separators=(',', ':'))}",
                 *node_port_args(head=False),
             ]
-            with open(self._worker_log_path(index), "wb") as log:  # a second try starts a fresh log
-                proc = subprocess.Popen(
-                    cmd,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env=cluster_env(),
-                )
+            proc = spawn_node(cmd, self._worker_log_path(index))  # a second try starts a fresh log
             self.workers.append(proc)
             deadline = time.time() + timeout
             while NODE_STARTED not in self._read(self._worker_log_path(index)).encode():
@@ -193,15 +199,7 @@ class RayJobsCluster:
             f"--temp-dir={self.temp_dir}",
             *node_port_args(head=True),
         ]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=cluster_env(),
-            )
+        self.proc = spawn_node(cmd, self.log_path)
 
     def _warm_up(self, deadline: float) -> None:
         """Submit one trivial job until the head's job agent takes it, and wait for its end: the
