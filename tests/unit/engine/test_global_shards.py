@@ -24,12 +24,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_dj.engine import run_job
+from airflow_provider_dj.engine.execution import global_shards
 from airflow_provider_dj.engine.execution.shard_stages import (
     ShardTooLargeError,
     resolve_key_shard,
     row_items,
     shard_edges,
 )
+from airflow_provider_dj.engine.input.task_map import run_in_process
 from airflow_provider_dj.engine.jobdir.layout import FAULT_FILE, GLOBAL_SHARDS_DIR
 from airflow_provider_dj.engine.planning.global_memory import (
     BYTES_PER_ITEM,
@@ -83,6 +85,9 @@ def _corpus(path, rows: int = 900, seed: int = 7) -> None:
 
 def _run(tmp_path, monkeypatch, shards: int, name: str, extra: str = "", **kwargs):
     monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", str(shards))
+    # The step's tasks one by one in this process, in order, even where an earlier test of this worker left
+    # a Ray initialized (the default runs them there, all at once): a fault then hits a known task.
+    monkeypatch.setattr(global_shards, "default_task_runner", lambda: run_in_process)
     recipe = tmp_path / f"{name}.yaml"
     recipe.write_text(
         RECIPE.format(data=tmp_path / "in.jsonl", export=tmp_path / f"{name}.jsonl", work=tmp_path / "work") + extra
