@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import random
+import string
 import subprocess
 
 import pytest
@@ -29,7 +30,8 @@ from tests.integration.crash_helpers import run_cli, tail
 
 pytestmark = pytest.mark.integration
 
-WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in ("n", "r", "s", "t", "ll", "ck")]
+#: Room left on the work dir's file system: enough for the plan, events and logs, not for a first checkpoint.
+WORK_DIR_ROOM = 100 << 10
 
 
 def _state(dr) -> str:
@@ -38,13 +40,18 @@ def _state(dr) -> str:
 
 @pytest.fixture(scope="module")
 def big_corpus(tmp_path_factory) -> str:
-    """240 rows of ~3 KB of words each: the first op's checkpoint of a partition is ~100+ KB, far more than
-    the few KB of metadata, events and logs written before it."""
+    """240 rows of ~3.6 KB of random letter words each, so that Parquet's compression cannot shrink a
+    partition's first checkpoint (~180 KB) below WORK_DIR_ROOM: the few KB of metadata, events and logs
+    written before it fit there, the checkpoint does not."""
     rng = random.Random(7)
     path = tmp_path_factory.mktemp("storage_faults_data") / "big.jsonl"
+
+    def word() -> str:
+        return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 7)))
+
     with open(path, "w") as fh:
         for i in range(240):
-            words = " ".join(rng.choice(WORDS) for _ in range(600))
+            words = " ".join(word() for _ in range(600))
             fh.write(json.dumps({"id": i, "text": f"Row {i}. {words}."}) + "\n")
     return str(path)
 
@@ -121,7 +128,10 @@ def test_full_work_dir_fails_clearly_and_resumes_to_the_clean_export(
     recipe = make_recipe("sf_full", parts=3, data=big_corpus)
     text = open(recipe).read().replace(f"work_dir: {tmp_path / 'work'}", f"work_dir: {work}")
     open(recipe, "w").write(text)
-    filler = fill(work, leave=100 << 10)  # room for the plan, events and logs; not for a first checkpoint
+    first_checkpoints = glob.glob(str(tmp_path / "work" / "clean" / "checkpoints" / "checkpoint_op_000_*" / "*.parquet"))
+    assert len(first_checkpoints) == 3  # precondition: no partition's first checkpoint fits in the room left
+    assert min(os.path.getsize(p) for p in first_checkpoints) > 1.3 * WORK_DIR_ROOM, first_checkpoints
+    filler = fill(work, leave=WORK_DIR_ROOM)
     dr = run_dag(recipe, {"job_id": "full"}, retries=0)
     assert _state(dr) == "failed"
     job_dir = os.path.join(work, "full")
