@@ -128,7 +128,9 @@ def test_full_work_dir_fails_clearly_and_resumes_to_the_clean_export(
     recipe = make_recipe("sf_full", parts=3, data=big_corpus)
     text = open(recipe).read().replace(f"work_dir: {tmp_path / 'work'}", f"work_dir: {work}")
     open(recipe, "w").write(text)
-    first_checkpoints = glob.glob(str(tmp_path / "work" / "clean" / "checkpoints" / "checkpoint_op_000_*" / "*.parquet"))
+    first_checkpoints = glob.glob(
+        str(tmp_path / "work" / "clean" / "checkpoints" / "checkpoint_op_000_*" / "*.parquet")
+    )
     assert len(first_checkpoints) == 3  # precondition: no partition's first checkpoint fits in the room left
     assert min(os.path.getsize(p) for p in first_checkpoints) > 1.3 * WORK_DIR_ROOM, first_checkpoints
     filler = fill(work, leave=WORK_DIR_ROOM)
