@@ -1,0 +1,189 @@
+"""Images named by rows, opened and measured as Data-Juicer 1.6.1 opens them.
+
+Data-Juicer's image ops read a sample's images with ``data_juicer.utils.mm_utils.load_image``: a
+Hugging Face ``datasets`` ``Image`` feature decodes the path (``PIL.Image.open``, a full ``load()``,
+then ``PIL.ImageOps.exif_transpose`` when the file has an EXIF Orientation tag) and the result is
+converted to RGB.  So the width and height a DJ op sees are the file's, swapped for the EXIF
+orientations that rotate by 90 degrees (5 to 8).  This module gives the native ops the same images
+and the same numbers, and turns every way a file can be unreadable into one ``ImageReadError``
+naming the path and what is wrong, never a bare PIL exception.
+
+One deliberate difference: importing ``data_juicer`` sets PIL's process-wide
+``ImageFile.LOAD_TRUNCATED_IMAGES``, so Data-Juicer decodes a truncated file (the missing part grey)
+and keeps or drops its row on the header's size.  Here a truncated file is an error whatever that
+flag says (the check sets it off, under a lock, for the decode): the row goes to ``failed/`` with the
+reason instead of exporting a broken image.
+
+Pillow is the ``image`` extra's dependency, imported on first use: importing this module (the op
+registry does, at DAG-parse time) costs nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.core.errors import DJError
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
+#: The extra that installs Pillow.
+EXTRA = "airflow-provider-dj[image]"
+#: EXIF Orientation values whose transpose swaps width and height (PIL.ImageOps.exif_transpose).
+_SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})
+_EXIF_ORIENTATION = 0x0112
+_truncation_lock = threading.Lock()
+
+
+class ImageSupportMissingError(DJError, ImportError):
+    """Pillow is not installed; the message names the extra that installs it."""
+
+
+class ImageReadError(DJError, ValueError):
+    """An image file a row names cannot be used: missing, not an image, truncated or corrupt.
+
+    ``path`` is the path as opened; the message says what is wrong with it.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"image {path!r} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class ImageFieldError(DJError, ValueError):
+    """A row's image field holds something other than a list of paths."""
+
+
+def pil() -> Any:
+    """The ``PIL.Image`` module, imported now; a clear error naming the extra when Pillow is missing."""
+    try:
+        from PIL import Image, ImageFile, ImageOps  # noqa: F401 - ImageFile/ImageOps load the submodules
+    except ImportError as exc:
+        raise ImageSupportMissingError(
+            f"the native image ops need Pillow, which is not installed: install the {EXTRA!r} extra "
+            f"(pip install '{EXTRA}')"
+        ) from exc
+    return Image
+
+
+def row_image_paths(value: Any, field: str = "images") -> list[str]:
+    """The paths a row's image field names: None, [] or "" name none (Data-Juicer skips a falsy
+    value); anything else must be a list of non-empty strings, else ``ImageFieldError`` naming
+    ``field`` and what it holds."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and p for p in value):
+        return list(value)
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise ImageFieldError(
+        f"field {field!r} must be a list of image file paths (as Data-Juicer reads image_key), got {shown}; "
+        f'write it as ["path", ...], or null or [] for none'
+    )
+
+
+def _open(path: str) -> PILImage.Image:
+    """``PIL.Image.open`` on a local path or an fsspec URL (read into memory), errors translated."""
+    Image = pil()
+    try:
+        if storage.is_url(path):
+            with storage.open_read(path) as fh:
+                return Image.open(io.BytesIO(fh.read()))
+        return Image.open(path)
+    except FileNotFoundError:
+        raise ImageReadError(path, "does not exist") from None
+    except IsADirectoryError:
+        raise ImageReadError(path, "is a directory, not an image file") from None
+    except Image.UnidentifiedImageError:
+        raise ImageReadError(path, "is not an image file Pillow can read (unknown or damaged header)") from None
+    except Image.DecompressionBombError as exc:
+        raise ImageReadError(path, f"is too large to decode safely ({exc})") from None
+    except OSError as exc:
+        raise ImageReadError(path, f"cannot be read ({exc.strerror or exc})") from None
+
+
+def _decode(path: str, img: PILImage.Image, *, draft: bool) -> None:
+    """Decode ``img``'s pixels (a JPEG at 1/8 scale when ``draft``: every byte is still read, so a
+    truncated or corrupt file fails all the same) with truncated files refused."""
+    from PIL import ImageFile
+
+    try:
+        if draft:
+            img.draft(None, (1, 1))  # a no-op for formats other than JPEG
+        with _truncation_lock:
+            tolerant = ImageFile.LOAD_TRUNCATED_IMAGES
+            ImageFile.LOAD_TRUNCATED_IMAGES = False
+            try:
+                img.load()
+            finally:
+                ImageFile.LOAD_TRUNCATED_IMAGES = tolerant
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        why = str(exc) or type(exc).__name__
+        problem = "is truncated" if "truncated" in why.lower() else "is corrupt"
+        raise ImageReadError(path, f"{problem} (Pillow could not decode it: {why})") from None
+
+
+def _orientation(path: str, img: PILImage.Image) -> Any:
+    """The EXIF Orientation tag's value (None without one); a damaged EXIF block fails, as it does
+    in the ``datasets`` decode."""
+    try:
+        return img.getexif().get(_EXIF_ORIENTATION)
+    except Exception as exc:  # noqa: BLE001 - whatever PIL's EXIF parser raises
+        raise ImageReadError(path, f"has an EXIF block Pillow cannot read ({exc})") from None
+
+
+def open_image(path: str) -> PILImage.Image:
+    """The image at ``path`` as Data-Juicer's ``load_image(path)`` returns it: decoded, EXIF-transposed
+    when the file has an Orientation tag, in RGB.  ``ImageReadError`` when it cannot be."""
+    img = _open(path)
+    _decode(path, img, draft=False)
+    from PIL import ImageOps
+
+    try:
+        if _orientation(path, img) is not None:
+            img = ImageOps.exif_transpose(img)
+        return img.convert("RGB")
+    except (OSError, ValueError) as exc:
+        raise ImageReadError(path, f"cannot be converted to RGB ({exc})") from None
+
+
+def image_size(path: str) -> tuple[int, int]:
+    """(width, height) of ``open_image(path)``, without building the full-size RGB image.
+
+    The size comes from the header, swapped for a 90-degree EXIF orientation; the pixels are still
+    decoded (a JPEG at 1/8 scale, several times cheaper), so a file ``open_image`` refuses is refused
+    here too.
+    """
+    img = _open(path)
+    try:
+        width, height = img.size
+        _decode(path, img, draft=True)
+        swap = _orientation(path, img) in _SWAPPING_ORIENTATIONS
+    finally:
+        img.close()
+    return (height, width) if swap else (width, height)
+
+
+def image_sizes(paths: Sequence[str]) -> tuple[list[int], list[int]]:
+    """``image_size`` of each path, in order, as (widths, heights); each distinct path is read once."""
+    sizes: dict[str, tuple[int, int]] = {}
+    for p in paths:
+        if p not in sizes:
+            sizes[p] = image_size(p)
+    return [sizes[p][0] for p in paths], [sizes[p][1] for p in paths]
+
+
+def file_size(path: str) -> int:
+    """The file's size in bytes (Data-Juicer's ``get_file_size``: ``os.path.getsize``), or
+    ``ImageReadError`` naming the path."""
+    try:
+        return storage.size(path)
+    except FileNotFoundError:
+        raise ImageReadError(path, "does not exist") from None
+    except OSError as exc:
+        raise ImageReadError(path, f"cannot be read ({exc.strerror or exc})") from None
