@@ -31,6 +31,8 @@ _BUILTIN_MODULES = (
     # Imports nothing heavy: torch and the model load on the op's first batch.
     "airflow_provider_dj.ops.mappers.embedding",
     "airflow_provider_dj.ops.llm.api_mapper",
+    # Pillow is imported on the first image read (ops/kernels/images.py), never at registration.
+    "airflow_provider_dj.ops.filters.image",
 )
 _loaded = False
 
