@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.path_confinement import allowed_roots
-from airflow_provider_dj.engine.input import hashing, media
+from airflow_provider_dj.engine.input import hashing, media, media_paths
 from airflow_provider_dj.engine.input.index_cache import segment_key
 from airflow_provider_dj.engine.input.indexing import index_inputs
 from airflow_provider_dj.engine.input.modality import detect, media_rows_per_partition, sample_rows, sample_size
@@ -402,6 +402,8 @@ def plan_partitions(
             "how_chosen": how,
             **({"align": align} if align != "rows" else {}),
             "media_keys": keys.to_dict(),
+            # Read-time rewrite of relative media paths (engine/input/media_paths.py), as Data-Juicer loads them.
+            "media_paths": media_paths.RESOLVED,
             **({"modality": detected.to_dict()} if detected is not None else {}),
             **_media_totals(parts),
             "partitions": parts,
@@ -530,7 +532,10 @@ class InputChangedError(DJError, RuntimeError):
 
 
 def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> pa.Table:
-    """Read exactly one partition's rows; verify its content hash first."""
+    """Read exactly one partition's rows; verify its content hash first.
+
+    Relative media paths come back absolute, as Data-Juicer loads them (engine/input/media_paths.py),
+    in jobs planned with that rewrite; the hash is of the rows as stored."""
     part = info["partitions"][partition_id]
     files = info["input_files"]
     tables: list[pa.Table] = []
@@ -553,6 +558,9 @@ def read_partition(info: dict, partition_id: int, verify_hash: bool = True) -> p
             tables.append(t)
             sources.append(f["path"])
         digest = ah.hexdigest()
+    if info.get("media_paths") == media_paths.RESOLVED and info.get("media_keys"):
+        keys = media.MediaKeys.from_dict(info["media_keys"])
+        tables = [media_paths.resolve_media_columns(t, src, keys) for t, src in zip(tables, sources)]
     # A partition whose rows name media records its row hash apart (the files are checked by resume).
     if verify_hash and digest != part.get("rows_hash", part["content_hash"]):
         raise InputChangedError(
