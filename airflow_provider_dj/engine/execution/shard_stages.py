@@ -94,7 +94,10 @@ def row_items(op_impl, keys: pa.Table, partition_index: int) -> tuple[np.ndarray
     if arr.type != pa.binary(16):
         arr = arr.cast(pa.binary(16))
     words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
-    return np.zeros(n, np.uint16), words[:, 0].copy(), words[:, 1].copy(), pos
+    if arr.null_count:  # a null key is never a duplicate (ops/kernels/keys.py): no item, so no edge
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        words, pos = words[valid], pos[valid]
+    return np.zeros(len(pos), np.uint16), words[:, 0].copy(), words[:, 1].copy(), pos
 
 
 def key_shard(t: np.ndarray, k0: np.ndarray, k1: np.ndarray, shards: int) -> np.ndarray:

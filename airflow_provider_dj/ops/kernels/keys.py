@@ -2,6 +2,11 @@
 
 Shared by the exact and near-duplicate deduplicators, the Data-Juicer adapter's deduplicators and the
 engine's global phase, which all decide "first in input order wins" the same way.
+
+A null key marks a row that is never a duplicate and never the kept row of one: it is kept, and it
+matches nothing, not even another null (``image_deduplicator``'s rows without images, which
+Data-Juicer always keeps).  The engine's sharded global step gives such a row no item
+(engine/execution/shard_stages.py), which decides the same.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ def _as_key_array(keys: KeysLike) -> pa.FixedSizeBinaryArray:
 
 
 def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
-    """True at the first row holding each key, in the order given.
+    """True at the first row holding each key, in the order given, and at every null key.
 
     ``keys`` is one array or a list of arrays (e.g. every partition's keys in
     input order).  The 16-byte keys are viewed as two uint64 columns and
@@ -48,21 +53,32 @@ def first_occurrence_mask(keys: KeysLike) -> np.ndarray:
     memory about 40 bytes per key (keys, sort order, sorted copy) -- faster
     than a hash-based ``pc.index_in`` of the keys against themselves.
     """
-    order, starts = _sorted_key_runs(keys)
+    arr = _as_key_array(keys)
+    valid = _valid_rows(arr)
+    if valid is not None:
+        mask = np.ones(len(arr), dtype=bool)
+        mask[valid] = first_occurrence_mask(arr.take(pa.array(valid)))
+        return mask
+    order, starts = _sorted_key_runs(arr)
     mask = np.zeros(len(order), dtype=bool)
     mask[order[starts]] = True
     return mask
 
 
-def _sorted_key_runs(keys: KeysLike) -> tuple[np.ndarray, np.ndarray]:
-    """The stable sort both look-ups share: the rows in key order, and where each run of equal keys starts
-    in that order (so ``order[starts]`` are the first occurrences, earliest row first within a run)."""
-    arr = _as_key_array(keys)
+def _valid_rows(arr: pa.FixedSizeBinaryArray) -> np.ndarray | None:
+    """The positions of the non-null keys when some key is null, else None."""
+    if not arr.null_count:
+        return None
+    return np.flatnonzero(arr.is_valid().to_numpy(zero_copy_only=False))
+
+
+def _sorted_key_runs(arr: pa.FixedSizeBinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """The stable sort both look-ups share, over keys without nulls: the rows in key order, and where
+    each run of equal keys starts in that order (so ``order[starts]`` are the first occurrences,
+    earliest row first within a run)."""
     n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    if arr.null_count:
-        raise ValueError("dedup keys must not be null")
     words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset : 2 * (arr.offset + n)].reshape(n, 2)
     order = np.lexsort((words[:, 1], words[:, 0]))
     # Runs are found block by block, so no sorted copy of all keys (16 bytes a row) is ever held: the
@@ -75,11 +91,18 @@ def _sorted_key_runs(keys: KeysLike) -> tuple[np.ndarray, np.ndarray]:
 
 
 def first_occurrence_index(keys: KeysLike) -> np.ndarray:
-    """Per row, the position of the first row holding its key (itself for a first occurrence).
+    """Per row, the position of the first row holding its key (itself for a first occurrence and for a
+    null key).
 
     The same stable sort as ``first_occurrence_mask`` (so ``index == arange`` is that mask): the global
     phase uses it when lineage names, for every removed duplicate, the kept row it repeats."""
-    order, starts = _sorted_key_runs(keys)
+    arr = _as_key_array(keys)
+    valid = _valid_rows(arr)
+    if valid is not None:
+        index = np.arange(len(arr), dtype=np.int64)
+        index[valid] = valid[first_occurrence_index(arr.take(pa.array(valid)))]
+        return index
+    order, starts = _sorted_key_runs(arr)
     n = len(order)
     if n == 0:
         return np.zeros(0, dtype=np.int64)

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_dj.ops.base import STATS_COLUMN
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
+from airflow_provider_dj.ops.kernels.keys import first_occurrence_index
 from airflow_provider_dj.ops.registry import create_op
 
 ALPHABET = list("abcXYZ019 .-+_@@\t\n!,") + ["\u3000", "\xa0", "\u200b", "\x1c", "\x85", "Σ", "İ", "中", "🙂", "١"]
@@ -207,8 +208,18 @@ def test_first_occurrence_mask_inputs() -> None:
     assert first_occurrence_mask(pa.array([], pa.binary(16))).dtype == np.bool_
     with pytest.raises(TypeError):
         first_occurrence_mask(pa.array([1, 2]))
-    with pytest.raises(ValueError):
-        first_occurrence_mask(pa.array([None], pa.binary(16)))
+
+
+def test_null_keys_are_never_duplicates() -> None:
+    """A null key (a row image_deduplicator never removes) is kept and matches nothing, not even
+    another null; the other keys decide as if the null rows were not there."""
+    a, b = b"a" * 16, b"b" * 16
+    keys = pa.array([None, a, None, a, b, None, b, a], pa.binary(16))
+    assert first_occurrence_mask(keys).tolist() == [True, True, True, False, True, True, False, False]
+    assert first_occurrence_index(keys).tolist() == [0, 1, 2, 1, 4, 5, 4, 1]
+    parts = [keys.slice(0, 3), keys.slice(3)]
+    assert first_occurrence_mask(parts).tolist() == first_occurrence_mask(keys).tolist()
+    assert first_occurrence_mask(pa.array([None, None], pa.binary(16))).tolist() == [True, True]
 
 
 def test_first_occurrence_mask_matches_python() -> None:
