@@ -33,6 +33,7 @@ _BUILTIN_MODULES = (
     "airflow_provider_dj.ops.llm.api_mapper",
     # Pillow is imported on the first image read (ops/kernels/images.py), never at registration.
     "airflow_provider_dj.ops.filters.image",
+    "airflow_provider_dj.ops.dedup.image",
 )
 _loaded = False
 
