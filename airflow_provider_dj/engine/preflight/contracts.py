@@ -16,7 +16,13 @@ Edges (``j`` after ``i``), all conservative:
 * data: a field ``i`` writes overlaps a field ``j`` reads or writes;
 * rows: ``i`` is a Filter or a dataset-level op (it changes which rows
   every later op sees);
-* unknown: ``i``'s outputs or ``j``'s inputs are undeclared.
+* unknown: either op's contract is incomplete.  A contract is its *pair*:
+  an op declaring only one side counts as undeclared, as in Data-Juicer
+  1.6.1's preflight (``plan_parallel_probe_jobs``), even where the declared
+  side alone would prove independence.
+
+An op given an ``index_key`` builds a dataset-level index (Data-Juicer's
+"requires dataset-level replay"), so it is treated as a dataset-level op.
 
 A target is probed **in parallel** only if it and every ancestor declare
 contracts, no ancestor is a GPU op or a dataset-level op, and every
@@ -95,10 +101,15 @@ def any_overlap(xs: Iterable[str], ys: Iterable[str]) -> bool:
     return any(paths_overlap(x, y) for x in xs for y in ys)
 
 
+def declared(node: OpNode) -> bool:
+    """Whether the op declares its whole contract (inputs and outputs; ``[]`` counts as declared)."""
+    return node.inputs is not None and node.outputs is not None
+
+
 def depends_on(later: OpNode, earlier: OpNode) -> bool:
     if earlier.kind == "filter" or earlier.is_global:
         return True  # row-set dependency
-    if earlier.outputs is None or later.inputs is None or later.outputs is None:
+    if not declared(earlier) or not declared(later):
         return True  # unknown means "may depend"
     return any_overlap(earlier.outputs, later.inputs) or any_overlap(earlier.outputs, later.outputs)
 
@@ -118,15 +129,17 @@ def ancestors(nodes: list[OpNode], target: int) -> list[int]:
 
 def _ordered_reason(nodes: list[OpNode], target: int, anc: list[int]) -> str | None:
     t = nodes[target]
-    if t.inputs is None or t.outputs is None:
+    if not declared(t):
         return f"{t.name} declares no input_columns/output_columns (unknown contract)"
+    if t.is_global:
+        return f"{t.name} is dataset-level (index_key): it needs the ordered replay"
     for i in anc:
         a = nodes[i]
         if a.is_global or a.kind not in ("mapper", "filter"):
             return f"depends on dataset-level op {a.name} (process[{i}])"
         if a.uses_cuda:
             return f"depends on GPU op {a.name} (process[{i}])"
-        if a.inputs is None or a.outputs is None:
+        if not declared(a):
             return f"ancestor {a.name} (process[{i}]) declares no field contract"
         if a.runtime_env != t.runtime_env:
             return f"ancestor {a.name} (process[{i}]) needs a different runtime environment"

@@ -80,3 +80,29 @@ def test_one_probe_at_a_time_uses_one_ordered_unit():
     ]
     units = plan_probe_units(nodes, [0, 2], max_parallel=1)
     assert [(u.mode, u.targets, u.replay) for u in units] == [("ordered", [0, 2], [0, 1, 2])]
+
+
+def test_half_a_contract_is_no_contract():
+    # Data-Juicer 1.6.1 counts an op declaring one side only as undeclared; so do we, even where the
+    # declared outputs alone would prove the target independent.
+    for ins, outs in ((None, ["x"]), (["text"], None)):
+        nodes = [node(0, ins=ins, outs=outs), node(1, cuda=True, ins=["text"], outs=["emb"])]
+        assert ancestors(nodes, 1) == [0]
+        (unit,) = plan_probe_units(nodes, [1], max_parallel=4)
+        assert unit.mode == "ordered" and "ancestor op0 (process[0]) declares no field contract" in unit.reasons[1]
+
+
+def test_unrelated_declared_op_is_not_replayed():
+    nodes = [
+        node(0, ins=["text"], outs=["text"]),
+        node(1, ins=["images"], outs=["_bucket_img"]),
+        node(2, cuda=True, ins=["images", "_bucket_img"], outs=["__dj__meta__.q"]),
+    ]
+    (unit,) = plan_probe_units(nodes, [2], max_parallel=2)
+    assert (unit.mode, unit.replay) == ("parallel", [1, 2])
+
+
+def test_dataset_level_target_keeps_the_ordered_replay():
+    nodes = [node(0, ins=["text"], outs=["a"]), node(1, cuda=True, ins=["text"], outs=["e"], glob=True)]
+    (unit,) = plan_probe_units(nodes, [1], max_parallel=4)
+    assert unit.mode == "ordered" and "dataset-level" in unit.reasons[1]
