@@ -10,6 +10,16 @@ tests of op failures) and cannot stop a stuck op, only report it.
 The driver loop wakes every ``poll_s``, enforces ``timeout_s`` per unit
 (naming the ops of a stuck probe), and every ``heartbeat_s`` (30 s) logs
 which probes are still alive.  Ray is imported lazily, only on that path.
+
+How many units run at once (``concurrency_limit``): at most
+``max_concurrent_gpu_probes``, and, as in Data-Juicer's preflight, each
+probe holds a whole GPU: on a CUDA device the subprocess path runs at most
+one probe per visible GPU, each pinned to its own device through
+``CUDA_VISIBLE_DEVICES`` (Ray gets the same from ``num_gpus=1``).  Two
+probes sharing a device would each count the other's allocations in their
+device-wide memory figure.  ``inline`` runs one unit at a time: threads
+share one process, so one probe's RSS or allocator peak would include
+another's.
 """
 
 from __future__ import annotations
@@ -84,15 +94,25 @@ class _LocalBackend(_Backend):
     """One fresh interpreter per unit (``python -m ...preflight.worker``): the spec goes in on stdin as a
     pickle, the result comes back in a file.  A subprocess rather than ``multiprocessing`` so the
     parent's ``__main__`` (a script, Airflow's task runner) is never re-executed, and nothing forks a
-    process that may hold a CUDA context."""
+    process that may hold a CUDA context.
+
+    ``devices`` (the GPU ids a probe may hold, one probe each) pins every worker to a device of its
+    own while it runs; None on the CPU path."""
+
+    def __init__(self, devices: list[str] | None = None) -> None:
+        self.free = list(devices) if devices else None
 
     def submit(self, spec):
         fd, out_path = tempfile.mkstemp(prefix="dj-gpu-probe-", suffix=".pkl")
         os.close(fd)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # op classes unpickle by reference
+        device = None
         if spec.get("hide_gpus"):
             env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.free:
+            device = self.free.pop(0)
+            env["CUDA_VISIBLE_DEVICES"] = device
         proc = subprocess.Popen(
             [sys.executable, "-m", "airflow_provider_dj.engine.preflight.worker", out_path],
             stdin=subprocess.PIPE,
@@ -103,13 +123,18 @@ class _LocalBackend(_Backend):
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        return (proc, out_path)
+        return (proc, out_path, device)
+
+    def _release(self, device: str | None) -> None:
+        if device is not None and self.free is not None:
+            self.free.append(device)
 
     def poll(self, handle):
-        proc, out_path = handle
+        proc, out_path, device = handle
         code = proc.poll()
         if code is None:
             return None
+        self._release(device)
         try:
             with open(out_path, "rb") as fh:
                 data = fh.read()
@@ -134,7 +159,8 @@ class _LocalBackend(_Backend):
         }
 
     def kill(self, handle):
-        proc, out_path = handle
+        proc, out_path, device = handle
+        self._release(device)
         proc.terminate()
         try:
             proc.wait(5)
@@ -196,27 +222,55 @@ def get_ray(ray_client: Callable[[], Any] | None = None):
     return ray
 
 
+def gpu_devices(gpu_count: int) -> list[str]:
+    """The GPU ids probes may hold: this process's ``CUDA_VISIBLE_DEVICES`` when set, else 0..n-1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    return [str(i) for i in range(gpu_count)]
+
+
+def concurrency_limit(executor: str, max_concurrent: int, use_gpu: bool, gpu_count: int) -> int:
+    """How many probe units may run at once (see the module's docstring for why)."""
+    limit = max(1, int(max_concurrent))
+    if executor == "inline":
+        return 1
+    if use_gpu and executor == "local":
+        limit = min(limit, max(1, gpu_count))
+    return limit
+
+
 def run_units(
     specs: list[dict],
     *,
     executor: str,
     use_gpu: bool,
     max_concurrent: int = 1,
+    gpu_count: int = 0,
     timeout_s: float | None = None,
     heartbeat_s: float = 30.0,
     poll_s: float = 0.2,
     ray_client: Callable[[], Any] | None = None,
     say: Callable[[str], None] | None = None,
 ) -> list[dict]:
-    """Run every unit (at most ``max_concurrent`` at once); returns their outputs in submission order.
+    """Run every unit (at most ``concurrency_limit(...)`` at once); returns their outputs in submission
+    order.
 
     A unit past ``timeout_s`` is stopped and turned into a ``timeout`` error naming its ops.
     """
     say = say or log.info
+    limit = concurrency_limit(executor, max_concurrent, use_gpu, gpu_count)
+    if len(specs) > 1:
+        say(
+            f"GPU probes: {len(specs)} unit(s), at most {limit} at once "
+            f"(max_concurrent_gpu_probes={max_concurrent}, executor {executor}"
+            + (f", {gpu_count} GPU(s), one probe per GPU" if use_gpu else "")
+            + ")"
+        )
     if executor == "ray":
         backend: _Backend = _RayBackend(get_ray(ray_client), use_gpu)
     elif executor == "local":
-        backend = _LocalBackend()
+        backend = _LocalBackend(gpu_devices(gpu_count)[:limit] if use_gpu else None)
     elif executor == "inline":
         backend = _InlineBackend()
     else:
@@ -227,7 +281,7 @@ def run_units(
     last_beat = time.monotonic()
     try:
         while queue or running:
-            while queue and len(running) < max(1, max_concurrent):
+            while queue and len(running) < limit:
                 i, spec = queue.pop(0)
                 r = _Running(spec, _label(spec), time.monotonic())
                 r.handle = backend.submit(spec)

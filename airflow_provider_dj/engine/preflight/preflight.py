@@ -195,7 +195,7 @@ def run_preflight(
     device = detect_device(executor, force_cpu=force_cpu, ray_client=ray_client)
     _say_device(say, device, executor, targets)
     by_index = {o.index: o for o in ops}
-    units = plan_probe_units(_op_nodes(ops), [o.index for o in targets], settings.max_concurrent_gpu_probes)
+    units = probe_plan(ops, settings.max_concurrent_gpu_probes)
     batch_sizes = {str(o.index): batch_size_of(o) for o in targets}
     n_rows = max(batch_sizes.values())
     previous = load_probe_report(job_dir)
@@ -218,12 +218,14 @@ def run_preflight(
             executor=executor,
             use_gpu=device["kind"] == "cuda",
             max_concurrent=settings.max_concurrent_gpu_probes,
+            gpu_count=int(device.get("gpu_count") or 0),
             timeout_s=settings.timeout_s,
             heartbeat_s=heartbeat_s,
             ray_client=ray_client,
             say=say,
         )
         results, errors = _collect_unit_outputs(outs, report, device, warn)
+        _record_unit_runs(report, specs, outs)
     elif previous:
         report["sample"] = previous.get("sample")
     for t in sorted(keys):
@@ -233,9 +235,18 @@ def run_preflight(
     report["timings"] = {
         "total_s": round(time.perf_counter() - t_total, 6),
         "sample_read_s": (report.get("sample") or {}).get("read_s"),
+        "peak_concurrent_probes": peak_concurrency(report["units"]),
     }
     _write_final_report(job_dir, report, errors)
     return report
+
+
+def probe_plan(ops: list[OpEntry], max_concurrent_gpu_probes: int = 1) -> list:
+    """The probe units the preflight would run for ``ops`` (``contracts.ProbeUnit``: parallel units,
+    then at most one ordered replay), from class attributes and recipe args alone: nothing is read,
+    built or imported (a Data-Juicer op through the adapter included)."""
+    targets, _skipped = split_targets(ops)
+    return plan_probe_units(_op_nodes(ops), [o.index for o in targets], max_concurrent_gpu_probes)
 
 
 def _say_device(say: Callable[[str], None], device: dict, executor: str, targets: list[OpEntry]) -> None:
@@ -252,7 +263,11 @@ def _say_device(say: Callable[[str], None], device: dict, executor: str, targets
 
 
 def _op_nodes(ops: list[OpEntry]) -> list[OpNode]:
-    """Every op of the recipe as the probe planner sees it (kind, CUDA use, column contract)."""
+    """Every op of the recipe as the probe planner sees it (kind, CUDA use, column contract).
+
+    Only class attributes and recipe args are read: an op run through the Data-Juicer adapter is
+    planned from its catalogued class, so planning never imports Data-Juicer.  An ``index_key``
+    makes an op dataset-level here, as in Data-Juicer's preflight."""
     nodes = []
     for o in ops:
         ins, outs = contract_of(o.cls, o.args)
@@ -262,7 +277,7 @@ def _op_nodes(ops: list[OpEntry]) -> list[OpNode]:
                 o.name,
                 o.cls.kind,
                 bool(o.cls.uses_cuda),
-                bool(o.cls.is_global),
+                bool(o.cls.is_global) or o.args.get("index_key") is not None,
                 ins,
                 outs,
                 o.cls.runtime_env,
@@ -378,6 +393,37 @@ def _collect_unit_outputs(
             r["worker"] = out.get("worker")
             results[r["op_index"]] = r
     return results, errors
+
+
+def _record_unit_runs(report: dict, specs: list[dict], outs: list[dict]) -> None:
+    """Add to each unit of the report that ran: its worker, when that worker was busy (its own clock)
+    and every op it built, in order (``ran``: the replayed ancestors and the probed targets)."""
+    by_targets = {tuple(u["targets"]): u for u in report["units"]}
+    for spec, out in zip(specs, outs):
+        unit = by_targets.get(tuple(spec["unit"]["targets"]))
+        if unit is None:  # pragma: no cover - every spec comes from a unit
+            continue
+        unit.update(
+            worker=out.get("worker"),
+            started_at=out.get("started_at"),
+            finished_at=out.get("finished_at"),
+            unit_s=out.get("unit_s"),
+            ran=out.get("ran", []),
+        )
+
+
+def peak_concurrency(units: list[dict]) -> int:
+    """The most probe units whose workers were busy at one moment, from their own start/finish times
+    (0 when none ran).  A finish and a start at the same instant do not overlap."""
+    edges = []
+    for u in units:
+        if u.get("started_at") is not None and u.get("finished_at") is not None:
+            edges += [(u["started_at"], 1), (u["finished_at"], -1)]
+    peak = now = 0
+    for _t, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        now += step
+        peak = max(peak, now)
+    return peak
 
 
 def _op_entry(

@@ -198,7 +198,11 @@ def _timed_batches(op, idx: int, name: str, batch: pa.Table, spec: dict) -> tupl
 
 
 def run_probe_unit(spec: dict) -> dict:
-    """Run one probe unit; never raises for an op failure (it is returned, naming the op)."""
+    """Run one probe unit; never raises for an op failure (it is returned, naming the op).
+
+    ``started_at``/``finished_at`` (epoch seconds, read in the worker) say when the worker itself was
+    busy, so the report can show how many probes really ran at once."""
+    started_at = time.time()
     t_unit = time.perf_counter()
     if spec.get("hide_gpus"):  # forced CPU path on a GPU machine: ops with device "auto" must pick the CPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -254,10 +258,13 @@ def run_probe_unit(spec: dict) -> dict:
         "error": error,
         "warnings": warnings,
         "device": device,
+        "ran": replayed,  # every op this worker built, in order: replayed ancestors and probed targets
         "worker": {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         },
         "unit_s": round(time.perf_counter() - t_unit, 6),
+        "started_at": started_at,
+        "finished_at": time.time(),
     }
