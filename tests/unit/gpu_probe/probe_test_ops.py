@@ -7,13 +7,18 @@ subprocesses and Ray workers can unpickle them by reference.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dj.engine.preflight import image_chain
 from airflow_provider_dj.ops.base import Filter, Mapper
+
+#: Where the spy ops note each batch they process ("<pid> <op name>" lines), when set.
+OP_LOG_ENV = "DJ_PROBE_TEST_OP_LOG"
 
 
 class FakeEmbedMapper(Mapper):
@@ -77,5 +82,32 @@ class FakeCudaDropAllFilter(Filter):
     def keep_mask(self, table: pa.Table) -> pa.Array:
         return pa.array([False] * table.num_rows)
 
+
+class _Spy:
+    """Notes "<pid> <op name>" in $DJ_PROBE_TEST_OP_LOG for every batch the op processes: an account of
+    which ops ran in which worker that does not come from the probe's own bookkeeping."""
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        path = os.environ.get(OP_LOG_ENV)
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:  # one short line per write: no interleaving
+                fh.write(f"{os.getpid()} {self.name}\n")
+        return super().process_table(table)
+
+
+class SpyBucketResizeMapper(_Spy, image_chain.BucketResizeMapper):
+    pass
+
+
+class SpyImageQualityMapper(_Spy, image_chain.ImageQualityMapper):
+    pass
+
+
+class SpyImageRotationMapper(_Spy, image_chain.ImageRotationMapper):
+    pass
+
+
+#: The example image chain with spies, under the example ops' names (register them in their place).
+IMAGE_CHAIN_SPIES = [SpyBucketResizeMapper, SpyImageQualityMapper, SpyImageRotationMapper]
 
 ALL = [FakeEmbedMapper, FakeCudaEmptyMapper, FakeCudaRaisingMapper, FakeCudaStuckMapper, FakeCudaDropAllFilter]
