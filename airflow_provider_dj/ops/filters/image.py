@@ -170,7 +170,7 @@ class _ImageFilter(Filter):
             except ImageFieldError:
                 raise
             except Exception as exc:  # noqa: BLE001 - remembered and raised again, unchanged
-                hit = ("error", exc)
+                hit = ("error", exc.with_traceback(None))  # without the frames it would keep alive
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
             self._memo[path] = hit
