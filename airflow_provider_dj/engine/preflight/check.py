@@ -6,8 +6,10 @@ project installed (``PYTHONPATH=.``).  It prints everything needed to debug a
 failure from one run (versions, devices, CUDA availability, timings), makes
 a small corpus with ``sample_corpus``, probes ``text_embedding_mapper`` (model
 from ``DJ_EMBED_MODEL_DIR``, else the packaged all-MiniLM-L6-v2) and prints the
-report as a table and as JSON.  Exit status 0 only when the probe succeeded
-and, on a GPU, produced a valid device-memory figure.
+report as a table and as JSON.  Then (``--image-chain``, on by default) it probes
+Data-Juicer's example image chain in parallel units (``check_image_chain``).
+Exit status 0 only when every probe succeeded and, on a GPU, produced a valid
+device-memory figure, and the parallel probes kept to their plan and bounds.
 """
 
 from __future__ import annotations
@@ -148,14 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     for k, v in env.items():
         print(f"  {k}: {v}", flush=True)
+    work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")
+    force_cpu = args.cpu or dj_settings.get("probe_force_cpu")
+    problems: list[str] = []
+    device = None
+    if args.image_chain != "only":
+        found = _embedding_section(args, work, force_cpu, env)
+        if found is None:
+            return 1
+        problems, device = found
+    if args.image_chain != "off":
+        from airflow_provider_dj.engine.preflight.check_image_chain import run_section
+
+        problems += run_section(args, work, force_cpu, format_table)
+    print(f"== done in {time.perf_counter() - t_start:.1f}s; device {device or 'see above'}; work dir {work}")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    return 1 if problems else 0
+
+
+def _embedding_section(args: argparse.Namespace, work: str, force_cpu: bool, env: dict) -> tuple[list[str], str] | None:
+    """Probe the embedding op (or the smoke op) and print its report and the planner's decisions;
+    (problems, device kind), or None when the probe itself failed (the report is printed)."""
     from airflow_provider_dj.engine.preflight.preflight import OpEntry, PreflightError, PreflightSettings, run_preflight
     from airflow_provider_dj.testing.sample_corpus import write_corpus
 
-    work = args.work_dir or tempfile.mkdtemp(prefix="dj-gpu-check-")
     corpus = write_corpus(os.path.join(work, "corpus.jsonl"), args.rows, seed=7)
     print(f"== corpus: {args.rows} rows at {corpus}", flush=True)
     cls, op_args = _probe_op(args)
-    force_cpu = args.cpu or dj_settings.get("probe_force_cpu")
     settings = PreflightSettings(dataset_path=corpus, warmup=args.warmup, steady=args.steady, timeout_s=args.timeout)
     job_dir = os.path.join(work, "job")
     print(f"== probe ({'forced CPU' if force_cpu else 'auto device'}, executor {args.executor})", flush=True)
@@ -175,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         path = os.path.join(job_dir, GPU_PROBE_REPORT)
         if os.path.exists(path):
             print(open(path).read())
-        return 1
+        return None
     assert report is not None
     print("== report table")
     print(format_table(report))
@@ -188,13 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(plan_for(report, args.plan_rows, args.plan_partitions), indent=2, default=str))
         except Exception as exc:  # noqa: BLE001 - the probe result stands; say why planning failed
             problems.append(f"planning failed: {type(exc).__name__}: {exc}")
-    print(
-        f"== done in {time.perf_counter() - t_start:.1f}s; device {report['device']['kind']}; "
-        f"report at {job_dir}/gpu_probe_results.json"
-    )
-    for p in problems:
-        print(f"PROBLEM: {p}")
-    return 1 if problems else 0
+    print(f"== embedding probe: device {report['device']['kind']}; report at {job_dir}/gpu_probe_results.json")
+    return problems, report["device"]["kind"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -211,6 +228,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--plan-rows", type=int, default=200_000, help="job size for the planning section (0: skip)")
     ap.add_argument("--plan-partitions", type=int, default=16)
+    ap.add_argument(
+        "--image-chain",
+        choices=("on", "off", "only"),
+        default="on",
+        help="also probe Data-Juicer's example image chain (parallel probes from field contracts)",
+    )
+    ap.add_argument("--image-rows", type=int, default=64, help="images in the image chain's corpus")
+    ap.add_argument("--image-batch-size", type=int, default=32)
+    ap.add_argument("--max-concurrent-probes", type=int, default=2, help="max_concurrent_gpu_probes for the chain")
     return ap
 
 
