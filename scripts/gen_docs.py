@@ -242,6 +242,16 @@ DJ_NOTES: dict[str, str] = {
     "field in the input, the validate task refuses the job (Data-Juicer with `add_suffix` off "
     "drops every row).",
     "specified_field_filter": "Dotted paths into nested fields (`meta.source`).",
+    "image_shape_filter": "Sizes as Data-Juicer's decode gives them (EXIF orientation applied); each "
+    "distinct file read once per batch, its pixels decoded at reduced scale to prove it whole. A truncated "
+    "image fails its row (Data-Juicer decodes it filled in); `image_bytes` rows are refused. Needs the `image` "
+    "extra.",
+    "image_size_filter": "File sizes in bytes, bounds parsed by Data-Juicer's rules (`1.5KB` is 15 KB there "
+    "too). Reads only the size, as there: a file that is not an image passes on its size. Needs the `image` extra.",
+    "image_deduplicator": "Global: imagededup's hashes of each row's distinct images, first row of each kept "
+    "over all partitions. An unreadable image stops the key phase, naming it. Needs the `image` extra.",
+    "image_aspect_ratio_filter": "Width / height as Data-Juicer's decode gives them (EXIF orientation applied). "
+    "A truncated image fails its row (Data-Juicer decodes it filled in). Needs the `image` extra.",
     "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
     "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
     "text_embedding_mapper": "Ours: offline sentence embeddings with a local model "
