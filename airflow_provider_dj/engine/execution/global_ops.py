@@ -32,6 +32,7 @@ from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
     MissingKeysError,
+    key_errors,
     keys_store,
     mask_store,
     save_keep_mask,
@@ -170,6 +171,6 @@ def _save_masks(job_dir: str, op, op_index: int, parts: list[dict], keys: list[p
         part_mask = mask[offset : offset + k.num_rows]
         part_matches = partition_columns(matches, offset, offset + k.num_rows)
         offset += k.num_rows
-        save_keep_mask(job_dir, op, op_index, p, part_mask, part_matches)
+        save_keep_mask(job_dir, op, op_index, p, part_mask, {**part_matches, **key_errors(k)})
         if n == 0:
             maybe_fail(job_dir, fault_spec, None, op_index, point="global_mid")

@@ -319,15 +319,26 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
 
 
 def apply_keep_mask(
-    op: Deduplicator, op_index: int, table: pa.Table, mask: pa.Array, duration_s: float = 0.0
+    op: Deduplicator,
+    op_index: int,
+    table: pa.Table,
+    mask: pa.Array,
+    duration_s: float = 0.0,
+    errors: pa.Array | pa.ChunkedArray | None = None,
 ) -> OpOutcome:
+    """The global op's keep mask on this partition's rows.  ``errors``: per row, why the op's key phase
+    could not key it (null: it could; execution/key_rows.py): those rows are the op's failed rows,
+    returned with their reasons, not duplicates."""
     if len(mask) != table.num_rows:
         raise RuntimeError(
             f"{op.name}: keep mask has {len(mask)} entries but the partition has {table.num_rows} rows; "
             f"the previous segment's output changed after the global step — clear the global step too"
         )
     t0 = time.perf_counter()
-    out = table.filter(mask)
+    failed = pc.is_valid(errors) if errors is not None and errors.null_count < len(errors) else None
+    keep = mask if failed is None else pc.and_(mask, pc.invert(failed))
+    out = table.filter(keep)
+    n_failed = 0 if failed is None else int(pc.sum(failed).as_py())
     acct = {
         "op_index": op_index,
         "op_name": op.name,
@@ -335,8 +346,11 @@ def apply_keep_mask(
         "rows_in": table.num_rows,
         "rows_out": out.num_rows,
         "filtered": 0,
-        "duplicates": table.num_rows - out.num_rows,
-        "failed": 0,
+        "duplicates": table.num_rows - out.num_rows - n_failed,
+        "failed": n_failed,
         "duration_s": round(duration_s + time.perf_counter() - t0, 6),
     }
-    return OpOutcome(out, acct, delta=RowDelta(keep=mask, columns=pa.table({})))
+    if failed is None:
+        return OpOutcome(out, acct, delta=RowDelta(keep=mask, columns=pa.table({})))
+    # No delta: its keep flags would count the failed rows as duplicates too (lineage reads them).
+    return OpOutcome(out, acct, table.filter(failed), errors.filter(failed).to_pylist())

@@ -15,15 +15,15 @@ point and the state it starts from (``segment_start``), the op loop with its che
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 
 import pyarrow as pa
 
-from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.batch_cursor import run_expensive_op
+from airflow_provider_dj.engine.execution.failed_rows import write_failed as _write_failed
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition
+from airflow_provider_dj.engine.execution.key_rows import compute_keys
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.execution.reuse import reuse_from_earlier_job
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext, SegmentResult
@@ -33,13 +33,11 @@ from airflow_provider_dj.engine.execution.segment_start import (
     resume_from_checkpoint,
     start_without_checkpoint,
 )
-from airflow_provider_dj.engine.execution.table_slices import byte_slices, concat_in_order
+from airflow_provider_dj.engine.execution.table_slices import byte_slices
 from airflow_provider_dj.engine.jobdir import stop_control
 from airflow_provider_dj.engine.jobdir.identity import resume_command
-from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, file_seal
-from airflow_provider_dj.engine.jobdir.layout import failed_file
+from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
-from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
     KEYS_FORMAT,
@@ -48,11 +46,6 @@ from airflow_provider_dj.engine.storage.global_op_state import (
     mask_store,
 )
 from airflow_provider_dj.ops.columns import (
-    FAILED_ERROR_COLUMN,
-    FAILED_ERROR_TYPE_COLUMN,
-    FAILED_OP_COLUMN,
-    FAILED_OP_INDEX_COLUMN,
-    FAILED_PARTITION_COLUMN,
     INPUT_ROW_COLUMN,
 )
 
@@ -320,33 +313,6 @@ def _check_failure_rate(sc: SegmentContext, plog, op, i: int, table: pa.Table, o
         raise
 
 
-def _write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> dict:
-    """failed/op_<i>_<op>/partition_<p>.jsonl: the sample, its input row, the op and the error.
-
-    Returns the file's seal (relative path, size, xxh3) for the op's accounting entry, which the next
-    checkpoint's marker commits, so a changed or torn failed file is caught on load (engine/jobdir/integrity.py)."""
-    from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
-
-    n = rows.num_rows
-    rows = rows.append_column(
-        FAILED_ERROR_TYPE_COLUMN, pa.array([r.split(":", 1)[0] for r in reasons], type=pa.string())
-    )
-    rows = rows.append_column(FAILED_ERROR_COLUMN, pa.array(reasons, type=pa.string()))
-    rows = rows.append_column(FAILED_OP_COLUMN, pa.array([op_name] * n, type=pa.string()))
-    rows = rows.append_column(FAILED_OP_INDEX_COLUMN, pa.array([op_index] * n, type=pa.int64()))
-    rows = rows.append_column(FAILED_PARTITION_COLUMN, pa.array([pid] * n, type=pa.int64()))
-    buf = io.BytesIO()
-    write_jsonl(rows, buf)
-    rel = failed_file(op_index, op_name, pid)
-    data = buf.getvalue()
-    storage.atomic_write_bytes(
-        storage.join(ctx.job_dir, *rel.split("/")),
-        data,
-        what=f"the failed samples of op {op_index} ({op_name}) partition {pid}",
-    )
-    return {"path": rel, **file_seal(data)}
-
-
 # -- the key phase of the global op that ends the segment -----------------------------
 def key_phase(sc: SegmentContext, table: pa.Table) -> pa.Table:
     """Commit this partition's keys of global op ``seg.keys_for_global`` for its global phase; returns them.
@@ -359,8 +325,9 @@ def key_phase(sc: SegmentContext, table: pa.Table) -> pa.Table:
     # Keys are per row: computed slice by slice they are the same keys, and no slice holds more text
     # than one Arrow string array can (engine/execution/table_slices.py).
     slices = byte_slices(table, op.text_key) or [(0, 0)]
-    keys = concat_in_order([op.compute_hash(table.slice(offset, length)) for offset, length in slices])
-    keys_table = keys if isinstance(keys, pa.Table) else pa.table({KEYS_COLUMN: keys})
+    # With skip_op_error a row the op cannot key (an unreadable image) gets a null key and its reason
+    # (key_rows.py); the segment applying the global op's mask sets it aside in failed/.
+    keys_table = compute_keys(op, table, slices, sc.recipe.skip_op_error)
     if keys_table.num_rows != table.num_rows:
         raise RuntimeError(f"{op.name}.compute_hash returned {keys_table.num_rows} rows for {table.num_rows}")
     recipe = sc.ctx.recipe

@@ -45,6 +45,7 @@ from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
     MASK_COLUMN,
     MissingKeysError,
+    key_errors,
     keys_store,
     mask_store,
     save_keep_mask,
@@ -451,6 +452,6 @@ def commit_partition_mask(
         if lineage
         else {}
     )
-    save_keep_mask(job_dir, op, op_index, part, keep, matches)
+    save_keep_mask(job_dir, op, op_index, part, keep, {**matches, **key_errors(keys)})
     maybe_fail(job_dir, load_faults(job_dir), part["partition_id"], op_index, point="global_mid")
     return {"rows": int(keys.num_rows), "kept": int(keep.sum())}

@@ -15,6 +15,9 @@ from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, Stor
 
 KEYS_COLUMN = "key"
 MASK_COLUMN = "keep"
+#: In a keys table and, copied, in the mask table: why the key phase could not key a row (null: it
+#: could); such a row is kept by the global step and set aside in ``failed/`` (execution/key_rows.py).
+KEY_ERROR_COLUMN = "error"
 KEYS_FORMAT = StorageFormat("arrow", "none")
 
 
@@ -29,6 +32,11 @@ def mask_store(job_dir: str) -> CheckpointStore:
 class MissingKeysError(DJError, RuntimeError):
     """A partition's committed keys are missing or torn when a global step reads them; the message names
     the partition and says to clear its segment task."""
+
+
+def key_errors(keys: pa.Table) -> dict:
+    """One partition's key-phase failure reasons, as a column for its mask table ({} without any)."""
+    return {KEY_ERROR_COLUMN: keys.column(KEY_ERROR_COLUMN)} if KEY_ERROR_COLUMN in keys.column_names else {}
 
 
 def save_keep_mask(job_dir: str, op, op_index: int, part: dict, keep, columns: dict) -> None:
