@@ -18,11 +18,14 @@ order over all partitions, so the result does not depend on the partitioning.  T
 ``ops/kernels/image_hash.py``'s, bit for bit imagededup's; images are read by
 ``ops/kernels/images.py``'s ``open_image``, as DJ's ``load_image`` reads them.
 
-An image that cannot be read (missing, not an image, truncated) raises ``ImageReadError`` naming the
-path, and the key phase fails: a deduplicator's key phase sets no row aside in ``failed/`` (DJ, with
-``skip_op_error``, drops such a row silently), so a bad image stops the job rather than being kept
-or dropped unseen.  Not supported, as in the native image filters: images stored as bytes
-(``image_bytes``); a table holding them fails the op with a message saying so.
+An image that cannot be read (missing, not an image, truncated: a truncated file is an error here,
+where DJ's import makes Pillow fill it in) raises ``ImageReadError`` naming the path.  Under
+``skip_op_error`` the engine's key phase narrows the slice down to that row, which goes to
+``failed/`` with the reason (DJ drops it silently); otherwise the job fails, naming the file
+(engine/execution/key_rows.py).
+
+Not supported, as in the native image filters: images stored as bytes (``image_bytes``); a table
+holding them fails the op with a message saying so.
 """
 
 from __future__ import annotations
