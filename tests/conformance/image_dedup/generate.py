@@ -7,8 +7,9 @@ our venv, which ``regenerate.sh`` lists).  Writes, under ``expected/``:
 * ``images.json``: per corpus file, the SHA-256 of its bytes and imagededup's four hashes of it, as
   DJ computes them (``np.array(load_image(path))`` into ``encode_image(image_array=...)``);
 * ``rows.jsonl``: the rows (paths relative to the dataset's folder);
-* ``<variant>.json``: DJ's ``image_deduplicator`` with that variant's arguments on the rows (paths
-  made absolute, as DJ's loader makes them): each row's ``imagehash`` and the ids of the kept rows.
+* ``image_deduplicator__<variant>.jsonl``: DJ's op with the arguments ``variants.json`` (beside this
+  file) gives that variant, on the rows with their paths made absolute (as DJ's loader makes them):
+  one line per row, its ``id``, DJ's ``imagehash`` of it and whether DJ ``kept`` it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def image_hashes(folder: Path, files: dict[str, str]) -> dict[str, dict]:
     return out
 
 
-def run_dedup(args: dict, rows: list[dict], root: Path) -> dict:
+def run_dedup(args: dict, rows: list[dict], root: Path) -> list[dict]:
     from data_juicer.core.data import NestedDataset
     from data_juicer.ops.load import load_ops
     from data_juicer.utils.constant import HashKeys
@@ -73,7 +74,10 @@ def run_dedup(args: dict, rows: list[dict], root: Path) -> dict:
     ds = NestedDataset(Dataset.from_list(absolute))
     hashed = ds.map(op.compute_hash, num_proc=1, load_from_cache_file=False)
     kept, _ = op.process(hashed)
-    return {"imagehash": list(hashed[HashKeys.imagehash]), "kept": [r["id"] for r in kept.to_list()]}
+    kept_ids = {r["id"] for r in kept.to_list()}
+    return [
+        {"id": r["id"], "imagehash": h, "kept": r["id"] in kept_ids} for r, h in zip(rows, hashed[HashKeys.imagehash])
+    ]
 
 
 def main(sources: list[str]) -> None:
@@ -88,10 +92,12 @@ def main(sources: list[str]) -> None:
         (expected / "images.json").write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
         with (expected / "rows.jsonl").open("w") as fh:
             fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        (HERE / "variants.json").write_text(json.dumps(VARIANTS, indent=1, sort_keys=True) + "\n")
         for name, args in VARIANTS.items():
             result = run_dedup(args, rows, root)
-            (expected / f"{name}.json").write_text(json.dumps({"args": args, **result}, indent=1) + "\n")
-            print(name, f"{len(result['kept'])} of {len(rows)} rows kept", file=sys.stderr)
+            with (expected / f"image_deduplicator__{name}.jsonl").open("w") as fh:
+                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in result)
+            print(name, f"{sum(r['kept'] for r in result)} of {len(rows)} rows kept", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,21 @@ import corpus  # noqa: E402
 EXPECTED = HERE / "expected"
 IMAGES = json.loads((EXPECTED / "images.json").read_text())
 ROWS = [json.loads(line) for line in (EXPECTED / "rows.jsonl").read_text().splitlines()]
-VARIANTS = {p.stem: json.loads(p.read_text()) for p in sorted(EXPECTED.glob("*.json")) if p.stem != "images"}
+ARGS = json.loads((HERE / "variants.json").read_text())
+
+
+def _expected(variant: str) -> dict:
+    """DJ's output for a variant: its arguments, each row's ``imagehash`` and the kept rows' ids."""
+    lines = [json.loads(line) for line in (EXPECTED / f"image_deduplicator__{variant}.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in lines] == [r["id"] for r in ROWS]
+    return {
+        "args": ARGS[variant],
+        "imagehash": [r["imagehash"] for r in lines],
+        "kept": [r["id"] for r in lines if r["kept"]],
+    }
+
+
+VARIANTS = {name: _expected(name) for name in sorted(ARGS)}
 
 
 @pytest.fixture(scope="module")
