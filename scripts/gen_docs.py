@@ -248,8 +248,12 @@ DJ_NOTES: dict[str, str] = {
     "extra.",
     "image_size_filter": "File sizes in bytes, bounds parsed by Data-Juicer's rules (`1.5KB` is 15 KB there "
     "too). Reads only the size, as there: a file that is not an image passes on its size. Needs the `image` extra.",
-    "image_deduplicator": "Global: imagededup's hashes of each row's distinct images, first row of each kept "
-    "over all partitions. An unreadable image stops the key phase, naming it. Needs the `image` extra.",
+    "image_deduplicator": "Global: each row's distinct images hashed with imagededup's `method` (`phash`, "
+    "`dhash`, `whash`, `ahash`; rewritten on numpy, the same 64 bits), the concatenation keyed, the first row "
+    "of each key kept over all partitions, sharded or not. Without `consider_text` rows without images are "
+    "always kept; with it they are deduplicated on their text, as there. `lowercase` / `ignore_non_character` reach the text "
+    "hash, as Data-Juicer forwards them to `document_deduplicator`. An unreadable image sets its row aside in "
+    "`failed/` under `skip_op_error`, else fails the job naming it. Needs the `image` extra.",
     "image_aspect_ratio_filter": "Width / height as Data-Juicer's decode gives them (EXIF orientation applied). "
     "A truncated image fails its row (Data-Juicer decodes it filled in). Needs the `image` extra.",
     "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
