@@ -251,8 +251,8 @@ DJ_NOTES: dict[str, str] = {
     "image_deduplicator": "Global: each row's distinct images hashed with imagededup's `method` (`phash`, "
     "`dhash`, `whash`, `ahash`; rewritten on numpy, the same 64 bits), the concatenation keyed, the first row "
     "of each key kept over all partitions, sharded or not. Without `consider_text` rows without images are "
-    "always kept; with it they are deduplicated on their text, as there. `lowercase` / `ignore_non_character` reach the text "
-    "hash, as Data-Juicer forwards them to `document_deduplicator`. An unreadable image sets its row aside in "
+    "always kept; with it they are deduplicated on their text, as there. `lowercase` / "
+    "`ignore_non_character` reach the text hash, as Data-Juicer forwards them to `document_deduplicator`. An unreadable image sets its row aside in "
     "`failed/` under `skip_op_error`, else fails the job naming it. Needs the `image` extra.",
     "image_aspect_ratio_filter": "Width / height as Data-Juicer's decode gives them (EXIF orientation applied). "
     "A truncated image fails its row (Data-Juicer decodes it filled in). Needs the `image` extra.",
