@@ -12,8 +12,11 @@ from airflow_provider_dj.engine.preflight import check, check_image_chain
 
 def test_image_chain_section_passes_on_the_cpu_path(tmp_path, capsys):
     # The section alone: check.main would first import torch, Ray and Airflow to print their versions.
+    # Inline (one unit at a time, in this process) keeps it cheap; the subprocess path and its
+    # concurrency are covered in test_gpu_image_chain.py and test_gpu_probe_concurrency.py.
     args = check._parser().parse_args(
         ["--cpu", "--image-rows", "16", "--image-batch-size", "8", "--warmup", "0", "--steady", "1"]
+        + ["--executor", "inline"]
     )
     problems = check_image_chain.run_section(args, str(tmp_path), True, check.format_table)
     out = capsys.readouterr().out
