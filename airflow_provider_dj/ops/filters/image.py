@@ -18,10 +18,10 @@ float64, the correctly rounded quotient, as Python's ``/`` gives it).
 The per-image work is vectorised over the batch: the image lists are flattened once, each distinct
 path is read once (``ops/kernels/images.py``: the header's size, EXIF orientation applied, the
 pixels decoded at reduced scale to prove the file is whole), and the per-row decision is one
-``bincount``.  A file that cannot be read raises ``ImageReadError`` naming it: under
-``skip_op_error`` the engine narrows the batch down to that row and sets it aside in ``failed/`` with
-the reason; otherwise the op fails.  Values read are remembered per op instance, so narrowing reads
-no file twice.  Differences from DJ, on purpose: a truncated image fails its row (DJ's import makes
+``bincount``.  A file that cannot be read raises ``ImageReadError`` naming it and the first input
+row that names it: under ``skip_op_error`` the engine narrows the batch down to that row and sets it
+aside in ``failed/`` with the reason; otherwise the op fails.  Values read are remembered per op
+instance, so narrowing reads no file twice.  Differences from DJ, on purpose: a truncated image fails its row (DJ's import makes
 Pillow fill the missing part in; see the kernel's docstring), and a field that is not a list of
 paths fails its row with a message naming the field (DJ fails on it with whatever the value's type
 raises, or reads a string's characters as paths).
@@ -41,7 +41,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.ops.base import Filter, OpArgumentError, OpFatalError
-from airflow_provider_dj.ops.kernels.images import ImageFieldError, file_size, image_size, row_image_paths
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
+from airflow_provider_dj.ops.kernels.images import (
+    ImageFieldError,
+    ImageReadError,
+    file_size,
+    image_size,
+    row_image_paths,
+)
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
 
@@ -93,10 +100,21 @@ def image_lists(table: pa.Table, key: str) -> ImageLists:
     paths: list[str] = []
     rows: list[int] = []
     for i, value in enumerate(col.to_pylist()):
-        found = row_image_paths(value, key)
+        try:
+            found = row_image_paths(value, key)
+        except ImageFieldError as exc:
+            row = input_row(table, i)
+            raise ImageFieldError(f"input row {row}: {exc}" if row is not None else str(exc)) from None
         paths.extend(found)
         rows.extend([i] * len(found))
     return ImageLists(paths, np.asarray(rows, np.int64), n)
+
+
+def input_row(table: pa.Table, i: int) -> int | None:
+    """The input row number of ``table``'s row ``i`` (None when the engine has not set it), for messages."""
+    if INPUT_ROW_COLUMN not in table.column_names:
+        return None
+    return table.column(INPUT_ROW_COLUMN)[i].as_py()
 
 
 def _holds_bytes(col: pa.ChunkedArray) -> bool:
@@ -198,8 +216,14 @@ class _ImageFilter(Filter):
         if not missing.any():
             return table
         every = bool(missing.all())
-        lists = self._lists(table if every else table.filter(pa.array(missing)))
-        for key, type_, values, old in zip(self.stat_keys, self.stat_types, self.per_image(lists), existing):
+        todo = table if every else table.filter(pa.array(missing))
+        lists = self._lists(todo)
+        try:
+            columns = self.per_image(lists)
+        except ImageReadError as exc:  # name the first row that names the file
+            at = lists.paths.index(exc.path) if exc.path in lists.paths else None
+            raise exc.at_row(None if at is None else input_row(todo, int(lists.row_of[at]))) from None
+        for key, type_, values, old in zip(self.stat_keys, self.stat_types, columns, existing):
             new = lists.as_lists(values, type_)
             if not every:
                 new = pc.if_else(pa.array(missing), _scatter(new, missing), old.cast(pa.list_(type_)))

@@ -45,13 +45,20 @@ class ImageSupportMissingError(DJError, ImportError):
 class ImageReadError(DJError, ValueError):
     """An image file a row names cannot be used: missing, not an image, truncated or corrupt.
 
-    ``path`` is the path as opened; the message says what is wrong with it.
+    ``path`` is the path as opened, ``problem`` what is wrong with it, ``row`` the input row that
+    names it when the caller knows it (``at_row``).
     """
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"image {path!r} {problem}")
+    def __init__(self, path: str, problem: str, row: int | None = None) -> None:
+        where = f"input row {row}: " if row is not None else ""
+        super().__init__(f"{where}image {path!r} {problem}")
         self.path = path
         self.problem = problem
+        self.row = row
+
+    def at_row(self, row: int | None) -> ImageReadError:
+        """The same error, naming the input row that names the file."""
+        return ImageReadError(self.path, self.problem, row)
 
 
 class ImageFieldError(DJError, ValueError):

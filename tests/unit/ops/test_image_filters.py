@@ -18,8 +18,9 @@ import pytest
 
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.ops.base import STATS_COLUMN, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.filters import image as fi
-from airflow_provider_dj.ops.kernels.images import ImageReadError
+from airflow_provider_dj.ops.kernels.images import ImageFieldError, ImageReadError
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from airflow_provider_dj.ops.stats import set_stat
 from tests.conformance.filters_image import corpus
@@ -175,10 +176,15 @@ def test_a_bad_image_sets_its_row_aside_with_the_path_named(media):
         assert reason.startswith(f"ImageReadError: image '{media / name}' {problem}"), reason
 
 
-def test_without_skip_op_error_a_bad_image_fails_the_op_naming_it(media):
+def test_without_skip_op_error_a_bad_image_fails_the_op_naming_the_row_and_the_path(media):
     table = table_of(media, [["pin_32.png"], ["not_image.jpg"]])
-    with pytest.raises(ImageReadError, match="not_image.jpg' is not an image file"):
+    table = table.append_column(INPUT_ROW_COLUMN, pa.array([40, 41], pa.int64()))  # as the engine reads rows
+    with pytest.raises(ImageReadError) as ei:
         apply_op(create_op("image_aspect_ratio_filter", {}), 0, table, skip_op_error=False)
+    assert str(ei.value).startswith(f"input row 41: image '{media / 'not_image.jpg'}' is not an image file")
+    bad_field = pa.table({"text": ["a"], "images": ["x.jpg"], INPUT_ROW_COLUMN: [7]})
+    with pytest.raises(ImageFieldError, match="^input row 7: field 'images' must be a list"):
+        apply_op(create_op("image_shape_filter", {}), 0, bad_field, skip_op_error=False)
 
 
 def test_the_size_filter_reads_only_sizes_as_data_juicer_does(media):
@@ -255,5 +261,5 @@ def test_a_job_exports_the_kept_rows_and_sets_the_bad_one_aside(media, tmp_path)
     failed_dir = Path(job.job_dir) / "failed"
     failed = [json.loads(line) for f in sorted(failed_dir.rglob("*.jsonl")) for line in f.read_text().splitlines()]
     assert [r["text"] for r in failed] == ["broken"]
-    assert "truncated.jpg' is truncated" in json.dumps(failed[0])
+    assert f"ImageReadError: input row 2: image '{media / 'truncated.jpg'}' is truncated" in json.dumps(failed[0])
     assert summary["export"]["rows"] == 2
