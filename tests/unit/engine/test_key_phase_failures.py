@@ -2,7 +2,7 @@
 truncated files (engine/execution/key_rows.py).
 
 With ``skip_op_error`` such a row is set aside in ``failed/`` with the reason naming the file,
-counted as the op's failure (not a duplicate), never exported, and the other rows are deduplicated
+counted as the op's failure (not a duplicate) and in lineage as failed, never exported, and the other rows are deduplicated
 exactly as without it -- whatever the partitioning, in one process or with the sharded global step.
 Without ``skip_op_error`` the job fails, naming the file.  Real jobs in this process, no Ray.
 """
@@ -14,12 +14,14 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_dj.engine import run_job
 from airflow_provider_dj.engine.execution import global_shards
 from airflow_provider_dj.engine.execution.key_rows import compute_keys
 from airflow_provider_dj.engine.input.task_map import run_in_process
+from airflow_provider_dj.engine.observe.lineage import FAILED
 from airflow_provider_dj.engine.storage.global_op_state import KEY_ERROR_COLUMN, KEYS_COLUMN
 from airflow_provider_dj.ops.kernels.images import ImageReadError
 from airflow_provider_dj.ops.registry import create_op
@@ -90,6 +92,12 @@ def test_unreadable_images_fail_their_rows_whatever_the_partitioning(tmp_path, c
         assert sorted(r["id"] for r in failed) == sorted(bad), name
         for r in failed:
             assert bad[r["id"]] in r["__dj__error__"] and r["__dj__error_type__"] == "ImageReadError", r
+        lineage = pa.concat_tables(
+            [pq.read_table(f) for f in sorted((tmp_path / "work" / name / "lineage").rglob("*.parquet"))],
+            promote_options="permissive",
+        )
+        fates = dict(zip(lineage.column("input_row").to_pylist(), lineage.column("fate").to_pylist()))
+        assert sorted(r for r, fate in fates.items() if fate == FAILED) == sorted(bad), name  # ids are input rows
         summary = json.loads((tmp_path / "work" / name / "job_summary.json").read_text())
         text = json.dumps(summary)
         assert '"failed": 2' in text, text[:2000]
