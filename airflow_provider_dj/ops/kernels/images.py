@@ -11,7 +11,7 @@ naming the path and what is wrong, never a bare PIL exception.
 One deliberate difference: importing ``data_juicer`` sets PIL's process-wide
 ``ImageFile.LOAD_TRUNCATED_IMAGES``, so Data-Juicer decodes a truncated file (the missing part grey)
 and keeps or drops its row on the header's size.  Here a truncated file is an error whatever that
-flag says (the check sets it off, under a lock, for the decode): the row goes to ``failed/`` with the
+flag says (it is held off while a decode of ours runs): the row goes to ``failed/`` with the
 reason instead of exporting a broken image.
 
 Pillow is the ``image`` extra's dependency, imported on first use: importing this module (the op
@@ -112,24 +112,53 @@ def _open(path: str) -> PILImage.Image:
         raise ImageReadError(path, f"is too large to decode safely ({exc})") from None
     except OSError as exc:
         raise ImageReadError(path, f"cannot be read ({exc.strerror or exc})") from None
+    except MemoryError:
+        raise  # about the machine, not the file: the engine retries on smaller slices
+    except Exception as exc:  # noqa: BLE001 - a damaged header can trip any of Pillow's plugins
+        raise ImageReadError(path, f"is not an image file Pillow can read ({type(exc).__name__}: {exc})") from None
+
+
+class _StrictTruncation:
+    """Pillow's process-wide ``LOAD_TRUNCATED_IMAGES`` held off while any decode of ours runs, and put
+    back as it was when the last one ends.  Decodes of ours run in parallel (Pillow releases the GIL);
+    another library decoding in another thread meanwhile is strict too."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.saved = False
+
+    def __enter__(self) -> None:
+        from PIL import ImageFile
+
+        with _truncation_lock:
+            if self.active == 0:
+                self.saved = ImageFile.LOAD_TRUNCATED_IMAGES
+                ImageFile.LOAD_TRUNCATED_IMAGES = False
+            self.active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        from PIL import ImageFile
+
+        with _truncation_lock:
+            self.active -= 1
+            if self.active == 0:
+                ImageFile.LOAD_TRUNCATED_IMAGES = self.saved
+
+
+_strict_truncation = _StrictTruncation()
 
 
 def _decode(path: str, img: PILImage.Image, *, draft: bool) -> None:
     """Decode ``img``'s pixels (a JPEG at 1/8 scale when ``draft``: every byte is still read, so a
     truncated or corrupt file fails all the same) with truncated files refused."""
-    from PIL import ImageFile
-
     try:
         if draft:
             img.draft(None, (1, 1))  # a no-op for formats other than JPEG
-        with _truncation_lock:
-            tolerant = ImageFile.LOAD_TRUNCATED_IMAGES
-            ImageFile.LOAD_TRUNCATED_IMAGES = False
-            try:
-                img.load()
-            finally:
-                ImageFile.LOAD_TRUNCATED_IMAGES = tolerant
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        with _strict_truncation:
+            img.load()
+    except MemoryError:
+        raise  # about the machine, not the file: the engine retries on smaller slices
+    except Exception as exc:  # noqa: BLE001 - damaged data can trip any of Pillow's decoders
         why = str(exc) or type(exc).__name__
         problem = "is truncated" if "truncated" in why.lower() else "is corrupt"
         raise ImageReadError(path, f"{problem} (Pillow could not decode it: {why})") from None

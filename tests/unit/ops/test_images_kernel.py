@@ -89,6 +89,26 @@ def test_truncation_is_refused_whatever_pillows_global_flag_says(media, monkeypa
     assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # restored
 
 
+def test_decodes_in_parallel_threads_all_refuse_truncation_and_restore_the_flag(media, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import ImageFile
+
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+
+    def outcome(name):
+        try:
+            return images.image_size(str(media / name))
+        except images.ImageReadError as exc:
+            return exc.problem.split(" (")[0]
+
+    names = ["truncated.jpg", "china.jpg", "pin_100.png"] * 8
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(outcome, names))
+    assert got == ["is truncated", (640, 427), (100, 100)] * 8
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+
+
 def test_file_size_is_the_files_bytes_and_names_a_missing_one(media):
     assert images.file_size(str(media / "pin_32.png")) == (media / "pin_32.png").stat().st_size
     assert images.file_size(str(media / "not_image.jpg")) > 0  # a size needs no image
