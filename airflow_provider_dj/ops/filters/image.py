@@ -185,8 +185,8 @@ class _ImageFilter(Filter):
         if hit is None:
             try:
                 hit = ("ok", reader(path))
-            except ImageFieldError:
-                raise
+            except MemoryError:
+                raise  # about the slice, not the file: never remembered
             except Exception as exc:  # noqa: BLE001 - remembered and raised again, unchanged
                 hit = ("error", exc.with_traceback(None))  # without the frames it would keep alive
             if len(self._memo) >= _MEMO_LIMIT:
