@@ -56,6 +56,10 @@ class ImageReadError(DJError, ValueError):
         self.problem = problem
         self.row = row
 
+    def __reduce__(self) -> tuple:
+        # Ray carries a task's exception back by pickling it: rebuild it from its fields, not its message.
+        return (ImageReadError, (self.path, self.problem, self.row))
+
     def at_row(self, row: int | None) -> ImageReadError:
         """The same error, naming the input row that names the file."""
         return ImageReadError(self.path, self.problem, row)

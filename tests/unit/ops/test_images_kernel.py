@@ -72,6 +72,14 @@ def test_an_unusable_file_is_one_error_naming_it(media, name, problem):
         assert ei.value.__cause__ is None and ei.value.__suppress_context__  # no PIL traceback attached
 
 
+def test_the_error_survives_pickling_as_ray_carries_it(media):
+    import pickle
+
+    err = images.ImageReadError("/d/x.jpg", "does not exist").at_row(12)
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.path, back.row) == (type(err), str(err), "/d/x.jpg", 12)
+
+
 def test_a_truncated_png_is_refused_too(media, tmp_path):
     data = (media / "pin_100.png").read_bytes()
     cut = tmp_path / "cut.png"
