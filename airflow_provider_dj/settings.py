@@ -130,7 +130,7 @@ SETTINGS: tuple[Setting, ...] = (
         "recipes_dir",
         "string",
         None,
-        "Folder whose `*.yaml`/`*.yml` recipes `dags/dj_recipes.py` turns into DAGs; unset: `dags/recipes`.",
+        "Folder whose `*.yaml`/`*.yml` recipes `dags/dj_recipes.py` turns into DAGs; unset: the `recipes` folder beside that DAG file, wherever it was deployed.",
         "/opt/airflow/recipes",
     ),
     _s(

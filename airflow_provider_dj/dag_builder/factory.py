@@ -31,7 +31,8 @@ from airflow_provider_dj.engine.planning.plan import build_plan
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags", "recipes")
+#: The recipes folder when ``recipes_dir`` is unset: this name, next to the DAG file that registers them.
+RECIPES_FOLDER_NAME = "recipes"
 START_DATE = pendulum.datetime(2024, 1, 1, tz="UTC")
 JOB_DIR_TEMPLATE = "{{ ti.xcom_pull(task_ids='validate', key='job_dir') }}"
 
@@ -298,8 +299,14 @@ def _broken_dag(dag_id: str, path: str, message: str):
     return dag
 
 
-def recipes_dir() -> str:
-    return settings.get("recipes_dir") or DEFAULT_RECIPES_DIR
+def recipes_dir(dag_file: str | None = None) -> str:
+    """The ``recipes_dir`` setting, else the ``recipes`` folder beside ``dag_file`` (the DAG file that
+    registers the recipes, wherever a deployment put it), else ``./recipes``."""
+    configured = settings.get("recipes_dir")
+    if configured:
+        return configured
+    base = os.path.dirname(os.path.abspath(dag_file)) if dag_file else os.getcwd()
+    return os.path.join(base, RECIPES_FOLDER_NAME)
 
 
 def list_recipe_files(directory: str) -> list[str]:
@@ -321,7 +328,7 @@ def register_recipe_dags(namespace: dict, directory: str | None = None, only_dag
     Returns {dag_id: dag}.  ``only_dag_id`` (Airflow's parsing context when a
     task runs) builds just that DAG.
     """
-    directory = directory or recipes_dir()
+    directory = directory or recipes_dir(namespace.get("__file__"))
     files = list_recipe_files(directory)
     ids: dict[str, list[str]] = {}
     peek_errors: dict[str, str] = {}

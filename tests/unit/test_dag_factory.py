@@ -127,3 +127,18 @@ def test_partition_tasks_defer_in_ray_jobs_mode_unless_the_setting_says_wait_in_
         monkeypatch.delenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE")
         settings.reset()
     assert {dag.task_dict[t].partial_kwargs["deferrable"] for t in ("partitions_seg0", "partitions_seg1")} == {False}
+
+
+def test_without_recipes_dir_the_recipes_folder_beside_the_dag_file_is_read(monkeypatch, tmp_path):
+    """A deployment copies dags/dj_recipes.py and a recipes/ folder into its DAGs folder and sets nothing."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    for name in ("DJ_RECIPES_DIR", "AIRFLOW__DJ__RECIPES_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    dags = tmp_path / "deployed_dags"
+    (dags / "recipes").mkdir(parents=True)
+    shutil.copy(DAG_FILE, dags / "dj_recipes.py")
+    shutil.copy(DEMO, dags / "recipes" / "demo.yaml")
+    bag = DagBag(dag_folder=str(dags / "dj_recipes.py"))
+    assert bag.import_errors == {}
+    assert list(bag.dag_ids) == ["dj_demo"]
