@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import lineage_file
+from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN
 from airflow_provider_dj.ops.base import Deduplicator, Filter
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN, STATS_COLUMN
 from airflow_provider_dj.ops.stats import get_stat
@@ -150,6 +151,8 @@ class LineageRecorder:
             self._add(failed, FAILED, op_index, reasons=list(outcome.failed_reasons))
         if isinstance(op, Deduplicator):
             keep = outcome.delta.keep.to_numpy(zero_copy_only=False) if outcome.delta is not None else None
+            if keep is None and failed.size:  # rows its key phase failed: the mask table still holds the decision
+                keep = _global_decision(matches, table_in.num_rows)
             removed = _rows(table_in)[~keep] if keep is not None else self._removed(table_in, out, failed)
             self._add(removed, DUPLICATE, op_index, match=match_values(matches, keep, removed.size))
         elif isinstance(op, Filter):
@@ -248,6 +251,14 @@ def write_chunk(job_dir: str, partition_id: int, op_index: int, table: pa.Table,
     )
     path = storage.join(job_dir, *lineage_file(partition_id, op_index).split("/"))
     storage.atomic_write_bytes(path, buf.getvalue(), what=f"the lineage of partition {partition_id}")
+
+
+def _global_decision(matches: pa.Table | None, n: int) -> np.ndarray | None:
+    """The global step's keep flags from a mask table of ``n`` rows (a row its key phase failed is kept
+    there: it is removed as failed, not as a duplicate), or None without one."""
+    if matches is None or MASK_COLUMN not in matches.column_names or matches.num_rows != n:
+        return None
+    return matches.column(MASK_COLUMN).to_numpy(zero_copy_only=False)
 
 
 def match_values(matches: pa.Table | None, keep: np.ndarray | None, n: int) -> dict[str, pa.Array] | None:

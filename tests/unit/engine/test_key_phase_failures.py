@@ -21,7 +21,7 @@ from airflow_provider_dj.engine import run_job
 from airflow_provider_dj.engine.execution import global_shards
 from airflow_provider_dj.engine.execution.key_rows import compute_keys
 from airflow_provider_dj.engine.input.task_map import run_in_process
-from airflow_provider_dj.engine.observe.lineage import FAILED
+from airflow_provider_dj.engine.observe.lineage import DUPLICATE, FAILED
 from airflow_provider_dj.engine.storage.global_op_state import KEY_ERROR_COLUMN, KEYS_COLUMN
 from airflow_provider_dj.ops.kernels.images import ImageReadError
 from airflow_provider_dj.ops.registry import create_op
@@ -98,6 +98,9 @@ def test_unreadable_images_fail_their_rows_whatever_the_partitioning(tmp_path, c
         )
         fates = dict(zip(lineage.column("input_row").to_pylist(), lineage.column("fate").to_pylist()))
         assert sorted(r for r, fate in fates.items() if fate == FAILED) == sorted(bad), name  # ids are input rows
+        # Every duplicate names the row it repeats, in a partition with failed rows too.
+        dup_of = [d for d, fate in zip(lineage.column("dup_of_row").to_pylist(), fates.values()) if fate == DUPLICATE]
+        assert dup_of and None not in dup_of, name
         summary = json.loads((tmp_path / "work" / name / "job_summary.json").read_text())
         text = json.dumps(summary)
         assert '"failed": 2' in text, text[:2000]
