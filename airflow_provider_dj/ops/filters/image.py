@@ -24,7 +24,9 @@ aside in ``failed/`` with the reason; otherwise the op fails.  Values read are r
 instance, so narrowing reads no file twice.  Differences from DJ, on purpose: a truncated image fails its row (DJ's import makes
 Pillow fill the missing part in; see the kernel's docstring), and a field that is not a list of
 paths fails its row with a message naming the field (DJ fails on it with whatever the value's type
-raises, or reads a string's characters as paths).
+raises, or reads a string's characters as paths); and a batch without the image field at all keeps
+its rows in every op (DJ's ``image_aspect_ratio_filter`` raises ``KeyError`` on such a batch, its
+other two keep the rows).
 
 Not supported: DJ's ``image_bytes_key`` (images stored in the row, as lists of bytes under
 ``image_bytes``).  A table holding such bytes fails the op with a message saying so, rather than
