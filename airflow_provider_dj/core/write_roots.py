@@ -20,7 +20,7 @@ import os
 import threading
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 
 __all__ = ["WriteOutsideRootsError", "check_write", "local_parts", "local_path_of", "local_roots"]
 
@@ -31,7 +31,7 @@ _cache_lock = threading.Lock()
 _cache: dict[str, tuple[tuple[str, ...], ...]] = {}
 
 
-class WriteOutsideRootsError(DJError, PermissionError):
+class WriteOutsideRootsError(RefusedError, PermissionError):
     """A write (or a folder a job creates) resolves outside ``[dj] allowed_roots``: a link on the way
     points outside them.  Nothing was written there; what was written before is untouched."""
 
@@ -42,7 +42,10 @@ class WriteOutsideRootsError(DJError, PermissionError):
             f"there. Remove the link, or use a work_dir, job_id or export_path whose folders are not links "
             f"out of the roots"
         )
-        self.path, self.resolved = path, resolved
+        self.path, self.resolved, self.roots = path, resolved, roots
+
+    def __reduce__(self):  # errors cross process boundaries (Ray, the local process pool)
+        return (type(self), (self.path, self.resolved, self.roots))
 
 
 def local_path_of(path: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 
 # The key tables, re-exported: recipe.py, section_parsers.py, gen_docs and the tests read them as schema.X.
 from airflow_provider_dj.engine.config.recipe_keys import *  # noqa: F403
@@ -24,7 +24,7 @@ from airflow_provider_dj.engine.config.recipe_keys import (
 )
 
 
-class RecipeError(DJError, ValueError):
+class RecipeError(RefusedError, ValueError):
     """A recipe (or an override of it) is invalid.
 
     ``file`` is the recipe file (None when parsing a dict), ``key`` the dotted

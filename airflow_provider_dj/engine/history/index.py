@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.core.write_roots import check_write
 
 ENTRY_DTYPE = np.dtype([("k0", "<u8"), ("k1", "<u8"), ("job", "<u4"), ("row", "<u8")])  # packed: 28 bytes
@@ -49,7 +49,7 @@ VERSIONS_DIR = "versions"
 MANIFEST_FILE = "manifest.json"
 
 
-class HistoryIndexError(DJError, RuntimeError):
+class HistoryIndexError(RefusedError, RuntimeError):
     """The history index is damaged or does not fit the recipe; the message says which file and what to do."""
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.engine.input import hashing, media
 from airflow_provider_dj.engine.input.indexing import index_inputs
 from airflow_provider_dj.engine.input.partitioning import (
@@ -95,12 +95,15 @@ _CORRUPT_INFO_TODO = (
 )
 
 
-class ResumeRefusedError(DJError, RuntimeError):
+class ResumeRefusedError(RefusedError, RuntimeError):
     """Continuing this job would be wrong; nothing in the job directory was changed."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+    def __reduce__(self):  # errors cross process boundaries (Ray, the local process pool)
+        return (type(self), (self.reason, str(self)))
 
 
 @dataclass

@@ -8,12 +8,12 @@ from datetime import datetime, timezone
 
 import xxhash
 
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
 
-class JobIdError(DJError, ValueError):
+class JobIdError(RefusedError, ValueError):
     pass
 
 

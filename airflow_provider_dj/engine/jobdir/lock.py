@@ -33,14 +33,14 @@ import time
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.core.write_roots import check_write
 from airflow_provider_dj.engine.jobdir.layout import RUNNER_LOCK
 
 LOCK_REL = RUNNER_LOCK
 
 
-class JobLockedError(DJError, RuntimeError):
+class JobLockedError(RefusedError, RuntimeError):
     pass
 
 

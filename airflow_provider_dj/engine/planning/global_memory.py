@@ -15,7 +15,7 @@ import math
 import os
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 
 #: Peak bytes per row of the global step, measured on 10M keys: with lineage (the default) the loaded
 #: keys and input rows (24), one contiguous copy of the keys (16), the sort's order and its working
@@ -24,7 +24,7 @@ KEY_BYTES_PER_ROW = 78
 GB = 1e9
 
 
-class GlobalStepTooLargeError(DJError, ValueError):
+class GlobalStepTooLargeError(RefusedError, ValueError):
     """A global op would need more memory for its step than the machine running it has."""
 
 

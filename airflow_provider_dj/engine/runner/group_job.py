@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
 from airflow_provider_dj.engine.jobdir.stop_report import report_stopped_partitions
@@ -47,7 +47,7 @@ EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 130
 REFUSED_PREFIX = "refused before any work: "
 
 
-class GroupJobRefusedError(DJError, RuntimeError):
+class GroupJobRefusedError(RefusedError, RuntimeError):
     """The Ray Job cannot run this group (or global step) here; the message says what to change.  Nothing
     was written."""
 
