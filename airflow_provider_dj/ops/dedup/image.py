@@ -33,14 +33,13 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
-from airflow_provider_dj.ops.base import Deduplicator, OpArgumentError, OpFatalError
+from airflow_provider_dj.ops.base import Deduplicator, OpArgumentError
 from airflow_provider_dj.ops.dedup.exact import DocumentDeduplicator
-from airflow_provider_dj.ops.filters.image import DEFAULT_IMAGE_BYTES_KEY, image_lists
 from airflow_provider_dj.ops.kernels.image_hash import METHODS, image_hashes
-from airflow_provider_dj.ops.kernels.images import open_image
+from airflow_provider_dj.ops.kernels.image_lists import op_image_lists
+from airflow_provider_dj.ops.kernels.images import open_image, pillow_missing
 from airflow_provider_dj.ops.kernels.keys import KEY_TYPE
 from airflow_provider_dj.ops.registry import register
 
@@ -85,6 +84,9 @@ class ImageDeduplicator(Deduplicator):
         method = args.get("method", "phash")
         if method not in METHODS:
             raise OpArgumentError("method", _method_message(method))
+        missing = pillow_missing(cls.name)
+        if missing:
+            raise OpArgumentError("image_key", missing)
 
     @classmethod
     def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
@@ -95,13 +97,7 @@ class ImageDeduplicator(Deduplicator):
 
     def image_hash_strings(self, table: pa.Table) -> list[str]:
         """Per row, DJ's ``imagehash``: the concatenated hashes of its distinct paths ('' without images)."""
-        bytes_key = self.common_args.get("image_bytes_key", DEFAULT_IMAGE_BYTES_KEY)
-        if bytes_key in table.column_names and _holds_bytes(table.column(bytes_key)):
-            raise OpFatalError(
-                f"{self.name}: the rows hold images as bytes in {bytes_key!r}, which the native op does not "
-                f"read (it reads the files named in {self.image_key!r}); drop that column or rename it"
-            )
-        lists = image_lists(table, self.image_key)
+        lists = op_image_lists(table, self.name, self.image_key, self.common_args.get("image_bytes_key"))
         self._hash_paths([p for p in dict.fromkeys(lists.paths) if p not in self._memo])
         per_row: list[dict[str, None]] = [{} for _ in range(table.num_rows)]
         for path, row in zip(lists.paths, lists.row_of.tolist()):
@@ -127,13 +123,3 @@ class ImageDeduplicator(Deduplicator):
 
 def _method_message(method: Any) -> str:
     return f"image_deduplicator: method must be one of {', '.join(METHODS)}, got {method!r}"
-
-
-def _holds_bytes(col: pa.ChunkedArray) -> bool:
-    """Whether a column holds lists of bytes with at least one element (DJ would read images from it)."""
-    t = col.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        return False
-    if not (pa.types.is_binary(t.value_type) or pa.types.is_large_binary(t.value_type)):
-        return False
-    return bool(pc.sum(pc.fill_null(pc.list_value_length(col), 0)).as_py() or 0)

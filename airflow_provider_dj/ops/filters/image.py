@@ -42,92 +42,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dj.ops.base import Filter, OpArgumentError, OpFatalError
-from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
+from airflow_provider_dj.ops.base import Filter, OpArgumentError
+from airflow_provider_dj.ops.kernels.image_lists import ImageLists, input_row, op_image_lists
 from airflow_provider_dj.ops.kernels.images import (
-    ImageFieldError,
     ImageReadError,
     file_size,
     image_size,
-    row_image_paths,
+    pillow_missing,
 )
 from airflow_provider_dj.ops.registry import register
 from airflow_provider_dj.ops.stats import get_stat, set_stat
 
 #: Data-Juicer's default ``image_bytes_key``: a column of that name holds images as bytes.
-DEFAULT_IMAGE_BYTES_KEY = "image_bytes"
 #: How many read results an op instance remembers (a path's size or its error).
 _MEMO_LIMIT = 1 << 16
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
-
-
-class ImageLists:
-    """A batch's image lists, flattened: ``paths`` (every image of every row, in order) and
-    ``row_of`` (the row each path belongs to); ``counts`` per row."""
-
-    def __init__(self, paths: list[str], row_of: np.ndarray, num_rows: int) -> None:
-        self.paths = paths
-        self.row_of = row_of
-        self.num_rows = num_rows
-        self.counts = np.bincount(row_of, minlength=num_rows).astype(np.int64)
-
-    def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int32)
-
-    def as_lists(self, values: np.ndarray, type_: pa.DataType) -> pa.ListArray:
-        """``values`` (one per path) regrouped into one list per row."""
-        return pa.ListArray.from_arrays(pa.array(self.offsets()), pa.array(values, type_))
-
-
-def image_lists(table: pa.Table, key: str) -> ImageLists:
-    """The image lists of ``table``'s rows under ``key`` (a row without the field names none).
-
-    A ``list<string>`` column is flattened by Arrow; a row holding a null or empty path, or a column
-    of another type, is read row by row so that ``ImageFieldError`` names the field and the value.
-    """
-    n = table.num_rows
-    if key not in table.column_names:
-        return ImageLists([], np.zeros(0, np.int64), n)
-    col = table.column(key)
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and (
-        pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)
-    ):
-        flat = pc.list_flatten(col)
-        if flat.null_count == 0 and not pc.any(pc.equal(pc.utf8_length(flat), 0)).as_py():
-            lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
-            row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-            return ImageLists(flat.to_pylist(), row_of, n)
-    paths: list[str] = []
-    rows: list[int] = []
-    for i, value in enumerate(col.to_pylist()):
-        try:
-            found = row_image_paths(value, key)
-        except ImageFieldError as exc:
-            row = input_row(table, i)
-            raise ImageFieldError(f"input row {row}: {exc}" if row is not None else str(exc)) from None
-        paths.extend(found)
-        rows.extend([i] * len(found))
-    return ImageLists(paths, np.asarray(rows, np.int64), n)
-
-
-def input_row(table: pa.Table, i: int) -> int | None:
-    """The input row number of ``table``'s row ``i`` (None when the engine has not set it), for messages."""
-    if INPUT_ROW_COLUMN not in table.column_names:
-        return None
-    return table.column(INPUT_ROW_COLUMN)[i].as_py()
-
-
-def _holds_bytes(col: pa.ChunkedArray) -> bool:
-    """Whether a column holds lists of bytes with at least one element (DJ reads images from it;
-    it ignores a column of any other type, e.g. base64 strings)."""
-    t = col.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        return False
-    if not (pa.types.is_binary(t.value_type) or pa.types.is_large_binary(t.value_type)):
-        return False
-    return bool(pc.sum(pc.fill_null(pc.list_value_length(col), 0)).as_py() or 0)
 
 
 def _in_range(values: np.ndarray, lo: Any, hi: Any, min_closed: bool, max_closed: bool, reverse: bool) -> np.ndarray:
@@ -145,6 +75,8 @@ class _ImageFilter(Filter):
     stat_keys: ClassVar[tuple[str, ...]]
     #: The Arrow type of each stat key's list elements.
     stat_types: ClassVar[tuple[pa.DataType, ...]]
+    #: Whether the op opens images (Pillow); the size filter reads file sizes only.
+    opens_images: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -173,6 +105,9 @@ class _ImageFilter(Filter):
         value = args.get("any_or_all", "any")
         if value not in ("any", "all"):
             raise OpArgumentError("any_or_all", f"{cls.name}: any_or_all must be 'any' or 'all', got {value!r}")
+        missing = pillow_missing(cls.name) if cls.opens_images else None
+        if missing:
+            raise OpArgumentError("image_key", missing)
 
     @classmethod
     def input_fields(cls, args: dict[str, Any], text_key: str) -> dict[str, str]:
@@ -199,13 +134,7 @@ class _ImageFilter(Filter):
         return hit[1]
 
     def _lists(self, table: pa.Table) -> ImageLists:
-        bytes_key = self.common_args.get("image_bytes_key", DEFAULT_IMAGE_BYTES_KEY)
-        if bytes_key in table.column_names and _holds_bytes(table.column(bytes_key)):
-            raise OpFatalError(
-                f"{self.name}: the rows hold images as bytes in {bytes_key!r}, which the native op does not "
-                f"read (it reads the files named in {self.image_key!r}); drop that column or rename it"
-            )
-        return image_lists(table, self.image_key)
+        return op_image_lists(table, self.name, self.image_key, self.common_args.get("image_bytes_key"))
 
     # -- stats and decision ---------------------------------------------------
     def compute_stats(self, table: pa.Table) -> pa.Table:
@@ -344,6 +273,7 @@ class ImageSizeFilter(_ImageFilter):
     name = "image_size_filter"
     stat_keys = ("image_sizes",)
     stat_types = (pa.int64(),)
+    opens_images = False
 
     def __init__(
         self,

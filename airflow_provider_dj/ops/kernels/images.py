@@ -20,6 +20,7 @@ registry does, at DAG-parse time) costs nothing.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
@@ -67,6 +68,14 @@ class ImageReadError(DJError, ValueError):
 
 class ImageFieldError(DJError, ValueError):
     """A row's image field holds something other than a list of paths."""
+
+
+def pillow_missing(op_name: str) -> str | None:
+    """Why ``op_name`` cannot run here when Pillow is not installed (None when it is): checked when the
+    recipe is validated, so a missing extra stops the job before any partition runs."""
+    if importlib.util.find_spec("PIL") is not None:
+        return None
+    return f"{op_name} needs Pillow, which is not installed: install the {EXTRA!r} extra (pip install '{EXTRA}')"
 
 
 def pil() -> Any:

@@ -93,6 +93,20 @@ def test_validation_refuses_bad_arguments_before_any_task(name, args, key, messa
     assert ei.value.key == key and message in str(ei.value)
 
 
+def test_without_pillow_validation_names_the_extra_and_the_size_filter_still_runs(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "PIL" else real_find_spec(name, *a)
+    )
+    for name in ("image_shape_filter", "image_aspect_ratio_filter", "image_deduplicator"):
+        with pytest.raises(OpArgumentError) as ei:
+            get_op_class(name).validate_args({})
+        assert f"{name} needs Pillow" in str(ei.value) and "airflow-provider-dj[image]" in str(ei.value)
+    get_op_class("image_size_filter").validate_args({})  # file sizes only: no Pillow needed
+
+
 @pytest.mark.parametrize(
     "text,size",
     [("0", 0), ("1024", 1024), ("1KB", 1024), ("1kib", 1024), ("2MiB", 2 << 20), ("1TB", 1 << 40), ("1.5KB", 15 << 10)],
