@@ -120,9 +120,9 @@ def _private_ray(num_cpus: int, recipe, out, executor: str = "ray"):
     if os.environ.get("RAY_ADDRESS"):
 
         def connect_cluster():
-            from airflow_provider_dj.engine.runner.local import _local_ray
+            from airflow_provider_dj.engine.runner.local import local_ray
 
-            ray = _local_ray(num_cpus)
+            ray = local_ray(num_cpus)
             out.reinstall_signals()  # ray.init in this thread replaced SIGTERM's handler
             return ray
 

@@ -102,15 +102,15 @@ class OpArgumentError(DJError, ValueError):
         self.key = key
 
 
-def _type_ok(value: Any, expected: Any) -> bool:
+def type_ok(value: Any, expected: Any) -> bool:
     """Loose isinstance over annotation-like specs (tuples, Optional, int-for-float)."""
     if expected is Any or expected is None:
         return True
     if isinstance(expected, tuple):
-        return any(_type_ok(value, e) for e in expected)
+        return any(type_ok(value, e) for e in expected)
     origin = typing.get_origin(expected)
     if origin is typing.Union or str(origin) == "types.UnionType":
-        return any(_type_ok(value, e) for e in typing.get_args(expected))
+        return any(type_ok(value, e) for e in typing.get_args(expected))
     if origin in (list, tuple):
         return isinstance(value, (list, tuple))
     if origin is dict:
@@ -195,7 +195,7 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
         for key, value in args.items():
             if key in own:
                 expected = hints.get(key, Any)
-                if not _type_ok(value, expected):
+                if not type_ok(value, expected):
                     raise OpArgumentError(
                         key,
                         f"argument {key!r} of {cls.name} must be {_type_name(expected)}, "
@@ -203,7 +203,7 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
                     )
                 continue
             if key in COMMON_OP_ARGS:
-                if not _type_ok(value, COMMON_OP_ARGS[key]) or (key == "max_failed_ratio" and not _ratio_ok(value)):
+                if not type_ok(value, COMMON_OP_ARGS[key]) or (key == "max_failed_ratio" and not _ratio_ok(value)):
                     expected = (
                         "a number from 0 to 1 (a fraction of the op's input rows)"
                         if key == "max_failed_ratio"

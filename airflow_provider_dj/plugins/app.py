@@ -69,7 +69,7 @@ def _job_dir_for(job_id: str, user) -> tuple[str, str | None]:
 def _focus(job_dir: str, task_id: str | None, map_index: int | None) -> set[int] | None:
     if task_id is None or map_index is None or map_index < 0:
         return None
-    for g in job_data._plan_doc(job_dir).get("execution_groups", []):
+    for g in job_data.read_plan_doc(job_dir).get("execution_groups", []):
         if g.get("airflow_map_index") == map_index:
             return set(g["partition_ids"])
     return None

@@ -54,7 +54,8 @@ PARTITION_EVENTS = 40
 CELL_STATES = ("completed", "running", "failed", "partial", "pending")
 
 
-def _plan_doc(job_dir: str) -> dict:
+def read_plan_doc(job_dir: str) -> dict:
+    """The job's execution plan document; ``{}`` while it is not written (or unreadable)."""
     try:
         return loads_json(storage.read_bytes(storage.join(job_dir, EXECUTION_PLAN)))
     except (FileNotFoundError, ValueError):
@@ -174,7 +175,7 @@ def _job_overview(job_dir: str, dag_id: str | None, run_id: str | None, t0: floa
     prog = job_progress(job_dir, events=events, markers=marker_cache.shared)
     job_failures = failures(job_dir, events)
     failed = failed_partition_ids(job_dir, job_failures)
-    plan_doc = _plan_doc(job_dir)
+    plan_doc = read_plan_doc(job_dir)
     return {
         "job_id": prog["job_id"],
         "job_dir": job_dir,

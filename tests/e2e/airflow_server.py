@@ -355,7 +355,7 @@ def stop_ray_head(state_dir: str) -> list[int]:
     return kill_session(pid)
 
 
-def ray_worker_pids(state_dir: str, task_name: str = "_segment_task") -> list[int]:
+def ray_worker_pids(state_dir: str, task_name: str = "segment_task") -> list[int]:
     """Pids of Ray workers of *our* head executing ``task_name`` right now.
 
     A Ray worker sets its process title to ``ray::<task>`` while it runs a

@@ -39,7 +39,7 @@ from airflow_provider_dj.engine.config.schema import (
     recipe_from_dict,
 )
 from airflow_provider_dj.engine.config.section_parsers import SectionParser, get_or_default
-from airflow_provider_dj.ops.base import COMMON_OP_ARGS, OpArgumentError, _type_ok, suggest
+from airflow_provider_dj.ops.base import COMMON_OP_ARGS, OpArgumentError, suggest, type_ok
 from airflow_provider_dj.ops.registry import UnknownOpError, get_op_class, op_names
 
 __all__ = [
@@ -190,7 +190,7 @@ def parse_recipe(
 
 def _wants_str(path: str) -> bool:
     """Whether a templated key takes its rendered text as is: paths, nested items, string op arguments
-    (the op's own type check, ``ops.base._type_ok``, says whether a string is one of its values)."""
+    (the op's own type check, ``ops.base.type_ok``, says whether a string is one of its values)."""
     op = T.op_arg_of(path)
     if op is None or path != f"process[{op[0]}].{op[1]}.{op[2]}":
         return True  # a path, or an item nested in an argument's list or mapping
@@ -198,7 +198,7 @@ def _wants_str(path: str) -> bool:
         expected = get_op_class(op[1]).arg_types().get(op[2], Any)
     except UnknownOpError:
         return True  # the parser reports the op
-    return _type_ok("text", expected)
+    return type_ok("text", expected)
 
 
 def _leaves(nested: dict, prefix: str = "") -> frozenset[str]:

@@ -229,7 +229,7 @@ class SegmentActor:
                 event_defaults=event_defaults,
                 op_factory=self.op,
             ).to_dict()
-        except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch._segment_task)
+        except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch.segment_task)
             return {
                 "partition_id": partition_id,
                 "segment_index": self.segment_index,

@@ -33,9 +33,13 @@ from airflow_provider_dj.core.errors import DJError
 log = logging.getLogger(__name__)
 
 
-def _segment_task(
+def segment_task(
     job_dir: str, segment_index: int, partition_id: int, try_number: int | None, defaults: dict, modules: tuple = ()
 ) -> dict:
+    """One partition of one segment, as every dispatcher runs it (a Ray task, a pool process, this
+    process): ``run_segment``'s result as a dict, or ``{"stopped": True, ...}`` for a graceful stop.
+
+    Its name is the Ray task's (a worker's process title is ``ray::segment_task`` while it runs one)."""
     import logging as _logging
 
     _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -212,7 +216,7 @@ class _GroupDispatch:
         self.handle, self.try_number, self.event_defaults, self.num_cpus = handle, try_number, event_defaults, num_cpus
         self.plan = JobContext(job_dir).plan
         self.modules = tuple(op_modules(self.plan))
-        self.remote = ray.remote(num_cpus=num_cpus, max_retries=0)(_segment_task)
+        self.remote = ray.remote(num_cpus=num_cpus, max_retries=0)(segment_task)
         self.queue = list(partition_ids)
         self.limit = len(self.queue)
         self.refs: dict = {}
@@ -399,7 +403,7 @@ class _GroupDispatch:
                 if done or now - last_line >= 30:
                     last_line = now
                     say(
-                        _progress_line(
+                        progress_line(
                             self.segment_index,
                             self.partition_ids,
                             self.results,
@@ -446,7 +450,7 @@ class PartitionFailedError(DJError, RuntimeError):
     cause: BaseException | None = None
 
 
-def _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, elapsed) -> str:
+def progress_line(segment_index, partition_ids, results, errors, rows_by_partition, elapsed) -> str:
     """'segment 0: 3/4 partitions (750/1,000 rows) done, 0 failed, 2.1s, 357 rows/s, ETA 0.7s'."""
     line = f"segment {segment_index}: {len(results)}/{len(partition_ids)} partitions"
     if rows_by_partition:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core import gc_pause
-from airflow_provider_dj.engine.jobdir.events import _order, iter_event_files, parse_event_lines
+from airflow_provider_dj.engine.jobdir.events import event_order, iter_event_files, parse_event_lines
 
 #: Jobs whose events one cache keeps (least recently read dropped first): a page shows one job at a time.
 MAX_JOBS = 4
@@ -84,7 +84,7 @@ class EventCache:
                 except FileNotFoundError:
                     continue
             if changed or job.merged is None:
-                job.merged = sorted((e for t in job.tails.values() for e in t.events), key=_order)
+                job.merged = sorted((e for t in job.tails.values() for e in t.events), key=event_order)
             return list(job.merged)
 
 

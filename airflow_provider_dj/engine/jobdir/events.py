@@ -196,7 +196,8 @@ def parse_event_lines(data: bytes, event_type: str | None = None) -> list[dict]:
     return out
 
 
-def _order(ev: dict) -> tuple:
+def event_order(ev: dict) -> tuple:
+    """The sort key that merges several writers' events into one order: time, then writer, then sequence."""
     return (ev.get("timestamp", 0), str(ev.get("writer", "")), ev.get("seq", 0))
 
 
@@ -221,5 +222,5 @@ def read_events(job_dir: str, event_type: str | None = None, since: float | None
             if since is not None and ev.get("timestamp", 0) < since:
                 continue
             events.append(ev)
-    events.sort(key=_order)
+    events.sort(key=event_order)
     return events

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from airflow_provider_dj.engine.execution.ray_dispatch import (
     DispatchHandle,
     PartitionFailedError,
-    _progress_line,
-    _segment_task,
+    progress_line,
     run_partitions,
+    segment_task,
 )
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class LocalDispatcher:
         if (self.workers == 1 or len(partition_ids) == 1) and not watchdog.policy.enabled:
             outcomes = {}
             for a in args:
-                outcomes[a[2]] = _outcome(lambda a=a: _segment_task(*a))
+                outcomes[a[2]] = _outcome(lambda a=a: segment_task(*a))
                 on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
         else:
             run = _PoolRun(self, job_dir, segment_index, partition_ids, args, watchdog)
@@ -173,7 +173,7 @@ class _PoolRun:
 
     def submit(self, pid: int) -> None:
         self.watchdog.submitted(pid)
-        self.futures[self.dispatcher._pool_now().submit(_segment_task, *self.args[pid])] = pid
+        self.futures[self.dispatcher._pool_now().submit(segment_task, *self.args[pid])] = pid
 
     def wait_all(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
         for pid in self.args:
@@ -242,7 +242,7 @@ def _outcome(call: Callable[[], dict]) -> tuple[str, Any]:
 def _line(segment_index, partition_ids, outcomes, rows_by_partition, t0) -> str:
     results = {pid: o[1] for pid, o in outcomes.items() if o[0] == "ok"}
     errors = [(pid, o[1]) for pid, o in outcomes.items() if o[0] == "error"]
-    return _progress_line(segment_index, partition_ids, results, errors, rows_by_partition, time.perf_counter() - t0)
+    return progress_line(segment_index, partition_ids, results, errors, rows_by_partition, time.perf_counter() - t0)
 
 
 def _results(job_dir: str, segment_index: int, partition_ids: list[int], outcomes: dict) -> list[dict]:

@@ -125,7 +125,7 @@ def run_job(
         if why:
             say(f"executor: Ray, whatever the rows: {why}")
     if executor == "ray" and ray_client is None:
-        ray_client = functools.partial(_local_ray, workers)  # called at most at the first dispatch
+        ray_client = functools.partial(local_ray, workers)  # called at most at the first dispatch
     dispatcher = _dispatcher(executor, workers, ray_client)
     try:
         gpu_preflight_step(
@@ -153,7 +153,7 @@ def run_job(
         if dispatcher is None:
             choice = choose_after_planning(started, workers)
             say(f"executor: {choice.line}")
-            client = ray_client or functools.partial(_local_ray, workers)
+            client = ray_client or functools.partial(local_ray, workers)
             dispatcher = _dispatcher(choice.executor, choice.workers, client)
         return _run_started(started, dispatcher, run_id, say, review)
     finally:
@@ -191,7 +191,7 @@ def run_prepared_job(
         say(f"executor: {choice.line}")
         executor, workers = choice.executor, choice.workers
     if executor == "ray" and ray_client is None:
-        ray_client = functools.partial(_local_ray, workers)
+        ray_client = functools.partial(local_ray, workers)
     dispatcher = _dispatcher(executor, workers, ray_client)
     try:
         return _run_started(started, dispatcher, prepared.runner_id, say)
@@ -294,7 +294,7 @@ def _require_barrier(job_dir: str, segment_index: int) -> None:
         raise BarrierNotReachedError(f"{status.message}: the global step needs every partition's keys")
 
 
-def _local_ray(workers: int):
+def local_ray(workers: int):
     """The Ray this process is connected to, else the cluster at RAY_ADDRESS, else a private local one."""
     import ray
 

@@ -70,14 +70,15 @@ def join_flat(pieces: pa.Array, parents: np.ndarray, n: int, sep: str) -> pa.Arr
 _I64 = np.iinfo(np.int64)
 
 
-def _fill(arr: pa.Array) -> tuple[pa.Array, pa.Array | None]:
+def fill_nulls(arr: pa.Array) -> tuple[pa.Array, pa.Array | None]:
     """("" for nulls, validity mask or None) so list kernels never see nulls."""
     if arr.null_count == 0:
         return arr, None
     return pc.fill_null(arr, ""), arr.is_valid()
 
 
-def _restore_nulls(out: pa.Array, valid: pa.Array | None) -> pa.Array:
+def restore_nulls(out: pa.Array, valid: pa.Array | None) -> pa.Array:
+    """``out`` with nulls back where ``fill_nulls`` filled them (``valid`` is its mask; None: none were)."""
     return out if valid is None else pc.if_else(valid, out, pa.scalar(None, out.type))
 
 
@@ -238,7 +239,7 @@ class RemoveLongWordsMapper(Mapper):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
-        filled, valid = _fill(arr)
+        filled, valid = fill_nulls(arr)
         lines, line_doc = split_flat(filled, "\n")
         fields, field_line = split_flat(lines, "\t")
         words, word_field = split_flat(fields, " ")
@@ -249,7 +250,7 @@ class RemoveLongWordsMapper(Mapper):
         line_text = join_flat(field_text.filter(pa.array(field_kept)), field_line[field_kept], len(lines), "\t")
         line_kept = np.bincount(field_line[field_kept], minlength=len(lines)) > 0
         out = join_flat(line_text.filter(pa.array(line_kept)), line_doc[line_kept], len(arr), "\n")
-        return replace_text(table, self.text_key, _restore_nulls(out.cast(arr.type), valid))
+        return replace_text(table, self.text_key, restore_nulls(out.cast(arr.type), valid))
 
 
 # --- remove_repeat_sentences_mapper ---------------------------------------------
@@ -345,7 +346,7 @@ class RemoveRepeatSentencesMapper(Mapper):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)
-        filled, valid = _fill(arr)
+        filled, valid = fill_nulls(arr)
         lines, line_doc = split_flat(filled, "\n")
         sentences, sent_line = self._sentences(lines)
         keys = py_strip(sentences)
@@ -365,4 +366,4 @@ class RemoveRepeatSentencesMapper(Mapper):
             keep[idx[first]] = True
         line_text = join_flat(sentences.filter(pa.array(keep)), sent_line[keep], len(lines), "")
         out = join_flat(line_text, line_doc, len(arr), "\n")
-        return replace_text(table, self.text_key, _restore_nulls(out.cast(arr.type), valid))
+        return replace_text(table, self.text_key, restore_nulls(out.cast(arr.type), valid))

@@ -23,7 +23,7 @@ from airflow_provider_dj.ops.kernels.tokenizers import (
     require_sentencepiece,
     sentencepiece_pieces,
 )
-from airflow_provider_dj.ops.mappers.text import _fill, _restore_nulls, join_flat, split_flat
+from airflow_provider_dj.ops.mappers.text import fill_nulls, join_flat, restore_nulls, split_flat
 from airflow_provider_dj.ops.registry import register
 
 _SPECIAL = "".join(sorted(SPECIAL_CHARACTERS))
@@ -43,7 +43,7 @@ def keep_words(arr: pa.Array, keep: Callable[[pa.Array], np.ndarray]) -> pa.Arra
     spaces, empty tab fields and empty lines disappear even where no word
     is dropped.  Null texts stay null.
     """
-    filled, valid = _fill(arr)
+    filled, valid = fill_nulls(arr)
     lines, line_doc = split_flat(filled, "\n")
     fields, field_line = split_flat(lines, "\t")
     words, word_field = split_flat(fields, " ")
@@ -56,7 +56,7 @@ def keep_words(arr: pa.Array, keep: Callable[[pa.Array], np.ndarray]) -> pa.Arra
     line_text = join_flat(field_text.filter(pa.array(field_kept)), field_line[field_kept], len(lines), "\t")
     line_kept = np.bincount(field_line[field_kept], minlength=len(lines)) > 0
     out = join_flat(line_text.filter(pa.array(line_kept)), line_doc[line_kept], len(arr), "\n")
-    return _restore_nulls(out.cast(arr.type), valid)
+    return restore_nulls(out.cast(arr.type), valid)
 
 
 def lacks_substrings(words: pa.Array, substrings: tuple[str, ...]) -> np.ndarray:
@@ -130,7 +130,7 @@ class RemoveWordsWithIncorrectSubstringsMapper(Mapper):
         return lacks_substrings(words, self.substrings)
 
     def _tokenized(self, arr: pa.Array) -> pa.Array:
-        filled, valid = _fill(arr)
+        filled, valid = fill_nulls(arr)
         # SentencePiece's batch API: the per-row work stays in C++ (one call, not one per row).
         pieces = sentencepiece_pieces(load_sentencepiece(self._sentencepiece_path()), filled)
         flat = pc.replace_substring(pieces.flatten(), pattern=SP_SPACE, replacement="")
@@ -141,7 +141,7 @@ class RemoveWordsWithIncorrectSubstringsMapper(Mapper):
             return arr
         joined = join_flat(flat.filter(pa.array(keep)), parents[keep], len(arr), "")
         out = pc.if_else(pa.array(changed), joined.cast(arr.type), filled)
-        return _restore_nulls(out, valid)
+        return restore_nulls(out, valid)
 
     def process_table(self, table: pa.Table) -> pa.Table:
         arr = text_array(table, self.text_key)

@@ -79,9 +79,9 @@ def test_retention_policy_applied_after_success(tmp_path, policy, kept):
 
 
 def test_progress_line_shows_rows_rate_and_eta():
-    from airflow_provider_dj.engine.execution.ray_dispatch import _progress_line
+    from airflow_provider_dj.engine.execution.ray_dispatch import progress_line
 
-    line = _progress_line(0, [0, 1, 2, 3], {0: {}, 1: {}}, [], {0: 250, 1: 250, 2: 250, 3: 250}, 2.0)
+    line = progress_line(0, [0, 1, 2, 3], {0: {}, 1: {}}, [], {0: 250, 1: 250, 2: 250, 3: 250}, 2.0)
     assert line == "segment 0: 2/4 partitions (500/1,000 rows) done, 0 failed, 2.0s, 250 rows/s, ETA 2.0s"
 
 
