@@ -45,3 +45,29 @@ def test_the_documented_planned_job_example_runs(tmp_path, monkeypatch):
     with open(tmp_path / "demo_output" / "planned.jsonl", encoding="utf-8") as fh:
         assert sum(1 for _ in fh) == 874
     assert not (tmp_path / "demo_output" / "api_jobs" / "planned-001" / "metadata" / "runner.lock").exists()
+
+
+def test_the_doc_imports_only_the_public_face():
+    """The doc's examples and its prose import from ``airflow_provider_dj.engine`` (names in its
+    ``__all__``) and ``airflow_provider_dj.exceptions`` only: nothing deeper is the API."""
+    import airflow_provider_dj.engine as engine
+    import airflow_provider_dj.exceptions as exceptions
+
+    with open(DOC, encoding="utf-8") as fh:
+        text = fh.read()
+    public = {"airflow_provider_dj.engine": engine, "airflow_provider_dj.exceptions": exceptions}
+    imports = re.findall(r"from\s+(airflow_provider_dj[\w.]*)\s+import\s+([\w ,]+)", text)
+    assert imports, "the doc imports nothing?"
+    for module, names in imports:
+        assert module in public, f"docs/python_api.md imports from {module}: export the name from the engine"
+        for name in (n.strip() for n in names.split(",")):
+            assert name in public[module].__all__, f"{name} is not in {module}.__all__"
+            getattr(public[module], name)
+
+
+def test_every_engine_export_resolves():
+    import airflow_provider_dj.engine as engine
+
+    assert sorted(dir(engine)) == sorted(engine.__all__)
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None
