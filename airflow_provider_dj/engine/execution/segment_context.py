@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_dj.engine.execution.failure_guard import load_settings
+from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition, load_settings
 from airflow_provider_dj.engine.execution.segment_checkpoints import SegmentCheckpoints
 from airflow_provider_dj.engine.jobdir import faults, stop_control
 from airflow_provider_dj.engine.jobdir.events import EventLog
+from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.observe.lineage import LineageRecorder
 from airflow_provider_dj.engine.observe.tracer import tracer_for_partition
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
@@ -178,6 +179,24 @@ class SegmentContext:
             error_message=f"op {i} ({op_name}): {error}",
             status="failed",
         )
+
+    def check_failure_rate(self, plog, op, i: int, table: pa.Table, outcome) -> None:
+        """Past the failure-rate guard with op ``i``'s failed rows: fail here, before op i's checkpoint
+        (the one before it commits first), with failed/ already written."""
+        try:
+            check_partition(
+                self.guard,
+                outcome.accounting,
+                outcome.failed_reasons,
+                partition_id=self.partition_id,
+                label=self.label,
+                resume=resume_command(self.recipe.source_file, self.ctx.job_id),
+            )
+        except FailureRateExceededError as exc:
+            self.checkpoints.flush_quietly()
+            self.emit_op_failed(i, op.name, table.num_rows, str(exc), failed=exc.failed, reason="failure_rate_guard")
+            plog.partition_failed(f"op {i} ({op.name}): {exc}")
+            raise
 
     def emit_checkpoint_load(self, k: int, rows: int) -> None:
         self.events.emit(

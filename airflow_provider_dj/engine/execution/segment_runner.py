@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from airflow_provider_dj.engine.execution.batch_cursor import run_expensive_op
 from airflow_provider_dj.engine.execution.failed_rows import write_failed as _write_failed
-from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition
 from airflow_provider_dj.engine.execution.key_rows import compute_keys
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.execution.reuse import reuse_from_earlier_job
@@ -35,7 +34,6 @@ from airflow_provider_dj.engine.execution.segment_start import (
 )
 from airflow_provider_dj.engine.execution.table_slices import byte_slices
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.storage.global_op_state import (
@@ -189,7 +187,7 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
         outcome.accounting[FAILED_FILE_KEY] = _write_failed(
             sc.ctx, i, op.name, sc.partition_id, outcome.failed_rows, outcome.failed_reasons
         )
-    _check_failure_rate(sc, plog, op, i, table, outcome)
+    sc.check_failure_rate(plog, op, i, table, outcome)
     sc.lineage.observe(i, op, table, outcome)
     if sc.tracer is not None:  # candidates are durable before any checkpoint after op i (engine.observe.tracer)
         sc.tracer.observe(i, op, table, outcome)
@@ -292,24 +290,6 @@ def _apply(sc: SegmentContext, plog, op, i: int, table: pa.Table):
         sc.checkpoints.flush_quietly()  # the checkpoint of the op before commits: the retry resumes after it
         sc.emit_op_failed(i, op.name, table.num_rows, f"{type(exc).__name__}: {exc}")
         plog.partition_failed(f"op {i} ({op.name}): {type(exc).__name__}: {exc}")
-        raise
-
-
-def _check_failure_rate(sc: SegmentContext, plog, op, i: int, table: pa.Table, outcome) -> None:
-    """Past the failure-rate guard: fail here, before op i's checkpoint, with failed/ written."""
-    try:
-        check_partition(
-            sc.guard,
-            outcome.accounting,
-            outcome.failed_reasons,
-            partition_id=sc.partition_id,
-            label=sc.label,
-            resume=resume_command(sc.recipe.source_file, sc.ctx.job_id),
-        )
-    except FailureRateExceededError as exc:
-        sc.checkpoints.flush_quietly()
-        sc.emit_op_failed(i, op.name, table.num_rows, str(exc), failed=exc.failed, reason="failure_rate_guard")
-        plog.partition_failed(f"op {i} ({op.name}): {exc}")
         raise
 
 

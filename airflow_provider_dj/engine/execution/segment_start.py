@@ -15,10 +15,8 @@ import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.failed_rows import write_failed
-from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition
 from airflow_provider_dj.engine.execution.op_runner import apply_keep_mask
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
-from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.storage.global_op_state import KEY_ERROR_COLUMN, MASK_COLUMN, mask_store
 from airflow_provider_dj.engine.storage.resume_point import load_latest_checkpoint, read_input_rows
@@ -136,7 +134,7 @@ def apply_global_mask(
         outcome.accounting[FAILED_FILE_KEY] = write_failed(
             sc.ctx, g, op.name, sc.partition_id, outcome.failed_rows, outcome.failed_reasons
         )
-        _check_failure_rate(sc, plog, op, g, base.table, outcome)
+        sc.check_failure_rate(plog, op, g, base.table, outcome)
     sc.lineage.begin(base.op_index)
     sc.lineage.observe(g, op, base.table, outcome, matches=matches)
     table, acct = outcome.table, outcome.accounting
@@ -159,21 +157,3 @@ def apply_global_mask(
         committed = g
     sc.fault(g)
     return PartitionState(table, accounting, g, committed)
-
-
-def _check_failure_rate(sc: SegmentContext, plog, op, g: int, table: pa.Table, outcome) -> None:
-    """The failure-rate guard on the global op's failed rows, as after a per-row op: the partition fails
-    before the op's checkpoint, with failed/ written."""
-    try:
-        check_partition(
-            sc.guard,
-            outcome.accounting,
-            outcome.failed_reasons,
-            partition_id=sc.partition_id,
-            label=sc.label,
-            resume=resume_command(sc.recipe.source_file, sc.ctx.job_id),
-        )
-    except FailureRateExceededError as exc:
-        sc.emit_op_failed(g, op.name, table.num_rows, str(exc), failed=exc.failed, reason="failure_rate_guard")
-        plog.partition_failed(f"op {g} ({op.name}): {exc}")
-        raise
