@@ -11,7 +11,9 @@ Pages: ``/`` (recent jobs), ``/dag/{dag_id}/run/{run_id}`` (the DAG run's
 "Data-Juicer job" tab), ``/dag/{dag_id}/run/{run_id}/task/{task_id}/{map_index}``
 (the task instance's tab: the same page opened on its partitions),
 ``/job/{job_id}``.  JSON: ``/api/job/{job_id}`` and its ``/partition/{p}``,
-``/failed``, ``/trace/{op}``, ``/why?row=N``.
+``/failed``, ``/trace/{op}``, ``/why?row=N`` (with the thumbnails of a removed row's images), and
+``/thumbnail?row=N&image=K``: a scaled image of one of them (``plugins/thumbnails.py`` says which
+files it will open; never a path from the request).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 import airflow_provider_dj.plugins.job_data as job_data
 import airflow_provider_dj.plugins.job_lookup as job_lookup
+import airflow_provider_dj.plugins.thumbnails as thumbnails
 import airflow_provider_dj.plugins.views as views
 from airflow_provider_dj.engine.job.status import JobNotFoundError, job_status
 from airflow_provider_dj.engine.jobdir.identity import JobIdError, validate_job_id
@@ -36,6 +39,12 @@ URL_PREFIX = "/dj-jobs"
 #: The authenticated caller (401 otherwise); every route takes it.
 UserDep = Annotated[Any, Depends(current_user)]
 STATIC_FILES = {"job_view.js": "text/javascript", "job_view.css": "text/css"}
+#: A thumbnail's headers: cached by the browser only; an SVG placeholder may not load or run anything.
+THUMBNAIL_HEADERS = {
+    "Cache-Control": "private, max-age=300",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+}
 
 
 def _root(request: Request) -> str:
@@ -161,7 +170,28 @@ def _add_api_routes(app: FastAPI) -> None:
     def why_json(job_id: str, row: Annotated[int, Query(ge=0)], user: UserDep):
         job_dir, _ = _job_dir_for(job_id, user)
         with _missing_is_404(missing=why.RowOutOfRangeError):
-            return JSONResponse(why.why_row(job_dir, row))
+            answer = why.why_row(job_dir, row)
+        answer["thumbnails"] = thumbnails.thumbnail_paths(job_dir, answer)
+        return JSONResponse(answer)
+
+    @app.get("/api/job/{job_id}/thumbnail")
+    def thumbnail(
+        job_id: str,
+        row: Annotated[int, Query(ge=0)],
+        user: UserDep,
+        image: Annotated[int, Query(ge=0)] = 0,
+        size: Annotated[int, Query(ge=thumbnails.MIN_SIZE, le=thumbnails.MAX_SIZE)] = thumbnails.DEFAULT_SIZE,
+    ) -> Response:
+        job_dir, _ = _job_dir_for(job_id, user)
+        with _missing_is_404(missing=LookupError):  # no such row, a kept row, no such image
+            path, refused = thumbnails.image_file(job_dir, row, image)
+        if refused:
+            raise HTTPException(403, refused)
+        data, media_type, placeholder = thumbnails.render(path, size)
+        headers = dict(THUMBNAIL_HEADERS)
+        if placeholder:
+            headers["X-DJ-Thumbnail"] = f"placeholder: {placeholder}"
+        return Response(data, media_type=media_type, headers=headers)
 
 
 def _run_page(request: Request, user, dag_id: str, run_id: str, task_id=None, map_index=None) -> HTMLResponse:

@@ -114,6 +114,17 @@
       p.appendChild(document.createTextNode(
         (w.op_name ? " by op " + w.op_index + " " + w.op_name : "") + " in " + w.partition_label + ". " + (w.reason || "")));
       out.appendChild(p);
+      // A removed row's images, scaled down by the plugin (it opens only files the job's rows name).
+      if (w.thumbnails && w.thumbnails.length) {
+        var thumbs = el("div", { class: "thumbs" });
+        w.thumbnails.forEach(function (t) {
+          var fig = el("figure");
+          fig.appendChild(el("img", { src: api + t.path, alt: t.name, title: t.name, loading: "lazy" }));
+          fig.appendChild(el("figcaption", {}, t.name));
+          thumbs.appendChild(fig);
+        });
+        out.appendChild(thumbs);
+      }
       if (w.sample) out.appendChild(el("pre", {}, JSON.stringify(w.sample, null, 2)));
       if (w.source) out.appendChild(el("p", { class: "muted" }, "source: " + w.source));
     }).catch(function (e) { out.textContent = "look-up failed: " + e.message; });
