@@ -652,6 +652,7 @@ def render_ops_reference() -> str:
         ", ".join(_code(k) for k in sorted(COMMON_OP_ARGS)),
         "",
     ]
+    out += _media_ops_section(names, catalog)
     for kind in ("mapper", "filter", "deduplicator"):
         out += [f"## {kind.capitalize()}s", ""]
         for n, cls in classes.items():
@@ -659,6 +660,44 @@ def render_ops_reference() -> str:
                 continue
             out += _render_op(n, cls, catalog, fixtures)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+#: Name prefixes of Data-Juicer's image, audio and video ops (``ray_`` ones: its Ray-mode variants).
+MEDIA_OP_PREFIXES = ("image_", "audio_", "video_", "ray_image_", "ray_video_")
+
+
+def _media_ops_section(native: list[str], catalog: Any) -> list[str]:
+    """Which of Data-Juicer's image, audio and video ops run natively, which through the adapter and
+    which are refused, from the registry, the catalog and the adapter's own ``refusal`` (so it stays true
+    when an op becomes native)."""
+    from airflow_provider_dj.ops.dj_compat.adapter import refusal
+
+    media = sorted(n for n in catalog.OPS if n.startswith(MEDIA_OP_PREFIXES))
+    ours = [n for n in native if n.startswith(MEDIA_OP_PREFIXES)]
+    adapted = [n for n in media if n not in ours and refusal(n) is None]
+    refused = [n for n in media if n not in ours and refusal(n) is not None]
+    names = lambda ns: ", ".join(_code(n) for n in ns)  # noqa: E731
+    return [
+        "## Images, audio and video: native and through the adapter",
+        "",
+        f"Data-Juicer {catalog.DJ_VERSION} has {len(media)} image, audio and video ops. Whichever way an op "
+        "runs, the rows' media paths are resolved, checked (they must exist and lie under `allowed_roots`) and "
+        "hashed into the partition's content hash at planning, relative paths reach the op and the export "
+        "absolute, and auto partitioning sizes partitions by the files' bytes "
+        "([recipes.md](recipes.md#media-files-are-part-of-the-job)). `dags/recipes/demo_images.yaml` is a "
+        "runnable image-text recipe of native ops, checked against Data-Juicer's own export "
+        "(`tests/conformance/demo_images/`).",
+        "",
+        f"* **Native** ({len(ours)}; the `image` extra brings Pillow): {names(ours)}. Arrow batches, each "
+        "decision checked against Data-Juicer's own output on real images; an unreadable file sets its row aside "
+        "in `failed/` with the reason.",
+        f"* **Through the Data-Juicer adapter** ({len(adapted)}; `py-data-juicer` and the op's own "
+        f"dependencies and models installed where the tasks run, [dj_adapter.md](dj_adapter.md)): {names(adapted)}.",
+        f"* **Refused at validation** ({len(refused)}): "
+        + "; ".join(f"{_code(n)}: {refusal(n).split(';')[0].split(',')[0]}" for n in refused)
+        + ".",
+        "",
+    ]
 
 
 def _render_op(name: str, cls: type, catalog: Any, fixtures: dict[str, int]) -> list[str]:
