@@ -87,7 +87,8 @@ def image_file(job_dir: str, input_row: int, index: int) -> tuple[str | None, st
     path = images[index]
     what = f"image {index} of input row {input_row}"
     if storage.is_url(path) or "://" in path or not os.path.isabs(path):
-        return None, f"{what} is not a local file path; no thumbnail"
+        # A URL, or a relative path of a job planned before media paths were resolved at read time.
+        return None, f"{what} is not an absolute local file path ({path!r}); no thumbnail"
     path = os.path.abspath(path)
     if path not in _planned_files(job_dir, answer["partition_id"]):
         return None, f"{what} is not a file this job planned for the row's partition"
