@@ -256,6 +256,13 @@ DJ_NOTES: dict[str, str] = {
     "`failed/` under `skip_op_error`, else fails the job naming it. Needs the `image` extra.",
     "image_aspect_ratio_filter": "Width / height as Data-Juicer's decode gives them (EXIF orientation applied). "
     "A truncated image fails its row (Data-Juicer decodes it filled in). Needs the `image` extra.",
+    "image_blur_mapper": "Pillow's `GaussianBlur(radius)`, `BoxBlur(radius)` or `BLUR` on the image as "
+    "Data-Juicer's decode gives it, saved in the source's format: the pixels equal Data-Juicer's. Which images "
+    "are blurred is a hash of (the file's bytes, `blur_type`, `radius`) below `p`, not a random draw, so a retry "
+    "writes the same files (`p` 1 and 0 as there). The files go into the job directory beside the op's "
+    "checkpoints, named by their content digest, are committed with the checkpoint and exported into "
+    "`<export stem>_media/` ([recipes.md](recipes.md#media-files-written-by-ops)); `save_dir` is accepted and "
+    "not used. A file that cannot be read fails its row. Needs the `image` extra.",
     "llm_api_mapper": "Ours: an OpenAI-compatible chat-completions op with retries, answer validation into "
     "`failed/` and a durable record of paid calls ([llm_api_mapper.md](llm_api_mapper.md)).",
     "text_embedding_mapper": "Ours: offline sentence embeddings with a local model "

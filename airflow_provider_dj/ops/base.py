@@ -291,6 +291,20 @@ class Op(ABC):  # noqa: B024 - abstract so each kind below can declare its abstr
         self.op_index = op_index
         self.partition_id = partition_id
 
+    #: True for ops that write new media files (``image_blur_mapper``).  The engine then gives the op
+    #: its folder for each partition (``bind_media_dir``: in the job directory, beside the op's
+    #: checkpoints; ops never spell job-directory names), commits the files the op's output rows name
+    #: (``media_named``) with the checkpoint, removes the rest, and exports them beside the export.
+    writes_media: ClassVar[bool] = False
+
+    def bind_media_dir(self, path: str) -> None:  # noqa: B027 - optional hook, empty by default
+        """Where this op writes its files for the partition it runs on next (``writes_media`` ops)."""
+
+    def media_named(self, table: pa.Table) -> dict[str, dict]:
+        """The files of the bound folder that ``table`` (this op's output) names: file name -> seal
+        (``{"bytes": size, "xxh3_128": digest}``).  Empty for ops that write none."""
+        return {}
+
 
 class Mapper(Op):
     """Rewrites samples: the same rows, in the same order, with changed (or added) fields."""

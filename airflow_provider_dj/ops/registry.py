@@ -34,6 +34,7 @@ _BUILTIN_MODULES = (
     # Pillow is imported on the first image read (ops/kernels/images.py), never at registration.
     "airflow_provider_dj.ops.filters.image",
     "airflow_provider_dj.ops.dedup.image",
+    "airflow_provider_dj.ops.mappers.image_blur",
 )
 _loaded = False
 

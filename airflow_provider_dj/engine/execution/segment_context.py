@@ -112,6 +112,10 @@ class SegmentContext:
         else:
             op = create_op(self.ops_by_index[i].name, self.ops_by_index[i].args, self.recipe.text_key)
         op.bind_run_context(job_dir=self.job_dir, op_index=i, partition_id=self.partition_id)
+        if op.writes_media:  # its files go beside its checkpoints (engine/execution/media_files.py)
+            from airflow_provider_dj.engine.execution.media_files import media_folder
+
+            op.bind_media_dir(media_folder(self.job_dir, i, op.name, self.partition_id))
         return op
 
     def fault(self, op_index: int, point: str = "after_op") -> None:

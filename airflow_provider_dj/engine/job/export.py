@@ -33,6 +33,13 @@ from airflow_provider_dj.engine.output.errors import (
 )
 from airflow_provider_dj.engine.output.fields import clean_for_export
 from airflow_provider_dj.engine.output.hashing import HashingWriter
+from airflow_provider_dj.engine.output.media import (
+    export_media,
+    export_media_dir,
+    media_mapping,
+    remove_unnamed,
+    rewrite_media_paths,
+)
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
@@ -79,7 +86,10 @@ def export_job(
 
     markers = _final_markers(store, plan, parts)
     per_op = _checked_accounting(job_dir, ctx, parts, markers)
-    tables = _FinalTables(ctx, store, parts)
+    # Media files ops wrote (image_blur_mapper): in the export's media folder before the export commits.
+    media = media_mapping(job_dir, markers, recipe.export_path)
+    media_report = export_media(media) if media else None
+    tables = _FinalTables(ctx, store, parts, media)
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
         part_source = None
     ledger = _PartLedger()
@@ -87,6 +97,8 @@ def export_job(
     expected = per_op[-1]["rows_out"] if per_op else 0
     if rows != expected:
         raise AccountingError(f"export wrote {rows} rows but the final op produced {expected}")
+    if media:
+        remove_unnamed(recipe.export_path, media)
     history = _commit_dedup_history(job_dir, ctx, tables)
     duration = time.perf_counter() - t0
     events.emit(
@@ -108,6 +120,8 @@ def export_job(
         export={"rows": rows, "bytes": nbytes, "checksum": checksum, "manifest": manifest},
         started_at=started_at,
     )
+    if media_report is not None:
+        summary["export"]["media"] = {"dir": export_media_dir(recipe.export_path), **media_report}
     summary = _finish_summary(ctx, summary, markers, ledger)
     write_json(ctx.path(JOB_SUMMARY), summary)
     from airflow_provider_dj.engine.job.summary import after_summary_written
@@ -164,8 +178,11 @@ class _FinalTables:
     With a dedup history in the recipe, every loaded table's input-row column is kept in
     ``exported_rows`` (partition -> input row of each exported row): the history commit needs it."""
 
-    def __init__(self, ctx: JobContext, store: CheckpointStore, parts: list[dict]) -> None:
+    def __init__(
+        self, ctx: JobContext, store: CheckpointStore, parts: list[dict], media: dict[str, str] | None = None
+    ) -> None:
         self.ctx, self.store, self.parts = ctx, store, parts
+        self.media = media or {}  # media file in the job dir -> its copy beside the export
         self.exported_rows: dict[int, object] = {}
 
     def final_table(self, p: dict) -> pa.Table:
@@ -184,9 +201,11 @@ class _FinalTables:
         return cp.table
 
     def table_of(self, p: dict) -> pa.Table:
-        """The partition's final table with the columns the recipe does not keep removed."""
+        """The partition's final table with the columns the recipe does not keep removed, naming the
+        export's copies of its media files."""
         recipe = self.ctx.recipe
-        return clean_for_export(self.final_table(p), recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+        table = clean_for_export(self.final_table(p), recipe.keep_stats_in_res_ds, recipe.keep_hashes_in_res_ds)
+        return rewrite_media_paths(table, self.media)
 
     def tables(self) -> Iterator[pa.Table]:
         """Every partition's export table, in partition order."""

@@ -32,13 +32,15 @@ from airflow_provider_dj.engine.jobdir.layout import (
     CHECKPOINTS_DIR,
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
+    MEDIA_DIR_PREFIX,
     PARTITIONING_INFO,
 )
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, gc_guard, pinned_sources
 
 log = logging.getLogger(__name__)
 
-STATE_PREFIXES = ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_")
+#: The media files ops wrote go with the checkpoints that name them.
+STATE_PREFIXES = ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_", MEDIA_DIR_PREFIX)
 
 
 @dataclass

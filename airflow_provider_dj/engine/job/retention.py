@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, MEDIA_DIR_PREFIX
 from airflow_provider_dj.engine.storage.context import JobContext
 
 
@@ -13,7 +13,8 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
     keep_all keeps everything; keep_failed_only keeps the checkpoints of
     partitions that set samples aside in failed/ (so they can be inspected or
     reprocessed) and removes the rest; cleanup_all removes all op checkpoints,
-    dedup keys and masks.  partitioning_info.json, failed/ samples, events and
+    dedup keys and masks.  The media files an op wrote (``checkpoints/media_op_*``) go with the
+    checkpoints of their partition: the export holds its own copies.  partitioning_info.json, failed/ samples, events and
     the summary are always kept, and preserve_intermediate_data: true keeps
     everything.  A failed or stopped job never reaches this point, so resume
     state is never deleted by a failure (invariant 7).
@@ -27,7 +28,7 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
     keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
     for d in storage.listdir(root):
         full = storage.join(root, d)
-        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_")):
+        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_", MEDIA_DIR_PREFIX)):
             continue
         if policy == "cleanup_all" or not keep_pids:
             storage.remove_tree(full)
@@ -39,6 +40,9 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
             except (IndexError, ValueError):
                 continue
             if pid not in keep_pids:
-                storage.remove(storage.join(full, name))
+                if d.startswith(MEDIA_DIR_PREFIX):  # a partition's media files: a folder
+                    storage.remove_tree(storage.join(full, name))
+                else:
+                    storage.remove(storage.join(full, name))
         removed.append(f"{d} (except partitions {sorted(keep_pids)})")
     return {"policy": policy, "removed": removed}

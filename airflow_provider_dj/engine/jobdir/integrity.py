@@ -83,6 +83,23 @@ def file_problem(path: str, seal: dict) -> str | None:
     return bytes_problem(data, seal)
 
 
+# -- media files an op wrote ---------------------------------------------------
+#: In an op's accounting entry: the media files its output rows name (``Op.writes_media``), each
+#: ``{"path": <relative to the job dir>, "bytes": size, "xxh3_128": digest}``, committed with the next
+#: checkpoint's marker like the ``failed/`` file, so a checkpoint is trusted only with its files intact.
+MEDIA_FILES_KEY = "media_files"
+
+
+def media_files_problem(job_dir: str, accounting_entry: dict) -> str | None:
+    """Why a media file an op's accounting entry records is not as committed (None: all are, or none)."""
+    for seal in accounting_entry.get(MEDIA_FILES_KEY) or ():
+        path = storage.join(job_dir, *str(seal["path"]).split("/"))
+        problem = file_problem(path, seal)
+        if problem is not None:
+            return f"the media file of op {accounting_entry.get('op_index')} at {path}: {problem}"
+    return None
+
+
 # -- failed/ samples ----------------------------------------------------------
 FAILED_FILE_KEY = "failed_file"
 

@@ -35,6 +35,18 @@ STOP_REQUEST = "control/stop_request.json"
 #: Per-op, per-partition checkpoints (storage/checkpoints.py), and the exact partitions.
 CHECKPOINTS_DIR = "checkpoints"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
+#: Media files an op writes (``Op.writes_media``: image_blur_mapper's blurred copies), per op and
+#: partition, beside the op's checkpoints: ``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``.
+#: The checkpoint that commits the rows naming them lists each with its size and xxh3
+#: (integrity.MEDIA_FILES_KEY); retention and gc remove the folder with the checkpoints.
+MEDIA_DIR_PREFIX = "media_op_"
+
+
+def media_dir(op_index: int, op_name: str, partition_id: int) -> str:
+    """``checkpoints/media_op_<i>_<op>/partition_<p>`` (relative path): op i's files of one partition."""
+    return f"{CHECKPOINTS_DIR}/{MEDIA_DIR_PREFIX}{op_index:03d}_{op_name}/{partition_name(partition_id)}"
+
+
 #: The plan as people and tools read it (planning/execution_plan.py).
 EXECUTION_PLAN = "dag_execution_plan.json"
 #: How the job ended (job/summary.py).

@@ -56,6 +56,7 @@ def write_part(job_dir: str, partition_id: int) -> dict:
     ``partition_id``, ``path``, ``rows``, ``bytes`` and ``xxh3_128`` (hex, of the bytes as written)."""
     from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
     from airflow_provider_dj.engine.output.fields import clean_for_export
+    from airflow_provider_dj.engine.output.media import media_mapping, rewrite_media_paths
     from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
     from airflow_provider_dj.engine.storage.context import JobContext
     from airflow_provider_dj.engine.storage.jsonl_writer import write_jsonl
@@ -70,6 +71,8 @@ def write_part(job_dir: str, partition_id: int) -> dict:
     if cp is None:
         raise MissingFinalCheckpointError(f"partition {partition_id}: final checkpoint is torn; clear its task")
     table = clean_for_export(cp.table, ctx.recipe.keep_stats_in_res_ds, ctx.recipe.keep_hashes_in_res_ds)
+    # The export's copies of the media files the rows name (placed by the export step before it commits).
+    table = rewrite_media_paths(table, media_mapping(job_dir, {partition_id: cp.marker}, ctx.recipe.export_path))
     path = part_path(job_dir, partition_id)
     with storage.AtomicFileWriter(path, tmp_tag=f"p{partition_id}") as fh:
         out = HashingWriter(fh)

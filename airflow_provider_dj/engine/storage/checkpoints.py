@@ -17,7 +17,8 @@ ignored (and recomputed), never loaded.
 Integrity is checked on every load, not only the size: the whole data file
 is re-hashed (xxh3, far faster than the disk), and so is every ``failed/``
 file the marker's accounting records (``failed_file``: the samples an op set
-aside are part of what the checkpoint claims).  A checkpoint whose bytes
+aside are part of what the checkpoint claims) and every media file an op wrote
+that the rows name (``media_files``: a blurred image is part of the rows).  A checkpoint whose bytes
 changed after commit is *rejected*: the warning and a ``checkpoint_rejected``
 event name its path, and its marker is renamed to
 ``partition_XXXXX.commit.json.rejected-<time>`` (nothing is deleted), so
@@ -527,11 +528,12 @@ class CheckpointStore:
 
     # -- integrity ----------------------------------------------------------
     def _failed_files_problem(self, marker: dict) -> str | None:
-        """Why the ``failed/`` files this checkpoint's accounting records are not as committed (None: they are)."""
-        from airflow_provider_dj.engine.jobdir.integrity import failed_file_problem
+        """Why the ``failed/`` files and the media files this checkpoint's accounting records are not as
+        committed (None: they are)."""
+        from airflow_provider_dj.engine.jobdir.integrity import failed_file_problem, media_files_problem
 
         for entry in marker.get("accounting") or []:
-            problem = failed_file_problem(self.job_dir, entry)
+            problem = failed_file_problem(self.job_dir, entry) or media_files_problem(self.job_dir, entry)
             if problem:
                 return problem
         return None

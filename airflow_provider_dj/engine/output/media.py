@@ -1,0 +1,139 @@
+"""Media files in the export: the files ops wrote (``Op.writes_media``) copied beside the export.
+
+The rows of a final checkpoint name media files in the job directory
+(``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``); a job directory is work state that
+retention removes, so the export must not point into it.  Before the export is written, every media
+file the final checkpoints commit (their accounting's ``media_files``) is hard-linked, or copied
+when the two lie on different file systems, into ``<export stem>_media/`` beside the export (each
+file to a temporary name, then renamed: a reader never sees half a file), and the export's rows
+name those copies (:func:`rewrite_media_paths`: every exact match, in every string or list-of-string
+column).  Files are named by their content digest, so exporting again writes the same names; once
+the export is committed, files of the folder that it does not name (an earlier export's) go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_dj.core import fs as storage
+from airflow_provider_dj.engine.jobdir.integrity import MEDIA_FILES_KEY
+
+log = logging.getLogger(__name__)
+
+MEDIA_SUFFIX = "_media"
+_DATA_EXTENSIONS = (".jsonl", ".json", ".parquet")
+
+
+def export_media_dir(export_path: str) -> str:
+    """``<folder>/<stem>_media`` for an export at ``<folder>/<stem>.jsonl`` (``.json``, ``.parquet``,
+    and a compression suffix after them, are dropped from the stem)."""
+    folder, name = storage.dirname(export_path), storage.basename(export_path)
+    stem, ext = os.path.splitext(name)
+    if ext.lower() not in _DATA_EXTENSIONS:
+        inner, ext2 = os.path.splitext(stem)
+        if ext2.lower() in _DATA_EXTENSIONS:
+            stem = inner
+    return storage.join(folder, f"{stem}{MEDIA_SUFFIX}")
+
+
+def marker_job_dir(job_dir: str, marker: dict) -> str:
+    """The job directory a marker's relative paths are under: a reuse marker's source job, else this one."""
+    ref = marker.get("reference")
+    if ref and ref.get("job_id"):
+        return storage.join(storage.dirname(job_dir), ref["job_id"])
+    return job_dir
+
+
+def media_seals(job_dir: str, markers: dict[int, dict]) -> dict[str, dict]:
+    """Every media file the final markers commit: absolute path -> its seal."""
+    out: dict[str, dict] = {}
+    for pid in sorted(markers):
+        base = marker_job_dir(job_dir, markers[pid])
+        for entry in markers[pid].get("accounting") or ():
+            for seal in entry.get(MEDIA_FILES_KEY) or ():
+                out[storage.join(base, *str(seal["path"]).split("/"))] = seal
+    return out
+
+
+def media_mapping(job_dir: str, markers: dict[int, dict], export_path: str) -> dict[str, str]:
+    """Each committed media file's path in the job directory -> its path in the export's media folder."""
+    target = export_media_dir(export_path)
+    return {src: storage.join(target, storage.basename(src)) for src in media_seals(job_dir, markers)}
+
+
+def _place(src: str, dst: str) -> str:
+    """``src`` at ``dst``, by a hard link when both are local on one file system, else by a copy;
+    through a temporary name either way.  Returns how (``link`` or ``copy``)."""
+    if not storage.is_url(src) and not storage.is_url(dst):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.tmp-{uuid.uuid4().hex[:12]}")
+        try:
+            os.link(src, tmp)
+            os.replace(tmp, dst)
+            return "link"
+        except OSError:
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+    storage.atomic_write_bytes(dst, storage.read_bytes(src), what="a media file of the export")
+    return "copy"
+
+
+def export_media(mapping: dict[str, str]) -> dict:
+    """Place every file of ``mapping`` in the export's media folder (before the export commits)."""
+    how = {"link": 0, "copy": 0}
+    # Two partitions (or ops) that blurred the same image hold one file each under one name (the
+    # name is its content's digest): the export needs it once.
+    by_target = {dst: src for src, dst in sorted(mapping.items(), reverse=True)}
+    for dst, src in sorted(by_target.items()):
+        how[_place(src, dst)] += 1
+    return {"files": len(by_target), "linked": how["link"], "copied": how["copy"]}
+
+
+def remove_unnamed(export_path: str, mapping: dict[str, str]) -> list[str]:
+    """After the export is committed: remove the files of its media folder it does not name."""
+    folder = export_media_dir(export_path)
+    keep = {storage.basename(d) for d in mapping.values()}
+    removed = [n for n in storage.listdir(folder) if n not in keep]
+    for name in removed:
+        storage.remove(storage.join(folder, name))
+    if removed:
+        log.info("removed %d media file(s) an earlier export left in %s", len(removed), folder)
+    return removed
+
+
+def _rewrite_strings(values: pa.Array, keys: pa.Array, targets: pa.Array) -> pa.Array:
+    idx = pc.index_in(values, value_set=keys)
+    if idx.null_count == len(idx):
+        return values
+    return pc.if_else(pc.is_null(idx), values, targets.take(pc.fill_null(idx, 0)))
+
+
+def rewrite_media_paths(table: pa.Table, mapping: dict[str, str]) -> pa.Table:
+    """``table`` with every string equal to a key of ``mapping`` (in a string or list-of-string
+    column) replaced by its value."""
+    if not mapping or table.num_rows == 0:
+        return table
+    keys = pa.array(list(mapping), pa.string())
+    targets = pa.array(list(mapping.values()), pa.string())
+    for i, fld in enumerate(table.schema):
+        t = fld.type
+        if pa.types.is_string(t):
+            col = table.column(i).combine_chunks()
+            new = _rewrite_strings(col, keys, targets)
+        elif pa.types.is_list(t) and pa.types.is_string(t.value_type):
+            col = table.column(i).combine_chunks()
+            values = _rewrite_strings(col.values, keys, targets)
+            if values is col.values:
+                continue
+            new = pa.ListArray.from_arrays(col.offsets, values, mask=col.is_null())
+        else:
+            continue
+        table = table.set_column(i, fld, new)
+    return table
