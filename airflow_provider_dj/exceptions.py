@@ -82,6 +82,7 @@ _BY_MODULE = {
         "ChatUnavailableError",
     ),
     "airflow_provider_dj.ops.mappers.embedding": ("EmbeddingModelError",),
+    "airflow_provider_dj.ops.mappers.image_blur": ("ImageWriteError",),
     # The export, the review gate, a finished job read back.
     "airflow_provider_dj.engine.output.errors": (
         "AccountingError",
