@@ -14,8 +14,6 @@ never needs to know which module that is.  What to catch (docs/python_api.md, "E
 
 Names are resolved on first use, so importing this module imports neither the engine nor Airflow,
 and using one name imports only the module that defines it.
-Two input errors, ``InputError`` and ``PartitionTooLargeError``, are refusals that do not derive from
-``RefusedError`` yet (``engine/runner/local.py``'s ``INPUT_REFUSALS_PENDING``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def run_on_engine(
 def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: str, job_dir: str, out) -> int:
     from airflow_provider_dj.core.errors import RefusedError
     from airflow_provider_dj.engine.job.review import ReviewRejectedError
-    from airflow_provider_dj.engine.runner.local import INPUT_REFUSALS_PENDING, run_job
+    from airflow_provider_dj.engine.runner.local import run_job
     from airflow_provider_dj.engine.runner.stop import JobStopped
 
     num_cpus = args.num_cpus or os.cpu_count() or 1
@@ -73,7 +73,7 @@ def _run(args, recipe_path: str, recipe, overrides: dict, logical_date, job_id: 
     except ReviewRejectedError as exc:
         note = " (--no-input: nobody to ask)" if getattr(args, "no_input", False) else ""
         return out.failed([f"\nJob {job_id} stopped by its review gate{note}: {exc}"])
-    except (RefusedError, *INPUT_REFUSALS_PENDING) as exc:
+    except RefusedError as exc:
         reason = getattr(exc, "reason", None)
         return out.failed([f"error: refused before any work{f' ({reason})' if reason else ''}: {exc}"], code=2)
     except Exception as exc:  # noqa: BLE001 - reported with the resume command; the exit status says failed

@@ -30,16 +30,15 @@ INTERNAL = {
 REFUSALS = (
     "GlobalStepTooLargeError",
     "HistoryIndexError",
+    "InputError",
     "JobIdError",
     "JobLockedError",
+    "PartitionTooLargeError",
     "PathOutsideRootsError",
     "RecipeError",
     "ResumeRefusedError",
     "WriteOutsideRootsError",
 )
-#: Refusals defined in engine/input/, which another change is editing: they derive from RefusedError once
-#: it lands (engine/runner/local.py's INPUT_REFUSALS_PENDING covers them until then).
-PENDING = ("InputError", "PartitionTooLargeError")
 
 
 def _dj_error_classes() -> dict[str, str]:
@@ -97,14 +96,6 @@ def test_importing_the_exceptions_module_imports_neither_the_engine_nor_airflow(
 @pytest.mark.parametrize("name", REFUSALS)
 def test_refusals_derive_from_refused_error(name):
     assert issubclass(getattr(exc_module, name), RefusedError)
-
-
-@pytest.mark.parametrize("name", PENDING)
-def test_input_refusals_are_still_refusals_for_the_runner(name):
-    from airflow_provider_dj.engine.runner.local import INPUT_REFUSALS_PENDING
-
-    cls = getattr(exc_module, name)
-    assert issubclass(cls, RefusedError) or cls in INPUT_REFUSALS_PENDING
 
 
 @pytest.mark.parametrize(

@@ -16,14 +16,14 @@ import math
 import os
 
 from airflow_provider_dj import settings
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 
 #: Peak working memory of one partition per byte of its input (see the module docstring).
 WORKING_MEMORY_FACTOR = 3.5
 GIB = 1 << 30
 
 
-class PartitionTooLargeError(DJError, ValueError):
+class PartitionTooLargeError(RefusedError, ValueError):
     """A planned partition would not fit in a worker's memory."""
 
 

@@ -26,14 +26,14 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.engine.config.path_confinement import PathOutsideRootsError, allowed_roots
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
 
 
-class InputError(DJError, ValueError):
+class InputError(RefusedError, ValueError):
     """The dataset path does not name readable input; the message says what to fix."""
 
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
     from airflow_provider_dj.core.errors import RefusedError
     from airflow_provider_dj.engine.config.overrides import parse_set_args
-    from airflow_provider_dj.engine.runner.local import INPUT_REFUSALS_PENDING, run_job
+    from airflow_provider_dj.engine.runner.local import run_job
     from airflow_provider_dj.engine.runner.stop import JobStopped
 
     say = logging.getLogger("dj.runner").info
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except JobStopped as exc:
         print(str(exc), file=sys.stderr)
         return 130
-    except (RefusedError, *INPUT_REFUSALS_PENDING) as exc:
+    except RefusedError as exc:
         reason = getattr(exc, "reason", None)
         print(f"refused before any work{f' ({reason})' if reason else ''}: {exc}", file=sys.stderr)
         return 2

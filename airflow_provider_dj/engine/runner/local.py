@@ -25,8 +25,6 @@ from typing import Any, Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
-from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.job.setup import PreparedJob
 from airflow_provider_dj.engine.job.summary import read_job_summary
 from airflow_provider_dj.engine.job.watch import check as barrier_check
@@ -65,12 +63,6 @@ class JobResult:
     @property
     def resume_token(self) -> str:
         return self.job_id
-
-
-#: Refusals whose classes do not derive from ``RefusedError`` yet: ``engine/input/`` is being changed
-#: by another change.  Once ``InputError`` and ``PartitionTooLargeError`` derive from ``RefusedError``
-#: this goes, and a refusal is exactly ``isinstance(exc, RefusedError)``.
-INPUT_REFUSALS_PENDING: tuple[type[DJError], ...] = (InputError, PartitionTooLargeError)
 
 
 def run_job(
