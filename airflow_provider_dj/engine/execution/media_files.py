@@ -2,9 +2,10 @@
 
 The op writes each file (atomically, named by its content digest) into the folder the engine gives
 it, ``layout.media_dir(op, partition)``, beside the op's checkpoints.  Once the op's output is
-computed and before any checkpoint after it commits, :func:`commit_media` lists the files the output
-rows name, with their size and xxh3, for the op's accounting entry (which every later checkpoint's
-marker carries, so loading one re-checks the files: ``integrity.media_files_problem``), and removes
+computed and before any checkpoint after it commits, :func:`commit_media` writes the manifest of the
+files the output rows name (``layout.media_manifest``: each file's size and xxh3) and returns the
+manifest's seal for the op's accounting entry (which every later checkpoint's marker carries, so
+loading one re-checks the manifest and the files: ``integrity.media_files_problem``), and removes
 every other file of the folder: those of an earlier try that crashed before its commit, of rows that
 failed, and torn temporary files.  So after a commit the folder holds exactly the files committed
 checkpoints name; a crash before it leaves only files the retry writes again (same names, same
@@ -13,12 +14,14 @@ bytes: the op is deterministic) or removes.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pyarrow as pa
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import media_dir
+from airflow_provider_dj.engine.jobdir.integrity import file_seal
+from airflow_provider_dj.engine.jobdir.layout import media_dir, media_manifest
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +31,9 @@ def media_folder(job_dir: str, op_index: int, op_name: str, partition_id: int) -
     return storage.join(job_dir, *media_dir(op_index, op_name, partition_id).split("/"))
 
 
-def commit_media(job_dir: str, op, op_index: int, partition_id: int, out: pa.Table) -> list[dict]:
-    """The seals of the files op ``op_index``'s output ``out`` names (for its accounting entry); every
-    other file of its folder removed."""
+def commit_media(job_dir: str, op, op_index: int, partition_id: int, out: pa.Table) -> dict:
+    """The seal of the manifest of the files op ``op_index``'s output ``out`` names (for its accounting
+    entry), written now; every other file of its folder removed."""
     rel = media_dir(op_index, op.name, partition_id)
     folder = storage.join(job_dir, *rel.split("/"))
     named = op.media_named(out)
@@ -46,4 +49,18 @@ def commit_media(job_dir: str, op, op_index: int, partition_id: int, out: pa.Tab
             len(removed),
             folder,
         )
-    return [{"path": f"{rel}/{name}", **named[name]} for name in sorted(named)]
+    manifest = {
+        "op_index": op_index,
+        "op_name": op.name,
+        "partition_id": partition_id,
+        "dir": rel,
+        "files": [{"name": name, **named[name]} for name in sorted(named)],
+    }
+    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    manifest_rel = media_manifest(op_index, op.name, partition_id)
+    storage.atomic_write_bytes(
+        storage.join(job_dir, *manifest_rel.split("/")),
+        data,
+        what=f"the media manifest of op {op_index} ({op.name}) partition {partition_id}",
+    )
+    return {"path": manifest_rel, **file_seal(data)}

@@ -35,7 +35,7 @@ import xxhash
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
-from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, MEDIA_FILES_KEY
+from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, MEDIA_MANIFEST_KEY
 from airflow_provider_dj.engine.observe.lineage_reuse import copy_reused_lineage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, keys_store, mask_store
@@ -156,7 +156,7 @@ def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState
     # Not reused: a checkpoint with failed/ samples, or naming media files an op wrote (those lie in the
     # source job's directory, where this job's later checkpoints and its export would not find them).
     if not marker or any(
-        FAILED_FILE_KEY in (a or {}) or (a or {}).get(MEDIA_FILES_KEY) for a in marker.get("accounting") or []
+        FAILED_FILE_KEY in (a or {}) or MEDIA_MANIFEST_KEY in (a or {}) for a in marker.get("accounting") or []
     ):
         return None
     whole = k == sc.target

@@ -35,7 +35,7 @@ from airflow_provider_dj.engine.execution.segment_start import (
 )
 from airflow_provider_dj.engine.execution.table_slices import byte_slices
 from airflow_provider_dj.engine.jobdir import stop_control
-from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, MEDIA_FILES_KEY
+from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, MEDIA_MANIFEST_KEY
 from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
@@ -185,7 +185,7 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
     sc.beat("op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=0)
     outcome = _apply(sc, plog, op, i, table)
     if op.writes_media:  # the files the output names, committed with the next checkpoint; the rest removed
-        outcome.accounting[MEDIA_FILES_KEY] = commit_media(sc.job_dir, op, i, sc.partition_id, outcome.table)
+        outcome.accounting[MEDIA_MANIFEST_KEY] = commit_media(sc.job_dir, op, i, sc.partition_id, outcome.table)
     if outcome.failed_rows is not None:
         outcome.accounting[FAILED_FILE_KEY] = _write_failed(
             sc.ctx, i, op.name, sc.partition_id, outcome.failed_rows, outcome.failed_reasons

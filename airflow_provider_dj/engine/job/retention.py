@@ -40,7 +40,7 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
             except (IndexError, ValueError):
                 continue
             if pid not in keep_pids:
-                if d.startswith(MEDIA_DIR_PREFIX):  # a partition's media files: a folder
+                if d.startswith(MEDIA_DIR_PREFIX) and not name.endswith(".json"):  # a partition's files: a folder
                     storage.remove_tree(storage.join(full, name))
                 else:
                     storage.remove(storage.join(full, name))

@@ -84,16 +84,44 @@ def file_problem(path: str, seal: dict) -> str | None:
 
 
 # -- media files an op wrote ---------------------------------------------------
-#: In an op's accounting entry: the media files its output rows name (``Op.writes_media``), each
-#: ``{"path": <relative to the job dir>, "bytes": size, "xxh3_128": digest}``, committed with the next
-#: checkpoint's marker like the ``failed/`` file, so a checkpoint is trusted only with its files intact.
-MEDIA_FILES_KEY = "media_files"
+#: In an op's accounting entry (``Op.writes_media``): the seal (``path`` relative to the job dir,
+#: ``bytes``, ``xxh3_128``) of its media manifest, which lists the files its output rows name, each
+#: with its size and xxh3 (``{"dir": <relative folder>, "files": [{"name", "bytes", "xxh3_128"}]}``).
+#: Committed with the next checkpoint's marker like the ``failed/`` file, so a checkpoint is trusted
+#: only with its manifest and every file it lists intact; the markers stay small however many files.
+MEDIA_MANIFEST_KEY = "media_manifest"
+
+
+def read_media_manifest(job_dir: str, accounting_entry: dict) -> tuple[dict | None, str | None]:
+    """(the manifest an op's accounting entry commits, None) or (None, why it is not as committed);
+    (None, None) when the entry has none."""
+    seal = accounting_entry.get(MEDIA_MANIFEST_KEY)
+    if not seal:
+        return None, None
+    path = storage.join(job_dir, *str(seal["path"]).split("/"))
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
+        return None, f"the media manifest of op {accounting_entry.get('op_index')} at {path}: it is missing"
+    problem = bytes_problem(data, seal)
+    if problem is not None:
+        return None, f"the media manifest of op {accounting_entry.get('op_index')} at {path}: {problem}"
+    return json.loads(data), None
+
+
+def media_manifest_files(job_dir: str, manifest: dict) -> list[tuple[str, dict]]:
+    """(absolute path, seal) of every file a media manifest lists."""
+    folder = storage.join(job_dir, *str(manifest["dir"]).split("/"))
+    return [(storage.join(folder, f["name"]), f) for f in manifest.get("files") or ()]
 
 
 def media_files_problem(job_dir: str, accounting_entry: dict) -> str | None:
-    """Why a media file an op's accounting entry records is not as committed (None: all are, or none)."""
-    for seal in accounting_entry.get(MEDIA_FILES_KEY) or ():
-        path = storage.join(job_dir, *str(seal["path"]).split("/"))
+    """Why the media manifest an op's accounting entry commits, or a file it lists, is not as committed
+    (None: all are, or the entry has none)."""
+    manifest, problem = read_media_manifest(job_dir, accounting_entry)
+    if manifest is None:
+        return problem
+    for path, seal in media_manifest_files(job_dir, manifest):
         problem = file_problem(path, seal)
         if problem is not None:
             return f"the media file of op {accounting_entry.get('op_index')} at {path}: {problem}"

@@ -36,15 +36,23 @@ STOP_REQUEST = "control/stop_request.json"
 CHECKPOINTS_DIR = "checkpoints"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
 #: Media files an op writes (``Op.writes_media``: image_blur_mapper's blurred copies), per op and
-#: partition, beside the op's checkpoints: ``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``.
-#: The checkpoint that commits the rows naming them lists each with its size and xxh3
-#: (integrity.MEDIA_FILES_KEY); retention and gc remove the folder with the checkpoints.
+#: partition, beside the op's checkpoints: ``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``,
+#: and their manifest ``checkpoints/media_op_<i>_<op>/partition_<p>.json`` (each file's size and
+#: xxh3), whose own seal the op's accounting entry holds (integrity.MEDIA_MANIFEST_KEY), so the
+#: checkpoint that commits the rows naming them commits the files too.  Retention and gc remove them
+#: with the checkpoints.
 MEDIA_DIR_PREFIX = "media_op_"
 
 
 def media_dir(op_index: int, op_name: str, partition_id: int) -> str:
     """``checkpoints/media_op_<i>_<op>/partition_<p>`` (relative path): op i's files of one partition."""
     return f"{CHECKPOINTS_DIR}/{MEDIA_DIR_PREFIX}{op_index:03d}_{op_name}/{partition_name(partition_id)}"
+
+
+def media_manifest(op_index: int, op_name: str, partition_id: int) -> str:
+    """``checkpoints/media_op_<i>_<op>/partition_<p>.json`` (relative path): the files of :func:`media_dir`
+    that op i's output names, each with its size and xxh3."""
+    return f"{media_dir(op_index, op_name, partition_id)}.json"
 
 
 #: The plan as people and tools read it (planning/execution_plan.py).

@@ -3,7 +3,7 @@
 The rows of a final checkpoint name media files in the job directory
 (``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``); a job directory is work state that
 retention removes, so the export must not point into it.  Before the export is written, every media
-file the final checkpoints commit (their accounting's ``media_files``) is hard-linked, or copied
+file the final checkpoints commit (the media manifests their accounting seals) is hard-linked, or copied
 when the two lie on different file systems, into ``<export stem>_media/`` beside the export (each
 file to a temporary name, then renamed: a reader never sees half a file), and the export's rows
 name those copies (:func:`rewrite_media_paths`: every exact match, in every string or list-of-string
@@ -21,11 +21,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.integrity import MEDIA_FILES_KEY
+from airflow_provider_dj.engine.jobdir.integrity import media_manifest_files, read_media_manifest
+from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
 
 log = logging.getLogger(__name__)
 
 MEDIA_SUFFIX = "_media"
+
+
+class MediaManifestError(MissingFinalCheckpointError):
+    """A final checkpoint's media manifest is missing or changed: the partition must be recomputed."""
+
+
 _DATA_EXTENSIONS = (".jsonl", ".json", ".parquet")
 
 
@@ -50,13 +57,18 @@ def marker_job_dir(job_dir: str, marker: dict) -> str:
 
 
 def media_seals(job_dir: str, markers: dict[int, dict]) -> dict[str, dict]:
-    """Every media file the final markers commit: absolute path -> its seal."""
+    """Every media file the final markers commit (through their media manifests): absolute path -> its
+    seal.  ``MediaManifestError`` when a manifest is not as committed (the checkpoint that commits it
+    is then rejected when loaded, and recomputed)."""
     out: dict[str, dict] = {}
     for pid in sorted(markers):
         base = marker_job_dir(job_dir, markers[pid])
         for entry in markers[pid].get("accounting") or ():
-            for seal in entry.get(MEDIA_FILES_KEY) or ():
-                out[storage.join(base, *str(seal["path"]).split("/"))] = seal
+            manifest, problem = read_media_manifest(base, entry)
+            if problem is not None:
+                raise MediaManifestError(f"partition {pid}: {problem}; clear its task to recompute it")
+            if manifest is not None:
+                out.update(media_manifest_files(base, manifest))
     return out
 
 

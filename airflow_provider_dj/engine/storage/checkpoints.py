@@ -18,7 +18,7 @@ Integrity is checked on every load, not only the size: the whole data file
 is re-hashed (xxh3, far faster than the disk), and so is every ``failed/``
 file the marker's accounting records (``failed_file``: the samples an op set
 aside are part of what the checkpoint claims) and every media file an op wrote
-that the rows name (``media_files``: a blurred image is part of the rows).  A checkpoint whose bytes
+that the rows name (``media_manifest``: a blurred image is part of the rows).  A checkpoint whose bytes
 changed after commit is *rejected*: the warning and a ``checkpoint_rejected``
 event name its path, and its marker is renamed to
 ``partition_XXXXX.commit.json.rejected-<time>`` (nothing is deleted), so

@@ -4,7 +4,7 @@ exported beside the export, never orphaned by a crash or a resume, removed by re
 Whole jobs run in this process (``prepare_job`` + ``run_segment`` + ``export_job``, or ``run_job``)
 over real images installed packages ship (``media_corpus.py``).  "No orphan" is checked the same
 way everywhere: every file under the job's media folders is named by a committed checkpoint's
-accounting (``media_files``), and every file of the export's media folder by an exported row.
+accounting (through its ``media_manifest``), and every file of the export's media folder by an exported row.
 """
 
 from __future__ import annotations
@@ -97,11 +97,15 @@ def _media_files(job_dir: str) -> set[str]:
 
 
 def _committed_media(job_dir: str) -> set[str]:
-    """The media files named by the accounting of any committed checkpoint marker."""
+    """The media manifests the accounting of any committed checkpoint marker names, and the files
+    they list (relative to the job directory)."""
     named = set()
     for marker in glob.glob(os.path.join(job_dir, "checkpoints", "checkpoint_op_*", "*.commit.json")):
         for entry in json.loads(Path(marker).read_text())["accounting"]:
-            named |= {m["path"] for m in entry.get("media_files") or ()}
+            seal = entry.get("media_manifest")
+            if seal:
+                manifest = json.loads(Path(job_dir, seal["path"]).read_text())
+                named |= {seal["path"]} | {f"{manifest['dir']}/{f['name']}" for f in manifest["files"]}
     return named
 
 
@@ -140,7 +144,7 @@ def test_the_export_names_blurred_copies_in_its_media_folder(tmp_path, images) -
     assert by_text["the same twice"]["images"][0] == by_text["the same twice"]["images"][1]
     _assert_no_orphans(job)
     # The copies are hard links of the committed files (one file system here).
-    committed = _committed_media(job["dir"])
+    committed = {p for p in _committed_media(job["dir"]) if not p.endswith(".json")}
     for name in os.listdir(folder):
         sources = [os.path.join(job["dir"], p) for p in committed if os.path.basename(p) == name]
         assert any(os.path.samefile(os.path.join(folder, name), s) for s in sources)
@@ -164,6 +168,8 @@ def test_a_crash_before_the_commit_then_a_resume_exports_the_same_bytes_without_
     # file and a stray file of an earlier try lie beside them.
     folder = Path(job["dir"], "checkpoints", f"media_op_000_{BLUR}", "partition_00000")
     assert any(folder.iterdir()) and not _committed_media(job["dir"])
+    # The manifest was written before the checkpoint; no committed marker names it yet.
+    assert folder.with_suffix(".json").exists()
     (folder / ".x.jpg.tmp-123456789abc").write_bytes(b"torn")
     (folder / "stray_0123.jpg").write_bytes(b"an earlier try's file")
     for pid in range(2):
@@ -197,15 +203,16 @@ def test_a_killed_run_then_run_job_resume_leaves_no_orphans(tmp_path, images) ->
     _assert_no_orphans({"dir": str(job_dir), "out": str(out)})
 
 
-@pytest.mark.parametrize("damage", ["changed", "missing"])
+@pytest.mark.parametrize("damage", ["changed", "missing", "manifest_changed", "manifest_missing"])
 def test_a_damaged_media_file_rejects_its_checkpoints_and_is_recomputed(tmp_path, images, damage) -> None:
     job = _job(tmp_path, "damaged", _rows(images))
     for pid in range(2):
         run_segment(job["dir"], 0, pid)
-    [victim] = sorted(p for p in _committed_media(job["dir"]) if "partition_00001" in p)[:1]
+    suffix = "partition_00001.json" if damage.startswith("manifest") else "partition_00001/"
+    [victim] = sorted(p for p in _committed_media(job["dir"]) if suffix in p)[:1]
     path = Path(job["dir"], victim)
     original = path.read_bytes()
-    if damage == "missing":
+    if damage.endswith("missing"):
         path.unlink()
     else:
         path.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
