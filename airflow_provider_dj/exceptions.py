@@ -87,6 +87,7 @@ _BY_MODULE = {
         "ExportMismatchError",
         "MissingFinalCheckpointError",
     ),
+    "airflow_provider_dj.engine.output.media": ("MediaManifestError",),
     "airflow_provider_dj.engine.job.review": ("ReviewRejectedError",),
     "airflow_provider_dj.engine.job.summary": ("SummaryStatusError",),
     "airflow_provider_dj.engine.job.status": ("JobNotFoundError",),

@@ -29,6 +29,7 @@ from airflow_provider_dj.engine.jobdir.faults import FAULT_FILE, InjectedFault
 from airflow_provider_dj.engine.output.media import export_media_dir
 from airflow_provider_dj.ops.kernels.images import open_image
 from airflow_provider_dj.ops.mappers.image_blur import SOURCE_FILE_COLUMN, blur_filter
+from tests.helpers_compare import assert_same_bytes
 from tests.unit.engine.media_corpus import copy_images, write_rows
 
 RECIPE = """\
@@ -175,8 +176,8 @@ def test_a_crash_before_the_commit_then_a_resume_exports_the_same_bytes_without_
     for pid in range(2):
         run_segment(job["dir"], 0, pid)
     export_job(job["dir"])
-    assert Path(job["out"]).read_bytes() == clean_bytes.replace(
-        str(tmp_path / "a").encode(), str(tmp_path / "b").encode()
+    assert_same_bytes(
+        Path(job["out"]).read_bytes(), clean_bytes.replace(str(tmp_path / "a").encode(), str(tmp_path / "b").encode())
     )
     folder_b = export_media_dir(job["out"])
     assert {n: (Path(folder_b) / n).read_bytes() for n in os.listdir(folder_b)} == clean_media
@@ -220,7 +221,7 @@ def test_a_damaged_media_file_rejects_its_checkpoints_and_is_recomputed(tmp_path
     assert res.resumed_from_op == -1 and res.ops_run == [0, 1]  # both checkpoints named the file
     rejected = read_events(job["dir"], "checkpoint_rejected")
     assert rejected and all(str(path) in e["error_message"] for e in rejected)
-    assert path.read_bytes() == original  # written again, byte for byte
+    assert_same_bytes(path.read_bytes(), original, "the image is written again, byte for byte")
     export_job(job["dir"])
     _assert_no_orphans(job)
 
@@ -291,4 +292,4 @@ def test_the_parallel_export_parts_name_the_same_copies(tmp_path, images) -> Non
     job = _job(tmp_path, "parts", _rows(images))
     _run_all(job)
     parts = b"".join(Path(write_part(job["dir"], pid)["path"]).read_bytes() for pid in range(2))
-    assert parts == Path(job["out"]).read_bytes()
+    assert_same_bytes(parts, Path(job["out"]).read_bytes())
