@@ -51,7 +51,7 @@ class InputPlanningMixin:
         if mode == "cluster":
             return (
                 lambda r, say: plan_input(r, say, self._planning_tasks),
-                lambda info, dataset: prove_input(info, dataset, self._planning_tasks),
+                lambda info, dataset, job_dir: prove_input(info, dataset, self._planning_tasks, job_dir=job_dir),
             )
         if mode != "jobs" or (recipe.resume and not planned):
             return plan_input, None  # a resume of a missing job directory is refused by prepare_job
@@ -133,7 +133,7 @@ class InputPlanningMixin:
         """The input proof Ray job ``sid`` made, as an ``InputProof`` (its refusal raised as the resume's)."""
         doc = self._result_of(client, sid, status, recipe_dict, job_id, proof=True)
 
-        def proved(info: dict, dataset_path: str) -> int:
+        def proved(info: dict, dataset_path: str, job_dir: str) -> int:
             if "refused" in doc:
                 raise ResumeRefusedError(doc["reason"], doc["refused"])
             self.log.info("input proven unchanged on the cluster by Ray job %s in %ss", sid, doc.get("proved_s"))

@@ -6,7 +6,7 @@ integers.  The file is the ``K``-th image of input row ``N`` as the job recorded
 own rows name.  Before it is opened it must also be
 
 * a local file that planning resolved and digested for that row's partition (partitioning_info's
-  ``media.file_digests``): not a URL, not a path the sample record was edited to name;
+  digests, engine/input/media_digests.py): not a URL, not a path the sample record was edited to name;
 * under ``[dj] allowed_roots`` when the api-server has it set (``AllowedRoots.admits`` follows
   symlinks and ``..``, so a link swapped in after planning cannot point outside them).
 
@@ -27,6 +27,7 @@ import os
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.path_confinement import allowed_roots
 from airflow_provider_dj.engine.input.media import MediaKeys
+from airflow_provider_dj.engine.input.media_digests import read_file_digests
 from airflow_provider_dj.engine.observe import why
 from airflow_provider_dj.engine.storage.context import JobContext
 
@@ -65,7 +66,7 @@ def thumbnail_paths(job_dir: str, answer: dict) -> list[dict]:
 def _planned_files(job_dir: str, partition_id: int) -> set[str]:
     for p in JobContext(job_dir).partitioning_info.get("partitions", []):
         if p.get("partition_id") == partition_id:
-            return {os.path.abspath(f) for f in ((p.get("media") or {}).get("file_digests") or {})}
+            return {os.path.abspath(f) for f in (read_file_digests(job_dir, p) or {})}
     return set()
 
 

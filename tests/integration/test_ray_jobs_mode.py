@@ -463,7 +463,7 @@ def test_planning_as_a_ray_job_refuses_bad_input_and_a_resumes_input_proof_runs_
     info, _ = load_saved_partitioning(prepared.job_dir)
     proof_prefix = prefix.replace("-plan-", "-proof-")
     _, proof = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 3))  # a cleared validate
-    assert proof(info, good.dataset_path) == prove_input(info, good.dataset_path) > 0
+    assert proof(info, good.dataset_path, prepared.job_dir) == prove_input(info, good.dataset_path) > 0
     (proved,) = client.list_submissions(proof_prefix)
     assert proved.submission_id.endswith("-t3") and str(proved.status.value) == "SUCCEEDED"
     before = _tree(prepared.job_dir)
@@ -471,7 +471,7 @@ def test_planning_as_a_ray_job_refuses_bad_input_and_a_resumes_input_proof_runs_
         fh.write('{"text": "a row appended after planning"}\n')
     _, proof = op._where_input_is_read(good, "rjplan", _context(RUN_ID, 4))
     with pytest.raises(ResumeRefusedError, match="changed size") as refused:
-        proof(info, good.dataset_path)
+        proof(info, good.dataset_path, prepared.job_dir)
     assert refused.value.reason == "input_changed" and len(client.list_submissions(proof_prefix)) == 2
     assert _tree(prepared.job_dir) == before
 

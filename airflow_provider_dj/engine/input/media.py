@@ -308,9 +308,10 @@ def combine(rows_hash: str, media_digest: str) -> str:
     return xxhash.xxh3_128(f"{MEDIA_HASH_SCHEME}\x00{rows_hash}\x00{media_digest}".encode()).hexdigest()
 
 
-def changed_media(recorded: dict, now: PartitionMedia | None) -> str:
-    """Which media files differ from those a partition was planned on, in words (for resume's refusal)."""
-    before = dict((recorded or {}).get("file_digests") or {})
+def changed_media(recorded: dict[str, str], now: PartitionMedia | None) -> str:
+    """Which media files differ from those a partition was planned on (``recorded``: each file's digest
+    then, engine/input/media_digests.py), in words (for resume's refusal)."""
+    before = dict(recorded or {})
     after = dict(now.files) if now is not None else {}
     changed = [p for p in before if p in after and after[p] != before[p]]
     gone = [p for p in before if p not in after]

@@ -32,6 +32,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.engine.input import hashing, media
 from airflow_provider_dj.engine.input.indexing import index_inputs
+from airflow_provider_dj.engine.input.media_digests import FILE_DIGESTS, read_file_digests
 from airflow_provider_dj.engine.input.partitioning import (
     READABLE_PARTITIONING_INFO_VERSIONS,
     algorithm_for,
@@ -223,16 +224,19 @@ def _check_boundaries(info: dict) -> None:
         )
 
 
-#: ``(saved partitioning_info, dataset_path) -> bytes hashed``: steps 4 and 5 of a resume, the input
-#: proven to be the one the job was planned on, wherever that proof runs; raises ResumeRefusedError.
-InputProof = Callable[[dict, str], int]
+#: ``(saved partitioning_info, dataset_path, job_dir) -> bytes hashed``: steps 4 and 5 of a resume, the
+#: input proven to be the one the job was planned on, wherever that proof runs; raises ResumeRefusedError.
+InputProof = Callable[[dict, str, str], int]
 
 
-def prove_input(info: dict, dataset_path: str, run_tasks: RunTasks = run_on_threads) -> int:
+def prove_input(
+    info: dict, dataset_path: str, run_tasks: RunTasks = run_on_threads, *, job_dir: str | None = None
+) -> int:
     """Steps 4 and 5 by tasks over ``run_tasks``: the files and their rows as recorded, every partition's
-    content hash as recorded; return the bytes hashed.  Raises ResumeRefusedError."""
+    content hash as recorded; return the bytes hashed.  Raises ResumeRefusedError.  ``job_dir``: where
+    the media files' recorded digests are read from, to name a changed one (engine/input/media_digests.py)."""
     _compare_inputs(info, dataset_path, run_tasks)
-    return _verify_partition_hashes(info, run_tasks)
+    return _verify_partition_hashes(info, run_tasks, job_dir=job_dir)
 
 
 def _compare_inputs(saved: dict, dataset_path: str, run_tasks: RunTasks = run_on_threads) -> None:
@@ -341,9 +345,9 @@ def validate_resume(
         _compare_inputs(info, recipe.dataset_path)
         step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
         t0 = time.perf_counter()
-        nbytes = _verify_partition_hashes(info)
+        nbytes = _verify_partition_hashes(info, job_dir=job_dir)
     else:
-        nbytes = input_proof(info, recipe.dataset_path)
+        nbytes = input_proof(info, recipe.dataset_path, job_dir)
         step(4, "recreate_partitions", detail=f"{len(info['input_files'])} input files unchanged")
     secs = time.perf_counter() - t0
     step(
@@ -446,7 +450,7 @@ def load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
     return info, sealed
 
 
-def _verify_partition_hashes(info: dict, run_tasks: RunTasks = run_on_threads) -> int:
+def _verify_partition_hashes(info: dict, run_tasks: RunTasks = run_on_threads, *, job_dir: str | None = None) -> int:
     """Step 5: every partition's full content hashes as recorded (a task per partition, on this machine's
     cores); return the bytes hashed.  Raises ResumeRefusedError (hash_mismatch) naming the first
     partition that differs, and the media file when its rows are unchanged but a file they name is not
@@ -462,7 +466,9 @@ def _verify_partition_hashes(info: dict, run_tasks: RunTasks = run_on_threads) -
         if digest != p["content_hash"]:
             rows_same = named is not None and named["rows_hash"] == p.get("rows_hash")
             what = (
-                media.changed_media(p.get("media"), media.PartitionMedia("", named["media"]["file_digests"], 0))
+                media.changed_media(
+                    _recorded_file_digests(job_dir, p), media.PartitionMedia("", named["media"]["file_digests"], 0)
+                )
                 if rows_same
                 else "the input was edited or reordered since the job started"
             )
@@ -472,3 +478,10 @@ def _verify_partition_hashes(info: dict, run_tasks: RunTasks = run_on_threads) -
                 f"{p['end_row'] - 1}) does not match its recorded content hash: {what}",
             )
     return sum(n for _, n, _ in results)
+
+
+def _recorded_file_digests(job_dir: str | None, partition: dict) -> dict[str, str]:
+    """The media files' digests planning recorded for ``partition`` (empty when they cannot be read)."""
+    if job_dir is None:
+        return dict(((partition.get("media") or {}).get(FILE_DIGESTS)) or {})
+    return read_file_digests(job_dir, partition) or {}

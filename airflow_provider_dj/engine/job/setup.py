@@ -21,6 +21,7 @@ from typing import Callable
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.path_confinement import refuse_job_dir_outside_roots
+from airflow_provider_dj.engine.input.media_digests import split_file_digests, write_file_digests
 from airflow_provider_dj.engine.job.input_plan import InputPlanner, plan_input
 from airflow_provider_dj.engine.job.resume import InputProof, ResumeRefusedError, validate_resume
 from airflow_provider_dj.engine.jobdir import lock as job_lock
@@ -201,6 +202,8 @@ def _prepare_new_job(
     if history_pin is not None:  # before partitioning_info: a planned job always has its pin
         write_pin(paths.job_dir, history_pin)
         say(f"dedup_history: deduplicating against version {history_pin['version']} of {history_pin['path']}")
+    # Each media file's digest apart from partitioning_info, which every task reads (engine/input/media_digests.py).
+    write_file_digests(paths.job_dir, split_file_digests(info))
     write_json(info_path, info)  # last: its presence marks a planned job
     events = EventLog(paths.job_dir, job_id, defaults=event_defaults)
     events.emit(

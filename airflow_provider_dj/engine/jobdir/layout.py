@@ -35,6 +35,9 @@ STOP_REQUEST = "control/stop_request.json"
 #: Per-op, per-partition checkpoints (storage/checkpoints.py), and the exact partitions.
 CHECKPOINTS_DIR = "checkpoints"
 PARTITIONING_INFO = "checkpoints/partitioning_info.json"
+#: Each media file's digest, per partition (engine/input/media_digests.py): what planning read for the
+#: partitions whose rows name media files, kept out of partitioning_info.json, which every task reads.
+MEDIA_DIGESTS_DIR = "checkpoints/media_digests"
 #: Media files an op writes (``Op.writes_media``: image_blur_mapper's blurred copies), per op and
 #: partition, beside the op's checkpoints: ``checkpoints/media_op_<i>_<op>/partition_<p>/<file>``,
 #: and their manifest ``checkpoints/media_op_<i>_<op>/partition_<p>.json`` (each file's size and
@@ -66,6 +69,11 @@ FAILED_DIR = "failed"
 def partition_name(partition_id: int) -> str:
     """How a partition is named in every per-partition file and folder: ``partition_00003``."""
     return f"partition_{partition_id:05d}"
+
+
+def media_digests_file(partition_id: int) -> str:
+    """``checkpoints/media_digests/partition_<p>.json`` (relative path): the partition's media files' digests."""
+    return f"{MEDIA_DIGESTS_DIR}/{partition_name(partition_id)}.json"
 
 
 def op_dir_name(op_index: int, op_name: str) -> str:

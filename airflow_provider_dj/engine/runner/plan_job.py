@@ -173,7 +173,7 @@ def _prove_input(spec: PlanJobSpec, recipe, head: dict, run_tasks) -> int:
     t0 = time.perf_counter()
     try:
         info, _ = load_saved_partitioning(spec.verify_job_dir)
-        nbytes = prove_input(info, recipe.dataset_path, run_tasks)
+        nbytes = prove_input(info, recipe.dataset_path, run_tasks, job_dir=spec.verify_job_dir)
     except ResumeRefusedError as exc:
         write_json(out, {**head, "refused": str(exc), "reason": exc.reason})
         print(f"{REFUSED_PREFIX}{exc}", file=sys.stderr, flush=True)

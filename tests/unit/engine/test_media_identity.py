@@ -147,6 +147,11 @@ def test_strict_resume_refuses_a_changed_image_naming_it(corpus):
     recipe = _recipe(corpus["tmp"], corpus["data"])
     job = prepare_job(load_recipe(recipe), job_id="j", airflow_run_id="r1")
     job_lock.release(job.job_dir, "r1")
+    # Each file's digest is kept apart from partitioning_info.json, which every task reads.
+    info = json.load(open(os.path.join(job.job_dir, "checkpoints", "partitioning_info.json")))
+    assert all("file_digests" not in p["media"] and p["media"]["files"] == 3 for p in info["partitions"])
+    digests = json.load(open(os.path.join(job.job_dir, "checkpoints", "media_digests", "partition_00000.json")))
+    assert sorted(digests["file_digests"]) == sorted(str(p) for p in corpus["images"])
     resumed = prepare_job(load_recipe(recipe, {"resume": "j"}), job_id="j", airflow_run_id="r2")
     assert resumed.resumed  # unchanged images: the resume is accepted
     job_lock.release(job.job_dir, "r2")
