@@ -11,23 +11,10 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-DJ_VENV="${DJ_VENV:-/work/djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/dj_venv.sh"  # DJ_VENV and dj_venv_ready
 
-if [ ! -x "$DJ_VENV/bin/python" ] || ! "$DJ_VENV/bin/python" -c "import data_juicer" 2>/dev/null; then
-    echo "creating Data-Juicer venv in $DJ_VENV" >&2
-    python3 -m venv "$DJ_VENV"
-    "$DJ_VENV/bin/pip" install "py-data-juicer==1.6.1" aiohttp
-fi
-
-version="$("$DJ_VENV/bin/python" -c 'import data_juicer; print(data_juicer.__version__)')"
-case "$version" in
-    1.6.1*) ;;
-    *) echo "expected data_juicer 1.6.1 in $DJ_VENV, found $version" >&2; exit 1 ;;
-esac
-
-# Keep DJ's run hermetic: no telemetry/network, cache under a temp dir.
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
+dj_venv_ready
 
 cd "$HERE/../.."
 "$DJ_VENV/bin/python" "$HERE/generate_expected.py" "$@"

@@ -6,10 +6,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 DJ_VENV="${DJ_VENV:-$ROOT/bench/.djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/../dj_venv.sh"  # DJ_VENV and dj_venv_ready
+dj_venv_ready
 "$DJ_VENV/bin/python" -c "import data_juicer, imagededup" 2>/dev/null || {
     echo "$DJ_VENV lacks Data-Juicer 1.6.1 or imagededup (pip install py-data-juicer==1.6.1 imagededup)" >&2
     exit 1
 }
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
 "$DJ_VENV/bin/python" "$HERE/generate.py"

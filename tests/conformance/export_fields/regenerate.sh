@@ -4,16 +4,11 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-DJ_VENV="${DJ_VENV:-/work/djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/../dj_venv.sh"  # DJ_VENV and dj_venv_ready
 
-if [ ! -x "$DJ_VENV/bin/python" ] || ! "$DJ_VENV/bin/python" -c "import data_juicer" 2>/dev/null; then
-    echo "creating Data-Juicer venv in $DJ_VENV" >&2
-    python3 -m venv "$DJ_VENV"
-    "$DJ_VENV/bin/pip" install "py-data-juicer==1.6.1" aiohttp
-fi
+dj_venv_ready
 
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
 
 cd "$HERE"
 "$DJ_VENV/bin/python" "$HERE/generate.py" "$@"

@@ -5,11 +5,11 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
-DJ_VENV="${DJ_VENV:-/work/djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/../dj_venv.sh"  # DJ_VENV and dj_venv_ready
+dj_venv_ready
 OUR_PY="${OUR_PY:-$ROOT/.venv/bin/python}"
 "$DJ_VENV/bin/python" -c "import data_juicer, imagededup" 2>/dev/null || "$DJ_VENV/bin/pip" install imagededup
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
 mapfile -t SOURCES < <(cd "$ROOT" && "$OUR_PY" -c \
     'from tests.unit.engine.media_corpus import shipped_images; print("\n".join(map(str, shipped_images())))')
 "$DJ_VENV/bin/python" "$HERE/generate.py" "${SOURCES[@]}"

@@ -8,14 +8,11 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
-DJ_VENV="${DJ_VENV:-/work/djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/../dj_venv.sh"  # DJ_VENV and dj_venv_ready
 OUR_PY="${OUR_PY:-$REPO/.venv/bin/python}"
 
-if [ ! -x "$DJ_VENV/bin/python" ] || ! "$DJ_VENV/bin/python" -c "import data_juicer" 2>/dev/null; then
-    echo "creating Data-Juicer venv in $DJ_VENV" >&2
-    python3 -m venv "$DJ_VENV"
-    "$DJ_VENV/bin/pip" install "py-data-juicer==1.6.1" aiohttp
-fi
+dj_venv_ready
 # The model packages Data-Juicer declares for these ops (its 'nlp' extra).
 if ! "$DJ_VENV/bin/python" -c "import fasttext, kenlm, sentencepiece" 2>/dev/null; then
     "$DJ_VENV/bin/pip" install fasttext-predict kenlm sentencepiece
@@ -27,8 +24,6 @@ if [ -z "$FTZ" ]; then
     exit 1
 fi
 
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
 
 cd "$HERE"
 "$DJ_VENV/bin/python" "$HERE/generate.py" --fasttext-model "$FTZ" "$@"

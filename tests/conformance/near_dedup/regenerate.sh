@@ -3,9 +3,9 @@
 # (DJ_VENV, default /work/djvenv; DJ's SimHash op also needs simhash-pybind there).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-DJ_VENV="${DJ_VENV:-/work/djvenv}"
+# shellcheck source=/dev/null
+source "$HERE/../dj_venv.sh"  # DJ_VENV and dj_venv_ready
+dj_venv_ready
 "$DJ_VENV/bin/python" -c "import data_juicer, simhash" 2>/dev/null || "$DJ_VENV/bin/pip" install simhash-pybind
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-export HF_HOME="${HF_HOME:-$(mktemp -d)}"
 cd "$HERE"
 "$DJ_VENV/bin/python" "$HERE/generate.py" "$@"
