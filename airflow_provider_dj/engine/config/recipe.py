@@ -248,7 +248,7 @@ class _Parser(SectionParser):
             work_dir = self.path(self.str_(work_dir, "work_dir"), "work_dir")
         for key, url in (("dataset_path", dataset_path), ("export_path", export_path), ("work_dir", work_dir)):
             self.url_driver(key, url)
-        text_keys = self.str_list(get_or_default(data, "text_keys", S.DEFAULT_TEXT_KEYS), "text_keys")
+        text_keys = self.str_list(get_or_default(data, "text_keys", S.default_of(Recipe, "text_keys")), "text_keys")
         if not text_keys:
             raise self.err("text_keys", "must name at least one field, e.g. text_keys: text")
         job_id = self.safe_id(get_or_default(data, "job_id"), "job_id")
@@ -271,21 +271,28 @@ class _Parser(SectionParser):
             export_path=export_path,
             work_dir=work_dir,
             text_keys=text_keys,
-            np=self.int_(get_or_default(data, "np", S.DEFAULT_NP), "np"),
+            np=self.int_(get_or_default(data, "np", S.default_of(Recipe, "np")), "np"),
             process=process,
             executor_type=S.EXECUTOR_TYPE,
             partition=self.partition(data),
             checkpoint=self.checkpoint(self.section(data, "checkpoint"), names),
             intermediate_storage=self.storage(self.section(data, "intermediate_storage")),
             tracer=TracerConfig(
-                open_tracer=self.bool_(get_or_default(data, "open_tracer", False), "open_tracer"),
+                open_tracer=self.bool_(
+                    get_or_default(data, "open_tracer", S.default_of(TracerConfig, "open_tracer")), "open_tracer"
+                ),
                 op_list_to_trace=self.op_refs(get_or_default(data, "op_list_to_trace"), "op_list_to_trace", names),
-                trace_num=self.int_(get_or_default(data, "trace_num", 10), "trace_num"),
+                trace_num=self.int_(
+                    get_or_default(data, "trace_num", S.default_of(TracerConfig, "trace_num")), "trace_num"
+                ),
                 trace_keys=self.str_list(get_or_default(data, "trace_keys"), "trace_keys"),
             ),
-            skip_op_error=self.bool_(get_or_default(data, "skip_op_error", S.DEFAULT_SKIP_OP_ERROR), "skip_op_error"),
+            skip_op_error=self.bool_(
+                get_or_default(data, "skip_op_error", S.default_of(Recipe, "skip_op_error")), "skip_op_error"
+            ),
             keep_stats_in_res_ds=self.bool_(
-                get_or_default(data, "keep_stats_in_res_ds", False), "keep_stats_in_res_ds"
+                get_or_default(data, "keep_stats_in_res_ds", S.default_of(Recipe, "keep_stats_in_res_ds")),
+                "keep_stats_in_res_ds",
             ),
             job_id=job_id or resume,  # resuming a job means running under its id (as Data-Juicer does)
             resume=resume,
@@ -299,7 +306,7 @@ class _Parser(SectionParser):
             dedup_history=self.dedup_history(self.section(data, "dedup_history"), process),
             review=self.review(self.section(data, "review")),
             templates=templates or {},
-            **{k: self.media_key(get_or_default(data, k, v), k) for k, v in S.DEFAULT_MEDIA_KEYS.items()},
+            **{k: self.media_key(get_or_default(data, k, S.default_of(Recipe, k)), k) for k in S.DEFAULT_MEDIA_KEYS},
         )
         self.confine_recipe_paths(recipe)
         return recipe
@@ -308,7 +315,7 @@ class _Parser(SectionParser):
         """Data-Juicer's image_key / audio_key / video_key: one field name (engine/input/media.py)."""
         value = self.str_(raw, key)
         if not value.strip():
-            raise self.err(key, f"must name a field, e.g. {key}: {S.DEFAULT_MEDIA_KEYS[key]}")
+            raise self.err(key, f"must name a field, e.g. {key}: {S.default_of(Recipe, key)}")
         return value
 
     def export_options(self, data: dict, export_path: str, process: tuple[OpSpec, ...]):

@@ -1,14 +1,18 @@
 """The recipe data model: ``RecipeError`` and the frozen dataclasses a validated recipe is made of.
 
 Import from ``airflow_provider_dj.engine.config.recipe``, which re-exports all of it;
-the split only keeps the validating parser (recipe.py) short.  The key tables (which keys exist,
+the split only keeps the validating parser (recipe.py) short.  Each field is a key's one declaration
+(``key``): its default, which the parsers read through ``default_of``, and how ``to_dict``/``from_dict``
+(derived, ``Serialized``) write and read it; a new key is a field here plus its parsing.  The key tables (which keys exist,
 enums, defaults) live in ``recipe_keys.py``; they are re-exported here, so ``schema.X`` still works.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, NamedTuple, Self
 
 from airflow_provider_dj.core.errors import RefusedError
 
@@ -17,10 +21,11 @@ from airflow_provider_dj.engine.config.recipe_keys import *  # noqa: F403
 from airflow_provider_dj.engine.config.recipe_keys import (
     DEFAULT_DEDUP_HISTORY_MEMORY_MB,
     DEFAULT_MEDIA_KEYS,
+    DEFAULT_NP,
     DEFAULT_REVIEW_SAMPLE_ROWS,
-    PARTITION_FIELDS,
-    REVIEW_FIELDS,
-    STORAGE_FIELDS,
+    DEFAULT_SKIP_OP_ERROR,
+    DEFAULT_TEXT_KEYS,
+    EXECUTOR_TYPE,
 )
 
 
@@ -55,6 +60,95 @@ class RecipeError(RefusedError, ValueError):
 
 
 # --------------------------------------------------------------------------
+# One declaration per key
+# --------------------------------------------------------------------------
+class Codec(NamedTuple):
+    """How a field's value becomes plain JSON (``dump``) and back (``load``)."""
+
+    dump: Callable[[Any], Any]
+    load: Callable[[Any], Any]
+
+
+#: Scalars, None, and mappings copied so the model and its JSON never share a dict.
+PLAIN = Codec(copy.deepcopy, copy.deepcopy)
+#: ``tuple[str, ...]`` in the model, a list in JSON.
+STRS = Codec(list, tuple)
+#: ``to_dict`` writes the field only when its value is not the declared default.
+NON_DEFAULT = "non-default"
+
+
+def key(
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | Any = MISSING,
+    codec: Codec = PLAIN,
+    written: Callable[[Any], bool] | str | None = None,
+) -> Any:
+    """A recipe key's one declaration: its default (what the parser fills in when the recipe omits the key,
+    and what ``from_dict`` reads when a serialized recipe lacks it), its ``codec``, and ``written``: when
+    ``to_dict`` writes it (None: always; ``NON_DEFAULT``; or a predicate on the value).
+
+    Keys written only when not the default are those added after jobs existed: the effective config of
+    a job started before them must compare equal on resume (engine/job/resume.py refuses a changed key)."""
+    return field(default=default, default_factory=factory, metadata={"codec": codec, "written": written})
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default declared for ``cls``'s field ``name`` (a fresh value for a factory); the parsers read
+    every default from here, so each is spelled once."""
+    f = next((f for f in fields(cls) if f.name == name), None)
+    if f is None:
+        raise AttributeError(f"{cls.__name__} has no field {name!r}")
+    if f.default is MISSING and f.default_factory is MISSING:
+        raise AttributeError(f"{cls.__name__}.{name} has no default: the recipe must give it")
+    return _default(f)
+
+
+def _written(f: Field, value: Any) -> bool:
+    rule = f.metadata.get("written")
+    if rule is None:
+        return True
+    if rule == NON_DEFAULT:
+        return value != _default(f)
+    return rule(value)
+
+
+def _default(f: Field) -> Any:
+    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+
+
+class Serialized:
+    """``to_dict``/``from_dict`` derived from the fields' declarations (``key``), in field order."""
+
+    def to_dict(self) -> dict:
+        """Plain JSON types, in field order; a field is left out where its ``written`` rule says so."""
+        out = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if _written(f, value):
+                out[f.name] = f.metadata.get("codec", PLAIN).dump(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self:
+        """Inverse of ``to_dict``; a key that is absent reads as its declared default (KeyError without one)."""
+        kwargs = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in d:
+                kwargs[f.name] = f.metadata.get("codec", PLAIN).load(d[f.name])
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise KeyError(f.name)
+        return cls(**kwargs)
+
+
+def section(cls: type[Serialized], *, optional: bool = False) -> Codec:
+    """A section (its own config class) in the model, a mapping in JSON; ``optional``: None when absent."""
+    if optional:
+        return Codec(lambda v: None if v is None else v.to_dict(), lambda v: cls.from_dict(v) if v else None)
+    return Codec(lambda v: v.to_dict(), cls.from_dict)
+
+
+# --------------------------------------------------------------------------
 # The typed model
 # --------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -66,9 +160,20 @@ class OpSpec:
     args: dict  # as written in the recipe (may be {})
 
 
+#: ``process``: a list of ``{op name: args}`` in JSON.
+PROCESS = Codec(
+    lambda ops: [{op.name: copy.deepcopy(op.args)} for op in ops],
+    lambda items: tuple(
+        OpSpec(i, name, dict(args or {})) for i, item in enumerate(items) for name, args in item.items()
+    ),
+)
+
+
 @dataclass(frozen=True)
-class PartitionConfig:
-    """How the input is split.  ``extra`` keeps Data-Juicer's GPU-planning keys for the GPU preflight."""
+class PartitionConfig(Serialized):
+    """How the input is split.  ``extra`` keeps Data-Juicer's GPU-planning keys for the GPU preflight.
+
+    In JSON ``extra``'s keys sit beside the others, as in the recipe."""
 
     mode: str = "auto"
     num_of_partitions: int | None = None  # None = let the planner decide
@@ -78,19 +183,30 @@ class PartitionConfig:
     max_concurrent_partitions: int | None = None  # None = auto
     extra: dict = field(default_factory=dict)  # Data-Juicer GPU-planning keys, defaults filled
 
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        extra = out.pop("extra")
+        return {**out, **extra}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PartitionConfig:
+        rest = copy.deepcopy(dict(d))
+        own = {f.name: rest.pop(f.name) for f in fields(cls) if f.name != "extra" and f.name in rest}
+        return cls(**own, extra=rest)
+
 
 @dataclass(frozen=True)
-class CheckpointConfig:
+class CheckpointConfig(Serialized):
     """When op outputs are persisted.  ``enabled=False`` is always normalized to ``strategy="disabled"``."""
 
     enabled: bool = True
     strategy: str = "every_n_ops"
     n_ops: int = 5
-    op_names: tuple[str, ...] = ()
+    op_names: tuple[str, ...] = key((), codec=STRS)
 
 
 @dataclass(frozen=True)
-class IntermediateStorageConfig:
+class IntermediateStorageConfig(Serialized):
     """Format of checkpointed partitions; the format/compression pair is checked at load time."""
 
     format: str = "parquet"
@@ -103,27 +219,27 @@ class IntermediateStorageConfig:
 
 
 @dataclass(frozen=True)
-class TracerConfig:
+class TracerConfig(Serialized):
     """Data-Juicer's tracer keys (top-level in a recipe), grouped."""
 
     open_tracer: bool = False
-    op_list_to_trace: tuple[str, ...] = ()
+    op_list_to_trace: tuple[str, ...] = key((), codec=STRS)
     trace_num: int = 10
-    trace_keys: tuple[str, ...] = ()
+    trace_keys: tuple[str, ...] = key((), codec=STRS)
 
 
 @dataclass(frozen=True)
-class DedupHistoryConfig:
+class DedupHistoryConfig(Serialized):
     """``dedup_history:``: the listed deduplicators also remove rows exported by earlier jobs of the corpus
     whose history index lives at ``path`` (engine/history/)."""
 
     path: str
-    ops: tuple[str, ...]
+    ops: tuple[str, ...] = key(codec=STRS)
     memory_mb: int = DEFAULT_DEDUP_HISTORY_MEMORY_MB
 
 
 @dataclass(frozen=True)
-class ReviewConfig:
+class ReviewConfig(Serialized):
     """``review:``: bounds on what one job may remove before its export waits for a person
     (engine/job/review.py, docs/review_gate.md).
 
@@ -139,57 +255,59 @@ class ReviewConfig:
     on_timeout: str = "reject"
     sample_rows: int = DEFAULT_REVIEW_SAMPLE_ROWS
 
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in REVIEW_FIELDS}
 
-
-@dataclass(frozen=True)
-class Recipe:
+@dataclass(frozen=True, kw_only=True)
+class Recipe(Serialized):
     """A validated recipe: paths absolute (or URLs), defaults filled, overrides applied.
 
     Only ``parse_recipe``/``load_recipe`` (validating) and ``recipe_from_dict``
-    (trusted JSON) should build one.
+    (trusted JSON) should build one.  Each field is one key's declaration (``key``): its default,
+    how the effective config (``to_dict``, in field order) writes it and ``from_dict`` reads it back.
     """
 
-    source_file: str | None
+    source_file: str | None = None
     project_name: str
     dataset_path: str
     export_path: str
     work_dir: str
-    text_keys: tuple[str, ...]
-    np: int
-    process: tuple[OpSpec, ...]
-    executor_type: str
-    partition: PartitionConfig
-    checkpoint: CheckpointConfig
-    intermediate_storage: IntermediateStorageConfig
-    tracer: TracerConfig
-    skip_op_error: bool
-    keep_stats_in_res_ds: bool
-    job_id: str | None
-    resume: str | None
-    schedule: str | None
-    ignored_keys: tuple[str, ...]
+    text_keys: tuple[str, ...] = key(DEFAULT_TEXT_KEYS, codec=STRS)
+    np: int = DEFAULT_NP
+    executor_type: str = EXECUTOR_TYPE
+    process: tuple[OpSpec, ...] = key(codec=PROCESS)
+    partition: PartitionConfig = key(factory=PartitionConfig, codec=section(PartitionConfig))
+    checkpoint: CheckpointConfig = key(factory=CheckpointConfig, codec=section(CheckpointConfig))
+    intermediate_storage: IntermediateStorageConfig = key(
+        factory=IntermediateStorageConfig, codec=section(IntermediateStorageConfig)
+    )
+    tracer: TracerConfig = key(factory=TracerConfig, codec=section(TracerConfig))
+    skip_op_error: bool = DEFAULT_SKIP_OP_ERROR
+    keep_stats_in_res_ds: bool = False
+    job_id: str | None = None
+    resume: str | None = None
+    schedule: str | None = None
+    ignored_keys: tuple[str, ...] = key((), codec=STRS)
     #: Failure-rate guard limit for every op (None: the default, engine/execution/failure_guard.py).
     max_failed_ratio: float | None = None
     #: Data-Juicer's export keys (engine/output/fields.py).
-    keep_hashes_in_res_ds: bool = False
-    export_in_parallel: bool = True
-    export_shard_size: int = 0
+    keep_hashes_in_res_ds: bool = key(False, written=NON_DEFAULT)
+    export_in_parallel: bool = key(True, written=NON_DEFAULT)
+    export_shard_size: int = key(0, written=NON_DEFAULT)
     #: ``file`` or ``partition_shards`` (engine/config/export_keys.py).
-    export_layout: str = "file"
+    export_layout: str = key("file", written=NON_DEFAULT)
     #: Deduplication against history (None: off).
-    dedup_history: DedupHistoryConfig | None = None
+    dedup_history: DedupHistoryConfig | None = key(
+        None, codec=section(DedupHistoryConfig, optional=True), written=NON_DEFAULT
+    )
     #: The review gate before export (None: no gate).
-    review: ReviewConfig | None = None
+    review: ReviewConfig | None = key(None, codec=section(ReviewConfig, optional=True), written=NON_DEFAULT)
     #: Data-Juicer's image_key, audio_key and video_key: the fields whose files are part of the job
     #: (engine/input/media.py) and from which auto partitioning detects the modality.
-    image_key: str = "images"
-    audio_key: str = "audios"
-    video_key: str = "videos"
+    image_key: str = key(DEFAULT_MEDIA_KEYS["image_key"], written=NON_DEFAULT)
+    audio_key: str = key(DEFAULT_MEDIA_KEYS["audio_key"], written=NON_DEFAULT)
+    video_key: str = key(DEFAULT_MEDIA_KEYS["video_key"], written=NON_DEFAULT)
     #: Templated values (engine/config/templates.py): {"logical_date", "run_id", "values": {key path:
     #: {"template", "rendered"}}}; empty when the recipe has none.  "rendered" is absent at parse time.
-    templates: dict = field(default_factory=dict)
+    templates: dict = key(factory=dict, written=lambda t: bool(t.get("values")))
 
     @property
     def media_keys(self) -> dict[str, str]:
@@ -201,113 +319,13 @@ class Recipe:
         """The field ops read; Data-Juicer also uses only the first of text_keys."""
         return self.text_keys[0]
 
-    def to_dict(self) -> dict:
-        """Effective config as plain JSON types, defaults filled; inverse of ``recipe_from_dict``."""
-        p = self.partition
-        return {
-            "source_file": self.source_file,
-            "project_name": self.project_name,
-            "dataset_path": self.dataset_path,
-            "export_path": self.export_path,
-            "work_dir": self.work_dir,
-            "text_keys": list(self.text_keys),
-            "np": self.np,
-            "executor_type": self.executor_type,
-            "process": [{op.name: copy.deepcopy(op.args)} for op in self.process],
-            "partition": {**{k: getattr(p, k) for k in PARTITION_FIELDS}, **copy.deepcopy(p.extra)},
-            "checkpoint": {
-                "enabled": self.checkpoint.enabled,
-                "strategy": self.checkpoint.strategy,
-                "n_ops": self.checkpoint.n_ops,
-                "op_names": list(self.checkpoint.op_names),
-            },
-            "intermediate_storage": {k: getattr(self.intermediate_storage, k) for k in STORAGE_FIELDS},
-            "tracer": {
-                "open_tracer": self.tracer.open_tracer,
-                "op_list_to_trace": list(self.tracer.op_list_to_trace),
-                "trace_num": self.tracer.trace_num,
-                "trace_keys": list(self.tracer.trace_keys),
-            },
-            "skip_op_error": self.skip_op_error,
-            "keep_stats_in_res_ds": self.keep_stats_in_res_ds,
-            "job_id": self.job_id,
-            "resume": self.resume,
-            "schedule": self.schedule,
-            "ignored_keys": list(self.ignored_keys),
-            "max_failed_ratio": self.max_failed_ratio,
-            # Export keys only when not the default, so the effective config of a job started before they
-            # existed compares equal on resume (engine/job/resume.py refuses any changed result key).
-            **({"keep_hashes_in_res_ds": True} if self.keep_hashes_in_res_ds else {}),
-            **({"export_in_parallel": False} if not self.export_in_parallel else {}),
-            **({"export_shard_size": self.export_shard_size} if self.export_shard_size > 0 else {}),
-            **({"export_layout": self.export_layout} if self.export_layout != "file" else {}),
-            **(
-                {
-                    "dedup_history": {
-                        "path": self.dedup_history.path,
-                        "ops": list(self.dedup_history.ops),
-                        "memory_mb": self.dedup_history.memory_mb,
-                    }
-                }
-                if self.dedup_history
-                else {}
-            ),
-            **({"review": self.review.to_dict()} if self.review else {}),
-            # Media keys only when not Data-Juicer's defaults, so a job started before they were read compares equal.
-            **{k: getattr(self, k) for k, v in DEFAULT_MEDIA_KEYS.items() if getattr(self, k) != v},
-            **({"templates": copy.deepcopy(self.templates)} if self.templates.get("values") else {}),
-        }
-
 
 def recipe_from_dict(d: dict) -> Recipe:
     """Rebuild a Recipe from ``Recipe.to_dict()`` output (no re-validation, no path resolution).
 
     Used where an already-validated config travels as JSON (XCom, task args)."""
     try:
-        part = dict(d["partition"])
-        ck, st, tr = d["checkpoint"], d["intermediate_storage"], d["tracer"]
-        return Recipe(
-            source_file=d.get("source_file"),
-            project_name=d["project_name"],
-            dataset_path=d["dataset_path"],
-            export_path=d["export_path"],
-            work_dir=d["work_dir"],
-            text_keys=tuple(d["text_keys"]),
-            np=d["np"],
-            process=tuple(
-                OpSpec(i, name, dict(args or {})) for i, item in enumerate(d["process"]) for name, args in item.items()
-            ),
-            executor_type=d["executor_type"],
-            partition=PartitionConfig(
-                **{k: part.pop(k) for k in PARTITION_FIELDS if k in part}, extra=copy.deepcopy(part)
-            ),
-            checkpoint=CheckpointConfig(ck["enabled"], ck["strategy"], ck["n_ops"], tuple(ck["op_names"])),
-            intermediate_storage=IntermediateStorageConfig(**{k: st[k] for k in STORAGE_FIELDS}),
-            tracer=TracerConfig(
-                tr["open_tracer"], tuple(tr["op_list_to_trace"]), tr["trace_num"], tuple(tr["trace_keys"])
-            ),
-            skip_op_error=d["skip_op_error"],
-            keep_stats_in_res_ds=d["keep_stats_in_res_ds"],
-            job_id=d.get("job_id"),
-            resume=d.get("resume"),
-            schedule=d.get("schedule"),
-            ignored_keys=tuple(d.get("ignored_keys", ())),
-            max_failed_ratio=d.get("max_failed_ratio"),
-            keep_hashes_in_res_ds=d.get("keep_hashes_in_res_ds", False),
-            export_in_parallel=d.get("export_in_parallel", True),
-            export_shard_size=d.get("export_shard_size", 0),
-            export_layout=d.get("export_layout", "file"),
-            dedup_history=(
-                DedupHistoryConfig(
-                    d["dedup_history"]["path"], tuple(d["dedup_history"]["ops"]), d["dedup_history"]["memory_mb"]
-                )
-                if d.get("dedup_history")
-                else None
-            ),
-            review=ReviewConfig(**{k: d["review"][k] for k in REVIEW_FIELDS}) if d.get("review") else None,
-            templates=copy.deepcopy(d.get("templates") or {}),
-            **{k: d.get(k, v) for k, v in DEFAULT_MEDIA_KEYS.items()},
-        )
+        return Recipe.from_dict(d)
     except (KeyError, TypeError) as exc:
         raise RecipeError(
             d.get("source_file") if isinstance(d, dict) else None,

@@ -132,7 +132,9 @@ class SectionParser(ValueParser):
                     "partition.size",
                 )
             raw.setdefault("size", legacy)
-        mode = self.enum(get_or_default(raw, "mode", "auto"), "partition.mode", S.PARTITION_MODES)
+        mode = self.enum(
+            get_or_default(raw, "mode", S.default_of(PartitionConfig, "mode")), "partition.mode", S.PARTITION_MODES
+        )
         count = self.int_(get_or_default(raw, "num_of_partitions"), "partition.num_of_partitions", none=True, auto=True)
         size = self.int_(get_or_default(raw, "size"), "partition.size", none=True)
         if mode == "manual" and count is not None and size is not None:
@@ -147,7 +149,10 @@ class SectionParser(ValueParser):
                 )
         if mode == "manual" and count is None and size is None:
             count = S.DEFAULT_MANUAL_PARTITIONS
-        target = self.int_(get_or_default(raw, "target_size_mb", 256), "partition.target_size_mb")
+        target = self.int_(
+            get_or_default(raw, "target_size_mb", S.default_of(PartitionConfig, "target_size_mb")),
+            "partition.target_size_mb",
+        )
         max_mb = self.int_(get_or_default(raw, "max_size_mb"), "partition.max_size_mb", none=True)
         if max_mb is not None and max_mb < target:
             raise self.err(
@@ -197,11 +202,15 @@ class SectionParser(ValueParser):
         return value
 
     def checkpoint(self, raw: dict, names: list[str]) -> CheckpointConfig:
-        enabled = self.bool_(get_or_default(raw, "enabled", True), "checkpoint.enabled")
-        strategy = self.enum(
-            get_or_default(raw, "strategy", "every_n_ops"), "checkpoint.strategy", S.CHECKPOINT_STRATEGIES
+        enabled = self.bool_(
+            get_or_default(raw, "enabled", S.default_of(CheckpointConfig, "enabled")), "checkpoint.enabled"
         )
-        n_ops = self.int_(get_or_default(raw, "n_ops", 5), "checkpoint.n_ops")
+        strategy = self.enum(
+            get_or_default(raw, "strategy", S.default_of(CheckpointConfig, "strategy")),
+            "checkpoint.strategy",
+            S.CHECKPOINT_STRATEGIES,
+        )
+        n_ops = self.int_(get_or_default(raw, "n_ops", S.default_of(CheckpointConfig, "n_ops")), "checkpoint.n_ops")
         refs = self.op_refs(get_or_default(raw, "op_names"), "checkpoint.op_names", names)
         if not enabled or strategy == "disabled":
             return CheckpointConfig(False, "disabled", n_ops, refs)
@@ -250,12 +259,16 @@ class SectionParser(ValueParser):
                     f"check history",
                 )
         memory_mb = self.int_(
-            raw.get("memory_mb", S.DEFAULT_DEDUP_HISTORY_MEMORY_MB), "dedup_history.memory_mb", minimum=8
+            raw.get("memory_mb", S.default_of(DedupHistoryConfig, "memory_mb")), "dedup_history.memory_mb", minimum=8
         )
         return DedupHistoryConfig(self.path(path), tuple(dict.fromkeys(ops)), memory_mb)
 
     def storage(self, raw: dict) -> IntermediateStorageConfig:
-        fmt = self.enum(get_or_default(raw, "format", "parquet"), "intermediate_storage.format", S.STORAGE_FORMATS)
+        fmt = self.enum(
+            get_or_default(raw, "format", S.default_of(IntermediateStorageConfig, "format")),
+            "intermediate_storage.format",
+            S.STORAGE_FORMATS,
+        )
         comp = get_or_default(raw, "compression", S.DEFAULT_COMPRESSION[fmt])
         if comp is False:  # YAML 1.1 reads a bare `no`/`off` as false
             comp = "none"
@@ -271,16 +284,21 @@ class SectionParser(ValueParser):
             format=fmt,
             compression=comp,
             preserve_intermediate_data=self.bool_(
-                get_or_default(raw, "preserve_intermediate_data", False),
+                get_or_default(
+                    raw,
+                    "preserve_intermediate_data",
+                    S.default_of(IntermediateStorageConfig, "preserve_intermediate_data"),
+                ),
                 "intermediate_storage.preserve_intermediate_data",
             ),
             retention_policy=self.enum(
-                get_or_default(raw, "retention_policy", "keep_all"),
+                get_or_default(raw, "retention_policy", S.default_of(IntermediateStorageConfig, "retention_policy")),
                 "intermediate_storage.retention_policy",
                 S.RETENTION_POLICIES,
             ),
             reuse_across_jobs=self.bool_(
-                get_or_default(raw, "reuse_across_jobs", False), "intermediate_storage.reuse_across_jobs"
+                get_or_default(raw, "reuse_across_jobs", S.default_of(IntermediateStorageConfig, "reuse_across_jobs")),
+                "intermediate_storage.reuse_across_jobs",
             ),
         )
 
@@ -305,9 +323,15 @@ class SectionParser(ValueParser):
         return ReviewConfig(
             **bounds,
             timeout_s=float(timeout) if timeout is not None else None,
-            on_timeout=self.enum(get_or_default(raw, "on_timeout", "reject"), "review.on_timeout", S.REVIEW_ON_TIMEOUT),
+            on_timeout=self.enum(
+                get_or_default(raw, "on_timeout", S.default_of(ReviewConfig, "on_timeout")),
+                "review.on_timeout",
+                S.REVIEW_ON_TIMEOUT,
+            ),
             sample_rows=self.int_(
-                get_or_default(raw, "sample_rows", S.DEFAULT_REVIEW_SAMPLE_ROWS), "review.sample_rows", minimum=0
+                get_or_default(raw, "sample_rows", S.default_of(ReviewConfig, "sample_rows")),
+                "review.sample_rows",
+                minimum=0,
             ),
         )
 
