@@ -51,7 +51,9 @@ with DAG(
         """Stand-in for a training step: reads the export named in the job summary."""
         import json
 
-        with open(os.path.join(job_dir, "job_summary.json"), encoding="utf-8") as fh:
+        from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+
+        with open(os.path.join(job_dir, JOB_SUMMARY), encoding="utf-8") as fh:
             summary = json.load(fh)
         print(f"training on {summary['export']['rows']} rows from {summary['export']['path']}")
         return summary["export"]["path"]

@@ -161,8 +161,10 @@ def read_rows(path: str) -> list[dict]:
 
 def night_figures(base: str, job_id: str, date: str, wall_s: float) -> dict:
     """One night's figures from its job summary, its input (``<root>/in``, next to ``base``) and export."""
+    from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+
     inputs = os.path.join(os.path.dirname(base), "in", date, "doc.jsonl")
-    with open(os.path.join(base, "work", job_id, "job_summary.json"), encoding="utf-8") as fh:
+    with open(os.path.join(base, "work", job_id, JOB_SUMMARY), encoding="utf-8") as fh:
         summary = json.load(fh)
     hist = summary.get("dedup_history") or {}
     split = (hist.get("ops") or [{}])[0]

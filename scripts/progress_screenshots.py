@@ -68,8 +68,10 @@ def _run(root: str, job: str, faults: dict | None, frames: dict) -> dict[str, st
     with open(recipe, "w") as fh:
         fh.write(RECIPE.format(data=data, root=root))
     if faults:
+        from airflow_provider_dj.engine.jobdir.layout import FAULT_FILE
+
         os.makedirs(os.path.join(root, "work", job), exist_ok=True)
-        with open(os.path.join(root, "work", job, "_fault_injection.json"), "w") as fh:
+        with open(os.path.join(root, "work", job, FAULT_FILE), "w") as fh:
             json.dump([faults], fh)
     socket = f"djshot-{os.getpid()}-{job}"
     cmd = (

@@ -299,14 +299,14 @@ def run_log_path(job_dir: str, job_id: str) -> str:
     """Where this run's log goes: ``logs/`` of a local job directory; for a job directory on an
     object store, a local folder beside the recent-jobs registry (a log is appended line by line)."""
     from airflow_provider_dj.core import fs as storage
-    from airflow_provider_dj.engine.jobdir.layout import cli_run_log
+    from airflow_provider_dj.engine.jobdir.layout import LOGS_DIR, cli_run_log
 
     rel = cli_run_log(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), os.getpid())
     if not storage.is_url(job_dir):
         return os.path.join(job_dir, *rel.split("/"))
     from airflow_provider_dj.engine.jobdir.registry import registry_path
 
-    return os.path.join(os.path.dirname(registry_path()), "logs", job_id, os.path.basename(rel))
+    return os.path.join(os.path.dirname(registry_path()), LOGS_DIR, job_id, os.path.basename(rel))
 
 
 def _isatty(fd: int) -> bool:

@@ -53,7 +53,7 @@ from airflow_provider_dj.engine.execution.op_runner import OpOutcome, apply_op
 from airflow_provider_dj.engine.input import hashing
 from airflow_provider_dj.engine.jobdir import faults
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
-from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE, partition_name
+from airflow_provider_dj.engine.jobdir.layout import BATCHES_DIR, CURSOR_FILE, op_dir_name, partition_name
 from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
@@ -76,7 +76,7 @@ class BatchSizeError(DJError, ValueError):
 
 
 def op_batches_dir(job_dir: str, op_index: int, op_name: str) -> str:
-    return storage.join(job_dir, BATCHES_DIR, f"op_{op_index:03d}_{op_name}")
+    return storage.join(job_dir, BATCHES_DIR, op_dir_name(op_index, op_name))
 
 
 def batch_dir(job_dir: str, op_index: int, op_name: str, partition_id: int) -> str:

@@ -36,6 +36,7 @@ import xxhash
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY, MEDIA_MANIFEST_KEY
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINT_STORE
 from airflow_provider_dj.engine.observe.lineage_reuse import copy_reused_lineage
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 from airflow_provider_dj.engine.storage.global_op_state import MASK_COLUMN, keys_store, mask_store
@@ -114,7 +115,7 @@ def partitions_reusable_whole(recipe, plan, info: dict, job_dir: str) -> frozens
     if target < 0 or target not in set(plan.checkpoint_points):
         return frozenset()
     st = recipe.intermediate_storage
-    chain = chain_fingerprint(plan, target, StorageFormat(st.format, st.compression), "checkpoint_op")
+    chain = chain_fingerprint(plan, target, StorageFormat(st.format, st.compression), CHECKPOINT_STORE)
     index, job_id = ReuseIndex(storage.dirname(job_dir)), storage.basename(job_dir)
     found = set()
     for part in info["partitions"]:
@@ -347,7 +348,7 @@ def _export_part_key(ctx, source_job: str, source_pid: int) -> str:
         EXPORT_PART_STORE,
         source_job,
         int(source_pid),
-        chain_fingerprint(plan, final, ctx.storage_format, "checkpoint_op"),
+        chain_fingerprint(plan, final, ctx.storage_format, CHECKPOINT_STORE),
         bool(recipe.keep_stats_in_res_ds),
         bool(recipe.keep_hashes_in_res_ds),
     ]

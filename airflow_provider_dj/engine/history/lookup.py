@@ -25,7 +25,7 @@ from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.history.index import HistoryIndex
 from airflow_provider_dj.engine.history.keys import keys_per_row, row_keys
 from airflow_provider_dj.engine.history.pin import read_pin
-from airflow_provider_dj.engine.jobdir.layout import DEDUP_HISTORY_DIR
+from airflow_provider_dj.engine.jobdir.layout import DEDUP_HISTORY_DIR, op_dir_name
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class HistoryDuplicates:
 
 
 def matches_path(job_dir: str, op_index: int, op_name: str) -> str:
-    return storage.join(job_dir, DEDUP_HISTORY_DIR, f"op_{op_index:03d}_{op_name}.parquet")
+    return storage.join(job_dir, DEDUP_HISTORY_DIR, f"{op_dir_name(op_index, op_name)}.parquet")
 
 
 def checks_history(recipe, op_name: str) -> bool:

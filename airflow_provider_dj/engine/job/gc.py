@@ -32,15 +32,12 @@ from airflow_provider_dj.engine.jobdir.layout import (
     CHECKPOINTS_DIR,
     EFFECTIVE_CONFIG,
     JOB_SUMMARY,
-    MEDIA_DIR_PREFIX,
     PARTITIONING_INFO,
+    STATE_DIR_PREFIXES,
 )
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, gc_guard, pinned_sources
 
 log = logging.getLogger(__name__)
-
-#: The media files ops wrote go with the checkpoints that name them.
-STATE_PREFIXES = ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_", MEDIA_DIR_PREFIX)
 
 
 @dataclass
@@ -83,7 +80,7 @@ def _tree_bytes(path: str) -> int:
 
 def _state_dirs(job_dir: str) -> list[str]:
     root = storage.join(job_dir, CHECKPOINTS_DIR)
-    return [storage.join(root, d) for d in storage.listdir(root) if d.startswith(STATE_PREFIXES)]
+    return [storage.join(root, d) for d in storage.listdir(root) if d.startswith(STATE_DIR_PREFIXES)]
 
 
 def list_jobs(work_dir: str) -> list[JobEntry]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -189,7 +190,9 @@ def _check_boundaries(info: dict) -> None:
     parts = info.get("partitions")
     total = info.get("total_rows")
     if not isinstance(parts, list) or not isinstance(total, int) or isinstance(total, bool):
-        raise ResumeRefusedError("metadata_outdated", "partitioning_info.json has no partition list or total_rows")
+        raise ResumeRefusedError(
+            "metadata_outdated", f"{posixpath.basename(PARTITIONING_INFO)} has no partition list or total_rows"
+        )
     expected_start = 0
     for i, p in enumerate(parts):
         for key in ("start_row", "end_row", "num_rows", "partition_id"):
@@ -431,7 +434,7 @@ def load_saved_partitioning(job_dir: str) -> tuple[dict, bool]:
     ):
         raise ResumeRefusedError(
             "metadata_outdated",
-            f"partitioning_info.json (version {info.get('version')!r}) was "
+            f"{posixpath.basename(PARTITIONING_INFO)} (version {info.get('version')!r}) was "
             f"written by a version without row boundaries or hashes; start a new job",
         )
     if info.get("algorithm") not in hashing.KNOWN_ALGORITHMS:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, MEDIA_DIR_PREFIX
+from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, MEDIA_DIR_PREFIX, STATE_DIR_PREFIXES
 from airflow_provider_dj.engine.storage.context import JobContext
 
 
@@ -28,7 +28,7 @@ def apply_retention(ctx: JobContext, markers: dict[int, dict]) -> dict:
     keep_pids = {pid for pid, m in markers.items() if any(a.get("failed") for a in m.get("accounting", []))}
     for d in storage.listdir(root):
         full = storage.join(root, d)
-        if not any(d.startswith(p) for p in ("checkpoint_op_", "dedup_keys_op_", "dedup_mask_op_", MEDIA_DIR_PREFIX)):
+        if not d.startswith(STATE_DIR_PREFIXES):
             continue
         if policy == "cleanup_all" or not keep_pids:
             storage.remove_tree(full)

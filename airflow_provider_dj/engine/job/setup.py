@@ -31,6 +31,7 @@ from airflow_provider_dj.engine.jobdir.identity import validate_job_id
 from airflow_provider_dj.engine.jobdir.layout import (
     EFFECTIVE_CONFIG,
     EXECUTION_PLAN,
+    JOB_SUMMARY,
     PARTITIONING_INFO,
     JobPaths,
     write_json,
@@ -132,7 +133,7 @@ def _prepare_resumed_job(
         from airflow_provider_dj.engine.job.summary import mark_resumed
 
         if mark_resumed(paths.job_dir):
-            say("job_summary.json of the previous (failed/stopped) run now says running")
+            say(f"{JOB_SUMMARY} of the previous (failed/stopped) run now says running")
     group_size, max_groups = sizing
     size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
     groups = [] if report.job_complete else execution_groups(info, size, report.completed, max_groups=max_groups)

@@ -32,7 +32,10 @@ from airflow_provider_dj.engine.jobdir.doc_cache import read_partitioning_info
 from airflow_provider_dj.engine.jobdir.identity import resume_command
 from airflow_provider_dj.engine.jobdir.layout import (
     CHECKPOINTS_DIR,
+    DEDUP_KEYS_STORE,
+    DEDUP_MASK_STORE,
     EFFECTIVE_CONFIG,
+    FAILED_DIR,
     JOB_SUMMARY,
     read_json,
     write_json,
@@ -185,7 +188,7 @@ def _per_op_totals(plan, partitions: list[dict]) -> list[dict]:
 
 
 def _checkpoint_inventory(job_dir: str, plan, committed: dict[int, set[int]]) -> dict:
-    keys, masks = CheckpointStore(job_dir, prefix="dedup_keys_op"), CheckpointStore(job_dir, prefix="dedup_mask_op")
+    keys, masks = CheckpointStore(job_dir, prefix=DEDUP_KEYS_STORE), CheckpointStore(job_dir, prefix=DEDUP_MASK_STORE)
     per_op = []
     for op in plan.ops:
         entry = {
@@ -203,11 +206,11 @@ def _checkpoint_inventory(job_dir: str, plan, committed: dict[int, set[int]]) ->
 
 
 def _failed_sample_files(job_dir: str) -> list[str]:
-    root = storage.join(job_dir, "failed")
+    root = storage.join(job_dir, FAILED_DIR)
     out = []
     for d in storage.listdir(root):
         for f in storage.listdir(storage.join(root, d)):
-            out.append(f"failed/{d}/{f}")
+            out.append(f"{FAILED_DIR}/{d}/{f}")
     return out
 
 

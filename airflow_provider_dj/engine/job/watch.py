@@ -99,7 +99,7 @@ def failures(job_dir: str, events: list[dict] | None = None) -> dict[str, str]:
             last_restart = max(last_restart, float(ev.get("timestamp") or 0))
     summary = _summary(job_dir)
     if summary and summary.get("status") == "failed" and float(summary.get("end_time") or 0) >= last_restart:
-        failed["job"] = summary.get("error") or summary.get("error_message") or "job_summary.json: status failed"
+        failed["job"] = summary.get("error") or summary.get("error_message") or f"{JOB_SUMMARY}: status failed"
     return failed
 
 

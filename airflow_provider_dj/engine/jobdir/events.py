@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.layout import loads_json
+from airflow_provider_dj.engine.jobdir.layout import EVENTS_PREFIX, loads_json
 
 EVENT_TYPES = frozenset(
     {
@@ -90,7 +90,7 @@ class EventLog:
         self.job_id = job_id
         host = socket.gethostname().replace("_", "-")
         self.writer = writer or f"{host}_{os.getpid()}"
-        self.path = storage.join(job_dir, f"events_{self.writer}.jsonl")
+        self.path = storage.join(job_dir, f"{EVENTS_PREFIX}{self.writer}.jsonl")
         self.defaults = dict(defaults or {})
         self._local = not storage.is_url(job_dir)
         self._seq = 0
@@ -133,7 +133,7 @@ class EventLog:
         return event
 
     def _remote_path(self) -> str:
-        return storage.join(self.job_dir, f"events_{self.writer}-{self._token}-{self._part:04d}.jsonl")
+        return storage.join(self.job_dir, f"{EVENTS_PREFIX}{self.writer}-{self._token}-{self._part:04d}.jsonl")
 
     def _append_remote(self, line: bytes, what: str | None = None) -> None:
         """Append on an object store: re-PUT this instance's object whole (a PUT is atomic,
@@ -166,7 +166,9 @@ def write_buffered(log: "EventLog", events: list[dict]) -> None:
 
 def iter_event_files(job_dir: str) -> list[str]:
     return [
-        storage.join(job_dir, n) for n in storage.listdir(job_dir) if n.startswith("events_") and n.endswith(".jsonl")
+        storage.join(job_dir, n)
+        for n in storage.listdir(job_dir)
+        if n.startswith(EVENTS_PREFIX) and n.endswith(".jsonl")
     ]
 
 

@@ -81,6 +81,24 @@ def op_dir_name(op_index: int, op_name: str) -> str:
     return f"op_{op_index:03d}_{op_name}"
 
 
+#: Per-op, per-partition state under checkpoints/ (storage/checkpoints.py's CheckpointStore, one folder
+#: per op: ``<store>_<i>_<op>``): op outputs, deduplicator keys and global steps' keep masks.  The store
+#: names also enter reuse fingerprints (execution/reuse.py), so they never change.
+CHECKPOINT_STORE = "checkpoint_op"
+DEDUP_KEYS_STORE = "dedup_keys_op"
+DEDUP_MASK_STORE = "dedup_mask_op"
+#: Folder-name prefixes of all per-op state under checkpoints/ (what retention and gc remove); the media
+#: files ops wrote go with the checkpoints that name them.
+STATE_DIR_PREFIXES = tuple(f"{s}_" for s in (CHECKPOINT_STORE, DEDUP_KEYS_STORE, DEDUP_MASK_STORE)) + (
+    MEDIA_DIR_PREFIX,
+)
+
+
+def store_op_dir_name(store: str, op_index: int, op_name: str) -> str:
+    """A store's folder for one op under checkpoints/: ``checkpoint_op_003_words_num_filter``."""
+    return f"{store}_{op_index:03d}_{op_name}"
+
+
 def failed_file(op_index: int, op_name: str, partition_id: int) -> str:
     """``failed/op_<i>_<op>/partition_<p>.jsonl`` (relative path): the samples op i set aside in one partition."""
     return f"{FAILED_DIR}/{op_dir_name(op_index, op_name)}/{partition_name(partition_id)}.jsonl"

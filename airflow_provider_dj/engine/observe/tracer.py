@@ -57,7 +57,13 @@ import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_problem, file_seal, json_seal_problem, seal_json
-from airflow_provider_dj.engine.jobdir.layout import TRACE_DIR, TRACE_PARTS_DIR, TRACE_REPORT, partition_name
+from airflow_provider_dj.engine.jobdir.layout import (
+    TRACE_DIR,
+    TRACE_PARTS_DIR,
+    TRACE_REPORT,
+    op_dir_name,
+    partition_name,
+)
 from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
 from airflow_provider_dj.engine.storage.resume_point import read_input_rows
 from airflow_provider_dj.ops.base import SignatureDeduplicator
@@ -114,7 +120,7 @@ def trace_file_name(plan, op_index: int) -> str:
 
 
 def parts_dir(job_dir: str, op_index: int, op_name: str) -> str:
-    return storage.join(job_dir, TRACE_DIR, PARTS_DIR, f"op_{op_index:03d}_{op_name}")
+    return storage.join(job_dir, TRACE_DIR, PARTS_DIR, op_dir_name(op_index, op_name))
 
 
 def candidate_path(job_dir: str, op_index: int, op_name: str, partition_id: int) -> str:

@@ -51,7 +51,15 @@ import pyarrow.parquet as pq
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_digest
-from airflow_provider_dj.engine.jobdir.layout import CHECKPOINTS_DIR, partition_name, read_json
+from airflow_provider_dj.engine.jobdir.layout import (
+    CHECKPOINT_STORE,
+    CHECKPOINTS_DIR,
+    DEDUP_KEYS_STORE,
+    DEDUP_MASK_STORE,
+    partition_name,
+    read_json,
+    store_op_dir_name,
+)
 from airflow_provider_dj.ops.columns import DELTA_KEEP_COLUMN, DELTA_SET_PREFIX
 
 log = logging.getLogger(__name__)
@@ -143,7 +151,7 @@ def _marker_identity(op_index: int, op_name: str, partition_id: int, partition_h
 
 
 class CheckpointStore:
-    def __init__(self, job_dir: str, fmt: StorageFormat | None = None, prefix: str = "checkpoint_op") -> None:
+    def __init__(self, job_dir: str, fmt: StorageFormat | None = None, prefix: str = CHECKPOINT_STORE) -> None:
         """``prefix`` separates kinds of per-partition state: op outputs
         (``checkpoint_op``), deduplicator keys (``dedup_keys_op``) and the
         global step's keep masks (``dedup_mask_op``) share the same commit
@@ -159,13 +167,13 @@ class CheckpointStore:
     @property
     def kind(self) -> str:
         """What this store holds, in words, for messages."""
-        return {"checkpoint_op": "checkpoint", "dedup_keys_op": "dedup keys", "dedup_mask_op": "keep mask"}.get(
+        return {CHECKPOINT_STORE: "checkpoint", DEDUP_KEYS_STORE: "dedup keys", DEDUP_MASK_STORE: "keep mask"}.get(
             self.prefix, self.prefix
         )
 
     # -- paths ------------------------------------------------------------
     def op_dir(self, op_index: int, op_name: str) -> str:
-        return storage.join(self.root, f"{self.prefix}_{op_index:03d}_{op_name}")
+        return storage.join(self.root, store_op_dir_name(self.prefix, op_index, op_name))
 
     def data_path(self, op_index: int, op_name: str, partition_id: int) -> str:
         return storage.join(self.op_dir(op_index, op_name), f"{partition_name(partition_id)}.{self.fmt.extension}")

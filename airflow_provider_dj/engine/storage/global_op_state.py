@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.jobdir.layout import DEDUP_KEYS_STORE, DEDUP_MASK_STORE
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore, StorageFormat
 
 KEYS_COLUMN = "key"
@@ -22,11 +23,11 @@ KEYS_FORMAT = StorageFormat("arrow", "none")
 
 
 def keys_store(job_dir: str) -> CheckpointStore:
-    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_keys_op")
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix=DEDUP_KEYS_STORE)
 
 
 def mask_store(job_dir: str) -> CheckpointStore:
-    return CheckpointStore(job_dir, KEYS_FORMAT, prefix="dedup_mask_op")
+    return CheckpointStore(job_dir, KEYS_FORMAT, prefix=DEDUP_MASK_STORE)
 
 
 class MissingKeysError(DJError, RuntimeError):
