@@ -17,14 +17,8 @@ A full disk fails ``emit`` with ``storage.StorageFullError`` naming the file
 record), and a line the disk could not take whole is cut off again, so the
 file never holds a torn line written by a live writer.
 
-Fields every event may carry (absent when unknown, never null):
-``event_type``, ``timestamp`` (epoch s), ``time_utc`` (ISO 8601),
-``job_id``, ``writer``, ``seq``, ``partition_id``, ``segment``,
-``op_index``, ``op_name``, ``status``, ``duration`` (s), ``input_rows``,
-``output_rows``, ``filtered``, ``duplicates``, ``failed``,
-``error_message``, ``try_number``, ``airflow_dag_id``, ``airflow_run_id``,
-``airflow_task_id``, ``airflow_map_index``, ``checkpoint_path``, ``store``
-(which checkpoint store a ``checkpoint_rejected`` event is about).
+Each event type's fields are declared in ``EVENT_FIELDS`` (beside ``COMMON_FIELDS``, which every event
+carries, and ``TASK_FIELDS``, naming who wrote it); a field whose value is unknown is absent, never null.
 """
 
 from __future__ import annotations
@@ -35,49 +29,98 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.layout import EVENTS_PREFIX, loads_json
 
-EVENT_TYPES = frozenset(
-    {
-        "job_start",
-        "job_complete",
-        "job_failed",
-        "partition_start",
-        "partition_complete",
-        "partition_failed",
-        "partition_resume",
-        "op_start",
-        "op_complete",
-        "op_failed",
-        "checkpoint_save",
-        "checkpoint_load",
-        "checkpoint_reused",  # a partition started from an earlier job's checkpoint (engine/execution/reuse.py)
-        "checkpoint_rejected",  # a committed checkpoint failed its integrity checks on load (engine/storage/checkpoints.py)
-        "plan_created",
-        "execution_planning",  # group size, actor plan, concurrency (engine/planning/decisions.py)
-        "validation_step",
-        "global_op_start",
-        "global_op_complete",
-        "global_op_shards",  # a global op resolved in key shards, its stages' times (engine/execution/global_shards.py)
-        "export_start",
-        "export_complete",
-        "stop_requested",
-        "job_stopped",
-        "partition_stopped",
-        "stop_cleared",
-        "batch_commit",  # an expensive op's batch committed to its cursor (engine/execution/batch_cursor.py)
-        "batch_resume",  # an expensive op resumed from its batch cursor
-        "actor_start",  # an actor of a group's pool started (engine/execution/actor_pool.py)
-        "partition_stalled",  # the watchdog cancelled a partition with no progress (engine/execution/watchdog.py)
-        "review_decided",  # the review gate's bounds checked before export (engine/job/review.py)
-        "review_answered",  # the review's answer: approved, rejected or timed out
-        "op_init",  # a kept (stateful) op instance was created and set up, with its duration
-    }
+
+@dataclass(frozen=True)
+class EventFields:
+    """The fields an event type carries besides ``COMMON_FIELDS`` and ``TASK_FIELDS``: ``required`` in every
+    event of the type, ``optional`` when known (a field whose value is None is left out of the event)."""
+
+    required: frozenset[str]
+    optional: frozenset[str] = frozenset()
+
+
+def _fields(required: str, optional: str = "") -> EventFields:
+    return EventFields(frozenset(required.split()), frozenset(optional.split()))
+
+
+#: Written by ``EventLog.emit`` into every event.
+COMMON_FIELDS = frozenset({"event_type", "timestamp", "time_utc", "job_id", "writer", "seq"})
+#: Who wrote an event, when known: the Airflow task instance (operators/base.py's ``event_defaults``);
+#: ``try_number`` also for a partition's run outside Airflow; ``step`` the DAG task's step that the local
+#: runner ran (engine/runner/local.py).
+TASK_FIELDS = frozenset(
+    {"airflow_dag_id", "airflow_run_id", "airflow_task_id", "airflow_map_index", "try_number", "step"}
 )
+_OP = "op_index op_name"
+_PARTITION = "partition_id segment"
+#: Every event type and its fields; tests/unit/engine/test_event_fields.py checks the events of real job
+#: directories against it.  A new event (or field) is declared here, where readers look it up.
+EVENT_FIELDS: dict[str, EventFields] = {
+    "job_start": _fields("status partitions input_rows"),
+    "job_complete": _fields("status partitions input_rows output_rows duration summary_path", "checksum"),
+    "job_failed": _fields("status summary_path", "duration error_message"),
+    "job_stopped": _fields("status summary_path", "duration error_message"),
+    "plan_created": _fields("partitions input_rows how", "duration"),
+    # group size, actor plan, concurrency (engine/planning/decisions.py)
+    "execution_planning": _fields(
+        "execution_group_size max_concurrent_partitions max_in_flight_per_group concurrent_groups", "actor_plan"
+    ),
+    "validation_step": _fields("step name status", "detail duration accepted_changes hashed_bytes completed"),
+    "partition_start": _fields(f"{_PARTITION} status start_row end_row input_rows"),
+    "partition_complete": _fields(f"{_PARTITION} status output_rows", "duration ops_run"),
+    "partition_failed": _fields(f"{_PARTITION} status error_message", "reason"),
+    "partition_resume": _fields(f"{_PARTITION} status resumed_after_op", _OP),
+    "partition_stopped": _fields(f"{_PARTITION} status force", f"{_OP} after_op note"),
+    # the watchdog cancelled a partition with no progress (engine/execution/watchdog.py)
+    "partition_stalled": _fields(
+        f"{_PARTITION} status stall_timeout_s stalls action", f"{_OP} last_heartbeat rows_in rows_done stage"
+    ),
+    "op_start": _fields(f"partition_id {_OP} status input_rows"),
+    "op_complete": _fields(f"partition_id {_OP} status input_rows output_rows duration", "filtered failed duplicates"),
+    "op_failed": _fields(f"partition_id {_OP} status error_message", "input_rows failed reason"),
+    # a kept (stateful) op instance was created and set up, with its duration
+    "op_init": _fields(f"segment {_OP} status duration pid", "partition_id actor_index"),
+    "checkpoint_save": _fields(f"partition_id {_OP} checkpoint_path output_rows", "delta_of_op note"),
+    "checkpoint_load": _fields(f"partition_id {_OP} checkpoint_path output_rows"),
+    # a partition started from an earlier job's checkpoint (engine/execution/reuse.py)
+    "checkpoint_reused": _fields(
+        f"{_PARTITION} {_OP} status output_rows source_job source_partition_id bytes whole_segment", "keys_reused"
+    ),
+    # a committed checkpoint failed its integrity checks on load (engine/storage/checkpoints.py)
+    "checkpoint_rejected": _fields(f"partition_id {_OP} checkpoint_path store error_message"),
+    "global_op_start": _fields(f"{_OP} partitions"),
+    "global_op_complete": _fields(f"{_OP} status", "input_rows output_rows duplicates history_duplicates duration"),
+    # a global op resolved in key shards, its stages' times (engine/execution/global_shards.py)
+    "global_op_shards": _fields(f"{_OP} key_shards node_shards edges durations"),
+    "export_start": _fields("export_path partitions"),
+    "export_complete": _fields(
+        "export_path output_rows duration", "checksum manifest shards parts_linked_as_shards serialized_in_parallel"
+    ),
+    "stop_requested": _fields("status force requested_by", "ray_jobs"),
+    "stop_cleared": _fields("status note"),
+    # an expensive op's batch committed to its cursor (engine/execution/batch_cursor.py)
+    "batch_commit": _fields(
+        f"partition_id {_OP} batch num_batches start_row end_row input_rows output_rows failed rows_done "
+        "rows_total duration",
+        "rows_per_s eta_s",
+    ),
+    # an expensive op resumed from its batch cursor
+    "batch_resume": _fields(f"partition_id {_OP} committed_batches next_row input_rows", "discarded_reason"),
+    # an actor of a group's pool started (engine/execution/actor_pool.py)
+    "actor_start": _fields("segment actor_index pid duration status"),
+    # the review gate's bounds checked before export (engine/job/review.py)
+    "review_decided": _fields("status", "crossed previous_job_id"),
+    # the review's answer: approved, rejected or timed out
+    "review_answered": _fields("status", "responded_by"),
+}
+EVENT_TYPES = frozenset(EVENT_FIELDS)
 
 _lock = threading.Lock()
 # Object stores: an event log object is rewritten whole per event, so it is capped (docs/object_store.md).
