@@ -414,7 +414,11 @@ def _allowed(key: str) -> str:
 
 
 def _default_for(key: str, eff: dict) -> str:
-    from airflow_provider_dj.engine.config import schema as S
+    from airflow_provider_dj.engine.config.schema import DedupHistoryConfig, Recipe, ReviewConfig, default_of
+
+    def declared(cls: type, name: str) -> str:
+        """A default the minimal recipe's effective config leaves out, from its one declaration."""
+        return _code(_fmt(default_of(cls, name)))
 
     derived = {
         "project_name": "the recipe file's name",
@@ -428,23 +432,23 @@ def _default_for(key: str, eff: dict) -> str:
         "dedup_history": "absent (off)",
         "dedup_history.path": "**required** in the section",
         "dedup_history.ops": "**required** in the section",
-        "dedup_history.memory_mb": f"`{S.DEFAULT_DEDUP_HISTORY_MEMORY_MB}`",
+        "dedup_history.memory_mb": declared(DedupHistoryConfig, "memory_mb"),
         "review": "absent (no gate)",
-        "review.max_removed_fraction": "`null`",
-        "review.max_removed_change": "`null` (one of the two is required)",
-        "review.timeout_s": "`null` (wait until answered)",
-        "review.on_timeout": "`reject`",
-        "review.sample_rows": f"`{S.DEFAULT_REVIEW_SAMPLE_ROWS}`",
+        "review.max_removed_fraction": declared(ReviewConfig, "max_removed_fraction"),
+        "review.max_removed_change": declared(ReviewConfig, "max_removed_change") + " (one of the two is required)",
+        "review.timeout_s": declared(ReviewConfig, "timeout_s") + " (wait until answered)",
+        "review.on_timeout": declared(ReviewConfig, "on_timeout"),
+        "review.sample_rows": declared(ReviewConfig, "sample_rows"),
         "partition_size": "`null`",
-        "image_key": "`images`",
-        "audio_key": "`audios`",
-        "video_key": "`videos`",
+        "image_key": declared(Recipe, "image_key"),
+        "audio_key": declared(Recipe, "audio_key"),
+        "video_key": declared(Recipe, "video_key"),
         "max_failed_ratio": "`null` = 0.5",
         "export_type": "`null` (the suffix's)",
-        "export_shard_size": "`0`",
-        "export_layout": "`file`",
-        "export_in_parallel": "`true`",
-        "keep_hashes_in_res_ds": "`false`",
+        "export_shard_size": declared(Recipe, "export_shard_size"),
+        "export_layout": declared(Recipe, "export_layout"),
+        "export_in_parallel": declared(Recipe, "export_in_parallel"),
+        "keep_hashes_in_res_ds": declared(Recipe, "keep_hashes_in_res_ds"),
         "encrypt_before_export": "`false`",
         "decrypt_after_reading": "`false`",
     }
