@@ -234,11 +234,15 @@ def test_retention_removes_the_media_files_with_their_checkpoints(tmp_path, imag
     job = _job(tmp_path, "retained", _rows(images, [{"text": "bad", "images": [str(bad)]}]), retention=policy)
     _run_all(job)
     left = _media_files(job["dir"])
+    # What planning recorded (partitioning_info and each partition's input media digests) stays: a resume
+    # proves the input with it.  Every checkpoint folder, the ops' media among them, goes.
+    kept = {os.path.join(job["dir"], "checkpoints", "media_digests", "")}
     if policy == "cleanup_all":
-        assert left == set() and not glob.glob(os.path.join(job["dir"], "checkpoints", "*", ""))
+        assert left == set() and set(glob.glob(os.path.join(job["dir"], "checkpoints", "*", ""))) == kept
     else:
         assert left and all("partition_00001" in p for p in left)
-        assert not glob.glob(os.path.join(job["dir"], "checkpoints", "*", "partition_00000*"))
+        removed = glob.glob(os.path.join(job["dir"], "checkpoints", "*", "partition_00000*"))
+        assert [p for p in removed if not p.startswith(tuple(kept))] == []
     # The export keeps its own copies.
     for row in _exported(job):
         for p in row["images"]:
