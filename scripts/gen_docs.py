@@ -609,8 +609,9 @@ def render_ops_reference() -> str:
         if os.path.exists(os.path.join(ROOT, "docs", "dj_adapter.md"))
         else "`airflow_provider_dj/ops/dj_compat/adapter.py`"
     )
-    # Only the package's own ops: tests register ops of their own in the same registry.
-    names = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.")]
+    # Only the op library's own ops: tests, and the GPU check's example chain (engine/preflight), register
+    # ops of their own in the same registry.
+    names = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.ops.")]
     missing = [n for n in names if n not in DJ_NOTES]
     if missing:
         raise MissingProseError(

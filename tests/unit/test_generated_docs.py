@@ -82,7 +82,7 @@ def test_ops_reference_lists_every_registered_op_with_its_arguments(gen):
     from airflow_provider_dj.ops.registry import get_op_class, op_names
 
     text = gen.render_ops_reference()
-    package_ops = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.")]
+    package_ops = [n for n in op_names() if get_op_class(n).__module__.startswith("airflow_provider_dj.ops.")]
     assert len(package_ops) >= 26
     for name in package_ops:
         assert f"\n### {name}\n" in text

@@ -10,7 +10,13 @@ from __future__ import annotations
 from airflow_provider_dj.engine.preflight import check, check_image_chain
 
 
-def test_image_chain_section_passes_on_the_cpu_path(tmp_path, capsys):
+def test_image_chain_section_passes_on_the_cpu_path(tmp_path, capsys, monkeypatch):
+    from airflow_provider_dj.ops import registry
+
+    # The section registers the example chain's ops; in this test's own copy of the registry only, so
+    # later tests in this process see the op library alone.
+    registry.op_names()  # the built-in ops, loaded on first use
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     # The section alone: check.main would first import torch, Ray and Airflow to print their versions.
     # Inline (one unit at a time, in this process) keeps it cheap; the subprocess path and its
     # concurrency are covered in test_gpu_image_chain.py and test_gpu_probe_concurrency.py.
