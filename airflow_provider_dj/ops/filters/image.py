@@ -46,6 +46,7 @@ from airflow_provider_dj.ops.base import Filter, OpArgumentError
 from airflow_provider_dj.ops.kernels.image_lists import ImageLists, input_row, op_image_lists
 from airflow_provider_dj.ops.kernels.images import (
     ImageReadError,
+    ReadMemo,
     file_size,
     image_size,
     pillow_missing,
@@ -98,7 +99,7 @@ class _ImageFilter(Filter):
         # As DJ's Filter base stores them: flipped when the range is reversed.
         self.min_closed = min_closed_interval != reversed_range
         self.max_closed = max_closed_interval != reversed_range
-        self._memo: dict[str, Any] = {}
+        self._memo = ReadMemo(_MEMO_LIMIT)
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -118,20 +119,7 @@ class _ImageFilter(Filter):
     # -- reading --------------------------------------------------------------
     def _read(self, path: str, reader: Callable[[str], Any]) -> Any:
         """``reader(path)``, remembered (its error too) so that narrowing a failed batch re-reads nothing."""
-        hit = self._memo.get(path)
-        if hit is None:
-            try:
-                hit = ("ok", reader(path))
-            except MemoryError:
-                raise  # about the slice, not the file: never remembered
-            except Exception as exc:  # noqa: BLE001 - remembered and raised again, unchanged
-                hit = ("error", exc.with_traceback(None))  # without the frames it would keep alive
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[path] = hit
-        if hit[0] == "error":
-            raise hit[1]
-        return hit[1]
+        return self._memo.read(path, reader)
 
     def _lists(self, table: pa.Table) -> ImageLists:
         return op_image_lists(table, self.name, self.image_key, self.common_args.get("image_bytes_key"))

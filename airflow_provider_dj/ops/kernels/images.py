@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
@@ -68,6 +68,36 @@ class ImageReadError(DJError, ValueError):
 
 class ImageFieldError(DJError, ValueError):
     """A row's image field holds something other than a list of paths."""
+
+
+class ReadMemo:
+    """What reading each path gave (its value, or the error it raised), remembered for up to ``limit``
+    paths, so that narrowing a failed batch down to its bad row (``skip_op_error``) reads no file twice.
+    A ``MemoryError`` is about the batch, not the file: it is never remembered."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._hits: dict[str, tuple[bool, Any]] = {}
+
+    def read(self, path: str, reader: Callable[[str], Any]) -> Any:
+        """``reader(path)``, or what it gave the last time (raised again when it was an error)."""
+        hit = self._hits.get(path)
+        if hit is None:
+            try:
+                hit = (True, reader(path))
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - remembered and raised again, unchanged
+                hit = (False, exc.with_traceback(None))  # without the frames it would keep alive
+            if len(self._hits) >= self.limit:
+                self._hits.clear()
+            self._hits[path] = hit
+        if not hit[0]:
+            raise hit[1]
+        return hit[1]
+
+    def clear(self) -> None:
+        self._hits.clear()
 
 
 def pillow_missing(op_name: str) -> str | None:

@@ -44,7 +44,7 @@ import xxhash
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.ops.base import Mapper, OpArgumentError
 from airflow_provider_dj.ops.kernels.image_lists import input_row, op_image_lists
-from airflow_provider_dj.ops.kernels.images import ImageReadError, open_image, pil, pillow_missing
+from airflow_provider_dj.ops.kernels.images import ImageReadError, ReadMemo, open_image, pil, pillow_missing
 from airflow_provider_dj.ops.registry import register
 
 #: Data-Juicer's ``Fields.source_file``: the source files of a row's changed images.
@@ -115,7 +115,7 @@ class ImageBlurMapper(Mapper):
         self._tmp: tempfile.TemporaryDirectory | None = None
         #: file name -> seal ({"bytes", "xxh3_128"}) of every file written or confirmed in the bound folder.
         self._written: dict[str, dict] = {}
-        self._memo: dict[str, tuple[str, Any]] = {}  # source path -> ("ok", new path) | ("error", exc)
+        self._memo = ReadMemo(_MEMO_LIMIT)  # source path -> its new path, or the error blurring it raised
 
     @classmethod
     def check_values(cls, args: dict[str, Any]) -> None:
@@ -147,7 +147,7 @@ class ImageBlurMapper(Mapper):
         if path != self._media_dir:
             self._media_dir = path
             self._written = {}
-            self._memo = {}
+            self._memo.clear()
 
     def media_dir(self) -> str:
         if self._media_dir is None:
@@ -170,20 +170,7 @@ class ImageBlurMapper(Mapper):
     # -- the work -----------------------------------------------------------------
     def _blurred(self, path: str) -> str:
         """The path the image at ``path`` becomes (itself when not blurred), its file written."""
-        hit = self._memo.get(path)
-        if hit is None:
-            try:
-                hit = ("ok", self._blur_one(path))
-            except MemoryError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - remembered and raised again, unchanged
-                hit = ("error", exc.with_traceback(None))
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[path] = hit
-        if hit[0] == "error":
-            raise hit[1]
-        return hit[1]
+        return self._memo.read(path, self._blur_one)
 
     def _blur_one(self, path: str) -> str:
         try:
