@@ -21,14 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dj.engine.config.schema import PartitionConfig
 from airflow_provider_dj.engine.execution.op_runner import apply_op
-from airflow_provider_dj.engine.input.media import MediaKeys
-from airflow_provider_dj.engine.input.media_paths import resolve_media_columns
-from airflow_provider_dj.engine.input.partitioning import plan_partitions, read_partition
 from airflow_provider_dj.ops.base import STATS_COLUMN
 from airflow_provider_dj.ops.registry import create_op, get_op_class
 from tests.conformance.filters_image import corpus
+from tests.conformance.image_tables import job_tables, read_jsonl
 
 FIX = Path(__file__).parent / "filters_image"
 VARIANTS = json.loads((FIX / "variants.json").read_text(encoding="utf-8"))
@@ -43,23 +40,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, pa.Table]]:
-    """Each set's rows as a job reads them: planned as one partition and read back."""
-    folder = tmp_path_factory.mktemp("image_corpus")
-    files = corpus.build(folder)
-    info = plan_partitions(str(files["rows"]), PartitionConfig(mode="manual", num_of_partitions=1))
-    # Planning refuses the bad set (a missing file): its rows get the same read-time rewrite directly.
-    bad = pa.Table.from_pylist(read_jsonl(files["bad"]))
-    return {
-        "rows": (folder, read_partition(info, 0)),
-        "bad": (folder, resolve_media_columns(bad, str(files["bad"]), MediaKeys())),
-    }
+    """Each set's rows as a job reads them (tests/conformance/image_tables.py)."""
+    return job_tables(tmp_path_factory.mktemp("image_corpus"))
 
 
 def _placeholder(value: object, folder: Path) -> object:
