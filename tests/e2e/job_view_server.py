@@ -38,6 +38,9 @@ REVIEW_SECTION = "review:\n  max_removed_fraction: 0.05\n  sample_rows: 3\n"
 REVIEW_TIMEOUT_DAG = "e2e_review_timeout"
 REVIEW_TIMEOUT_S = 30
 REVIEW_TIMEOUT_SECTION = REVIEW_SECTION + f"  timeout_s: {REVIEW_TIMEOUT_S}\n  on_timeout: reject\n"
+#: The shipped image-text demo (dags/recipes/demo_images.yaml), its rows and images read in place: the page's
+#: "why" of a removed image row shows the row's thumbnail.
+IMAGES_DAG = "e2e_view_images"
 PLUGIN_SHIM = "from airflow_provider_dj.plugins.job_view_plugin import DataJuicerJobViewPlugin  # noqa: F401\n"
 
 
@@ -89,6 +92,8 @@ def start_view_server(root: str) -> ViewServer:
     with open(os.path.join(recipes, f"{REVIEW_TIMEOUT_DAG}.yaml"), "w") as fh:
         export = os.path.join(exports, f"{REVIEW_TIMEOUT_DAG}.jsonl")
         fh.write(view_recipe(REVIEW_TIMEOUT_DAG, data, export, work, 2, ops=REVIEW_OPS) + REVIEW_TIMEOUT_SECTION)
+    with open(os.path.join(recipes, f"{IMAGES_DAG}.yaml"), "w") as fh:
+        fh.write(images_recipe(os.path.join(exports, f"{IMAGES_DAG}.jsonl"), work))
     home = os.path.join(root, "airflow")
     plugins = os.path.join(home, "plugins")
     os.makedirs(plugins, exist_ok=True)
@@ -131,7 +136,25 @@ def start_view_server(root: str) -> ViewServer:
         client.wait_dag(VIEW_DAG)
         client.wait_dag(REVIEW_DAG)
         client.wait_dag(REVIEW_TIMEOUT_DAG)
+        client.wait_dag(IMAGES_DAG)
     except BaseException:
         server.stop()
         raise
     return ViewServer(server=server, client=client, root=root, work=work, data=data, nulls=nulls)
+
+
+def images_recipe(export: str, work: str) -> str:
+    """The image demo recipe with its own DAG id, its export and work dir here, its data where it ships."""
+    demo_dir = os.path.join(REPO_ROOT, "dags", "recipes")
+    with open(os.path.join(demo_dir, "demo_images.yaml"), encoding="utf-8") as fh:
+        text = fh.read()
+    replaced = {
+        "project_name: dj_demo_images": f"project_name: {IMAGES_DAG}",
+        "dataset_path: data/demo_images.jsonl": f"dataset_path: {os.path.join(demo_dir, 'data', 'demo_images.jsonl')}",
+        "export_path: ../../demo_output/demo_images_clean.jsonl": f"export_path: {export}",
+        "work_dir: ../../demo_output/jobs": f"work_dir: {work}",
+    }
+    for old, new in replaced.items():
+        assert old in text, f"dags/recipes/demo_images.yaml no longer has {old!r}: update this helper"
+        text = text.replace(old, new)
+    return text

@@ -44,7 +44,15 @@ from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.faults import InjectedFault
 from tests.e2e.airflow_server import REPO_ROOT, SQLITE_BUSY_TIMEOUT_S
-from tests.e2e.job_view_server import REVIEW_DAG, REVIEW_TIMEOUT_DAG, REVIEW_TIMEOUT_S, VIEW_DAG, VIEW_PARTS, VIEW_ROWS
+from tests.e2e.job_view_server import (
+    IMAGES_DAG,
+    REVIEW_DAG,
+    REVIEW_TIMEOUT_DAG,
+    REVIEW_TIMEOUT_S,
+    VIEW_DAG,
+    VIEW_PARTS,
+    VIEW_ROWS,
+)
 from tests.helpers_job_view import crash_fault, filtered_rows
 from tests.integration.crash_helpers import write_faults
 
@@ -228,12 +236,14 @@ def wait(driver, what: str, predicate, timeout: float = 90):
         raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}") from exc
 
 
-def open_tab(driver, browser_view) -> None:
-    """The DAG run's page, then its "Data-Juicer job" tab; leaves the driver inside the tab's iframe."""
+def open_tab(driver, browser_view, dag_id: str = VIEW_DAG, run_id: str | None = None) -> None:
+    """The DAG run's page (the view DAG's browser run unless named), then its "Data-Juicer job" tab;
+    leaves the driver inside the tab's iframe."""
     from selenium.webdriver.common.by import By
 
     driver.switch_to.default_content()
-    driver.get(f"{browser_view.base_url}/dags/{VIEW_DAG}/runs/{quote(browser_view.run_id, safe='')}")
+    run_id = run_id or browser_view.run_id
+    driver.get(f"{browser_view.base_url}/dags/{dag_id}/runs/{quote(run_id, safe='')}")
     tab = wait(
         driver,
         "the Data-Juicer job tab",
@@ -251,17 +261,25 @@ def open_tab(driver, browser_view) -> None:
     wait(driver, "the partition grid", lambda d: d.find_elements(By.ID, "partition-grid"))
 
 
+def log_in(driver, vs) -> None:
+    """Sign in as admin through the login form, as a person does (a new session each time)."""
+    from selenium.webdriver.common.by import By
+
+    driver.switch_to.default_content()
+    driver.delete_all_cookies()
+    driver.get(f"{vs.base_url}/auth/login?next=%2F")
+    wait(driver, "the login form", lambda d: d.find_elements(By.NAME, "username"))
+    driver.find_element(By.NAME, "username").send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys(vs.password("admin"))
+    next(b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Sign in").click()
+    wait(driver, "the login to finish", lambda d: "/auth/login" not in d.current_url)
+
+
 def test_on_call_sees_the_failed_partition_explains_a_row_and_retries_it(browser_view, browser, shots):
     from selenium.webdriver.common.by import By
 
     d = browser
-    # -- log in, as a person does ----------------------------------------------------------
-    d.get(f"{browser_view.base_url}/auth/login?next=%2F")
-    wait(d, "the login form", lambda d: d.find_elements(By.NAME, "username"))
-    d.find_element(By.NAME, "username").send_keys("admin")
-    d.find_element(By.NAME, "password").send_keys(browser_view.password("admin"))
-    next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Sign in").click()
-    wait(d, "the login to finish", lambda d: "/auth/login" not in d.current_url)
+    log_in(d, browser_view)
 
     # -- the tab shows the crashed partition, named as in Airflow's grid ---------------------
     open_tab(d, browser_view)
@@ -500,3 +518,42 @@ def test_a_review_nobody_answers_is_rejected_by_the_scheduler_at_its_deadline(jo
     assert not os.path.exists(export)
     assert any(n.startswith("checkpoint_op_") for n in os.listdir(os.path.join(job_dir, "checkpoints")))
     assert _review_events(job_dir) == [("review_decided", "review"), ("review_answered", "timed_out")]
+
+
+#: In the image demo's rows (dags/recipes/data/demo_images.jsonl): the 32x32 icon image_shape_filter removes.
+TINY_ICON = 3
+
+
+def test_the_why_of_a_removed_image_row_shows_its_thumbnail(job_view_server, browser, shots):
+    """The image-text demo as a DAG run (its partitions in Ray); in the run's tab, the "why" of the row
+    image_shape_filter removed shows the row's image, served scaled by the plugin and loaded by the
+    browser, beside the reason."""
+    from selenium.webdriver.common.by import By
+
+    vs = job_view_server
+    vs.client.set_paused(IMAGES_DAG, False)
+    run_id = vs.client.trigger(IMAGES_DAG, {"job_id": "view_images"})["dag_run_id"]
+    run = vs.client.wait_run(IMAGES_DAG, run_id, timeout=480)
+    assert run["state"] == "success", vs.server.log_tail()
+    d = browser
+    log_in(d, vs)
+    open_tab(d, vs, IMAGES_DAG, run_id)
+    box = d.find_element(By.ID, "why-row")
+    box.clear()
+    box.send_keys(str(TINY_ICON))
+    d.find_element(By.ID, "why-go").click()
+
+    def loaded_thumbnail(d):
+        imgs = d.find_elements(By.CSS_SELECTOR, "#why-result .thumbs img")
+        return next(
+            (i for i in imgs if d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i)), None
+        )
+
+    img = wait(d, "the removed row's thumbnail, loaded", loaded_thumbnail)
+    text = d.find_element(By.ID, "why-result").text
+    assert f"row {TINY_ICON}: filtered" in text and "image_shape_filter" in text, text
+    assert img.get_attribute("alt") == "pin_small.png"
+    # the icon itself (32x32: a thumbnail never enlarges), not the placeholder the plugin sends for a refusal
+    assert d.execute_script("return [arguments[0].naturalWidth, arguments[0].naturalHeight]", img) == [32, 32]
+    d.switch_to.default_content()
+    d.save_screenshot(os.path.join(shots, "job_view_why_image.png"))
