@@ -133,6 +133,10 @@ KEY_TEXT: dict[str, str] = {
     "partition.stall_retries": "How many times a stalled partition is run again before its task fails naming "
     "the partition, op, row range, rows done and last heartbeat.",
     "partition.pool": 'An Airflow pool for the partition tasks (it must exist: `airflow pools set NAME SLOTS ""`).',
+    "partition.ray_jobs_deferrable": "Ray Jobs mode: whether this DAG's tasks wait for their Ray Jobs in the "
+    "triggerer (`true`, no worker slot held) or in their worker (`false`); null = the deployment's "
+    "`[dj] ray_jobs_deferrable`. Fixed when Airflow parses the file: a trigger cannot change it "
+    "([deployment.md](deployment.md#ray-jobs-mode)).",
     # checkpoint
     "checkpoint.enabled": "false is the same as `strategy: disabled`.",
     "checkpoint.strategy": "`every_op`, `every_n_ops` (ops n-1, 2n-1, ...), `manual` (`op_names`) or `disabled`. "
@@ -410,6 +414,7 @@ def _allowed(key: str) -> str:
         "opt_int": "integer or null",
         "ratio": "number in (0, 1]",
         "opt_str": "pool name or null",
+        "opt_bool": "true \\| false \\| null",
     }.get(kind, "")
 
 

@@ -146,6 +146,8 @@ def build_dag(
     # The validate task enforces the run-time layer inside each group.
     local = LocalRun.of(local_run)
     run_args = {"local_run": local.to_dict()} if local else {}
+    # The tasks that may submit Ray Jobs (validate, partition groups, global steps, export).
+    ray_job_args = {**run_args, "deferrable": _ray_jobs_deferrable(recipe)}
     conc = parse_time_concurrency(recipe, cpu_default=local.max_concurrent_partitions if local else None)
     concurrency = _mapped_task_concurrency(recipe, conc.value)
     with DAG(
@@ -166,10 +168,10 @@ def build_dag(
             recipe_path=recipe_path,
             group_size=group_size,
             max_active_groups=conc.value,
-            **run_args,
+            **ray_job_args,
         )
         preflight >> validate
-        upstream = _add_segment_tasks(plan, validate, concurrency, run_args)
+        upstream = _add_segment_tasks(plan, validate, concurrency, ray_job_args)
         if recipe.review is not None:
             upstream = _add_review_task(recipe, upstream, run_args)
         # The export is an Airflow Asset (its input the inlet): consumer DAGs can be scheduled on it.
@@ -182,7 +184,7 @@ def build_dag(
             export_path_template=templated.get("export_path"),
             outlets=[export_asset(recipe.export_path, templated="export_path" in templated)],
             inlets=[input_asset(recipe.dataset_path, templated="dataset_path" in templated)],
-            **run_args,
+            **ray_job_args,
         )
         upstream >> export
     return dag
@@ -204,6 +206,13 @@ def _group_size(default_group_size: int | None) -> int:
     return 1 if default_group_size is None else default_group_size
 
 
+def _ray_jobs_deferrable(recipe) -> bool:
+    """Whether the DAG's Ray Jobs mode tasks wait in the triggerer: the recipe's
+    ``partition.ray_jobs_deferrable``, else the deployment's ``[dj] ray_jobs_deferrable``."""
+    chosen = recipe.partition.extra.get("ray_jobs_deferrable")
+    return bool(settings.get("ray_jobs_deferrable")) if chosen is None else chosen
+
+
 def _mapped_task_concurrency(recipe, max_active: int) -> dict:
     """The mapped partition tasks' concurrency arguments: at most ``max_active`` task instances of a
     run at once, in the recipe's Airflow pool when it names one."""
@@ -213,7 +222,7 @@ def _mapped_task_concurrency(recipe, max_active: int) -> dict:
     return concurrency
 
 
-def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
+def _add_segment_tasks(plan, validate, concurrency: dict, ray_job_args: dict):
     """Add each segment's mapped partition task after ``validate``, with a barrier sensor and the
     global op's task after a segment that feeds one; return the last task (the export's upstream)."""
     from airflow_provider_dj.operators.global_op import GlobalOpOperator
@@ -229,8 +238,7 @@ def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
             segment_index=seg.index,
             map_index_template=MAP_INDEX_TEMPLATE,
             trigger_rule="none_failed",
-            deferrable=bool(settings.get("ray_jobs_deferrable")),
-            **run_args,
+            **ray_job_args,
         ).expand(execution_group=validate.output)
         upstream >> seg_task
         upstream = seg_task
@@ -247,7 +255,7 @@ def _add_segment_tasks(plan, validate, concurrency: dict, run_args: dict):
                 job_dir=JOB_DIR_TEMPLATE,
                 op_index=seg.keys_for_global,
                 trigger_rule="none_failed",
-                **run_args,
+                **ray_job_args,
             )
             upstream >> barrier >> glob_task
             upstream = glob_task

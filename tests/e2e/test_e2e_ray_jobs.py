@@ -21,9 +21,9 @@ driven over REST:
 * a **clear of a succeeded group** over REST runs its task again, which finds its Ray job succeeded
   and its checkpoints whole, and submits nothing;
 * **mark failed** on a deferred group stops its Ray job;
-* last, the same server started again with **deferral off** (``[dj] ray_jobs_deferrable = 0``): a
-  task process SIGKILLed while it waits for its held Ray job is retried by Airflow, and the retry
-  attaches to that Ray job instead of submitting another.
+* a third DAG whose recipe turns **deferral off** (``partition.ray_jobs_deferrable: false``): a task
+  process SIGKILLed while it waits for its held Ray job is retried by Airflow, and the retry attaches
+  to that Ray job instead of submitting another.
 
 The Ray jobs are held at a fault-injection point (``delay`` ``until`` a file the test writes) so the
 kill lands while they run, not by timing.  Nothing is mocked.
@@ -63,6 +63,8 @@ WORKER_RESOURCES = ({"node_b": 1}, {"node_c": 1})
 
 # The dedup DAG: Data-Juicer's near-duplicate corpus (tests/conformance/near_dedup: 342 rows, exact and
 # near copies spread over the file) in 4 partitions, two to a group, each global step in 3 key shards.
+#: The same recipe with deferral off: its tasks wait for their Ray Jobs in their worker processes.
+NODEFER_DAG = "e2e_rayjobs_nodefer"
 DEDUP_DAG = "e2e_rayjobs_dedup"
 DEDUP_PARTS, DEDUP_SHARDS = 4, 3
 DEDUP_JOB = "rj_dedup"
@@ -114,6 +116,12 @@ def _rj(tmp_path_factory):
     recipe = os.path.join(recipes, f"{DAG}.yaml")
     with open(recipe, "w") as fh:
         fh.write(view_recipe(DAG, data, os.path.join(exports, f"{DAG}.jsonl"), work, PARTS, ops=OPS))
+    nodefer_recipe = os.path.join(recipes, f"{NODEFER_DAG}.yaml")
+    with open(nodefer_recipe, "w") as fh:
+        text = view_recipe(NODEFER_DAG, data, os.path.join(exports, f"{NODEFER_DAG}.jsonl"), work, PARTS, ops=OPS)
+        held = f"num_of_partitions: {PARTS}}}"
+        assert held in text
+        fh.write(text.replace(held, f"num_of_partitions: {PARTS}, ray_jobs_deferrable: false}}"))
     dedup_recipe = os.path.join(recipes, f"{DEDUP_DAG}.yaml")
     with open(dedup_recipe, "w") as fh:
         fh.write(
@@ -144,6 +152,9 @@ def _rj(tmp_path_factory):
             # Every global step in key shards, whatever its size (only the dedup DAG has one); the
             # engine's reference run in this process has the step in one process.
             "DJ_GLOBAL_STEP_SHARDS": str(DEDUP_SHARDS),
+            # One automatic retry: the deferral-off test's killed task process must be retried by
+            # Airflow.  The other tests fail nothing on purpose (a mark-failed is not retried).
+            "DJ_TASK_RETRIES": "1",
         },
     )
     extra: list[subprocess.Popen] = []
@@ -151,6 +162,7 @@ def _rj(tmp_path_factory):
         client = server.start()
         client.wait_dag(DAG)
         client.wait_dag(DEDUP_DAG)
+        client.wait_dag(NODEFER_DAG)
         # The dedup DAG's run starts now and runs beside the first tests (its Ray Jobs and theirs share
         # the cluster, its triggers move with theirs to the replacement triggerer); its test, before the
         # server restarts, waits for it.  Run alone it would add a minute and a half of waiting.
@@ -162,6 +174,7 @@ def _rj(tmp_path_factory):
             "client": client,
             "cluster": cluster,
             "recipe": recipe,
+            "nodefer_recipe": nodefer_recipe,
             "dedup_recipe": dedup_recipe,
             "dedup_run": dedup_run,
             "work": work,
@@ -526,28 +539,23 @@ def _task_process(server: AirflowServer, ti_id: str) -> psutil.Process | None:
 
 
 def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
-    """``[dj] ray_jobs_deferrable = 0``: the partition task waits for its Ray job in its worker process.
-    The same server is started again with that setting (and one automatic retry); group 0's task
+    """``partition.ray_jobs_deferrable: false``: the partition task waits for its Ray job in its worker
+    process, on the server whose other DAGs defer (it has one automatic retry); group 0's task
     process is SIGKILLed (an OOM kill, a pod eviction) while its Ray job is held mid-partition.  The
     Ray job runs on; Airflow retries the task, whose retry attaches to it: one submission per group,
     every op of every partition once, the export the engine's."""
     from airflow_provider_dj.hooks.ray_jobs import RayJobsClient
 
-    server, cluster = rj["server"], rj["cluster"]
-    server.stop()
-    server.extra_env.update({"AIRFLOW__DJ__RAY_JOBS_DEFERRABLE": "0", "DJ_TASK_RETRIES": "1"})
-    server.port = free_port()
-    client = rj["client"] = server.start()
-    client.wait_dag(DAG)
+    server, cluster, client = rj["server"], rj["cluster"], rj["client"]
     job_id = "rj_nodefer"
     job_dir = os.path.join(rj["work"], job_id)
     export = os.path.join(rj["exports"], f"{job_id}.jsonl")
     write_faults(job_dir, _hold([0]))
-    client.set_paused(DAG, False)
-    run_id = client.trigger(DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
+    client.set_paused(NODEFER_DAG, False)
+    run_id = client.trigger(NODEFER_DAG, {"job_id": job_id, "export_path": export})["dag_run_id"]
 
     def group0() -> dict | None:
-        tis = client.task_instances(DAG, run_id)
+        tis = client.task_instances(NODEFER_DAG, run_id)
         return next((t for t in tis if t["task_id"] == "partitions_seg0" and t["map_index"] == 0), None)
 
     def group0_waiting():
@@ -558,7 +566,9 @@ def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
             raise AssertionError(f"group 0 deferred with deferral off: {ti}")
         return ti if ti is not None and held and ti["state"] == "running" and _task_process(server, ti["id"]) else None
 
-    first = client.wait_for(f"{DAG}/{run_id}'s group 0 to wait in its worker", group0_waiting, timeout=RUN_TIMEOUT)
+    first = client.wait_for(
+        f"{NODEFER_DAG}/{run_id}'s group 0 to wait in its worker", group0_waiting, timeout=RUN_TIMEOUT
+    )
     marked = ray_jobs.latest_submission(ray_jobs.read_record(job_dir, 0, 0))["submission_id"]
     victim = _task_process(server, first["id"])
     victim.send_signal(signal.SIGKILL)
@@ -572,7 +582,7 @@ def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
 
     client.wait_for("group 0's retry to run", retried_and_waiting, timeout=RUN_TIMEOUT)
     open(os.path.join(job_dir, RELEASE), "w").close()
-    run = client.wait_run(DAG, run_id, timeout=RUN_TIMEOUT)
+    run = client.wait_run(NODEFER_DAG, run_id, timeout=RUN_TIMEOUT)
     assert run["state"] == "success", server.log_tail()
 
     submissions = _submissions(jobs_client, job_dir, job_id)
@@ -582,8 +592,10 @@ def test_with_deferral_off_a_killed_task_process_is_retried_and_reattaches(rj):
     ran = Counter((e["partition_id"], e["op_index"]) for e in read_events(job_dir, "op_complete"))
     assert ran == Counter({(p, op): 1 for p in range(PARTS) for op in range(2)})
     tries = {
-        t["map_index"]: t["try_number"] for t in client.task_instances(DAG, run_id) if t["task_id"] == "partitions_seg0"
+        t["map_index"]: t["try_number"]
+        for t in client.task_instances(NODEFER_DAG, run_id)
+        if t["task_id"] == "partitions_seg0"
     }
     assert tries[0] == first["try_number"] + 1 and all(n == first["try_number"] for i, n in tries.items() if i != 0)
 
-    _assert_export_is_the_engines(rj["recipe"], export, "rj_nodefer_ref")
+    _assert_export_is_the_engines(rj["nodefer_recipe"], export, "rj_nodefer_ref")

@@ -142,3 +142,49 @@ def test_without_recipes_dir_the_recipes_folder_beside_the_dag_file_is_read(monk
     bag = DagBag(dag_folder=str(dags / "dj_recipes.py"))
     assert bag.import_errors == {}
     assert list(bag.dag_ids) == ["dj_demo"]
+
+
+def test_a_recipe_chooses_deferral_for_its_own_dag_and_a_trigger_cannot_change_it(monkeypatch, tmp_path):
+    """``partition.ray_jobs_deferrable`` in the recipe beats ``[dj] ray_jobs_deferrable`` for every task
+    that may wait on a Ray Job (validate, the groups, the global step, the export); null keeps the
+    setting.  It shapes the parsed DAG, so a trigger's conf naming it is refused, not dropped."""
+    import pytest
+
+    from airflow_provider_dj import settings
+    from airflow_provider_dj.dag_builder.factory import build_dag
+    from airflow_provider_dj.engine.config.overrides import normalize_overrides
+    from airflow_provider_dj.engine.config.schema import RecipeError
+
+    waiting = ("validate", "partitions_seg0", "partitions_seg1", "global_op4_document_deduplicator", "export")
+    base = open(DEMO).read()
+
+    def deferral(value: str | None) -> dict[str, bool]:
+        text = base if value is None else base.replace("partition:\n", f"partition:\n  ray_jobs_deferrable: {value}\n")
+        path = tmp_path / f"r_{value}.yaml"
+        path.write_text(text)
+        dag = build_dag(str(path))
+        return {
+            t: getattr(dag.task_dict[t], "partial_kwargs", {}).get(
+                "deferrable", getattr(dag.task_dict[t], "deferrable", None)
+            )
+            for t in waiting
+        }
+
+    monkeypatch.delenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE", raising=False)
+    settings.reset()
+    assert deferral(None) == dict.fromkeys(waiting, True)
+    assert deferral("false") == dict.fromkeys(waiting, False)
+    monkeypatch.setenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE", "0")
+    settings.reset()
+    try:
+        assert deferral(None) == dict.fromkeys(waiting, False)
+        assert deferral("true") == dict.fromkeys(waiting, True)
+    finally:
+        monkeypatch.delenv("AIRFLOW__DJ__RAY_JOBS_DEFERRABLE")
+        settings.reset()
+    with pytest.raises(RecipeError, match="cannot be overridden from dag_run.conf"):
+        normalize_overrides({"partition": {"ray_jobs_deferrable": False}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base.replace("partition:\n", "partition:\n  ray_jobs_deferrable: 'no'\n"))
+    with pytest.raises(RecipeError, match=r"partition.ray_jobs_deferrable.*must be true or false"):
+        build_dag(str(bad))

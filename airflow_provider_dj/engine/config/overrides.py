@@ -39,6 +39,10 @@ __all__ = [
     "parse_set_args",
 ]
 
+#: Every section key, overridable or not (a refused one is named as such, not as unknown).
+SECTION_LEAVES = frozenset(f"{section}.{leaf}" for section in SECTIONS for leaf in SECTION_KEYS[section])
+
+
 OVERRIDABLE_KEYS: frozenset[str] = frozenset(
     {
         "dataset_path",
@@ -51,8 +55,9 @@ OVERRIDABLE_KEYS: frozenset[str] = frozenset(
         "keep_stats_in_res_ds",
         "max_failed_ratio",
         *TRACER_KEYS,
-        *(f"{section}.{leaf}" for section in SECTIONS for leaf in SECTION_KEYS[section]),
+        *SECTION_LEAVES,
     }
+    - {"partition.ray_jobs_deferrable"}  # fixed when Airflow parses the file, as the schedule is
 )
 
 
@@ -63,7 +68,8 @@ def _same(a: Any, b: Any) -> bool:
 
 def _unknown_key_error(path: str, source: str) -> RecipeError:
     top = path.split(".", 1)[0]
-    if path in OWN_TOP_LEVEL_KEYS or path in DJ_IGNORED_KEYS or (top in SECTIONS and top == path):
+    shapes_dag = path in OWN_TOP_LEVEL_KEYS or path in DJ_IGNORED_KEYS or path in SECTION_LEAVES
+    if shapes_dag or (top in SECTIONS and top == path):
         return RecipeError(
             None,
             path,

@@ -233,6 +233,9 @@ PARTITION_EXTRA: dict[str, tuple[Any, str]] = {
     "max_initialization_overhead_ratio": (0.1, "ratio"),
     # Airflow pool for the partition tasks (must exist); docs/gpu_planning.md.
     "pool": (None, "opt_str"),
+    # Ray Jobs mode: whether this DAG's tasks wait for their Ray Jobs in the triggerer (true) or in
+    # their worker (false); null = the deployment's [dj] ray_jobs_deferrable (docs/deployment.md).
+    "ray_jobs_deferrable": (None, "opt_bool"),
     # rows: one even split of all rows; file: partitions never span two input files, so a growing
     # input keeps its old partitions for reuse across jobs (docs/nightly.md, "Reuse across nights").
     "align": ("rows", "align"),

@@ -191,6 +191,8 @@ class SectionParser(ValueParser):
             return "auto" if value == "auto" else self.int_(value, key, auto=True)
         if kind in ("pos_int", "nonneg_int"):
             return self.int_(value, key, 1 if kind == "pos_int" else 0)
+        if kind == "opt_bool" and value is not None:
+            return self.bool_(value, key)
         if kind == "opt_int" and not (value is None or is_int(value)):
             raise self.err(key, f"must be an integer or null, got {value!r}")
         if kind == "opt_pos_number" and not (value is None or (number and value > 0)):
