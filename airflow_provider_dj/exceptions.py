@@ -61,6 +61,7 @@ _BY_MODULE = {
     "airflow_provider_dj.engine.execution.ray_dispatch": ("DispatchKilledError", "PartitionFailedError"),
     "airflow_provider_dj.engine.execution.failure_guard": ("FailureRateExceededError",),
     "airflow_provider_dj.engine.execution.op_runner": ("InvalidOutputError",),
+    "airflow_provider_dj.engine.execution.key_rows": ("UnkeyableRowError",),
     "airflow_provider_dj.engine.execution.batch_cursor": ("BatchKeyError", "BatchSizeError"),
     "airflow_provider_dj.engine.execution.actor_pool": ("PoolResourceError",),
     "airflow_provider_dj.engine.execution.segment_start": ("MissingUpstreamStateError",),

@@ -381,6 +381,14 @@ class SignatureDeduplicator(Deduplicator):
         share (-1: none; they are in one cluster through other rows); None for an op without bands."""
         return None
 
+    def signature_schema(self) -> pa.Schema | None:
+        """The schema of ``compute_hash``'s table when the op accepts an *unkeyed* row in it: a row of
+        nulls, for a row its key phase could not compute (under ``skip_op_error``, engine/execution/
+        key_rows.py), which ``resolve_global`` and ``duplicate_representatives`` keep and match with
+        nothing, as an exact deduplicator's null key.  None (the default): the op cannot tell such a row
+        apart, and one row whose signature cannot be computed fails the partition."""
+        return None
+
 
 def suggest(name: str, choices: list[str] | set[str]) -> str:
     """' Did you mean X?' or '' — shared by the registry and the recipe loader."""

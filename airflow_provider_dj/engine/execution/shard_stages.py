@@ -49,6 +49,7 @@ from airflow_provider_dj.engine.storage.global_op_state import (
     keys_store,
     mask_store,
     save_keep_mask,
+    unkeyed_rows,
 )
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.dedup.near import (
@@ -79,6 +80,12 @@ def row_items(op_impl, keys: pa.Table, partition_index: int) -> tuple[np.ndarray
     """``(t, k0, k1, pos)`` for every row of one partition's keys (see the module docstring)."""
     n = keys.num_rows
     pos = (np.int64(partition_index) << np.int64(32)) | np.arange(n, dtype=np.int64)
+    if isinstance(op_impl, (DocumentMinhashDeduplicator, DocumentSimhashDeduplicator)):
+        # A row its key phase could not key has null signatures: never a duplicate, so no item, as a null key.
+        unkeyed = unkeyed_rows(keys)
+        if unkeyed is not None and unkeyed.any():
+            keys, pos = keys.filter(pa.array(~unkeyed)), pos[~unkeyed]
+            n = keys.num_rows
     if isinstance(op_impl, DocumentMinhashDeduplicator):
         cols = [keys.column(c).to_numpy().astype(np.uint64, copy=False) for c in op_impl.band_columns]
         b = len(cols)
@@ -356,7 +363,8 @@ def decide_partition(
     if history_memory:
         keep = np.ones(keys.num_rows, dtype=bool)
         keep[rows] = False
-        cand = np.flatnonzero(keep)
+        unkeyed = unkeyed_rows(keys)
+        cand = np.flatnonzero(keep if unkeyed is None else keep & ~unkeyed)  # an unkeyed row is never a duplicate
         op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
         out["candidates"] = int(len(cand))
         out["history"] = find_history_duplicates(
@@ -395,7 +403,10 @@ def _lineage_columns(
     partners = None
     if partner_tables:
         positions = np.concatenate([sel for sel, _ in partner_tables])
-        partners = pa.concat_tables([t for _, t in partner_tables]).take(pa.array(np.argsort(positions)))
+        # (A partition with rows its key phase could not key has their reasons in one more column.)
+        partners = pa.concat_tables([t for _, t in partner_tables], promote_options="permissive").take(
+            pa.array(np.argsort(positions))
+        )
     cols: dict = {DUP_OF_COLUMN: pa.array(dup_of, pa.int64())}
     if partners is not None and INPUT_ROW_COLUMN in keys.column_names:
         dup_of[rows] = partners.column(INPUT_ROW_COLUMN).to_numpy()

@@ -26,6 +26,7 @@ from airflow_provider_dj.engine.history.index import HistoryIndex
 from airflow_provider_dj.engine.history.keys import keys_per_row, row_keys
 from airflow_provider_dj.engine.history.pin import read_pin
 from airflow_provider_dj.engine.jobdir.layout import DEDUP_HISTORY_DIR, op_dir_name
+from airflow_provider_dj.engine.storage.global_op_state import unkeyed_rows
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,10 @@ def remove_history_duplicates(
     recipe = ctx.recipe
     if not checks_history(recipe, op_impl.name):
         return mask, None
-    table = pa.concat_tables([k for k in keys]) if keys else None
-    cand = np.flatnonzero(mask)
+    # A partition with rows its key phase could not key has their reasons in one more column.
+    table = pa.concat_tables(keys, promote_options="permissive") if keys else None
+    unkeyed = None if table is None else unkeyed_rows(table)
+    cand = np.flatnonzero(mask if unkeyed is None else mask & ~unkeyed)  # an unkeyed row is never a duplicate
     if table is None or not len(cand):
         return mask, empty_history_duplicates(ctx.job_dir)
     dups = find_history_duplicates(ctx.job_dir, op_impl, table, cand, memory_bytes=recipe.dedup_history.memory_mb << 20)

@@ -8,6 +8,7 @@ The prefixes are part of the job-directory format: an old job directory still re
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
@@ -33,6 +34,14 @@ def mask_store(job_dir: str) -> CheckpointStore:
 class MissingKeysError(DJError, RuntimeError):
     """A partition's committed keys are missing or torn when a global step reads them; the message names
     the partition and says to clear its segment task."""
+
+
+def unkeyed_rows(keys: pa.Table) -> np.ndarray | None:
+    """Per row of a keys table, whether its key phase could not key it (None: every row was keyed).
+    Such a row is never a duplicate, so it is never looked up in history either."""
+    if KEY_ERROR_COLUMN not in keys.column_names:
+        return None
+    return keys.column(KEY_ERROR_COLUMN).is_valid().to_numpy(zero_copy_only=False)
 
 
 def key_errors(keys: pa.Table) -> dict:

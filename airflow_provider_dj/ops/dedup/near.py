@@ -61,6 +61,11 @@ Differences from DJ, all rejected or documented rather than silent:
   ``hamming_distance >= num_blocks`` (degenerate in DJ: empty bands that
   match every row; an incomplete index) are rejected at validation.
 * A null text is treated as '' (DJ fails on it).
+* A row whose signature cannot be computed (the kernel raises on it) fails
+  the partition, naming the row; with ``skip_op_error`` it is set aside in
+  ``failed/`` instead and is never a duplicate, nor anything's original: its
+  signature is null (``signature_schema``), and the other rows cluster as if
+  it were not there (engine/execution/key_rows.py).  DJ fails the job.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import regex
 
 from airflow_provider_dj.ops.base import OpArgumentError, SignatureDeduplicator
@@ -147,10 +153,40 @@ class _Shingler:
 
 
 def _concat_column(tables: list[pa.Table], name: str) -> np.ndarray:
-    parts = [t.column(name).to_numpy() for t in tables if t.num_rows]
+    """One signature column over all tables, in order; an unkeyed row's null reads as 0 (see ``_signed_rows``:
+    callers leave those rows out)."""
+    parts = [_column_values(t.column(name)) for t in tables if t.num_rows]
     if not parts:
         return np.zeros(0, dtype=np.uint64)
     return np.concatenate(parts).astype(np.uint64, copy=False)
+
+
+def _column_values(col: pa.ChunkedArray) -> np.ndarray:
+    return (pc.fill_null(col, 0) if col.null_count else col).to_numpy()
+
+
+def _signed_rows(tables: list[pa.Table], name: str) -> np.ndarray | None:
+    """Positions, over all tables in order, of the rows that have a signature (None: every row has one).
+
+    A row whose key phase failed under ``skip_op_error`` has null signatures (``signature_schema``;
+    engine/execution/key_rows.py): it is matched with nothing, so it is kept, no row is its duplicate,
+    and the other rows cluster as if it were not there; the segment applying the mask sets it aside in
+    ``failed/``."""
+    if not any(t.column(name).null_count for t in tables if t.num_rows):
+        return None
+    valid = [t.column(name).is_valid().to_numpy(zero_copy_only=False) for t in tables if t.num_rows]
+    return np.flatnonzero(np.concatenate(valid))
+
+
+def _among_all_rows(rep: np.ndarray, signed: np.ndarray | None, n: int) -> np.ndarray:
+    """Representatives computed over the signed rows only (positions among them), as positions among all
+    ``n`` rows; an unsigned row represents itself.  ``signed`` ascends, so a cluster's lowest row stays its
+    lowest."""
+    if signed is None:
+        return rep
+    out = np.arange(n, dtype=np.int64)
+    out[signed] = signed[rep]
+    return out
 
 
 def min_label_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -320,6 +356,9 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
     def band_columns(self) -> list[str]:
         return [f"band_{i}" for i in range(self.num_bands)]
 
+    def signature_schema(self) -> pa.Schema:
+        return pa.schema([(name, pa.uint64()) for name in self.band_columns])
+
     def minhash_values(self, table: pa.Table) -> np.ndarray:
         """(rows, num_permutations) uint64 MinHash values, as DJ computes them."""
         texts = _texts(table, self.text_key)
@@ -357,13 +396,21 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
     def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
         """Each row's cluster representative (its lowest row; itself when kept).
         The keep mask and the tracer's dup1/dup2 pairs both derive from it."""
-        n = int(sum(t.num_rows for t in tables))
+        total = int(sum(t.num_rows for t in tables))
+        signed = _signed_rows(tables, self.band_columns[0])
+        n = total if signed is None else len(signed)
+        return _among_all_rows(self._representatives(tables, signed, n), signed, total)
+
+    def _representatives(self, tables: list[pa.Table], signed: np.ndarray | None, n: int) -> np.ndarray:
+        """``duplicate_representatives`` over the ``n`` rows ``signed`` (None: all), as positions among them."""
         if n <= 1:
             return np.arange(n)
         us: list[np.ndarray] = []
         vs: list[np.ndarray] = []
         for name in self.band_columns:
             col = _concat_column(tables, name)
+            if signed is not None:
+                col = col[signed]
             order = np.argsort(col, kind="stable")
             srt = col[order]
             del col
@@ -539,10 +586,21 @@ class DocumentSimhashDeduplicator(SignatureDeduplicator):
     def compute_hash(self, table: pa.Table) -> pa.Table:
         return pa.table({"simhash": pa.array(self.simhash_values(table), type=pa.uint64())})
 
+    def signature_schema(self) -> pa.Schema:
+        return pa.schema([("simhash", pa.uint64())])
+
     def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
         """Each row's cluster representative (the cluster's lowest row; itself when kept).
         The keep mask and the tracer's dup1/dup2 pairs both derive from it."""
         fp = _concat_column(tables, "simhash")
+        total = len(fp)
+        signed = _signed_rows(tables, "simhash")
+        if signed is not None:
+            fp = fp[signed]
+        return _among_all_rows(self._representatives(fp), signed, total)
+
+    def _representatives(self, fp: np.ndarray) -> np.ndarray:
+        """``duplicate_representatives`` of the fingerprints ``fp``, as positions in it."""
         n = len(fp)
         if n <= 1:
             return np.arange(n)
