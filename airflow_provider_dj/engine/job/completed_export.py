@@ -1,5 +1,6 @@
-"""A completed job: whether a job directory holds one, and whether its export and side outputs are still
-what its summary recorded (a re-run of a completed job checks, never rewrites)."""
+"""A completed job: whether a job directory holds one, and whether its export (with the media files it
+names, beside it) and side outputs are still what its summary recorded (a re-run of a completed job
+checks, never rewrites)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def verify_completed_export(job_dir: str) -> dict:
         from airflow_provider_dj.engine.output.shards import verify_shard_set
 
         verify_shard_set(exp)
+        _verify_media_copies(job_dir, summary)
         return _side_output_problems(job_dir, summary)
     # Streamed: a completed job's export may be many GB; one flipped byte anywhere changes the xxh3.
     h, n = xxhash.xxh3_128(), 0
@@ -52,7 +54,33 @@ def verify_completed_export(job_dir: str) -> dict:
             f"({n} bytes, xxh3 {got}; the summary recorded {exp['bytes']} bytes, xxh3 "
             f"{exp['checksum_xxh3_128']}); nothing was rewritten: restore it or start a new job"
         )
+    _verify_media_copies(job_dir, summary)
     return _side_output_problems(job_dir, summary)
+
+
+def _verify_media_copies(job_dir: str, summary: dict) -> None:
+    """Refuse, as a changed export file is refused, a completed job whose export names a media file
+    (``image_blur_mapper``'s copies in ``<export stem>_media/``) that is missing or changed since."""
+    media = summary["export"].get("media")
+    if not media:
+        return
+    from airflow_provider_dj.engine.output.media import media_copy_problems
+
+    problems = media_copy_problems(job_dir, media)
+    if problems is None:
+        log.info(
+            "completed job %s: exported before its media files were recorded; the copies in %s are not checked",
+            summary["job_id"],
+            media.get("dir"),
+        )
+        return
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ExportMismatchError(
+            f"job {summary['job_id']} completed, but a media file of its export {summary['export']['path']} is "
+            f"not what the export placed there: {problems[0]}{more}; nothing was rewritten: restore it or start "
+            f"a new job"
+        )
 
 
 def _side_output_problems(job_dir: str, summary: dict) -> dict:

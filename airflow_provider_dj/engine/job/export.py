@@ -36,9 +36,10 @@ from airflow_provider_dj.engine.output.hashing import HashingWriter
 from airflow_provider_dj.engine.output.media import (
     export_media,
     export_media_dir,
-    media_mapping,
+    exported_media,
     remove_unnamed,
     rewrite_media_paths,
+    write_media_record,
 )
 from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 from airflow_provider_dj.engine.storage.context import JobContext
@@ -87,7 +88,7 @@ def export_job(
     markers = _final_markers(store, plan, parts)
     per_op = _checked_accounting(job_dir, ctx, parts, markers)
     # Media files ops wrote (image_blur_mapper): in the export's media folder before the export commits.
-    media = media_mapping(job_dir, markers, recipe.export_path)
+    media, media_files = exported_media(job_dir, markers, recipe.export_path)
     media_report = export_media(media) if media else None
     tables = _FinalTables(ctx, store, parts, media)
     if not recipe.export_in_parallel:  # Data-Juicer's key: same bytes, written by this process alone
@@ -121,7 +122,9 @@ def export_job(
         started_at=started_at,
     )
     if media_report is not None:
-        summary["export"]["media"] = {"dir": export_media_dir(recipe.export_path), **media_report}
+        # The copies' record, sealed here, is what a re-run of the completed job checks them against.
+        record = write_media_record(job_dir, media, media_files)
+        summary["export"]["media"] = {"dir": export_media_dir(recipe.export_path), **media_report, "record": record}
     summary = _finish_summary(ctx, summary, markers, ledger)
     write_json(ctx.path(JOB_SUMMARY), summary)
     from airflow_provider_dj.engine.job.summary import after_summary_written

@@ -62,6 +62,9 @@ def media_manifest(op_index: int, op_name: str, partition_id: int) -> str:
 EXECUTION_PLAN = "dag_execution_plan.json"
 #: How the job ended (job/summary.py).
 JOB_SUMMARY = "job_summary.json"
+#: The media files the export names, as placed beside it (output/media.py: each copy's path, size, xxh3
+#: and the job-directory file it came from), sealed in the summary; a completed job's re-run checks them.
+EXPORT_MEDIA_RECORD = "export_media.json"
 #: Samples an op failed on, per op and partition, with the reason.
 FAILED_DIR = "failed"
 

@@ -9,10 +9,16 @@ file to a temporary name, then renamed: a reader never sees half a file), and th
 name those copies (:func:`rewrite_media_paths`: every exact match, in every string or list-of-string
 column).  Files are named by their content digest, so exporting again writes the same names; once
 the export is committed, files of the folder that it does not name (an earlier export's) go.
+
+The export writes a record of the copies it placed (``layout.EXPORT_MEDIA_RECORD``: each copy's path,
+size and xxh3, and the job-directory file it came from) and seals it in the summary, so a re-run of
+the completed job checks the copies as it checks the export file (:func:`media_copy_problems`,
+``job/completed_export.py``): a copy deleted or changed since is refused by name, nothing rewritten.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import uuid
@@ -21,7 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.jobdir.integrity import media_manifest_files, read_media_manifest
+from airflow_provider_dj.engine.jobdir.integrity import (
+    bytes_problem,
+    file_problem,
+    file_seal,
+    media_manifest_files,
+    read_media_manifest,
+)
+from airflow_provider_dj.engine.jobdir.layout import EXPORT_MEDIA_RECORD
 from airflow_provider_dj.engine.output.errors import MissingFinalCheckpointError
 
 log = logging.getLogger(__name__)
@@ -74,8 +87,63 @@ def media_seals(job_dir: str, markers: dict[int, dict]) -> dict[str, dict]:
 
 def media_mapping(job_dir: str, markers: dict[int, dict], export_path: str) -> dict[str, str]:
     """Each committed media file's path in the job directory -> its path in the export's media folder."""
+    return exported_media(job_dir, markers, export_path)[0]
+
+
+def exported_media(job_dir: str, markers: dict[int, dict], export_path: str) -> tuple[dict[str, str], dict[str, dict]]:
+    """``media_mapping`` and the seal of each of its job-directory files (``media_seals``)."""
     target = export_media_dir(export_path)
-    return {src: storage.join(target, storage.basename(src)) for src in media_seals(job_dir, markers)}
+    seals = media_seals(job_dir, markers)
+    return {src: storage.join(target, storage.basename(src)) for src in seals}, seals
+
+
+def _placed(mapping: dict[str, str]) -> dict[str, str]:
+    """Each copy beside the export -> the one job-directory file placed there (several partitions' files
+    of one name hold the same bytes: the name is their digest)."""
+    return {dst: src for src, dst in sorted(mapping.items(), reverse=True)}
+
+
+def write_media_record(job_dir: str, mapping: dict[str, str], seals: dict[str, dict]) -> dict:
+    """Write the record of the export's media copies into the job directory (``EXPORT_MEDIA_RECORD``) and
+    return its seal, for the summary's ``export.media.record``."""
+    files = [
+        {"path": dst, "bytes": seals[src]["bytes"], "xxh3_128": seals[src]["xxh3_128"], "source": src}
+        for dst, src in sorted(_placed(mapping).items())
+    ]
+    data = json.dumps({"files": files}, indent=1, sort_keys=True).encode()
+    storage.atomic_write_bytes(
+        storage.join(job_dir, EXPORT_MEDIA_RECORD), data, what="the record of the export's media files"
+    )
+    return {"path": EXPORT_MEDIA_RECORD, **file_seal(data)}
+
+
+def media_copy_problems(job_dir: str, media: dict) -> list[str] | None:
+    """Why the export's media copies are not those its export placed, one line per copy (the record's own
+    damage first, alone); [] when all are; None for a summary written before the record existed, whose
+    copies cannot be checked.  ``media``: the summary's ``export.media``."""
+    seal = media.get("record")
+    if not seal:
+        return None
+    path = storage.join(job_dir, *str(seal["path"]).split("/"))
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
+        return [f"{path} (the record of the export's media files): it is missing"]
+    problem = bytes_problem(data, seal)
+    if problem is not None:
+        return [f"{path} (the record of the export's media files): {problem}"]
+    out = []
+    for f in json.loads(data)["files"]:
+        problem = file_problem(f["path"], f)
+        if problem is None:
+            continue
+        restore = (
+            f" (the job directory's copy {f['source']} is intact: copy it back)"
+            if file_problem(f["source"], f) is None
+            else ""
+        )
+        out.append(f"{f['path']}: {problem}{restore}")
+    return out
 
 
 def _place(src: str, dst: str) -> str:
@@ -102,7 +170,7 @@ def export_media(mapping: dict[str, str]) -> dict:
     how = {"link": 0, "copy": 0}
     # Two partitions (or ops) that blurred the same image hold one file each under one name (the
     # name is its content's digest): the export needs it once.
-    by_target = {dst: src for src, dst in sorted(mapping.items(), reverse=True)}
+    by_target = _placed(mapping)
     for dst, src in sorted(by_target.items()):
         how[_place(src, dst)] += 1
     return {"files": len(by_target), "linked": how["link"], "copied": how["copy"]}
