@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dj.engine.storage.global_op_state import KEYS_COLUMN
 from airflow_provider_dj.ops.dedup.near import GOLDEN_K1, mix64
@@ -65,7 +66,9 @@ def row_keys(op_impl, keys: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, np.
         k0s, k1s, which = [], [], []
         with np.errstate(over="ignore"):
             for b, name in enumerate(op_impl.band_columns):
-                digest = keys.column(name).combine_chunks().to_numpy(zero_copy_only=False).astype(np.uint64)[rows]
+                # A row its key phase could not key has null bands (never looked up, never exported): read as 0,
+                # since numpy would turn the whole column into floats around a null and round every digest.
+                digest = pc.fill_null(keys.column(name), 0).combine_chunks().to_numpy().astype(np.uint64)[rows]
                 k0s.append(mix64(digest + np.uint64(b) * GOLDEN_K1))
                 k1s.append(np.full(len(rows), b, dtype=np.uint64))
                 which.append(np.arange(len(rows)))

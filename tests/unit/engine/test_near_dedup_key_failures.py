@@ -4,7 +4,8 @@ A row whose signature the kernel cannot compute is, with ``skip_op_error``, set 
 with the op and the reason, counted as the op's failure, never a duplicate of anything nor anything's
 original, and the other rows are deduplicated exactly as if it were not in the input -- in the
 single-process global step and in the sharded one, for 1, 3 and 7 partitions and 1, 3 and 7 key
-shards.  Without ``skip_op_error`` the job fails naming the row.  Real jobs in this process, no Ray;
+shards; with ``dedup_history`` it is never looked up, and the tracer never pairs it.  Without
+``skip_op_error`` the job fails naming the row.  Real jobs in this process, no Ray;
 the kernel's failure is simulated on the rows whose text holds a marker word.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +190,47 @@ def test_key_phase_keys_an_unkeyable_row_null(op) -> None:
     with pytest.raises(UnkeyableRowError, match=f"input row 3: {REASON}") as ei:
         compute_keys(impl, table, [(0, 21)], skip_op_error=False)
     assert isinstance(ei.value.__cause__, RuntimeError)
+
+
+def test_unkeyable_rows_are_never_history_duplicates_nor_traced(tmp_path, monkeypatch, corpus) -> None:
+    """``dedup_history`` and the tracer on MinHash: night 1 exports rows 0-9; night 2 reads all 21 rows, so its
+    kept rows among 0-9 are history duplicates, its unkeyable ones (3 a near copy of exported 1, 4) only failed;
+    the one-process and the sharded step write the same export, history duplicates and trace."""
+    op = "document_minhash_deduplicator"
+    lines = (corpus / "keyable.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "night1.jsonl").write_text("".join(line for line in lines if json.loads(line)["id"] < 10))
+    extra = f"open_tracer: true\ntrace_num: 5\ndedup_history:\n  path: {{history}}\n  ops: [{op}]\n"
+    jobs = {}
+    for name, data, shards, history in (
+        ("n1", tmp_path / "night1.jsonl", 0, "hist_a"),
+        ("n2_single", corpus / "rows.jsonl", 0, "hist_a"),
+        ("n2_k7", corpus / "rows.jsonl", 7, "hist_b"),
+    ):
+        if name == "n2_single":
+            shutil.copytree(tmp_path / "hist_a", tmp_path / "hist_b")
+        monkeypatch.setenv("DJ_GLOBAL_STEP_SHARDS", str(shards))
+        monkeypatch.setattr(global_shards, "default_task_runner", lambda: run_in_process)
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(
+            f"project_name: {name}\ndataset_path: {data}\nexport_path: {tmp_path / name}.jsonl\n"
+            f"work_dir: {tmp_path / 'work'}\nskip_op_error: true\n"
+            "partition:\n  mode: manual\n  num_of_partitions: 3\n"
+            f"process:\n  - {op}: {OPS[op]}\n" + extra.format(history=tmp_path / history)
+        )
+        jobs[name] = Path(run_job(str(recipe), workers=1, job_id=name).job_dir)
+    assert [r["id"] for r in _jsonl(tmp_path / "n1.jsonl")] == [0, 1, 5, 6, 8, 9]
+    assert [r["id"] for r in _jsonl(tmp_path / "n2_single.jsonl")] == [i for i in KEPT if i >= 10]
+    assert_same_bytes((tmp_path / "n2_k7.jsonl").read_bytes(), (tmp_path / "n2_single.jsonl").read_bytes())
+    rel = f"dedup_history/op_000_{op}.parquet"
+    history = pq.read_table(jobs["n2_single"] / rel)
+    assert history.column(INPUT_ROW_COLUMN).to_pylist() == [0, 1, 5, 6, 8, 9]
+    assert pq.read_table(jobs["n2_k7"] / rel).equals(history)
+    trace = f"trace/duplicate-{op}.jsonl"
+    assert_same_bytes((jobs["n2_k7"] / trace).read_bytes(), (jobs["n2_single"] / trace).read_bytes(), "trace")
+    traced = [json.loads(line) for line in (jobs["n2_single"] / trace).read_text().splitlines()]
+    in_night = [(e["dup1"]["id"], e["dup2"]["id"]) for e in traced if not e.get("history_duplicate")]
+    assert in_night == [(0, 2), (6, 7), (5, 10)], traced  # 10 is traced against 5, not the unkeyable 4
+    assert not {e["dup2"]["id"] for e in traced} & set(UNKEYABLE), traced
+    for job in (jobs["n2_single"], jobs["n2_k7"]):
+        failed = [r["id"] for f in sorted((job / "failed").rglob("*.jsonl")) for r in _jsonl(f)]
+        assert failed == UNKEYABLE
