@@ -253,8 +253,8 @@ def measure_step(job_dir: str, config: str, budget_mb: int, mask_path: str) -> d
     return {
         "config": config,
         "budget_mb": None if config == CONFIG_SINGLE else budget_mb,
-        "rows": result.get("rows"),
-        "kept": result.get("kept"),
+        "rows": result.rows,
+        "kept": result.kept,
         "wall_s": wall,
         "orchestrator_start_rss": before,
         "orchestrator_peak_rss": peak,

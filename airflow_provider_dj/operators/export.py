@@ -141,7 +141,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
                 run_id=run_id_of(context),
                 part_source=None if is_job_complete(self.job_dir) else self._part_source(),
                 say=lambda m: self.log.info("%s", m),
-            )
+            ).to_dict()  # XCom's plain dict
         )
 
     def on_kill(self) -> None:
@@ -169,7 +169,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         job_id = JobContext(job_dir).job_id
 
         def succeeded(entry: dict, sid: str, message: str) -> dict:
-            result = entry.get("results") or export_result(job_dir)
+            result = entry.get("results") or export_result(job_dir).to_dict()
             self.log.info("%s", f"Ray job {sid}: {message}; exported {result['rows']} rows to {result['export_path']}")
             return result
 

@@ -91,7 +91,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
             self.job_dir,
             lambda: run_global_step(
                 self.job_dir, self.op_index, event_defaults=event_defaults(context), run_tasks=self._ray_tasks
-            ),
+            ).to_dict(),  # XCom's plain dict
         )
         self.log.info("global op %d: %s", self.op_index, result)
         return result

@@ -34,6 +34,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from airflow_provider_dj import settings
+from airflow_provider_dj.engine.execution.segment_result import SegmentResult
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
 from airflow_provider_dj.engine.runner.steps import run_group
 from airflow_provider_dj.hooks.ray import RayHook
@@ -121,19 +123,20 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
 
     def _run_group(self, context: Any) -> list[dict]:
-        self._dispatcher = RayDispatcher(self._connect, num_cpus=self.cpus_per_partition)
-        return fail_fast_on_guard(
+        dispatcher = self._dispatcher = RayDispatcher(self._connect, num_cpus=self.cpus_per_partition)
+        results = fail_fast_on_guard(
             lambda: run_group(
                 self.job_dir,
                 self.segment_index,
-                self.execution_group,
-                self._dispatcher,
+                ExecutionGroup.from_dict(self.execution_group),  # XCom's plain dict
+                dispatcher,
                 try_number=try_number(context),
                 event_defaults=event_defaults(context),
                 run_id=run_id_of(context),
                 say=lambda m: self.log.info("%s", m),
             )
         )
+        return [r.to_dict() for r in results]  # XCom's plain dicts
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
     def _run_ray_job(self, context: Any) -> list[dict]:
@@ -152,9 +155,9 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         job_id = JobContext(job_dir).job_id
 
         def succeeded(entry: dict, sid: str, message: str) -> list[dict]:
-            results = entry.get("results") or []
+            results = entry.get("results") or []  # the driver's record: already plain dicts
             for r in results:
-                self.log.info("%s", _result_line(r))
+                self.log.info("%s", SegmentResult.from_dict(r).line())
             self.log.info("%s", f"Ray job {sid}: {message}")
             return results
 
@@ -186,12 +189,3 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
                 job_dir, job_id, seg, group, sid, request, event_defaults=defaults
             ),
         )
-
-
-def _result_line(r: dict) -> str:
-    if r.get("skipped"):
-        return f"partition {r['partition_id']}: already complete, no work done"
-    return (
-        f"partition {r['partition_id']}: resumed after op {r.get('resumed_from_op')}, ran ops {r.get('ops_run')}, "
-        f"{r.get('rows_out')} rows out, {r.get('failed_rows')} failed samples"
-    )

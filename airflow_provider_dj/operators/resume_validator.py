@@ -23,6 +23,7 @@ from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
 from airflow_provider_dj.engine.input.sources import InputError
 from airflow_provider_dj.engine.job.setup import ResumeRefusedError
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.planning.global_memory import GlobalStepTooLargeError
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.hooks.ray import RayHook
@@ -180,8 +181,8 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         return self._mapped_groups(started.groups, self.local_run)
 
     @staticmethod
-    def _mapped_groups(groups: list[dict], local_run: dict | None) -> list[dict]:
-        """What the partition tasks are mapped over.
+    def _mapped_groups(groups: list[ExecutionGroup], local_run: dict | None) -> list[dict]:
+        """What the partition tasks are mapped over: the groups as XCom's plain dicts.
 
         Under ``dj-airflow run`` (``dag.test()``) a mapped task that expands to
         nothing costs a one-second sleep in the runner's loop, twice per empty
@@ -189,6 +190,6 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         which its task finishes at once.  Under a scheduler an empty list stays
         empty: the mapped tasks show as skipped.
         """
-        if groups or local_run is None:
-            return groups
-        return [{"group_id": 0, "partition_ids": [], "start_row": 0, "end_row": 0, "label": "no partitions to run"}]
+        if not groups and local_run is not None:
+            groups = [ExecutionGroup.placeholder()]
+        return [g.to_dict() for g in groups]

@@ -144,7 +144,7 @@ def test_exact_delta_drill_equals_one_run_over_both_nights_and_a_failed_night_co
 
     shutil.rmtree(job2 / "checkpoints" / "dedup_mask_op_001_document_deduplicator")
     again = resolve_global_op(str(job2), 1)
-    assert (again["history_duplicates"], again["history_version"]) == (3, 1)
+    assert (again.history_duplicates, again.history_version) == (3, 1)
     traced = [
         e for e in read_jsonl(job2 / "trace" / "duplicate-document_deduplicator.jsonl") if e.get("history_duplicate")
     ]

@@ -225,7 +225,9 @@ def test_the_export_driver_writes_the_in_process_bytes_and_the_operator_reads_it
     record = ray_jobs.read_export_record(job_dir)
     (entry,) = record["submissions"]
     assert (record["step"], entry["submission_id"], entry["state"]) == ("export", base, "succeeded")
-    assert entry["results"] == export_job.export_result(job_dir) and entry["results"]["rows"] == reference.rows
+    assert (
+        entry["results"] == export_job.export_result(job_dir).to_dict() and entry["results"]["rows"] == reference.rows
+    )
     assert export_job.verify_export(job_dir)[0] is True and ray_jobs.running_submissions(job_dir) == []
 
     op = _export_op(job_dir=job_dir)

@@ -491,7 +491,9 @@ def _check_export_job(client, job_dir: str, job_id: str, summary: dict, dag_id: 
     assert (record["step"], entry["submission_id"], entry["state"]) == ("export", sid, "succeeded")
     assert [t["state"] for t in entry["transitions"]] == ["started", "succeeded"]
     assert entry["pid"] != os.getpid() and entry["dashboard_address"] == client.address
-    assert entry["results"] == export_result(job_dir) and entry["results"]["rows"] == summary["export"]["rows"]
+    assert (
+        entry["results"] == export_result(job_dir).to_dict() and entry["results"]["rows"] == summary["export"]["rows"]
+    )
     info = client.info(sid)
     assert str(info.status.value) == "SUCCEEDED" and "engine.runner.export_job" in info.entrypoint
     with create_session() as session:

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.execution.segment_result import SegmentOutcome, SegmentStopped
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class SegmentActor:
             status="running",
         )
 
-    def run(self, partition_id: int, try_number: int | None, event_defaults: dict) -> dict:
+    def run(self, partition_id: int, try_number: int | None, event_defaults: dict[str, Any]) -> SegmentOutcome:
         from airflow_provider_dj.engine.execution.segment_runner import run_segment
         from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 
@@ -228,14 +229,9 @@ class SegmentActor:
                 try_number=try_number,
                 event_defaults=event_defaults,
                 op_factory=self.op,
-            ).to_dict()
+            )
         except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch.segment_task)
-            return {
-                "partition_id": partition_id,
-                "segment_index": self.segment_index,
-                "stopped": True,
-                "request": exc.request,
-            }
+            return SegmentStopped(partition_id, self.segment_index, exc.request)
 
     def op(self, spec, text_key: str):
         """run_segment's op factory: stateful ops once per actor, the rest per partition."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +45,38 @@ from airflow_provider_dj.ops.registry import create_op
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class GlobalStepResult:
+    """How a global step ended: the op's counts, or ``skipped`` when every keep mask was committed already.
+    A plain dict (``to_dict``) only at an Airflow task's XCom and a Ray Job's record."""
+
+    op_index: int
+    skipped: bool = False
+    rows: int = 0
+    kept: int = 0
+    duplicates: int = 0
+    #: With dedup_history: the rows an earlier export held, and the history index version read.
+    history_duplicates: int | None = None
+    history_version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.skipped:
+            return {"op_index": self.op_index, "skipped": True}
+        d: dict[str, Any] = {
+            "op_index": self.op_index,
+            "rows": self.rows,
+            "kept": self.kept,
+            "duplicates": self.duplicates,
+        }
+        if self.history_duplicates is not None:
+            d["history_duplicates"] = self.history_duplicates
+            d["history_version"] = self.history_version
+        return d
+
+
 def resolve_global_op(
     job_dir: str, op_index: int, *, event_defaults: dict | None = None, run_tasks: Callable | None = None
-) -> dict:
+) -> GlobalStepResult:
     """Decide, over every partition's keys, which rows the global op keeps, and commit each partition's
     keep mask; return the op's counts (or ``skipped`` when every mask was already committed).  A step
     planned in shards runs its tasks through ``run_tasks`` (engine/execution/global_shards.py)."""
@@ -66,7 +96,7 @@ def resolve_global_op(
     ):
         log.info("global op %d (%s): keep masks already committed for all %d partitions", op_index, op.name, len(parts))
         events.emit("global_op_complete", op_index=op_index, op_name=op.name, status="already_complete")
-        return {"op_index": op_index, "skipped": True}
+        return GlobalStepResult(op_index, skipped=True)
 
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     shards = _shards_for(ctx, op, op_index, op_impl, parts)
@@ -104,7 +134,7 @@ def _shards_for(ctx, op, op_index: int, op_impl, parts: list[dict]) -> int:
     return shards
 
 
-def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0: float) -> dict:
+def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0: float) -> GlobalStepResult:
     """Log and record the step's counts; the step's result."""
     dur = time.perf_counter() - t0
     log.info(
@@ -121,11 +151,14 @@ def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0
         duration=round(dur, 6),
         status="success",
     )
-    result = {"op_index": op_index, "rows": total, "kept": kept, "duplicates": total - kept}
-    if history_dups is not None:
-        result["history_duplicates"] = len(history_dups)
-        result["history_version"] = history_dups.version
-    return result
+    return GlobalStepResult(
+        op_index,
+        rows=total,
+        kept=kept,
+        duplicates=total - kept,
+        history_duplicates=None if history_dups is None else len(history_dups),
+        history_version=None if history_dups is None else history_dups.version,
+    )
 
 
 def _load_keys(ks, op, op_index: int, parts: list[dict]) -> list[pa.Table]:

@@ -29,15 +29,21 @@ import time
 from typing import Any, Callable
 
 from airflow_provider_dj.core.errors import DJError
+from airflow_provider_dj.engine.execution.segment_result import SegmentOutcome, SegmentResult, SegmentStopped
 
 log = logging.getLogger(__name__)
 
 
 def segment_task(
-    job_dir: str, segment_index: int, partition_id: int, try_number: int | None, defaults: dict, modules: tuple = ()
-) -> dict:
+    job_dir: str,
+    segment_index: int,
+    partition_id: int,
+    try_number: int | None,
+    defaults: dict[str, Any],
+    modules: tuple[str, ...] = (),
+) -> SegmentOutcome:
     """One partition of one segment, as every dispatcher runs it (a Ray task, a pool process, this
-    process): ``run_segment``'s result as a dict, or ``{"stopped": True, ...}`` for a graceful stop.
+    process): ``run_segment``'s result, or a ``SegmentStopped`` for a graceful stop.
 
     Its name is the Ray task's (a worker's process title is ``ray::segment_task`` while it runs one)."""
     import logging as _logging
@@ -50,12 +56,10 @@ def segment_task(
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 
     try:
-        return run_segment(
-            job_dir, segment_index, partition_id, try_number=try_number, event_defaults=defaults
-        ).to_dict()
+        return run_segment(job_dir, segment_index, partition_id, try_number=try_number, event_defaults=defaults)
     except StopRequested as exc:
         # A graceful stop is an outcome, not an error: report it as data.
-        return {"partition_id": partition_id, "segment_index": segment_index, "stopped": True, "request": exc.request}
+        return SegmentStopped(partition_id, segment_index, exc.request)
 
 
 class DispatchHandle:
@@ -158,7 +162,7 @@ def run_partitions(
     poll_s: float = 1.0,
     max_in_flight: int | None = None,
     actor_resources: dict | None = None,
-) -> list[dict]:
+) -> list[SegmentResult]:
     """Run the partitions as Ray tasks and wait for all of them.
 
     While waiting, every ``poll_s`` it reads the job's stop request: a
@@ -221,8 +225,8 @@ class _GroupDispatch:
         self.limit = len(self.queue)
         self.refs: dict = {}
         self.pool = None
-        self.results: dict[int, dict] = {}
-        self.stopped: dict[int, dict] = {}
+        self.results: dict[int, SegmentResult] = {}
+        self.stopped: dict[int, dict[str, Any]] = {}
         self.errors: list[tuple[int, BaseException]] = []
         self.forced: dict | None = None
         self.forced_at = 0.0  # time.monotonic() of the forced stop's cancel
@@ -300,8 +304,8 @@ class _GroupDispatch:
                 else:
                     self.errors.append((pid, exc))
                 continue
-            if out.get("stopped"):
-                self.stopped[pid] = out["request"]
+            if isinstance(out, SegmentStopped):
+                self.stopped[pid] = out.request
             else:
                 self.results[pid] = out
 
@@ -424,7 +428,7 @@ class _GroupDispatch:
             if self.pool is not None:
                 self.pool.shutdown()  # the group's lifetime ends here: its models and GPU shares are released
 
-    def results_or_raise(self) -> list[dict]:
+    def results_or_raise(self) -> list[SegmentResult]:
         """The partitions' results in their order; PartitionFailedError for the first failure, else
         StopRequested (carrying the completed results) when any partition stopped."""
         from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
@@ -439,7 +443,7 @@ class _GroupDispatch:
         if self.stopped:
             request = self.forced or next(iter(self.stopped.values()))
             exc = StopRequested(self.job_dir, request, partition_ids=sorted(self.stopped))
-            exc.completed = [results[pid] for pid in partition_ids if pid in results]  # type: ignore[attr-defined]
+            exc.completed = [results[pid] for pid in partition_ids if pid in results]
             raise exc
         return [results[pid] for pid in partition_ids]
 

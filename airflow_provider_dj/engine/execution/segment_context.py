@@ -9,12 +9,13 @@ only, so an op of the global mask and an op of the op loop report with the same 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from airflow_provider_dj.engine.execution.failure_guard import FailureRateExceededError, check_partition, load_settings
 from airflow_provider_dj.engine.execution.segment_checkpoints import SegmentCheckpoints
+from airflow_provider_dj.engine.execution.segment_result import SegmentResult
 from airflow_provider_dj.engine.jobdir import faults, stop_control
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import resume_command
@@ -26,21 +27,6 @@ from airflow_provider_dj.engine.storage.global_op_state import keys_store
 from airflow_provider_dj.ops.registry import create_op
 
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")  # the runner's log lines, as before
-
-
-@dataclass
-class SegmentResult:
-    partition_id: int
-    segment_index: int
-    resumed_from_op: int | None  # op index of the checkpoint loaded; -1 = input; None = nothing to do
-    ops_run: list[int] = field(default_factory=list)
-    rows_out: int = 0
-    failed_rows: int = 0
-    skipped: bool = False
-    reused_from_job: str | None = None  # the earlier job whose checkpoint this run started from (reuse.py)
-
-    def to_dict(self) -> dict:
-        return self.__dict__.copy()
 
 
 @dataclass

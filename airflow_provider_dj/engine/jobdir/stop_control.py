@@ -26,6 +26,7 @@ import json
 import re
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
@@ -47,6 +48,8 @@ class StopRequested(DJError):
         self.job_dir = job_dir
         self.request = request
         self.partition_ids = list(partition_ids or [])
+        #: A dispatcher's stop: the results of the group's partitions that completed before it.
+        self.completed: list[Any] = []
 
     def __reduce__(self):
         # Crosses process boundaries (Ray) intact, with its request.

@@ -6,7 +6,8 @@ group runs to its end even if a sibling fails, then the first error is
 raised as ``PartitionFailedError``; a graceful stop comes back as data and
 is raised as ``StopRequested`` once all have ended; a forced stop or a kill
 cancels what still runs.  So checkpoints, events and exports are the same
-whichever dispatcher ran them.
+whichever dispatcher ran them.  ``Dispatcher`` is that contract, as the
+runner's steps (engine/runner/steps.py) call it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from airflow_provider_dj.engine.execution.ray_dispatch import (
     DispatchHandle,
@@ -23,10 +24,43 @@ from airflow_provider_dj.engine.execution.ray_dispatch import (
     run_partitions,
     segment_task,
 )
+from airflow_provider_dj.engine.execution.segment_result import SegmentOutcome, SegmentResult, SegmentStopped
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.execution.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+#: One partition task's arguments: job dir, segment, partition, try number, event defaults, op modules.
+TaskArgs = tuple[str, int, int, "int | None", dict[str, Any], tuple[str, ...]]
+#: How a partition ended here: its result, its stop, or the exception it raised.
+Ended = SegmentOutcome | Exception
+
+
+class Dispatcher(Protocol):
+    """Runs one segment for the partitions of one execution group, and reports as the module says.
+
+    ``run`` returns one ``SegmentResult`` per partition, in the group's order; ``cancel`` ends the
+    group's work from another thread (Airflow's ``on_kill``) and returns (calls made, still running
+    after the wait); ``close`` releases what the dispatcher holds across groups (a process pool)."""
+
+    def run(
+        self,
+        job_dir: str,
+        segment_index: int,
+        group: ExecutionGroup,
+        *,
+        try_number: int | None,
+        event_defaults: dict[str, Any] | None,
+        on_progress: Progress,
+        rows_by_partition: dict[int, int],
+    ) -> list[SegmentResult]: ...
+
+    def cancel(self, reason: str) -> tuple[int, int]: ...
+
+    def close(self) -> None: ...
 
 
 class RayDispatcher:
@@ -44,30 +78,28 @@ class RayDispatcher:
         self,
         job_dir: str,
         segment_index: int,
-        partition_ids: list[int],
+        group: ExecutionGroup,
         *,
         try_number: int | None,
-        event_defaults: dict | None,
+        event_defaults: dict[str, Any] | None,
         on_progress: Progress,
         rows_by_partition: dict[int, int],
-        max_in_flight: int | None,
-        actor_resources: dict | None,
-    ) -> list[dict]:
+    ) -> list[SegmentResult]:
         ray = self._connect()
         self.handle = DispatchHandle()
         return run_partitions(
             ray,
             job_dir,
             segment_index,
-            partition_ids,
+            list(group.partition_ids),
             try_number=try_number,
             event_defaults=event_defaults,
             num_cpus=self.num_cpus,
             on_progress=on_progress,
             rows_by_partition=rows_by_partition,
             handle=self.handle,
-            max_in_flight=max_in_flight,
-            actor_resources=actor_resources,
+            max_in_flight=group.max_in_flight,  # resolved by the first step (docs/gpu_planning.md)
+            actor_resources=group.actor_resources,  # per-op actor plan, for stateful ops' actor pools
         )
 
     def cancel(self, reason: str) -> tuple[int, int]:
@@ -97,29 +129,30 @@ class LocalDispatcher:
         self,
         job_dir: str,
         segment_index: int,
-        partition_ids: list[int],
+        group: ExecutionGroup,
         *,
         try_number: int | None,
-        event_defaults: dict | None,
+        event_defaults: dict[str, Any] | None,
         on_progress: Progress,
         rows_by_partition: dict[int, int],
-        max_in_flight: int | None = None,
-        actor_resources: dict | None = None,
-    ) -> list[dict]:
+    ) -> list[SegmentResult]:
         from airflow_provider_dj.engine.execution.actor_pool import op_modules
         from airflow_provider_dj.engine.execution.watchdog import watchdog_for
         from airflow_provider_dj.engine.storage.context import JobContext
 
+        partition_ids = list(group.partition_ids)
         modules = tuple(op_modules(JobContext(job_dir).plan))
-        args = [(job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules) for pid in partition_ids]
+        args: list[TaskArgs] = [
+            (job_dir, segment_index, pid, try_number, dict(event_defaults or {}), modules) for pid in partition_ids
+        ]
         watchdog = watchdog_for(job_dir, segment_index, try_number=try_number, event_defaults=event_defaults)
         t0 = time.perf_counter()
         # A hung call cannot be ended from inside its own process: with the watchdog on, even one
         # worker is a process of the pool.
         if (self.workers == 1 or len(partition_ids) == 1) and not watchdog.policy.enabled:
-            outcomes = {}
+            outcomes: dict[int, Ended] = {}
             for a in args:
-                outcomes[a[2]] = _outcome(lambda a=a: segment_task(*a))
+                outcomes[a[2]] = _run_here(a)
                 on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
         else:
             run = _PoolRun(self, job_dir, segment_index, partition_ids, args, watchdog)
@@ -164,18 +197,26 @@ class _PoolRun:
     request kills the pool's workers; so does a stalled partition (a pool cannot end one worker), and
     then the partitions that were in flight beside it run again from their checkpoints."""
 
-    def __init__(self, dispatcher: LocalDispatcher, job_dir, segment_index, partition_ids, args, watchdog) -> None:
+    def __init__(
+        self,
+        dispatcher: LocalDispatcher,
+        job_dir: str,
+        segment_index: int,
+        partition_ids: list[int],
+        args: list[TaskArgs],
+        watchdog: Watchdog,
+    ) -> None:
         self.dispatcher, self.job_dir, self.segment_index = dispatcher, job_dir, segment_index
         self.partition_ids, self.watchdog = partition_ids, watchdog
         self.args = {a[2]: a for a in args}
-        self.futures: dict[Future, int] = {}
-        self.outcomes: dict[int, tuple[str, Any]] = {}
+        self.futures: dict[Future[SegmentOutcome], int] = {}
+        self.outcomes: dict[int, Ended] = {}
 
     def submit(self, pid: int) -> None:
         self.watchdog.submitted(pid)
         self.futures[self.dispatcher._pool_now().submit(segment_task, *self.args[pid])] = pid
 
-    def wait_all(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
+    def wait_all(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict[int, Ended]:
         for pid in self.args:
             self.submit(pid)
         try:
@@ -184,13 +225,13 @@ class _PoolRun:
             self.dispatcher._kill("KeyboardInterrupt")
             raise
 
-    def _wait(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict:
+    def _wait(self, on_progress: Progress, rows_by_partition: dict[int, int], t0: float) -> dict[int, Ended]:
         from airflow_provider_dj.engine.jobdir.stop_control import read_stop_request
 
         while self.futures:
             done, _ = wait(set(self.futures), timeout=self.dispatcher.poll_s, return_when=FIRST_COMPLETED)
             for fut in done:
-                self.outcomes[self.futures.pop(fut)] = _outcome(fut.result)
+                self.outcomes[self.futures.pop(fut)] = _ended(fut)
             if done:
                 on_progress(_line(self.segment_index, self.partition_ids, self.outcomes, rows_by_partition, t0))
             if self.futures:
@@ -199,7 +240,7 @@ class _PoolRun:
             if request is not None and request.get("force"):
                 self.dispatcher._kill(f"forced stop requested by {request.get('requested_by')}")
                 for pid in self.futures.values():
-                    self.outcomes[pid] = ("stopped", request)
+                    self.outcomes[pid] = SegmentStopped(pid, self.segment_index, request)
                 self.futures.clear()
         return self.outcomes
 
@@ -213,7 +254,7 @@ class _PoolRun:
         for pid in in_flight:
             error = self.watchdog.cancelled(pid) if pid in stalled else None
             if error is not None:
-                self.outcomes[pid] = ("error", error)
+                self.outcomes[pid] = error
             else:
                 self.submit(pid)
 
@@ -228,36 +269,50 @@ def _ignore_terminal_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _outcome(call: Callable[[], dict]) -> tuple[str, Any]:
-    """('ok', result) / ('stopped', request) / ('error', exception) of one partition task."""
+def _run_here(args: TaskArgs) -> Ended:
+    """One partition task in this process: its outcome, or the exception it raised."""
     try:
-        out = call()
+        return segment_task(*args)
     except Exception as exc:  # noqa: BLE001 - every sibling runs to its end; the first error is raised after
-        return "error", exc
-    if out.get("stopped"):
-        return "stopped", out["request"]
-    return "ok", out
+        return exc
 
 
-def _line(segment_index, partition_ids, outcomes, rows_by_partition, t0) -> str:
-    results = {pid: o[1] for pid, o in outcomes.items() if o[0] == "ok"}
-    errors = [(pid, o[1]) for pid, o in outcomes.items() if o[0] == "error"]
+def _ended(fut: Future[SegmentOutcome]) -> Ended:
+    """A pool task's outcome, or the exception it raised."""
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001 - every sibling runs to its end; the first error is raised after
+        return exc
+
+
+def _line(
+    segment_index: int,
+    partition_ids: list[int],
+    outcomes: dict[int, Ended],
+    rows_by_partition: dict[int, int],
+    t0: float,
+) -> str:
+    results = {pid: o for pid, o in outcomes.items() if isinstance(o, SegmentResult)}
+    errors = [(pid, o) for pid, o in outcomes.items() if isinstance(o, Exception)]
     return progress_line(segment_index, partition_ids, results, errors, rows_by_partition, time.perf_counter() - t0)
 
 
-def _results(job_dir: str, segment_index: int, partition_ids: list[int], outcomes: dict) -> list[dict]:
+def _results(
+    job_dir: str, segment_index: int, partition_ids: list[int], outcomes: dict[int, Ended]
+) -> list[SegmentResult]:
     """The group's results in partition order, or the first error / the stop, as Ray dispatch raises them."""
     from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
 
-    errors = [(pid, outcomes[pid][1]) for pid in partition_ids if outcomes[pid][0] == "error"]
-    if errors:
-        pid, exc = errors[0]
-        failure = PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {exc}")
-        failure.cause = exc
-        raise failure from exc
-    stopped = {pid: outcomes[pid][1] for pid in partition_ids if outcomes[pid][0] == "stopped"}
+    for pid in partition_ids:
+        exc = outcomes[pid]
+        if isinstance(exc, Exception):
+            failure = PartitionFailedError(f"partition {pid} failed in segment {segment_index}: {exc}")
+            failure.cause = exc
+            raise failure from exc
+    stopped = [o for pid in partition_ids if isinstance(o := outcomes[pid], SegmentStopped)]
+    results = [o for pid in partition_ids if isinstance(o := outcomes[pid], SegmentResult)]
     if stopped:
-        exc = StopRequested(job_dir, next(iter(stopped.values())), partition_ids=sorted(stopped))
-        exc.completed = [outcomes[pid][1] for pid in partition_ids if outcomes[pid][0] == "ok"]  # type: ignore[attr-defined]
-        raise exc
-    return [outcomes[pid][1] for pid in partition_ids]
+        stop = StopRequested(job_dir, stopped[0].request, partition_ids=sorted(o.partition_id for o in stopped))
+        stop.completed = results
+        raise stop
+    return results

@@ -24,10 +24,13 @@ import json
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_dj.engine.jobdir import ray_jobs
 from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, driver_main
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.runner.steps import ExportResult
 
 log = logging.getLogger("dj.export_job")
 
@@ -70,21 +73,14 @@ def verify_export(job_dir: str) -> tuple[bool, str]:
     return False, "the export is not committed (no completed job_summary.json)"
 
 
-def export_result(job_dir: str) -> dict:
+def export_result(job_dir: str) -> ExportResult:
     """``finish_job``'s result read back from the committed summary: the export's path (or a sharded
     export's manifest), rows, checksum and job id."""
     from airflow_provider_dj.core import fs as storage
     from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+    from airflow_provider_dj.engine.runner.steps import ExportResult
 
-    summary = json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY)))
-    export = summary["export"]
-    return {
-        "export_path": export["path"],
-        "rows": export["rows"],
-        "checksum": export["checksum_xxh3_128"],
-        "job_id": summary["job_id"],
-        **({"manifest": export["manifest"]} if export.get("manifest") else {}),
-    }
+    return ExportResult.from_summary(json.loads(storage.read_bytes(storage.join(job_dir, JOB_SUMMARY))))
 
 
 def run_export_job(spec: ExportJobSpec) -> int:
@@ -112,15 +108,17 @@ def run_export_job(spec: ExportJobSpec) -> int:
         log.info("Serializing %d partitions to JSONL on Ray, %d at a time", len(parts), cpus)
         return export_parts.parts_on_ray(ray, spec.job_dir, parts, max_in_flight=cpus)
 
-    return run.run(
-        lambda: finish_job(
+    def body() -> dict[str, Any]:
+        result = finish_job(
             spec.job_dir,
             event_defaults=spec.event_defaults,
             run_id=spec.run_id,
             part_source=part_source(),
             say=log.info,
         )
-    )
+        return result.to_dict()  # the record's ``results`` (JSON)
+
+    return run.run(body)
 
 
 def settle_stopped_export(job_dir: str, job_id: str, sid: str, request: dict) -> None:

@@ -136,9 +136,10 @@ def run_global_job(spec: GlobalJobSpec) -> int:
         run.connect()  # only a sharded step needs Ray: its tasks run on this cluster
         return ray_task_runner(fn, args_list)
 
-    def body() -> dict:
+    def body() -> dict[str, Any]:
         apply_submitter_settings(spec.settings, STEP_SETTINGS)
-        return run_global_step(spec.job_dir, spec.op_index, event_defaults=spec.event_defaults, run_tasks=run_tasks)
+        result = run_global_step(spec.job_dir, spec.op_index, event_defaults=spec.event_defaults, run_tasks=run_tasks)
+        return result.to_dict()  # the record's ``results`` (JSON)
 
     return run.run(body)
 

@@ -313,8 +313,9 @@ def run_group_job(spec: GroupJobSpec) -> int:
     run = DriverRun(spec, record, what=f"group {spec.group.get('group_id')} of segment {spec.segment_index}")
     dispatcher = RayDispatcher(run.connect, num_cpus=spec.num_cpus)
     run.cancel = dispatcher.cancel
-    return run.run(
-        lambda: run_group(
+
+    def body() -> list[dict[str, Any]]:
+        results = run_group(
             spec.job_dir,
             spec.segment_index,
             spec.group,
@@ -324,7 +325,9 @@ def run_group_job(spec: GroupJobSpec) -> int:
             run_id=spec.run_id,
             say=log.info,
         )
-    )
+        return [r.to_dict() for r in results]  # the record's ``results`` (JSON)
+
+    return run.run(body)
 
 
 def _fatal(exc: BaseException) -> bool:

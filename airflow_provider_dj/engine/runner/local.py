@@ -29,6 +29,7 @@ from airflow_provider_dj.engine.job.setup import PreparedJob
 from airflow_provider_dj.engine.job.summary import read_job_summary
 from airflow_provider_dj.engine.job.watch import check as barrier_check
 from airflow_provider_dj.engine.jobdir import lock as job_lock
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
 from airflow_provider_dj.engine.runner.executor_choice import choose_after_planning, ray_needed_before_planning
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
@@ -177,7 +178,8 @@ def run_prepared_job(
     if executor not in EXECUTORS:
         raise ValueError(f"executor={executor!r}: use one of {', '.join(EXECUTORS)}")
     workers = max(1, workers)
-    started = StartedJob(recipe=None, prepared=prepared, groups=prepared.groups)
+    groups = [ExecutionGroup.from_dict(g) for g in prepared.groups]
+    started = StartedJob(recipe=None, prepared=prepared, groups=groups)
     if executor == "auto":
         choice = choose_after_planning(started, workers)
         say(f"executor: {choice.line}")
@@ -222,14 +224,14 @@ def _run_started(started: StartedJob, dispatcher, run_id: str | None, say, revie
         raise
     summary = read_job_summary(job_dir) or {}
     return JobResult(
-        job_id=result["job_id"],
+        job_id=result.job_id,
         job_dir=job_dir,
-        export_path=result["export_path"],
-        rows=result["rows"],
-        checksum=result["checksum"],
-        already_complete=bool(result.get("already_complete")),
+        export_path=result.export_path,
+        rows=result.rows,
+        checksum=result.checksum,
+        already_complete=result.already_complete,
         summary=summary,
-        run_id=run_id,
+        run_id=run_id or "",
     )
 
 
@@ -238,7 +240,9 @@ def _step(step: str) -> dict:
     return {"step": step}
 
 
-def _run_segment(job_dir: str, segment_index: int, step: str, groups: list[dict], dispatcher, run_id: str, say):
+def _run_segment(
+    job_dir: str, segment_index: int, step: str, groups: list[ExecutionGroup], dispatcher, run_id: str, say
+):
     """Every group of one segment, as the DAG's mapped instances run: a failing group does not keep its
     siblings from committing their partitions (so a resume has the most to start from); then the first
     failure is raised.  A stop ends the segment at once."""
@@ -254,13 +258,15 @@ def _run_segment(job_dir: str, segment_index: int, step: str, groups: list[dict]
         raise failures[0]
 
 
-def _run_group_step(job_dir: str, segment_index: int, step: str, group: dict, dispatcher, run_id: str, say) -> None:
+def _run_group_step(
+    job_dir: str, segment_index: int, step: str, group: ExecutionGroup, dispatcher, run_id: str, say
+) -> None:
     stoppable(
         job_dir,
         lambda: run_group(
             job_dir, segment_index, group, dispatcher, event_defaults=_step(step), run_id=run_id, say=say
         ),
-        step_key=f"{run_id or 'local'}.{step}.{group['group_id']}",
+        step_key=f"{run_id or 'local'}.{step}.{group.group_id}",
         run_id=run_id,
         event_defaults=_step(step),
         say=say,
@@ -276,7 +282,7 @@ def _run_global(job_dir: str, op_index: int, step: str, run_id: str, say) -> Non
         event_defaults=_step(step),
         say=say,
     )
-    say(f"global op {op_index}: {result}")
+    say(f"global op {op_index}: {result.to_dict()}")
 
 
 def _require_barrier(job_dir: str, segment_index: int) -> None:

@@ -25,6 +25,7 @@ from airflow_provider_dj.engine.job.setup import PreparedJob, prepare_job
 from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, new_job_id, resume_command, validate_job_id
 from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class StartedJob:
 
     recipe: Any
     prepared: PreparedJob
-    groups: list[dict] = field(default_factory=list)
+    groups: list[ExecutionGroup] = field(default_factory=list)
     decisions: Any = None  #: engine.planning.decisions.RunDecisions when a new or resumed job was planned
 
     @property
@@ -218,7 +219,7 @@ def start_job(
     if prepared.resumed:
         final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
         say(f"{final}/{prepared.num_partitions} partitions already final; the rest resume from their last checkpoint")
-    started.groups = prepared.groups
+    started.groups = [ExecutionGroup.from_dict(g) for g in prepared.groups]
     return started
 
 

@@ -9,14 +9,18 @@ that already finished does no work.  The Airflow tasks, the local executor
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
+from airflow_provider_dj.engine.execution.global_ops import GlobalStepResult, resolve_global_op
+from airflow_provider_dj.engine.execution.segment_result import SegmentResult
 from airflow_provider_dj.engine.job.completed_export import is_job_complete, verify_completed_export
 from airflow_provider_dj.engine.job.export import export_job
 from airflow_provider_dj.engine.jobdir import lock as job_lock
 from airflow_provider_dj.engine.jobdir.events import EventLog, read_events
 from airflow_provider_dj.engine.jobdir.layout import JOB_SUMMARY
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
+from airflow_provider_dj.engine.runner.dispatch import Dispatcher
 from airflow_provider_dj.engine.storage.context import JobContext
 
 log = logging.getLogger(__name__)
@@ -27,57 +31,54 @@ Say = Callable[[str], None]
 def run_group(
     job_dir: str,
     segment_index: int,
-    group: dict,
-    dispatcher: Any,
+    group: ExecutionGroup | Mapping[str, Any],
+    dispatcher: Dispatcher,
     *,
     try_number: int | None = None,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     run_id: str | None = None,
     say: Say = log.info,
-) -> list[dict]:
+) -> list[SegmentResult]:
     """Segment ``segment_index`` for the partitions of one execution group; one result per partition.
 
-    Refuses (``JobLockedError``) when another live runner owns the job, before any work.  ``dispatcher``
+    ``group``: an ``ExecutionGroup``, or the plain dict of one (the plan's, XCom's).  Refuses
+    (``JobLockedError``) when another live runner owns the job, before any work.  ``dispatcher``
     (engine/runner/dispatch.py) says where the partitions run."""
-    if not group["partition_ids"]:  # the placeholder of a run with nothing to do
+    group = ExecutionGroup.of(group)
+    if not group.partition_ids:  # the placeholder of a run with nothing to do
         say(f"Segment {segment_index}: no partitions to run")
         return []
     say(
-        f"Segment {segment_index}, execution group {group['group_id']}: partitions {group['partition_ids']} "
-        f"({group['label']})"
+        f"Segment {segment_index}, execution group {group.group_id}: partitions {list(group.partition_ids)} ({group.label})"
     )
     job_lock.heartbeat(job_dir, run_id)
     parts = JobContext(job_dir).partitioning_info["partitions"]
     results = dispatcher.run(
         job_dir,
         segment_index,
-        list(group["partition_ids"]),
+        group,
         try_number=try_number,
         event_defaults=event_defaults,
         on_progress=say,
         rows_by_partition={p["partition_id"]: p["num_rows"] for p in parts},
-        max_in_flight=group.get("max_in_flight"),  # resolved by the first step (docs/gpu_planning.md)
-        actor_resources=group.get("actor_resources"),  # per-op actor plan, for stateful ops' actor pools
     )
     for r in results:
-        if r["skipped"]:
-            say(f"partition {r['partition_id']}: already complete, no work done")
-        else:
-            say(
-                f"partition {r['partition_id']}: resumed after op {r['resumed_from_op']}, ran ops {r['ops_run']}, "
-                f"{r['rows_out']} rows out, {r['failed_rows']} failed samples"
-            )
+        say(r.line())
     return results
 
 
 def run_global_step(
-    job_dir: str, op_index: int, *, event_defaults: dict | None = None, run_tasks: Callable | None = None
-) -> dict:
+    job_dir: str,
+    op_index: int,
+    *,
+    event_defaults: dict[str, Any] | None = None,
+    run_tasks: Callable[..., Any] | None = None,
+) -> GlobalStepResult:
     """The whole-dataset step of the deduplicator at ``op_index``: keys in, one keep mask per partition out.
     ``run_tasks`` runs a sharded step's tasks (engine/execution/global_shards.py; default: on the Ray this
     process is connected to, else here one after another)."""
     if is_job_complete(job_dir):
-        return {"op_index": op_index, "skipped": True}
+        return GlobalStepResult(op_index, skipped=True)
     return resolve_global_op(job_dir, op_index, event_defaults=event_defaults, run_tasks=run_tasks)
 
 
@@ -129,6 +130,45 @@ def wants_parallel_export(job_dir: str) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ExportResult:
+    """What the export step committed: the export's path (for a sharded export, its manifest, then also
+    ``manifest``), rows, checksum and job id; ``already_complete`` when an earlier run had exported it.
+    A plain dict (``to_dict``) only at an Airflow task's XCom and a Ray Job's record."""
+
+    export_path: str
+    rows: int
+    checksum: str
+    job_id: str
+    manifest: str | None = None
+    already_complete: bool = False
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], *, already_complete: bool = False) -> ExportResult:
+        export = summary["export"]
+        return cls(
+            export_path=export["path"],
+            rows=export["rows"],
+            checksum=export["checksum_xxh3_128"],
+            job_id=summary["job_id"],
+            manifest=export.get("manifest") or None,
+            already_complete=already_complete,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "export_path": self.export_path,
+            "rows": self.rows,
+            "checksum": self.checksum,
+            "job_id": self.job_id,
+        }
+        if self.manifest:
+            d["manifest"] = self.manifest
+        if self.already_complete:
+            d["already_complete"] = True
+        return d
+
+
 def finish_job(
     job_dir: str,
     *,
@@ -136,7 +176,7 @@ def finish_job(
     run_id: str | None = None,
     part_source: Callable[[], Any] | None = None,
     say: Say = log.info,
-) -> dict:
+) -> ExportResult:
     """Export atomically in input order and write the summary; a completed job's export is re-verified
     instead, and nothing is rewritten.  Returns the export's path, rows, checksum and job id."""
     if is_job_complete(job_dir):
@@ -146,7 +186,7 @@ def finish_job(
             f"Job {summary['job_id']} was already complete; export {export['path']} verified against the summary "
             f"({export['rows']} rows, xxh3 {export['checksum_xxh3_128']}). Nothing was rewritten."
         )
-        return {**_export_result(summary), "already_complete": True}
+        return ExportResult.from_summary(summary, already_complete=True)
     starts = read_events(job_dir, "job_start")
     summary = export_job(
         job_dir,
@@ -176,15 +216,4 @@ def finish_job(
     line = reuse_line(summary.get("reuse"))
     if line:
         say(f"Reuse: {line}")
-    return _export_result(summary)
-
-
-def _export_result(summary: dict) -> dict:
-    """``export_path``: the export file, or for a sharded export its manifest (then also ``manifest``)."""
-    return {
-        "export_path": summary["export"]["path"],
-        "rows": summary["export"]["rows"],
-        "checksum": summary["export"]["checksum_xxh3_128"],
-        "job_id": summary["job_id"],
-        **({"manifest": summary["export"]["manifest"]} if summary["export"].get("manifest") else {}),
-    }
+    return ExportResult.from_summary(summary)

@@ -44,8 +44,8 @@ def _start(recipe_path: str, job_id: str, overrides: dict | None = None, **kwarg
 
 def _sizes(started) -> list[int]:
     plan = json.load(open(os.path.join(started.job_dir, "dag_execution_plan.json")))
-    assert [g["partition_ids"] for g in plan["execution_groups"]] == [g["partition_ids"] for g in started.groups]
-    return [len(g["partition_ids"]) for g in started.groups]
+    assert [g["partition_ids"] for g in plan["execution_groups"]] == [list(g.partition_ids) for g in started.groups]
+    return [len(g.partition_ids) for g in started.groups]
 
 
 def test_default_size_is_capped_at_the_readable_cap(recipe_path):

@@ -46,12 +46,15 @@ def test_wants_ray_only_when_the_run_will_need_the_in_process_cluster(tmp_path, 
 
 def test_placeholder_group_only_under_the_in_process_runner():
     assert ResumeValidatorOperator._mapped_groups([], None) == []  # scheduler: mapped tasks show as skipped
-    groups = [{"group_id": 0, "partition_ids": [0], "label": "p0 rows 0-9"}]
-    assert ResumeValidatorOperator._mapped_groups(groups, None) is groups
+    from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
+
+    plain = {"group_id": 0, "partition_ids": [0], "start_row": 0, "end_row": 10, "label": "p0 rows 0-9"}
+    groups = [ExecutionGroup.from_dict(plain)]
+    assert ResumeValidatorOperator._mapped_groups(groups, None) == [plain]  # XCom's plain dicts
     local = LocalRun(ray_cpus=2, max_concurrent_partitions=2).to_dict()  # what dj-airflow run passes
     (placeholder,) = ResumeValidatorOperator._mapped_groups([], local)
     assert placeholder["partition_ids"] == [] and placeholder["label"] == "no partitions to run"
-    assert ResumeValidatorOperator._mapped_groups(groups, local) is groups
+    assert ResumeValidatorOperator._mapped_groups(groups, local) == [plain]
 
 
 def test_the_cli_hands_its_in_process_run_to_the_operators_as_arguments(tmp_path):
