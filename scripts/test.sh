@@ -35,9 +35,11 @@ if [ $# -eq 0 ] || [[ "$*" == *e2e* ]]; then
   bash "$ROOT/scripts/chromium_for_tests.sh" >/dev/null \
     || echo "[test] no chromium: the job view's browser test skips here (and fails under CI)" >&2
 fi
-# Lint and format first (ruff, configured in pyproject.toml): a style slip fails in seconds, not after the suite.
+# Lint, format and types first (ruff and mypy, configured in pyproject.toml): a style slip or a broken seam
+# fails in seconds, not after the suite.  mypy's cache (.venv/.mypy_cache) keeps a run to a few seconds.
 "$ROOT/.venv/bin/ruff" check --quiet . || { echo "[test] ruff check failed: run .venv/bin/ruff check --fix ." >&2; exit 1; }
 "$ROOT/.venv/bin/ruff" format --check --quiet . || { echo "[test] not formatted: run .venv/bin/ruff format ." >&2; exit 1; }
+MYPY_OUT="$("$ROOT/.venv/bin/mypy" 2>&1)" || { echo "$MYPY_OUT" >&2; echo "[test] mypy failed (settings: pyproject.toml [tool.mypy])" >&2; exit 1; }
 set +e
 # Test files run in parallel worker processes (pytest-xdist, whole files per worker: module fixtures
 # such as the crash matrix's reference run and the e2e servers stay in one process).  Most tests wait on

@@ -40,10 +40,14 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.segment_result import SegmentOutcome, SegmentStopped
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan, PlannedOp, Segment
+    from airflow_provider_dj.ops.base import Op
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +66,27 @@ class PoolSpec:
     stateful_ops: list[int] = field(default_factory=list)
     reason: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _op_class(name: str):
+def _op_class(name: str) -> type[Op]:
     from airflow_provider_dj.ops.registry import get_op_class
 
     return get_op_class(name)
 
 
-def segment_op_indices(segment) -> list[int]:
+def segment_op_indices(segment: Segment) -> list[int]:
     """Every op a partition of this segment may instantiate (mask, per-partition ops, key phase)."""
     extra = [i for i in (segment.applies_global, segment.keys_for_global) if i is not None]
     return sorted(set(segment.op_indices) | set(extra))
 
 
-def stateful_op_indices(plan, segment) -> list[int]:
+def stateful_op_indices(plan: ExecutionPlan, segment: Segment) -> list[int]:
     return [i for i in segment_op_indices(segment) if _op_class(plan.ops[i].name).stateful]
 
 
-def op_modules(plan) -> list[str]:
+def op_modules(plan: ExecutionPlan) -> list[str]:
     """Modules outside this package that define the plan's ops (a plugin's or a test's).
 
     A Ray worker imports them before it builds ops, so their ``@register``
@@ -92,12 +96,12 @@ def op_modules(plan) -> list[str]:
     return sorted(m for m in mods if not m.startswith(_PACKAGE) and m != "__main__")
 
 
-def import_op_modules(modules) -> None:
+def import_op_modules(modules: Iterable[str]) -> None:
     for mod in modules or ():
         importlib.import_module(mod)
 
 
-def stage_resources(job_dir: str, actor_plan) -> dict | None:
+def stage_resources(job_dir: str, actor_plan: Any) -> dict[str, Any] | None:
     """Per planned op (key: op index as a string): planned actors and one replica's Ray resources.
 
     Written into every execution group by the validate task, so the
@@ -118,8 +122,8 @@ def stage_resources(job_dir: str, actor_plan) -> dict | None:
     }
 
 
-def _op_resources(spec, resources: dict | None) -> dict:
-    planned = (resources or {}).get(str(spec.index))
+def _op_resources(spec: PlannedOp, resources: dict[str, Any] | None) -> dict[str, Any]:
+    planned: dict[str, Any] | None = (resources or {}).get(str(spec.index))
     if planned:
         return planned
     cls = _op_class(spec.name)
@@ -130,13 +134,13 @@ def _op_resources(spec, resources: dict | None) -> dict:
 
 
 def resolve_pool(
-    plan,
-    segment,
+    plan: ExecutionPlan,
+    segment: Segment,
     n_partitions: int,
     *,
     max_in_flight: int | None = None,
     cpus_per_partition: float = 1.0,
-    actor_resources: dict | None = None,
+    actor_resources: dict[str, Any] | None = None,
 ) -> PoolSpec | None:
     """The pool for one group of ``n_partitions`` partitions of ``segment``; None = plain tasks."""
     stateful = stateful_op_indices(plan, segment)
@@ -184,7 +188,7 @@ class SegmentActor:
     """Runs partitions of one segment in one long-lived process, keeping stateful ops alive."""
 
     def __init__(
-        self, job_dir: str, segment_index: int, actor_index: int, event_defaults: dict, modules: list[str]
+        self, job_dir: str, segment_index: int, actor_index: int, event_defaults: dict[str, Any], modules: list[str]
     ) -> None:
         t0 = time.perf_counter()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -233,7 +237,7 @@ class SegmentActor:
         except StopRequested as exc:  # an outcome, not an error (as in ray_dispatch.segment_task)
             return SegmentStopped(partition_id, self.segment_index, exc.request)
 
-    def op(self, spec, text_key: str):
+    def op(self, spec: PlannedOp, text_key: str) -> Op:
         """run_segment's op factory: stateful ops once per actor, the rest per partition."""
         from airflow_provider_dj.ops.registry import create_op
 
@@ -277,7 +281,7 @@ class GroupActorPool:
         spec: PoolSpec,
         job_dir: str,
         segment_index: int,
-        event_defaults: dict,
+        event_defaults: dict[str, Any],
         modules: list[str],
         handle: Any = None,
     ) -> None:
@@ -291,21 +295,21 @@ class GroupActorPool:
         self._cls = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, max_task_retries=0)(
             SegmentActor
         )
-        self.actors: list = []  # every actor started (for the kill at the end)
-        self.free: list = []
-        self.busy: dict = {}  # ref -> actor
+        self.actors: list[Any] = []  # every actor started (for the kill at the end)
+        self.free: list[Any] = []
+        self.busy: dict[str, Any] = {}  # ref -> actor
         self.replaced = 0
         for _ in range(spec.actors):
             self.free.append(self._start())
 
-    def _start(self):
+    def _start(self) -> Any:  # a Ray actor handle
         actor = self._cls.remote(self.job_dir, self.segment_index, len(self.actors), self.event_defaults, self.modules)
         self.actors.append(actor)
         if self.handle is not None:
             self.handle.track_actors(self.ray, self.actors)
         return actor
 
-    def submit(self, partition_id: int, try_number: int | None, event_defaults: dict):
+    def submit(self, partition_id: int, try_number: int | None, event_defaults: dict[str, Any]) -> Any:  # an ObjectRef
         if not self.free:  # an actor died earlier: its replacement starts only when work needs it
             self.free.append(self._start())
             self.replaced += 1
@@ -314,7 +318,7 @@ class GroupActorPool:
         self.busy[ref] = actor
         return ref
 
-    def release(self, ref, error: BaseException | None = None) -> None:
+    def release(self, ref: Any, error: BaseException | None = None) -> None:
         """The partition behind ``ref`` ended; its actor is free again unless it died."""
         actor = self.busy.pop(ref, None)
         if actor is None:
@@ -329,14 +333,14 @@ class GroupActorPool:
             return
         self.free.append(actor)
 
-    def discard(self, ref) -> None:
+    def discard(self, ref: Any) -> None:
         """The partition behind ``ref`` is given up (the watchdog found it stalled): its actor is killed,
         and a new one starts when work needs it."""
         actor = self.busy.pop(ref, None)
         if actor is not None:
             self._kill(actor)
 
-    def _kill(self, actor) -> None:
+    def _kill(self, actor: Any) -> None:
         try:
             self.ray.kill(actor, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - already dead

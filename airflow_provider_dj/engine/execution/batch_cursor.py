@@ -43,6 +43,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +59,9 @@ from airflow_provider_dj.engine.jobdir.stop_control import check_stop
 from airflow_provider_dj.engine.storage.checkpoints import StorageFormat
 from airflow_provider_dj.ops.base import Filter, Mapper, Op
 from airflow_provider_dj.ops.columns import BATCH_FAILURE_REASON_COLUMN, INPUT_ROW_COLUMN
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.jobdir.events import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +111,7 @@ class _Binding:
     input_rows: int
     batch_size: int
 
-    def mismatch(self, cursor: dict) -> str | None:
+    def mismatch(self, cursor: dict[str, Any]) -> str | None:
         for key in ("partition_hash", "fingerprint", "input_hash", "input_rows", "batch_size"):
             if cursor.get(key) != getattr(self, key):
                 return f"{key} is {cursor.get(key)!r} in the cursor but {getattr(self, key)!r} now"
@@ -116,13 +120,13 @@ class _Binding:
         return None
 
 
-def _write_ipc(path: str, table: pa.Table) -> dict:
+def _write_ipc(path: str, table: pa.Table) -> dict[str, Any]:
     data = _IPC.encode(table)
     storage.atomic_write_bytes(path, data)
     return {"file": storage.basename(path), "size": len(data), "checksum": file_digest(data)}
 
 
-def _read_ipc(directory: str, ref: dict) -> pa.Table | None:
+def _read_ipc(directory: str, ref: dict[str, Any]) -> pa.Table | None:
     """The file ``ref`` names if it is intact, else None."""
     try:
         data = storage.read_bytes(storage.join(directory, ref["file"]))
@@ -179,7 +183,7 @@ def _check_batch(
     return out, failed
 
 
-def _load_cursor(directory: str, binding: _Binding, where: str) -> tuple[list[dict], str | None]:
+def _load_cursor(directory: str, binding: _Binding, where: str) -> tuple[list[dict[str, Any]], str | None]:
     """(trusted committed batch entries, reason the cursor was not (fully) trusted or None)."""
     try:
         cursor = json.loads(storage.read_bytes(storage.join(directory, CURSOR_FILE)))
@@ -190,7 +194,7 @@ def _load_cursor(directory: str, binding: _Binding, where: str) -> tuple[list[di
     reason = binding.mismatch(cursor)
     if reason:
         return [], f"cursor belongs to a different input: {reason}"
-    entries = []
+    entries: list[dict[str, Any]] = []
     for n, entry in enumerate(cursor.get("batches", [])):
         if entry.get("batch") != n:
             return entries, f"cursor entry {n} names batch {entry.get('batch')!r}"
@@ -198,7 +202,7 @@ def _load_cursor(directory: str, binding: _Binding, where: str) -> tuple[list[di
     return entries, None
 
 
-def _write_cursor(directory: str, binding: _Binding, meta: dict, entries: list[dict]) -> None:
+def _write_cursor(directory: str, binding: _Binding, meta: dict[str, Any], entries: list[dict[str, Any]]) -> None:
     cursor = {
         "version": CURSOR_VERSION,
         **meta,
@@ -219,9 +223,9 @@ class _OpRun:
     job_dir: str
     directory: str
     where: str
-    meta: dict
+    meta: dict[str, Any]
     total: int
-    events: object
+    events: EventLog | None
 
 
 def run_expensive_op(
@@ -234,10 +238,10 @@ def run_expensive_op(
     partition_hash: str,
     fingerprint: str,
     skip_op_error: bool,
-    events=None,
-    fault_spec: list[dict] | None = None,
+    events: EventLog | None = None,
+    fault_spec: list[dict[str, Any]] | None = None,
     label: str = "",
-    on_rows_done=None,
+    on_rows_done: Callable[[int], None] | None = None,
 ) -> OpOutcome:
     """Apply ``op`` to ``table`` batch by batch with durable commits; same result and accounting as ``apply_op``.
 
@@ -285,8 +289,8 @@ def run_expensive_op(
 
 
 def _load_committed_prefix(
-    run: _OpRun, table: pa.Table, entries: list[dict], reason: str | None
-) -> tuple[list[dict], str | None, list[pa.Table], list[pa.Table]]:
+    run: _OpRun, table: pa.Table, entries: list[dict[str, Any]], reason: str | None
+) -> tuple[list[dict[str, Any]], str | None, list[pa.Table], list[pa.Table]]:
     """Verify and load the cursor's committed batches; return (the trusted entries, why the rest is not
     trusted or None, their outputs, their failed rows).  The first missing or torn file ends the prefix."""
     outs: list[pa.Table] = []
@@ -313,7 +317,7 @@ def _load_committed_prefix(
     return entries, reason, outs, fails
 
 
-def _report_resume(run: _OpRun, entries: list[dict], reason: str | None) -> None:
+def _report_resume(run: _OpRun, entries: list[dict[str, Any]], reason: str | None) -> None:
     """Log a distrusted cursor's reason; emit ``batch_resume`` and log where the run resumes, when
     batches are committed."""
     if reason:
@@ -348,7 +352,7 @@ def _report_resume(run: _OpRun, entries: list[dict], reason: str | None) -> None
 
 def _compute_batch(
     run: _OpRun, b: int, start: int, batch: pa.Table, skip_op_error: bool
-) -> tuple[dict, pa.Table, pa.Table | None]:
+) -> tuple[dict[str, Any], pa.Table, pa.Table | None]:
     """Apply the op to batch ``b`` and write its files; return (its cursor entry, its output, its failed
     rows with their reasons or None).  The batch is committed only once the cursor names it."""
     outcome = apply_op(run.op, run.op_index, batch, skip_op_error)
@@ -371,7 +375,9 @@ def _compute_batch(
     return entry, out, failed
 
 
-def _report_commit(run: _OpRun, entry: dict, batch: pa.Table, out: pa.Table, done_before: int, elapsed: float) -> None:
+def _report_commit(
+    run: _OpRun, entry: dict[str, Any], batch: pa.Table, out: pa.Table, done_before: int, elapsed: float
+) -> None:
     """Emit ``batch_commit`` and log the progress (rows done, rate over this call's batches, ETA)."""
     b, start, total = entry["batch"], entry["end"], run.total
     rate = (start - done_before) / elapsed if elapsed > 0 else 0.0
@@ -412,7 +418,7 @@ def _assemble_outcome(
     table: pa.Table,
     outs: list[pa.Table],
     fails: list[pa.Table],
-    entries: list[dict],
+    entries: list[dict[str, Any]],
     *,
     t0: float,
     computed_now: float,

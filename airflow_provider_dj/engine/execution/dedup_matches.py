@@ -20,6 +20,8 @@ atomically with the mask and follow its retries exactly; ``keep`` is unchanged, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,13 +30,16 @@ from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.kernels.keys import first_occurrence_index
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.ops.base import Op
+
 DUP_OF_COLUMN = "dup_of"
 DUP_BAND_COLUMN = "dup_band"
 HISTORY_JOB_COLUMN = "history_job"
 HISTORY_ROW_COLUMN = "history_row"
 
 
-def keep_and_representatives(op_impl, keys: list[pa.Table]) -> tuple[np.ndarray, np.ndarray | None]:
+def keep_and_representatives(op_impl: Op, keys: list[pa.Table]) -> tuple[np.ndarray, np.ndarray | None]:
     """The op's keep flags over all global positions and, per position, the position of the row it is
     kept against (itself when kept; None when the op cannot tell), computed together where the op can."""
     if isinstance(op_impl, SignatureDeduplicator):
@@ -52,7 +57,9 @@ def _input_rows(keys: list[pa.Table]) -> np.ndarray | None:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
-def match_columns(op_impl, keys: list[pa.Table], rep: np.ndarray | None, in_night: np.ndarray, history) -> dict:
+def match_columns(
+    op_impl: Op, keys: list[pa.Table], rep: np.ndarray | None, in_night: np.ndarray, history: Any
+) -> dict[str, Any]:
     """The match columns over all global positions (see the module docstring), as numpy/list columns."""
     n = len(in_night)
     dup_of = np.full(n, -1, dtype=np.int64)
@@ -62,7 +69,7 @@ def match_columns(op_impl, keys: list[pa.Table], rep: np.ndarray | None, in_nigh
         removed = removed[rep[removed] != removed]  # a removed row must name another row (else: not named)
     if rep is not None and rows is not None and len(removed):
         dup_of[removed] = rows[rep[removed]]
-    cols: dict = {DUP_OF_COLUMN: dup_of}
+    cols: dict[str, Any] = {DUP_OF_COLUMN: dup_of}
     band = None
     if rep is not None and len(removed):
         band_of = (
@@ -86,7 +93,7 @@ def match_columns(op_impl, keys: list[pa.Table], rep: np.ndarray | None, in_nigh
     return cols
 
 
-def partition_columns(cols: dict, start: int, stop: int) -> dict[str, pa.Array]:
+def partition_columns(cols: dict[str, Any], start: int, stop: int) -> dict[str, pa.Array]:
     """One partition's slice of ``match_columns``, as Arrow arrays for its mask table."""
     types = {
         DUP_OF_COLUMN: pa.int64(),

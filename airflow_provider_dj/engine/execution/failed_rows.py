@@ -8,6 +8,7 @@ accounting.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pyarrow as pa
 
@@ -24,7 +25,9 @@ from airflow_provider_dj.ops.columns import (
 )
 
 
-def write_failed(ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]) -> dict:
+def write_failed(
+    ctx: JobContext, op_index: int, op_name: str, pid: int, rows: pa.Table, reasons: list[str]
+) -> dict[str, Any]:
     """failed/op_<i>_<op>/partition_<p>.jsonl: the sample, its input row, the op and the error.
 
     Returns the file's seal (relative path, size, xxh3) for the op's accounting entry, which the next

@@ -33,12 +33,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.layout import FAILED_DIR, FAILURE_GUARD, op_dir_name, read_json, write_json
 from airflow_provider_dj.engine.jobdir.layout import failed_file as layout_failed_file
 from airflow_provider_dj.ops.columns import FAILED_ERROR_COLUMN
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
 
 #: Job default: more than half of an op's input failing is not "a few bad rows".
 DEFAULT_MAX_FAILED_RATIO = 0.5
@@ -74,14 +78,18 @@ class FailureRateExceededError(DJError, RuntimeError):
         self.failed, self.rows_in, self.limit = failed, rows_in, limit
         self.partition_ids = list(partition_ids or [])
 
-    def __reduce__(self):  # crosses Ray and the Airflow task runner
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., FailureRateExceededError], tuple[Any, ...]]:  # crosses Ray and the Airflow task runner
         return (
             _rebuild,
             (str(self), self.op_index, self.op_name, self.failed, self.rows_in, self.limit, self.partition_ids),
         )
 
 
-def _rebuild(message, op_index, op_name, failed, rows_in, limit, partition_ids):
+def _rebuild(
+    message: str, op_index: int, op_name: str, failed: int, rows_in: int, limit: float, partition_ids: list[int]
+) -> FailureRateExceededError:
     return FailureRateExceededError(
         message,
         op_index=op_index,
@@ -109,7 +117,7 @@ class GuardSettings:
             return f"process[{op_index}].{op_name}.max_failed_ratio"
         return "max_failed_ratio" if self.job_ratio_set else "the default max_failed_ratio"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "max_failed_ratio": self.job_ratio,
             "set_in_recipe": self.job_ratio_set,
@@ -118,7 +126,7 @@ class GuardSettings:
         }
 
 
-def settings_from_recipe(recipe) -> GuardSettings:
+def settings_from_recipe(recipe: Recipe) -> GuardSettings:
     per_op = {
         spec.index: float(spec.args["max_failed_ratio"])
         for spec in recipe.process
@@ -128,14 +136,14 @@ def settings_from_recipe(recipe) -> GuardSettings:
     return GuardSettings(DEFAULT_MAX_FAILED_RATIO if ratio is None else float(ratio), per_op, ratio is not None)
 
 
-def write_settings(job_dir: str, recipe) -> GuardSettings:
+def write_settings(job_dir: str, recipe: Recipe) -> GuardSettings:
     """Record the current recipe's limits in the job directory (every validate: new job and resume)."""
     settings = settings_from_recipe(recipe)
     write_json(storage.join(job_dir, *FAILURE_GUARD.split("/")), settings.to_dict())
     return settings
 
 
-def load_settings(job_dir: str, recipe) -> GuardSettings:
+def load_settings(job_dir: str, recipe: Recipe) -> GuardSettings:
     """The limits the last validate recorded; the job's own recipe when there is no record (older jobs)."""
     path = storage.join(job_dir, *FAILURE_GUARD.split("/"))
     if not storage.exists(path):
@@ -197,7 +205,13 @@ def _advice(settings: GuardSettings, op_index: int, op_name: str, resume: str) -
 
 
 def check_partition(
-    settings: GuardSettings, accounting: dict, reasons: list[str], *, partition_id: int, label: str, resume: str
+    settings: GuardSettings,
+    accounting: dict[str, Any],
+    reasons: list[str],
+    *,
+    partition_id: int,
+    label: str,
+    resume: str,
 ) -> None:
     """Raise FailureRateExceededError when op ``accounting['op_index']`` failed past its limit in this partition."""
     i, name = accounting["op_index"], accounting["op_name"]
@@ -218,7 +232,12 @@ def check_partition(
 
 
 def check_job(
-    job_dir: str, settings: GuardSettings, per_op: list[dict], per_partition: dict[int, list[dict]], *, resume: str
+    job_dir: str,
+    settings: GuardSettings,
+    per_op: list[dict[str, Any]],
+    per_partition: dict[int, list[dict[str, Any]]],
+    *,
+    resume: str,
 ) -> None:
     """Before export: every op's failures over the whole job must be within its limit."""
     for total in per_op:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,11 @@ from airflow_provider_dj.engine.storage.global_op_state import (
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.dedup.exact import first_occurrence_mask
 from airflow_provider_dj.ops.registry import create_op
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.history.lookup import HistoryDuplicates
+    from airflow_provider_dj.engine.planning.plan import PlannedOp
+    from airflow_provider_dj.ops.base import Op
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +80,11 @@ class GlobalStepResult:
 
 
 def resolve_global_op(
-    job_dir: str, op_index: int, *, event_defaults: dict | None = None, run_tasks: Callable | None = None
+    job_dir: str,
+    op_index: int,
+    *,
+    event_defaults: dict[str, Any] | None = None,
+    run_tasks: Callable[..., Any] | None = None,
 ) -> GlobalStepResult:
     """Decide, over every partition's keys, which rows the global op keeps, and commit each partition's
     keep mask; return the op's counts (or ``skipped`` when every mask was already committed).  A step
@@ -122,7 +131,7 @@ def resolve_global_op(
     return _complete(events, op, op_index, total, int(mask.sum()), history_dups, t0)
 
 
-def _shards_for(ctx, op, op_index: int, op_impl, parts: list[dict]) -> int:
+def _shards_for(ctx: JobContext, op: PlannedOp, op_index: int, op_impl: Op, parts: list[dict[str, Any]]) -> int:
     """Key shards of this step (0: the single-process step; engine/planning/global_memory.py)."""
     rows = int(sum(p["end_row"] - p["start_row"] for p in parts))
     shards = planned_shards(op_impl, rows)
@@ -134,7 +143,15 @@ def _shards_for(ctx, op, op_index: int, op_impl, parts: list[dict]) -> int:
     return shards
 
 
-def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0: float) -> GlobalStepResult:
+def _complete(
+    events: EventLog,
+    op: PlannedOp,
+    op_index: int,
+    total: int,
+    kept: int,
+    history_dups: HistoryDuplicates | None,
+    t0: float,
+) -> GlobalStepResult:
     """Log and record the step's counts; the step's result."""
     dur = time.perf_counter() - t0
     log.info(
@@ -161,7 +178,7 @@ def _complete(events, op, op_index: int, total: int, kept: int, history_dups, t0
     )
 
 
-def _load_keys(ks, op, op_index: int, parts: list[dict]) -> list[pa.Table]:
+def _load_keys(ks: Any, op: PlannedOp, op_index: int, parts: list[dict[str, Any]]) -> list[pa.Table]:
     """Every partition's committed keys for the global op, in partition order; MissingKeysError
     naming the first partition whose keys are missing or torn."""
     keys: list[pa.Table] = []
@@ -176,10 +193,12 @@ def _load_keys(ks, op, op_index: int, parts: list[dict]) -> list[pa.Table]:
     return keys
 
 
-def _keep_flags(op_impl, keys: list[pa.Table], total: int, op, op_index: int) -> tuple[np.ndarray, object]:
+def _keep_flags(
+    op_impl: Op, keys: list[pa.Table], total: int, op: PlannedOp, op_index: int
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The op's keep flag of every row over all partitions, in input order, and (lineage on) the row
     each removed row was kept against, else None.  RuntimeError when the flags do not cover every row."""
-    rep = None
+    rep: np.ndarray | None = None
     if not total:
         mask = np.zeros(0, dtype=bool)
     elif lineage_enabled():
@@ -195,7 +214,15 @@ def _keep_flags(op_impl, keys: list[pa.Table], total: int, op, op_index: int) ->
     return mask, rep
 
 
-def _save_masks(job_dir: str, op, op_index: int, parts: list[dict], keys: list[pa.Table], mask, matches: dict) -> None:
+def _save_masks(
+    job_dir: str,
+    op: PlannedOp,
+    op_index: int,
+    parts: list[dict[str, Any]],
+    keys: list[pa.Table],
+    mask: np.ndarray,
+    matches: dict[str, Any],
+) -> None:
     """Commit each partition's slice of the keep flags (and its lineage match columns) as its mask;
     the ``global_mid`` fault point fires after the first partition's commit."""
     offset = 0

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,13 +56,20 @@ from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.base import SignatureDeduplicator
 from airflow_provider_dj.ops.registry import create_op
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.history.lookup import HistoryDuplicates
+    from airflow_provider_dj.engine.planning.plan import PlannedOp
+    from airflow_provider_dj.ops.base import Op
+
 log = logging.getLogger(__name__)
 
 #: The stage files' format, part of the stage folder's name: a folder of another format is never read.
 STAGE_FORMAT = 2
 
 
-def _stage_folder(job_dir: str, op_index: int, op, parts: list[dict], shards: int, node_shards: int) -> str:
+def _stage_folder(
+    job_dir: str, op_index: int, op: PlannedOp, parts: list[dict[str, Any]], shards: int, node_shards: int
+) -> str:
     ident = json.dumps(
         [STAGE_FORMAT, op.fingerprint, [p["content_hash"] for p in parts], shards, node_shards], separators=(",", ":")
     ).encode()
@@ -76,7 +84,7 @@ def resolve_sharded(
     *,
     events: EventLog,
     run_tasks: RunTasks | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run the four stages for global op ``op_index`` over ``shards`` key shards and commit every
     partition's keep mask; return the op's counts as the single-process step does."""
     ctx = JobContext(job_dir)
@@ -149,7 +157,9 @@ def resolve_sharded(
     return {"rows": total, "kept": kept, "history": history}
 
 
-def _history_and_trace(ctx, op_index: int, op_impl, files_of: list[list[str]], rows: list[int], run: RunTasks):
+def _history_and_trace(
+    ctx: JobContext, op_index: int, op_impl: Op, files_of: list[list[str]], rows: list[int], run: RunTasks
+) -> tuple[HistoryDuplicates | None, list[Any]]:
     """With ``dedup_history`` or the tracer on the op: each partition's history duplicates and first
     duplicate pairs (``shard_stages.decide_partition``), then, before any keep mask commits (as the
     single-process step orders them, so a crash in between re-runs the step), the op's

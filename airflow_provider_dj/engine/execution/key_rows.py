@@ -18,12 +18,14 @@ adapter's near-duplicate ops) keeps failing as a whole.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.table_slices import concat_in_order
 from airflow_provider_dj.engine.storage.global_op_state import KEY_ERROR_COLUMN, KEYS_COLUMN
-from airflow_provider_dj.ops.base import OpFatalError, SignatureDeduplicator
+from airflow_provider_dj.ops.base import Deduplicator, OpFatalError, SignatureDeduplicator
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.kernels.keys import KEY_TYPE
 
@@ -39,12 +41,12 @@ class UnkeyableRowError(DJError, RuntimeError):
         )
         self.op_name, self.where, self.reason = op_name, where, reason
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Ray carries a task's exception back by pickling it: rebuild it from its fields, not its message.
         return (UnkeyableRowError, (self.op_name, self.where, self.reason))
 
 
-def compute_keys(op, table: pa.Table, slices: list[tuple[int, int]], skip_op_error: bool) -> pa.Table:
+def compute_keys(op: Deduplicator, table: pa.Table, slices: list[tuple[int, int]], skip_op_error: bool) -> pa.Table:
     """The op's keys table for ``table`` computed slice by slice: ``KEYS_COLUMN`` (or the op's signature
     table), plus ``KEY_ERROR_COLUMN`` when some row failed (null for the rows that did not)."""
     signature = op.signature_schema() if isinstance(op, SignatureDeduplicator) else None
@@ -71,9 +73,9 @@ class _IsolatedKeys:
     """Keys slice by slice, in order; a slice the op raises on is halved, and a row that fails alone is
     keyed null (``strict``: raises :class:`UnkeyableRowError` naming it)."""
 
-    def __init__(self, op, table: pa.Table, signature: pa.Schema | None, *, strict: bool) -> None:
+    def __init__(self, op: Deduplicator, table: pa.Table, signature: pa.Schema | None, *, strict: bool) -> None:
         self.op, self.table, self.signature, self.strict = op, table, signature, strict
-        self.parts: list = []
+        self.parts: list[Any] = []
         self.errors: list[str | None] = []
 
     def run(self, slices: list[tuple[int, int]]) -> None:
@@ -111,13 +113,13 @@ class _IsolatedKeys:
             return f"input row {self.table.column(INPUT_ROW_COLUMN)[offset].as_py()}"
         return f"row {offset} of the partition's rows"
 
-    def _normalized(self, keys):
+    def _normalized(self, keys: Any) -> Any:  # a pyarrow table (a signature) or array (a key per row)
         if self.signature is not None:
             return keys if keys.schema == self.signature else keys.select(self.signature.names).cast(self.signature)
         keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
         return keys if keys.type == KEY_TYPE else keys.cast(KEY_TYPE)
 
-    def _null_row(self):
+    def _null_row(self) -> Any:  # the same kind as ``_normalized``'s, one null row
         if self.signature is None:
             return pa.nulls(1, KEY_TYPE)
         return pa.table([pa.nulls(1, f.type) for f in self.signature], schema=self.signature)

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.jobdir.integrity import file_seal
 from airflow_provider_dj.engine.jobdir.layout import media_dir, media_manifest
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.ops.base import Op
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,7 @@ def media_folder(job_dir: str, op_index: int, op_name: str, partition_id: int) -
     return storage.join(job_dir, *media_dir(op_index, op_name, partition_id).split("/"))
 
 
-def commit_media(job_dir: str, op, op_index: int, partition_id: int, out: pa.Table) -> dict:
+def commit_media(job_dir: str, op: Op, op_index: int, partition_id: int, out: pa.Table) -> dict[str, Any]:
     """The seal of the manifest of the files op ``op_index``'s output ``out`` names (for its accounting
     entry), written now; every other file of its folder removed."""
     rel = media_dir(op_index, op.name, partition_id)

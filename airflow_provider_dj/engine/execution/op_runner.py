@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.table_slices import byte_slices, concat_in_order
 from airflow_provider_dj.engine.storage.checkpoints import PATCH_FLAG_PREFIX
-from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Deduplicator, Filter, Mapper, Op, OpFatalError
+from airflow_provider_dj.ops.base import ROW_ERROR_COLUMN, Filter, Mapper, Op, OpFatalError
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 
 
@@ -44,7 +45,7 @@ class RowDelta:
 @dataclass
 class OpOutcome:
     table: pa.Table
-    accounting: dict
+    accounting: dict[str, Any]
     failed_rows: pa.Table | None = None
     failed_reasons: list[str] = field(default_factory=list)
     delta: RowDelta | None = None
@@ -144,7 +145,7 @@ class InvalidOutputError(DJError, ValueError):
     """An op returned an empty/invalid value where a value is required."""
 
 
-def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int, tuple | None]:
+def _apply_whole(op: Op, table: pa.Table) -> tuple[pa.Table, int, tuple[Any, ...] | None]:
     """Returns (output, filtered count, (filter input with stats, keep mask) or None for a mapper)."""
     if isinstance(op, Mapper):
         out = op.process_table(table)
@@ -235,7 +236,7 @@ class _SlicedRun:
     def __init__(self, op: Op, skip_op_error: bool) -> None:
         self.op, self.skip_op_error = op, skip_op_error
         self.outs: list[pa.Table] = []
-        self.kept: list[tuple] = []  # (filter input with stats, keep mask) per slice; mappers: none
+        self.kept: list[tuple[Any, ...]] = []  # (filter input with stats, keep mask) per slice; mappers: none
         self.failed: list[pa.Table] = []
         self.reasons: list[str] = []
         self.filtered = 0
@@ -265,7 +266,7 @@ class _SlicedRun:
         if kept is not None:
             self.kept.append(kept)
 
-    def result(self, table: pa.Table) -> tuple[pa.Table, int, tuple | None]:
+    def result(self, table: pa.Table) -> tuple[pa.Table, int, tuple[Any, ...] | None]:
         """(output, filtered, (input with stats, keep mask) when every row went through the op, else None)."""
         outs = [o for o in self.outs if o.num_rows] or self.outs[:1]
         out = concat_in_order(outs, table.slice(0, 0)) if outs else table.slice(0, 0)
@@ -319,7 +320,7 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
 
 
 def apply_keep_mask(
-    op: Deduplicator,
+    op: Op,
     op_index: int,
     table: pa.Table,
     mask: pa.Array,
@@ -350,7 +351,7 @@ def apply_keep_mask(
         "failed": n_failed,
         "duration_s": round(duration_s + time.perf_counter() - t0, 6),
     }
-    if failed is None:
+    if failed is None or errors is None:
         return OpOutcome(out, acct, delta=RowDelta(keep=mask, columns=pa.table({})))
     # No delta: its keep flags would count the failed rows as duplicates too (lineage reads them).
     return OpOutcome(out, acct, table.filter(failed), errors.filter(failed).to_pylist())

@@ -26,10 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sized
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.segment_result import SegmentOutcome, SegmentResult, SegmentStopped
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.execution.actor_pool import GroupActorPool
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +75,13 @@ class DispatchHandle:
     """
 
     def __init__(self) -> None:
-        self.refs: list = []
-        self.actors: list = []  # an actor pool's actors: cancel kills them (ray.kill)
+        self.refs: list[Any] = []
+        self.actors: list[Any] = []  # an actor pool's actors: cancel kills them (ray.kill)
         self.ray: Any = None
         self.killed: str | None = None  # why, once cancel() ran
         self._lock = threading.RLock()  # on_kill may run in a signal handler on the waiting thread
 
-    def track(self, ray: Any, refs: list) -> None:
+    def track(self, ray: Any, refs: list[Any]) -> None:
         with self._lock:
             self.ray = ray
             self.refs = list(refs)
@@ -86,7 +89,7 @@ class DispatchHandle:
         if killed:  # killed before the refs existed (a kill racing the submit)
             self.cancel(killed)
 
-    def track_actors(self, ray: Any, actors: list) -> None:
+    def track_actors(self, ray: Any, actors: list[Any]) -> None:
         with self._lock:
             self.ray = ray
             self.actors = list(actors)
@@ -154,14 +157,14 @@ def run_partitions(
     partition_ids: list[int],
     *,
     try_number: int | None = None,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     num_cpus: float = 1,
     on_progress: Callable[[str], None] | None = None,
     rows_by_partition: dict[int, int] | None = None,
     handle: DispatchHandle | None = None,
     poll_s: float = 1.0,
     max_in_flight: int | None = None,
-    actor_resources: dict | None = None,
+    actor_resources: dict[str, Any] | None = None,
 ) -> list[SegmentResult]:
     """Run the partitions as Ray tasks and wait for all of them.
 
@@ -210,7 +213,7 @@ class _GroupDispatch:
         *,
         handle: DispatchHandle,
         try_number: int | None,
-        event_defaults: dict | None,
+        event_defaults: dict[str, Any] | None,
         num_cpus: float,
     ) -> None:
         from airflow_provider_dj.engine.execution.actor_pool import op_modules
@@ -223,19 +226,21 @@ class _GroupDispatch:
         self.remote = ray.remote(num_cpus=num_cpus, max_retries=0)(segment_task)
         self.queue = list(partition_ids)
         self.limit = len(self.queue)
-        self.refs: dict = {}
-        self.pool = None
+        self.refs: dict[str, Any] = {}
+        self.pool: GroupActorPool | None = None
         self.results: dict[int, SegmentResult] = {}
         self.stopped: dict[int, dict[str, Any]] = {}
         self.errors: list[tuple[int, BaseException]] = []
-        self.forced: dict | None = None
+        self.forced: dict[str, Any] | None = None
         self.forced_at = 0.0  # time.monotonic() of the forced stop's cancel
         self.cut_short: list[int] = []  # partitions the forced stop ended: killed in flight, or never submitted
         from airflow_provider_dj.engine.execution.watchdog import watchdog_for
 
         self.watchdog = watchdog_for(job_dir, segment_index, try_number=try_number, event_defaults=event_defaults)
 
-    def open_pool(self, *, max_in_flight: int | None, actor_resources: dict | None, say: Callable[[str], None]) -> None:
+    def open_pool(
+        self, *, max_in_flight: int | None, actor_resources: dict[str, Any] | None, say: Callable[[str], None]
+    ) -> None:
         """Set how many partitions run at once; for a segment with a stateful op, check the cluster
         fits and start the group's actor pool (its actors are then the bound)."""
         from airflow_provider_dj.engine.execution.actor_pool import GroupActorPool, check_cluster_fits, resolve_pool
@@ -267,7 +272,7 @@ class _GroupDispatch:
         )
         self.limit = spec.actors
 
-    def submit(self, n: int) -> list:
+    def submit(self, n: int) -> list[Any]:
         """Submit the next ``n`` queued partitions (to the pool or as tasks); return their refs, tracked."""
         queue, defaults = self.queue, self.event_defaults
         for pid in queue[:n]:
@@ -286,7 +291,7 @@ class _GroupDispatch:
         self.handle.track(self.ray, list(self.refs))
         return new
 
-    def collect(self, done: list) -> None:
+    def collect(self, done: list[Any]) -> None:
         """Record how each ended task went: its result, its stop, or its error (a task that failed
         after a forced stop or a kill counts as stopped)."""
         for ref in done:
@@ -309,7 +314,7 @@ class _GroupDispatch:
             else:
                 self.results[pid] = out
 
-    def cancel_stalled(self, pending: list) -> list:
+    def cancel_stalled(self, pending: list[Any]) -> list[Any]:
         """Cancel the partitions in flight that the watchdog finds stalled; each goes back to the front
         of the queue while it has retries left, else it ends with its StalledPartitionError.  Returns
         the refs still in flight."""
@@ -347,7 +352,7 @@ class _GroupDispatch:
             self.forced, self.forced_at = request, time.monotonic()
             self.handle.cancel(f"forced stop requested by {request.get('requested_by')}", kill=False)
 
-    def forced_wait_over(self, pending: list) -> bool:
+    def forced_wait_over(self, pending: list[Any]) -> bool:
         """After a forced stop's cancel, whether to stop waiting for ``pending``: a force-cancelled task
         ends within moments, but one that does not is given up on after ``FORCED_STOP_WAIT_S`` seconds
         (and counted as stopped), so the stop always ends the dispatch."""
@@ -454,7 +459,14 @@ class PartitionFailedError(DJError, RuntimeError):
     cause: BaseException | None = None
 
 
-def progress_line(segment_index, partition_ids, results, errors, rows_by_partition, elapsed) -> str:
+def progress_line(
+    segment_index: int,
+    partition_ids: list[int],
+    results: Mapping[int, SegmentResult],
+    errors: Sized,
+    rows_by_partition: Mapping[int, int] | None,
+    elapsed: float,
+) -> str:
     """'segment 0: 3/4 partitions (750/1,000 rows) done, 0 failed, 2.1s, 357 rows/s, ETA 0.7s'."""
     line = f"segment {segment_index}: {len(results)}/{len(partition_ids)} partitions"
     if rows_by_partition:
@@ -468,7 +480,7 @@ def progress_line(segment_index, partition_ids, results, errors, rows_by_partiti
     return line + f" done, {len(errors)} failed, {elapsed:.1f}s"
 
 
-def _still_running(ray, refs: list) -> list:
+def _still_running(ray: Any, refs: list[Any]) -> list[Any]:
     """The refs whose tasks have not finished.  A finished task has nothing to cancel, and Ray's force
     cancel of a task whose reply is on its way can fail a check inside Ray's core worker, which ends
     the whole driver process: only the unfinished ones are cancelled."""

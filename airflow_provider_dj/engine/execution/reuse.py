@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import xxhash
@@ -44,13 +45,19 @@ from airflow_provider_dj.engine.storage.resume_point import checkpoint_candidate
 from airflow_provider_dj.engine.storage.reuse_index import ReuseIndex, chain_fingerprint, entry_key, pin_source
 from airflow_provider_dj.ops.columns import REUSED_ROWS_COLUMN
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan
+    from airflow_provider_dj.engine.storage.context import JobContext
+
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")
 
 REUSED_EVENT = "checkpoint_reused"
 PLACEHOLDER_COLUMN = REUSED_ROWS_COLUMN
 
 
-def reuse_off_reason(recipe) -> str | None:
+def reuse_off_reason(recipe: Recipe) -> str | None:
     """Why a recipe that asks for reuse gets none, or None.
 
     Said out loud (``dj-airflow validate``, the validate task's log, the summary's ``reuse.off``)
@@ -64,12 +71,12 @@ def reuse_off_reason(recipe) -> str | None:
     return None
 
 
-def reuse_enabled(recipe) -> bool:
+def reuse_enabled(recipe: Recipe) -> bool:
     """Opted in, and no tracer (its per-partition samples would be missing for a reused partition)."""
     return bool(recipe.intermediate_storage.reuse_across_jobs) and reuse_off_reason(recipe) is None
 
 
-def _key(plan, part: dict, op_index: int, store: CheckpointStore) -> str:
+def _key(plan: ExecutionPlan, part: dict[str, Any], op_index: int, store: CheckpointStore) -> str:
     return entry_key(
         part["content_hash"],
         part["start_row"],
@@ -79,7 +86,7 @@ def _key(plan, part: dict, op_index: int, store: CheckpointStore) -> str:
     )
 
 
-def reuse_from_earlier_job(sc: SegmentContext, plog) -> PartitionState | None:
+def reuse_from_earlier_job(sc: SegmentContext, plog: PartitionProgressLog) -> PartitionState | None:
     """The state of the latest reusable checkpoint of an earlier job inside this segment; None if none."""
     if not reuse_enabled(sc.recipe):
         return None
@@ -103,7 +110,9 @@ def reuse_from_earlier_job(sc: SegmentContext, plog) -> PartitionState | None:
     return None
 
 
-def partitions_reusable_whole(recipe, plan, info: dict, job_dir: str) -> frozenset[int]:
+def partitions_reusable_whole(
+    recipe: Recipe, plan: ExecutionPlan, info: dict[str, Any], job_dir: str
+) -> frozenset[int]:
     """The partitions whose first segment an earlier job's checkpoint covers to its last op: what the
     planner packs into one group per run (``execution_groups``' ``whole``).
 
@@ -146,7 +155,7 @@ def _same_masks(sc: SegmentContext, source_dir: str, source_pid: int, upto: int)
     return True
 
 
-def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict) -> PartitionState | None:
+def _reuse_checkpoint(sc: SegmentContext, k: int, entry: dict[str, Any]) -> PartitionState | None:
     source_job, source_pid = str(entry["job_id"]), int(entry.get("partition_id", -1))
     source_dir = storage.join(storage.dirname(sc.job_dir), source_job)
     pin_source(sc.job_dir, source_job)  # before anything of the source is read: gc keeps it from now on
@@ -241,7 +250,7 @@ def _reuse_keys(sc: SegmentContext, g: int, source_dir: str, source_job: str, so
 
 
 # -- publishing, after a successful export -------------------------------------------------------------
-def publish_job(ctx) -> int:
+def publish_job(ctx: JobContext) -> int:
     """Index every committed checkpoint and key set of this completed job; returns the entries written.
 
     A reuse marker is published as its source (the job holding the data), so chains stay one hop.
@@ -284,9 +293,11 @@ def publish_job(ctx) -> int:
 
 
 # -- the summary's reuse section --------------------------------------------------------------------------
-def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
+def reuse_summary(events: list[dict[str, Any]], plan: ExecutionPlan, num_partitions: int) -> dict[str, Any]:
     """What this job reused and what it computed, from its ``checkpoint_reused`` events."""
-    latest: dict[tuple, dict] = {}  # one per partition, segment and op: a retried task reports again
+    latest: dict[
+        tuple[Any, ...], dict[str, Any]
+    ] = {}  # one per partition, segment and op: a retried task reports again
     for e in events:
         if e.get("event_type") == REUSED_EVENT:
             latest[(e.get("partition_id"), e.get("segment"), e.get("op_index"))] = e
@@ -307,7 +318,7 @@ def reuse_summary(events: list[dict], plan, num_partitions: int) -> dict:
     }
 
 
-def reuse_line(reuse: dict | None) -> str | None:
+def reuse_line(reuse: dict[str, Any] | None) -> str | None:
     """The job summary's ``reuse`` section as the one line a person reads after a night: what was reused
     from which job (partitions, checkpoints, export bytes) and what was computed; None without reuse."""
     if not reuse:
@@ -340,7 +351,7 @@ def _size(n: float) -> str:
 EXPORT_PART_STORE = "export_part_jsonl"
 
 
-def _export_part_key(ctx, source_job: str, source_pid: int) -> str:
+def _export_part_key(ctx: JobContext, source_job: str, source_pid: int) -> str:
     """The JSONL bytes of one final checkpoint (its source job and partition) as this recipe exports them."""
     plan, recipe = ctx.plan, ctx.recipe
     final = plan.final_op_index
@@ -355,13 +366,13 @@ def _export_part_key(ctx, source_job: str, source_pid: int) -> str:
     return entry_key("", 0, 0, final, json.dumps(doc))
 
 
-def checkpoint_source(job_id: str, pid: int, marker: dict) -> tuple[str, int]:
+def checkpoint_source(job_id: str, pid: int, marker: dict[str, Any]) -> tuple[str, int]:
     """The job and partition whose data file a final checkpoint is (itself, or what its reuse marker names)."""
     ref = (marker or {}).get("reference") or {}
     return (str(ref["job_id"]), int(ref.get("partition_id", pid))) if ref.get("job_id") else (job_id, pid)
 
 
-def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
+def reused_export_part(ctx: JobContext, pid: int, marker: dict[str, Any]) -> bytes | None:
     """The exported JSONL bytes of partition ``pid`` when an earlier export wrote the same final checkpoint:
     read from that export at the recorded range and trusted only if its length, row count and xxh3 match.
 
@@ -371,7 +382,7 @@ def reused_export_part(ctx, pid: int, marker: dict) -> bytes | None:
     return None if found is None else found[0]
 
 
-def reused_export_file(ctx, pid: int, marker: dict) -> tuple[bytes, str | None, str] | None:
+def reused_export_file(ctx: JobContext, pid: int, marker: dict[str, Any]) -> tuple[bytes, str | None, str] | None:
     """``reused_export_part``'s bytes; the local file that holds exactly them when the earlier export
     was one shard per partition (``export_layout: partition_shards``), else None: such a file can be
     linked into the new export instead of written again; and their xxh3-128, as checked."""
@@ -397,7 +408,7 @@ def reused_export_file(ctx, pid: int, marker: dict) -> tuple[bytes, str | None, 
     return data, entry["export_path"] if whole else None, digest
 
 
-def mostly_reused_export(ctx) -> bool:
+def mostly_reused_export(ctx: JobContext) -> bool:
     """Whether most final checkpoints are reuse markers: then the export copies their bytes from the last
     export in this process (``reused_export_part``) instead of serializing every partition in parallel."""
     if not reuse_enabled(ctx.recipe):
@@ -411,7 +422,7 @@ def mostly_reused_export(ctx) -> bool:
     return refs * 2 > len(parts)
 
 
-def publish_export_parts(ctx, export_path: str, written: list[dict]) -> int:
+def publish_export_parts(ctx: JobContext, export_path: str, written: list[dict[str, Any]]) -> int:
     """Index where this export holds each partition's JSONL bytes, for the next job that reuses its
     final checkpoint: in ``export_path``, or in the entry's own ``path`` (a shard of its own, then
     ``whole_file``).  Published after the export committed; never raises."""

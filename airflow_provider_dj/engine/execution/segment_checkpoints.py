@@ -9,7 +9,7 @@ a fault, a failure, the segment's end) flushes the same one.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
@@ -18,8 +18,14 @@ from airflow_provider_dj.engine.execution.op_runner import mapper_delta
 from airflow_provider_dj.engine.storage.checkpoint_pipeline import CheckpointPipeline
 from airflow_provider_dj.engine.storage.checkpoints import MAX_DELTA_CHAIN
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.execution.op_runner import OpOutcome
+    from airflow_provider_dj.engine.jobdir.events import EventLog
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan
+    from airflow_provider_dj.engine.storage.checkpoints import CheckpointStore
 
-def delta_depth(marker: dict) -> int:
+
+def delta_depth(marker: dict[str, Any]) -> int:
     """How many delta levels lead from this checkpoint to a whole one (0: it is whole)."""
     delta = marker.get("delta")
     return 0 if not delta else int(delta.get("depth", MAX_DELTA_CHAIN))
@@ -28,7 +34,16 @@ def delta_depth(marker: dict) -> int:
 class SegmentCheckpoints:
     """Checkpoints of one partition in one segment; ``target`` is the op whose state the segment leaves behind."""
 
-    def __init__(self, store, events, plan, job_dir: str, partition_id: int, partition_hash: str, target: int) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        events: EventLog,
+        plan: ExecutionPlan,
+        job_dir: str,
+        partition_id: int,
+        partition_hash: str,
+        target: int,
+    ) -> None:
         self.store = store
         self.events = events
         self.plan = plan
@@ -39,12 +54,18 @@ class SegmentCheckpoints:
         self.pipeline = CheckpointPipeline()  # mid-segment checkpoints overlap the next op
         self.written: dict[int, int] = {}  # op index -> delta depth of its checkpoint (0: whole table)
 
-    def loaded(self, op_index: int, marker: dict) -> None:
+    def loaded(self, op_index: int, marker: dict[str, Any]) -> None:
         """A checkpoint this run starts from: a later delta may be stored against it."""
         self.written[op_index] = delta_depth(marker)
 
     def writer(
-        self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state: int | None, accounting: list[dict]
+        self,
+        i: int,
+        table_in: pa.Table,
+        out: pa.Table,
+        outcome: OpOutcome,
+        base_state: int | None,
+        accounting: list[dict[str, Any]],
     ) -> Callable[[], None]:
         """The write of op i's checkpoint, as a call: a delta on the checkpoint of state i-1 when that
         checkpoint holds exactly the op's input and the op dropped rows or changed little, else whole.
@@ -96,7 +117,7 @@ class SegmentCheckpoints:
         self.written[i] = 0
         return functools.partial(self._save_whole, i, name, out, acct)
 
-    def _save_whole(self, op_index: int, op_name: str, table: pa.Table, accounting: list[dict]) -> None:
+    def _save_whole(self, op_index: int, op_name: str, table: pa.Table, accounting: list[dict[str, Any]]) -> None:
         path = self.store.save(
             op_index=op_index,
             op_name=op_name,
@@ -117,7 +138,14 @@ class SegmentCheckpoints:
         discard_superseded(self.job_dir, self.partition_id, op_index)
 
     def write_now(
-        self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting, before=None
+        self,
+        i: int,
+        table_in: pa.Table,
+        out: pa.Table,
+        outcome: OpOutcome,
+        base_state: int | None,
+        accounting: list[dict[str, Any]],
+        before: Callable[[], None] | None = None,
     ) -> None:
         """Op i's checkpoint, committed before this returns (after any write still in flight).
 
@@ -126,7 +154,14 @@ class SegmentCheckpoints:
         _chain(before, self.writer(i, table_in, out, outcome, base_state, accounting))()
 
     def write_in_background(
-        self, i: int, table_in: pa.Table, out: pa.Table, outcome, base_state, accounting, before=None
+        self,
+        i: int,
+        table_in: pa.Table,
+        out: pa.Table,
+        outcome: OpOutcome,
+        base_state: int | None,
+        accounting: list[dict[str, Any]],
+        before: Callable[[], None] | None = None,
     ) -> None:
         """Op i's checkpoint, written while the next op runs (``before`` first, in the same slot)."""
         self.pipeline.submit(_chain(before, self.writer(i, table_in, out, outcome, base_state, accounting)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import pyarrow as pa
 
@@ -26,6 +27,18 @@ from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import keys_store
 from airflow_provider_dj.ops.registry import create_op
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.execution.op_runner import OpOutcome
+    from airflow_provider_dj.engine.jobdir.heartbeat import PartitionHeartbeat
+    from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan, PlannedOp
+    from airflow_provider_dj.ops.base import Op
+
+#: ``op_factory(planned_op, text_key) -> Op``: where a segment run gets its op instances (an actor pool's
+#: keeps stateful ops alive across partitions); None: a fresh one per call.
+OpFactory: TypeAlias = "Callable[[PlannedOp, str], Op]"
+
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")  # the runner's log lines, as before
 
 
@@ -34,7 +47,7 @@ class PartitionState:
     """The rows a segment run holds between two steps, and what they are."""
 
     table: pa.Table
-    accounting: list[dict]  # one entry per op applied so far (the checkpoint marker's "accounting")
+    accounting: list[dict[str, Any]]  # one entry per op applied so far (the checkpoint marker's "accounting")
     op_index: int  # the op whose output ``table`` is (-1: the input rows)
     committed: int | None  # the op whose checkpoint holds exactly ``table`` (a delta's base); None: none does
 
@@ -49,8 +62,8 @@ class SegmentContext:
         partition_id: int,
         *,
         try_number: int | None = None,
-        event_defaults: dict | None = None,
-        op_factory=None,
+        event_defaults: dict[str, Any] | None = None,
+        op_factory: OpFactory | None = None,
     ) -> None:
         self.job_dir = job_dir
         self.segment_index = segment_index
@@ -58,14 +71,14 @@ class SegmentContext:
         self.try_number = try_number
         self.op_factory = op_factory
         self.ctx = JobContext(job_dir)
-        self.plan = self.ctx.plan
+        self.plan: ExecutionPlan = self.ctx.plan
         self.seg = self.plan.segments[segment_index]
         self.part = self.ctx.partition(partition_id)
         self.phash = self.part["content_hash"]
-        self.recipe = self.ctx.recipe
+        self.recipe: Recipe = self.ctx.recipe
         self.store = CheckpointStore(job_dir, self.ctx.storage_format)
         self.kstore = keys_store(job_dir)
-        self.ops_by_index = {o.index: o for o in self.plan.ops}
+        self.ops_by_index: dict[int, PlannedOp] = {o.index: o for o in self.plan.ops}
         self.events = EventLog(job_dir, self.ctx.job_id, defaults=dict(event_defaults or {}, try_number=try_number))
         self.points = set(self.plan.checkpoint_points)
         self.fault_spec = faults.load_faults(job_dir)
@@ -81,7 +94,7 @@ class SegmentContext:
             self.store, self.events, self.plan, job_dir, partition_id, self.phash, self.target
         )
         self.lineage = LineageRecorder(job_dir, partition_id, self.plan)  # each row's fate, per checkpoint point
-        self.heartbeat = None  # the running partition's PartitionHeartbeat (engine/jobdir/heartbeat.py)
+        self.heartbeat: PartitionHeartbeat | None = None  # the running partition's (engine/jobdir/heartbeat.py)
 
     # -- ops -----------------------------------------------------------------
     def fp(self, i: int) -> str:
@@ -90,7 +103,7 @@ class SegmentContext:
     def op_name(self, i: int) -> str:
         return self.ops_by_index[i].name
 
-    def make_op(self, i: int):
+    def make_op(self, i: int) -> Op:
         """Op i, bound to this partition.  ``op_factory(planned_op, text_key)`` supplies it when given
         (an actor pool keeps stateful ops, models, alive across partitions); else a fresh one."""
         if self.op_factory is not None:
@@ -108,12 +121,12 @@ class SegmentContext:
         """An injected fault, if the job's fault file names this point (engine.jobdir.faults)."""
         faults.maybe_fail(self.job_dir, self.fault_spec, self.partition_id, op_index, point=point)
 
-    def beat(self, stage: str, **where) -> None:
+    def beat(self, stage: str, **where: Any) -> None:
         """The work moved (``where``: op_index, op_name, rows_in, rows_done): tell the heartbeat."""
         if self.heartbeat is not None:
             self.heartbeat.progress(stage, **where)
 
-    def heartbeat_for_run(self):
+    def heartbeat_for_run(self) -> PartitionHeartbeat:
         """This partition's heartbeat for one run of the segment (a context manager; started on entry)."""
         from airflow_provider_dj.engine.jobdir.heartbeat import PartitionHeartbeat
 
@@ -133,7 +146,7 @@ class SegmentContext:
             "op_start", partition_id=self.partition_id, op_index=i, op_name=op_name, input_rows=rows, status="running"
         )
 
-    def emit_op_complete(self, i: int, op_name: str, accounting: dict, rows_out: int, **counts) -> None:
+    def emit_op_complete(self, i: int, op_name: str, accounting: dict[str, Any], rows_out: int, **counts: Any) -> None:
         """``counts``: what the op removed, in the order the event lists them (filtered/failed, or duplicates)."""
         self.events.emit(
             "op_complete",
@@ -170,7 +183,9 @@ class SegmentContext:
             status="failed",
         )
 
-    def check_failure_rate(self, plog, op, i: int, table: pa.Table, outcome) -> None:
+    def check_failure_rate(
+        self, plog: PartitionProgressLog, op: Op, i: int, table: pa.Table, outcome: OpOutcome
+    ) -> None:
         """Past the failure-rate guard with op ``i``'s failed rows: fail here, before op i's checkpoint
         (the one before it commits first), with failed/ already written."""
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import pyarrow as pa
 
@@ -26,7 +27,8 @@ from airflow_provider_dj.engine.execution.key_rows import compute_keys
 from airflow_provider_dj.engine.execution.media_files import commit_media
 from airflow_provider_dj.engine.execution.op_runner import apply_op
 from airflow_provider_dj.engine.execution.reuse import reuse_from_earlier_job
-from airflow_provider_dj.engine.execution.segment_context import PartitionState, SegmentContext, SegmentResult
+from airflow_provider_dj.engine.execution.segment_context import OpFactory, PartitionState, SegmentContext
+from airflow_provider_dj.engine.execution.segment_result import SegmentResult
 from airflow_provider_dj.engine.execution.segment_start import (
     MissingUpstreamStateError,
     completed_output_rows,
@@ -44,9 +46,14 @@ from airflow_provider_dj.engine.storage.global_op_state import (
     keys_store,
     mask_store,
 )
+from airflow_provider_dj.ops.base import Deduplicator
 from airflow_provider_dj.ops.columns import (
     INPUT_ROW_COLUMN,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.execution.op_runner import OpOutcome
+    from airflow_provider_dj.ops.base import Op
 
 __all__ = [  # the runner's public names; the job-directory constants live in global_op_state / resume_point
     "INPUT_ROW_COLUMN",
@@ -62,6 +69,9 @@ __all__ = [  # the runner's public names; the job-directory constants live in gl
     "run_segment",
 ]
 
+#: ``progress(partition_id, op_index, n, total_ops)`` after each op of a segment run.
+Progress: TypeAlias = Callable[[int, int, int, int], None]
+
 log = logging.getLogger(__name__)
 
 
@@ -71,9 +81,9 @@ def run_segment(
     partition_id: int,
     *,
     try_number: int | None = None,
-    event_defaults: dict | None = None,
-    progress=None,
-    op_factory=None,
+    event_defaults: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    op_factory: OpFactory | None = None,
 ) -> SegmentResult:
     """``op_factory(planned_op, text_key) -> Op`` supplies op instances; None
     creates a fresh one per call.  An actor of a group's pool passes one that
@@ -94,7 +104,7 @@ def run_segment(
         return _run_started(sc, progress)
 
 
-def _run_started(sc: SegmentContext, progress) -> SegmentResult:
+def _run_started(sc: SegmentContext, progress: Progress | None) -> SegmentResult:
     """The segment's work once it has started: resume point, ops, key phase, report."""
     plog = _report_start(sc)
     t_start = time.perf_counter()
@@ -149,7 +159,7 @@ def _report_start(sc: SegmentContext) -> PartitionProgressLog:
     return plog
 
 
-def _report_complete(sc: SegmentContext, plog, table: pa.Table, t_start: float) -> SegmentResult:
+def _report_complete(sc: SegmentContext, plog: PartitionProgressLog, table: pa.Table, t_start: float) -> SegmentResult:
     sc.result.rows_out = table.num_rows
     plog.partition_done(table.num_rows)
     sc.events.emit(
@@ -165,7 +175,9 @@ def _report_complete(sc: SegmentContext, plog, table: pa.Table, t_start: float) 
 
 
 # -- the ops of the segment --------------------------------------------------------
-def run_ops(sc: SegmentContext, plog, state: PartitionState, progress=None) -> PartitionState:
+def run_ops(
+    sc: SegmentContext, plog: PartitionProgressLog, state: PartitionState, progress: Progress | None = None
+) -> PartitionState:
     """The ops after ``state`` up to the segment's target, each checkpointed where the plan says;
     returns the target's state with every checkpoint committed."""
     total_ops = sc.target - state.op_index
@@ -176,7 +188,15 @@ def run_ops(sc: SegmentContext, plog, state: PartitionState, progress=None) -> P
     return state
 
 
-def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, total_ops: int, progress=None):
+def run_one_op(
+    sc: SegmentContext,
+    plog: PartitionProgressLog,
+    state: PartitionState,
+    i: int,
+    n: int,
+    total_ops: int,
+    progress: Progress | None = None,
+) -> PartitionState:
     """Op i (the n-th of ``total_ops`` in this run) on ``state``: run, account, checkpoint, fault/stop points."""
     op = sc.make_op(i)
     table = state.table
@@ -234,7 +254,9 @@ def run_one_op(sc: SegmentContext, plog, state: PartitionState, i: int, n: int, 
     return state
 
 
-def checkpoint_after_op(sc: SegmentContext, state: PartitionState, table_in: pa.Table, outcome) -> int | None:
+def checkpoint_after_op(
+    sc: SegmentContext, state: PartitionState, table_in: pa.Table, outcome: OpOutcome
+) -> int | None:
     """The checkpoint policy after op ``state.op_index``; returns the op whose checkpoint now holds the state.
 
     A mid-segment checkpoint is written while the next op runs (batch cursors up to the op go only
@@ -250,7 +272,7 @@ def checkpoint_after_op(sc: SegmentContext, state: PartitionState, table_in: pa.
     return i
 
 
-def _apply(sc: SegmentContext, plog, op, i: int, table: pa.Table):
+def _apply(sc: SegmentContext, plog: PartitionProgressLog, op: Op, i: int, table: pa.Table) -> OpOutcome:
     """Run op i; a failure or a stop inside it is reported (after the checkpoint before it commits) and re-raised."""
     try:
         # Inside the try: an injected op_start fault is an op failure like any other (op_failed +
@@ -304,6 +326,8 @@ def key_phase(sc: SegmentContext, table: pa.Table) -> pa.Table:
     that the op's resolve_global reads."""
     g = sc.seg.keys_for_global
     op = sc.make_op(g)
+    if not isinstance(op, Deduplicator):  # the plan's global ops are deduplicators (engine/planning/plan.py)
+        raise TypeError(f"op {g} ({op.name}) is a global op but not a Deduplicator: it cannot compute keys")
     t0 = time.perf_counter()
     # Keys are per row: computed slice by slice they are the same keys, and no slice holds more text
     # than one Arrow string array can (engine/execution/table_slices.py).

@@ -10,6 +10,7 @@ pipeline, resuming can never mix rows of different inputs or recipes (invariant 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -20,6 +21,9 @@ from airflow_provider_dj.engine.execution.segment_context import PartitionState,
 from airflow_provider_dj.engine.jobdir.integrity import FAILED_FILE_KEY
 from airflow_provider_dj.engine.storage.global_op_state import KEY_ERROR_COLUMN, MASK_COLUMN, mask_store
 from airflow_provider_dj.engine.storage.resume_point import load_latest_checkpoint, read_input_rows
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.jobdir.progress_log import PartitionProgressLog
 
 log = logging.getLogger("airflow_provider_dj.engine.execution.segment_runner")  # the runner's log lines, as before
 
@@ -48,7 +52,7 @@ def completed_output_rows(sc: SegmentContext) -> int | None:
     return int((marker or {}).get("num_rows", sc.part["num_rows"]))
 
 
-def resume_from_checkpoint(sc: SegmentContext, plog) -> PartitionState | None:
+def resume_from_checkpoint(sc: SegmentContext, plog: PartitionProgressLog) -> PartitionState | None:
     """The state of the latest valid checkpoint inside this segment (reported as a resume); None if none."""
     found = load_latest_checkpoint(
         sc.store, sc.plan, sc.partition_id, sc.phash, highest=sc.target, lowest=sc.seg.start - 1
@@ -73,7 +77,7 @@ def resume_from_checkpoint(sc: SegmentContext, plog) -> PartitionState | None:
     return PartitionState(table, list(loaded.marker.get("accounting", [])), k, k)
 
 
-def start_without_checkpoint(sc: SegmentContext, plog) -> PartitionState:
+def start_without_checkpoint(sc: SegmentContext, plog: PartitionProgressLog) -> PartitionState:
     """No checkpoint inside the segment: the previous segment's output through the global keep mask
     this segment starts with, or the partition's input rows."""
     g = sc.seg.applies_global
@@ -118,7 +122,13 @@ def load_mask_table(sc: SegmentContext, g: int) -> pa.Table:
 
 
 def apply_global_mask(
-    sc: SegmentContext, plog, base: PartitionState, g: int, keep: pa.Array, *, matches: pa.Table | None = None
+    sc: SegmentContext,
+    plog: PartitionProgressLog,
+    base: PartitionState,
+    g: int,
+    keep: pa.Array,
+    *,
+    matches: pa.Table | None = None,
 ) -> PartitionState:
     """Global op ``g`` on this partition: keep the rows its mask keeps, checkpoint when ``g`` is a point.
 

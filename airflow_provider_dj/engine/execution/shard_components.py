@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -120,7 +121,8 @@ def _arrow_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +147,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x * _MIX1
     x = x ^ (x >> np.uint64(27))
     x = x * _MIX2
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed
 
 
 def _edge_hash(lo: np.ndarray, hi: np.ndarray) -> int:
@@ -165,7 +168,7 @@ def _group_starts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.diff(np.r_[starts, len(keys)])
 
 
-def _large_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple, tuple]:
+def _large_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Large-Star on an inbox of ``<key;other>`` (every edge under both endpoints).
 
     Returns (inbox edges, emitted edges), each as distinct undirected ``(lo, hi)``."""
@@ -179,7 +182,7 @@ def _large_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple, tuple]:
     return inbox, _unique_pairs(label[larger], other[larger])
 
 
-def _small_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple, tuple]:
+def _small_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Small-Star on an inbox of ``<max;min>`` (every edge once, at its larger endpoint).
 
     Returns (inbox edges, emitted edges), each as distinct undirected ``(lo, hi)``."""
@@ -195,7 +198,7 @@ def _small_star(key: np.ndarray, other: np.ndarray) -> tuple[tuple, tuple]:
 
 
 def _write_outputs(
-    folder: str, round_index: int, sender: int, edges: tuple, both: bool, partitions: int, shards: int
+    folder: str, round_index: int, sender: int, edges: tuple[Any, ...], both: bool, partitions: int, shards: int
 ) -> None:
     """Send undirected ``(lo, hi)`` edges on: under both endpoints (for Large-Star) or as ``<hi;lo>``."""
     lo, hi = edges
@@ -228,7 +231,8 @@ def component_round_task(
     returns the stored summary and writes nothing."""
     done = _done_path(folder, round_index, shard)
     if fs.exists(done):
-        return json.loads(fs.read_bytes(done))
+        stored: dict[str, int] = json.loads(fs.read_bytes(done))
+        return stored
     key, other = _read_edges(inbox)
     if step == SCATTER:
         edges = _undirected(key, other)
@@ -257,7 +261,8 @@ def component_result_task(inbox: list[str], out_path: str) -> int:
     Returns the number of rows; an existing result file is counted, not rewritten."""
     if fs.exists(out_path):
         with fs.open_read(out_path) as fh:
-            return pa.ipc.open_file(fh).read_all().num_rows
+            rows: int = pa.ipc.open_file(fh).read_all().num_rows
+            return rows
     key, other = _read_edges(inbox)
     smaller = other < key
     node, rep = _unique_pairs(key[smaller], other[smaller])

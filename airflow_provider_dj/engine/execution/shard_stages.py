@@ -23,6 +23,7 @@ import functools
 import io
 import itertools
 import json
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +63,9 @@ from airflow_provider_dj.ops.dedup.near import (
 )
 from airflow_provider_dj.ops.registry import create_op
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.ops.base import Op
+
 ITEM_SCHEMA = pa.schema([("t", pa.uint16()), ("k0", pa.uint64()), ("k1", pa.uint64()), ("pos", pa.int64())])
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 
@@ -76,7 +80,7 @@ def _simhash_masks(num_blocks: int, max_distance: int) -> tuple[int, ...]:
     )
 
 
-def row_items(op_impl, keys: pa.Table, partition_index: int) -> tuple[np.ndarray, ...]:
+def row_items(op_impl: Op, keys: pa.Table, partition_index: int) -> tuple[np.ndarray, ...]:
     """``(t, k0, k1, pos)`` for every row of one partition's keys (see the module docstring)."""
     n = keys.num_rows
     pos = (np.int64(partition_index) << np.int64(32)) | np.arange(n, dtype=np.int64)
@@ -112,10 +116,11 @@ def key_shard(t: np.ndarray, k0: np.ndarray, k1: np.ndarray, shards: int) -> np.
     """The key shard of each item: a mix of its bucket key ``(t, k0, k1)`` modulo ``shards``."""
     with np.errstate(over="ignore"):
         h = mix64(k0 ^ mix64(k1 + t.astype(np.uint64) * GOLDEN_K1 + np.uint64(1)))
-    return (h % np.uint64(shards)).astype(np.int64)
+    shard: np.ndarray = (h % np.uint64(shards)).astype(np.int64)
+    return shard
 
 
-def _ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict | None = None) -> bytes:
+def _ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict[str, Any] | None = None) -> bytes:
     if metadata:
         schema = schema.with_metadata({k: json.dumps(v) for k, v in metadata.items()})
     sink = io.BytesIO()
@@ -145,7 +150,7 @@ def _scatter_meta(path: str, key: str) -> int:
         return int(json.loads(ipc.open_file(fh).schema.metadata[key.encode()]))
 
 
-def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table:
+def _load_partition_keys(ctx: JobContext, op_index: int, part: dict[str, Any]) -> pa.Table:
     op = ctx.plan.ops[op_index]
     cp = keys_store(ctx.job_dir).load_valid(
         op_index, op.name, part["partition_id"], part["content_hash"], op.fingerprint
@@ -158,7 +163,7 @@ def _load_partition_keys(ctx: JobContext, op_index: int, part: dict) -> pa.Table
     return cp.table
 
 
-def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index: int, shards: int) -> dict:
+def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index: int, shards: int) -> dict[str, Any]:
     """Write partition ``partition_index``'s items as one batch per key shard, each bucket's first item of
     the partition only, and the partition's other items as local edges to that first item (a combiner:
     a skewed key costs its shard one item per partition, not one per row); returns its row count and
@@ -191,7 +196,7 @@ def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index:
     return {"rows": keys.num_rows, "local_edges": len(lu)}
 
 
-def _combined_items(t, k0, k1, pos) -> tuple[np.ndarray, ...]:
+def _combined_items(t: np.ndarray, k0: np.ndarray, k1: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
     """Each ``(t, k0, k1)`` bucket's first item of the partition, and the local edges ``(u, v)`` from its
     other items to it (deduplicated: a row repeated in several buckets links to each first row once)."""
     order = np.lexsort((pos, k1, k0, t))
@@ -221,7 +226,9 @@ def _star_edges(pos: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return pos[dup], head[dup]
 
 
-def _hamming_edges(t, k0, full, pos, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+def _hamming_edges(
+    t: np.ndarray, k0: np.ndarray, full: np.ndarray, pos: np.ndarray, max_distance: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of run heads (distinct full values) in one ``(t, k0)`` bucket within ``max_distance`` bits;
     the items are sorted by ``(t, k0)``. Work is the sum of squared bucket sizes, as SimHash's index."""
     new = np.ones(len(t), dtype=bool)
@@ -231,7 +238,9 @@ def _hamming_edges(t, k0, full, pos, max_distance: int) -> tuple[np.ndarray, np.
     return pos[b], pos[a]
 
 
-def shard_edges(op_impl, t, k0, k1, pos) -> tuple[np.ndarray, np.ndarray]:
+def shard_edges(
+    op_impl: Op, t: np.ndarray, k0: np.ndarray, k1: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """One key shard's duplicate edges ``(u, v)``, ``v < u``, deduplicated."""
     order = np.lexsort((pos, k1, k0, t))
     t, k0, k1, pos = t[order], k0[order], k1[order], pos[order]
@@ -254,14 +263,15 @@ class ShardTooLargeError(DJError, MemoryError):
 
 def resolve_key_shard(
     job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int, budget: int = 0
-) -> dict:
+) -> dict[str, Any]:
     """Read key shard ``shard``'s items from every partition's scatter file, find its duplicate edges,
     and write them by node shard of their later row; ``done`` is written last. Returns its counts.
     ``budget`` (bytes, 0: none): a shard whose items would need more than twice it fails with
     :class:`ShardTooLargeError` before it sorts them."""
     done = storage.join(folder, layout.shard_done_file(shard))
     if storage.exists(done):
-        return json.loads(storage.read_bytes(done))
+        counts: dict[str, Any] = json.loads(storage.read_bytes(done))
+        return counts
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
@@ -346,7 +356,7 @@ def decide_partition(
     history_memory: int,
     trace_num: int,
     query_memory: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """What partition ``partition_index`` tells the step before any mask commits: its rows, its first
     ``trace_num`` duplicate pairs for the tracer (``trace_num`` 0: none), and, with ``history_memory``
     (the lookup's bound on history entries in memory; 0: the op checks no history), its in-night kept
@@ -359,7 +369,7 @@ def decide_partition(
     op = ctx.plan.ops[op_index]
     keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
     rows, reps = _removed_rows(result_files, partition_index)
-    out: dict = {"rows": keys.num_rows, "pairs": _trace_pairs(rows, reps, partition_index, trace_num)}
+    out: dict[str, Any] = {"rows": keys.num_rows, "pairs": _trace_pairs(rows, reps, partition_index, trace_num)}
     if history_memory:
         keep = np.ones(keys.num_rows, dtype=bool)
         keep[rows] = False
@@ -373,9 +383,9 @@ def decide_partition(
     return out
 
 
-def _history_columns(n: int, history) -> dict:
+def _history_columns(n: int, history: Any) -> dict[str, Any]:
     """``history_job`` / ``history_row`` of one partition (``history.positions``: its rows)."""
-    job: list = [None] * n
+    job: list[Any] = [None] * n
     hrow = np.full(n, -1, dtype=np.int64)
     for r, j in zip(history.positions.tolist(), history.job_ids):
         job[r] = j
@@ -384,8 +394,16 @@ def _history_columns(n: int, history) -> dict:
 
 
 def _lineage_columns(
-    ctx, op_index, op_impl, keys: pa.Table, rows, reps, any_removed: bool, history=None, history_band: bool = False
-) -> dict:
+    ctx: JobContext,
+    op_index: int,
+    op_impl: Op,
+    keys: pa.Table,
+    rows: np.ndarray,
+    reps: np.ndarray,
+    any_removed: bool,
+    history: Any = None,
+    history_band: bool = False,
+) -> dict[str, Any]:
     """The lineage match columns of one partition, as ``dedup_matches.match_columns`` gives them: the input
     row of each removed row's representative; with ``history``, each history duplicate's earlier job and
     export row; for MinHash, the first band a removed row shares with its representative, or that matched
@@ -407,7 +425,7 @@ def _lineage_columns(
         partners = pa.concat_tables([t for _, t in partner_tables], promote_options="permissive").take(
             pa.array(np.argsort(positions))
         )
-    cols: dict = {DUP_OF_COLUMN: pa.array(dup_of, pa.int64())}
+    cols: dict[str, Any] = {DUP_OF_COLUMN: pa.array(dup_of, pa.int64())}
     if partners is not None and INPUT_ROW_COLUMN in keys.column_names:
         dup_of[rows] = partners.column(INPUT_ROW_COLUMN).to_numpy()
         cols[DUP_OF_COLUMN] = pa.array(dup_of, pa.int64())
@@ -416,7 +434,7 @@ def _lineage_columns(
     in_night_band = any_removed and isinstance(op_impl, DocumentMinhashDeduplicator)
     if in_night_band or history_band:
         band = np.full(n, -1, dtype=np.int16)
-        if in_night_band and partners is not None:
+        if in_night_band and partners is not None and isinstance(op_impl, DocumentMinhashDeduplicator):
             m = len(rows)
             own = keys.take(pa.array(rows))
             band[rows] = op_impl.matching_band([own, partners], np.arange(m), m + np.arange(m))
@@ -433,9 +451,9 @@ def commit_partition_mask(
     result_files: list[str],
     any_removed: bool,
     lineage: bool,
-    history=None,
+    history: Any = None,
     history_band: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Commit partition ``partition_index``'s keep mask (and, with ``lineage``, its match columns) from
     the node shard's results; returns its rows and rows kept. An already committed mask is counted, not
     rewritten.  ``lineage`` comes from the orchestrating process's settings, not this worker's.

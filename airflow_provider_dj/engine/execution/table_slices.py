@@ -11,6 +11,8 @@ unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,7 +66,7 @@ def byte_slices(table: pa.Table, text_key: str, max_bytes: int | None = None) ->
     return out
 
 
-def concat_in_order(pieces: list, like: pa.Table | pa.Array | None = None):
+def concat_in_order(pieces: list[Any], like: pa.Table | pa.Array | None = None) -> Any:
     """Concatenate per-slice results (tables or arrays) in slice order; a single piece is returned as is."""
     if len(pieces) == 1:
         return pieces[0]

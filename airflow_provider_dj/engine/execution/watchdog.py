@@ -21,11 +21,16 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterable
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir.heartbeat import read_heartbeat
 from airflow_provider_dj.engine.jobdir.layout import LOGS_DIR, partition_name
 from airflow_provider_dj.engine.jobdir.progress_log import append_line, partition_log_path
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.jobdir.events import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,7 @@ log = logging.getLogger(__name__)
 class StalledPartitionError(DJError, RuntimeError):
     """A partition made no progress for ``partition.stall_timeout_s``, every time it was run."""
 
-    def __init__(self, message: str, *, partition_id: int, heartbeat: dict | None) -> None:
+    def __init__(self, message: str, *, partition_id: int, heartbeat: dict[str, Any] | None) -> None:
         super().__init__(message)
         self.partition_id = partition_id
         self.heartbeat = heartbeat
@@ -45,7 +50,7 @@ class StallPolicy:
     retries: int = 1
 
     @classmethod
-    def of_recipe(cls, recipe) -> StallPolicy:
+    def of_recipe(cls, recipe: Recipe) -> StallPolicy:
         extra = recipe.partition.extra
         return cls(extra.get("stall_timeout_s"), int(extra.get("stall_retries", 1)))
 
@@ -61,10 +66,12 @@ class _Watch:
     prior_run: str | None  # the heartbeat token found before the submission (an earlier run's file)
     seq: int | None = None  # the progress_seq last seen
     seen_at: float = 0.0  # when the waiter first saw it (its monotonic clock)
-    beat: dict | None = None
+    beat: dict[str, Any] | None = None
 
 
-def watchdog_for(job_dir: str, segment_index: int, *, try_number: int | None, event_defaults: dict | None) -> Watchdog:
+def watchdog_for(
+    job_dir: str, segment_index: int, *, try_number: int | None, event_defaults: dict[str, Any] | None
+) -> Watchdog:
     """The watchdog of one group's wait, with the job's policy; its events go to the waiter's event log."""
     from airflow_provider_dj.engine.jobdir.events import EventLog
     from airflow_provider_dj.engine.storage.context import JobContext
@@ -80,7 +87,7 @@ def watchdog_for(job_dir: str, segment_index: int, *, try_number: int | None, ev
 class Watchdog:
     """The stall check of one group's wait: ``submitted`` per run, ``stalled`` at each poll."""
 
-    def __init__(self, job_dir: str, segment_index: int, policy: StallPolicy, events=None) -> None:
+    def __init__(self, job_dir: str, segment_index: int, policy: StallPolicy, events: EventLog | None = None) -> None:
         self.job_dir = job_dir
         self.segment_index = segment_index
         self.policy = policy
@@ -88,7 +95,7 @@ class Watchdog:
         self.watches: dict[int, _Watch] = {}
         self.stalls: dict[int, int] = {}  # partition -> how many times it stalled in this wait
         # Heartbeat files are read at most this often (an object store pays a request per read).
-        self.check_every_s = min(5.0, float(policy.timeout_s) / 4) if policy.enabled else 0.0
+        self.check_every_s = min(5.0, float(policy.timeout_s or 0.0) / 4) if policy.enabled else 0.0
         self._last_check = float("-inf")
 
     def submitted(self, partition_id: int) -> None:
@@ -97,7 +104,7 @@ class Watchdog:
             beat = read_heartbeat(self.job_dir, partition_id)
             self.watches[partition_id] = _Watch(prior_run=(beat or {}).get("run"))
 
-    def stalled(self, partition_ids, now: float | None = None) -> list[int]:
+    def stalled(self, partition_ids: Iterable[int], now: float | None = None) -> list[int]:
         """Of ``partition_ids`` (the ones in flight), those with no progress for the timeout."""
         if not self.policy.enabled:
             return []
@@ -116,7 +123,7 @@ class Watchdog:
             if beat.get("progress_seq") != watch.seq:
                 watch.seq, watch.seen_at = beat.get("progress_seq"), now
             watch.beat = beat
-            if now - watch.seen_at > float(self.policy.timeout_s):
+            if now - watch.seen_at > float(self.policy.timeout_s or 0.0):
                 out.append(pid)
         return out
 
@@ -140,7 +147,7 @@ class Watchdog:
         )
         return StalledPartitionError(message, partition_id=partition_id, heartbeat=beat)
 
-    def _record(self, pid: int, beat: dict | None, n: int, retry: bool, where: str, action: str) -> None:
+    def _record(self, pid: int, beat: dict[str, Any] | None, n: int, retry: bool, where: str, action: str) -> None:
         fields = {k: (beat or {}).get(k) for k in ("op_index", "op_name", "rows_in", "rows_done", "stage")}
         if self.events is not None:
             self.events.emit(
@@ -171,7 +178,7 @@ class Watchdog:
             pass
 
 
-def describe_stall(beat: dict | None, timeout_s: float | None) -> str:
+def describe_stall(beat: dict[str, Any] | None, timeout_s: float | None) -> str:
     """'no progress for 30s at op 2 (fix_unicode_mapper), 0 of 500 rows done; last heartbeat 12:00:03Z (1.2s before)'."""
     text = f"no progress for {float(timeout_s or 0):g}s"
     if not beat:
@@ -190,7 +197,7 @@ def describe_stall(beat: dict | None, timeout_s: float | None) -> str:
     return text
 
 
-def _rows(beat: dict | None) -> str:
+def _rows(beat: dict[str, Any] | None) -> str:
     if not beat or beat.get("start_row") is None:
         return ""
     return f" (rows {beat['start_row']}-{beat['end_row'] - 1})"

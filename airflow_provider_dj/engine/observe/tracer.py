@@ -51,6 +51,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -387,7 +388,7 @@ def duplicate_trace_limit(recipe, op_name: str) -> int | None:
 
 
 def first_pairs_by_representative(
-    removed: np.ndarray, reps: np.ndarray, n: int, seen: set[int] | None = None
+    removed: npt.ArrayLike, reps: npt.ArrayLike, n: int, seen: set[int] | None = None
 ) -> list[tuple[int, int]]:
     """``(representative, removed row)`` of the first ``n`` removed rows (``removed``, ascending, each
     with its representative in ``reps``) whose representative no earlier one has (nor ``seen``, which is

@@ -25,9 +25,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.ops.registry import get_op_class
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.runner.start import StartedJob
 
 __all__ = ["ExecutorChoice", "choose_after_planning", "ray_needed_before_planning", "ray_sure_before_planning"]
 
@@ -47,7 +52,7 @@ class ExecutorChoice:
     line: str
 
 
-def ray_needed_before_planning(recipe) -> str | None:
+def ray_needed_before_planning(recipe: Recipe) -> str | None:
     """Why this recipe needs Ray whatever its rows, or None."""
     if os.environ.get("RAY_ADDRESS"):
         return "a Ray cluster is configured (RAY_ADDRESS)"
@@ -62,7 +67,7 @@ def ray_needed_before_planning(recipe) -> str | None:
     return None
 
 
-def _committed_partitions(job_dir: str, info: dict, segments: int) -> set[int]:
+def _committed_partitions(job_dir: str, info: dict[str, Any], segments: int) -> set[int]:
     """Partitions whose every segment is committed (a resumed job's finished ones), by the commit markers
     a Ray Job's submitter checks (``group_job.uncommitted_partitions``)."""
     from airflow_provider_dj.engine.runner.group_job import uncommitted_partitions
@@ -74,7 +79,7 @@ def _committed_partitions(job_dir: str, info: dict, segments: int) -> set[int]:
     return set(ids) - left
 
 
-def choose_after_planning(started, workers: int) -> ExecutorChoice:
+def choose_after_planning(started: StartedJob, workers: int) -> ExecutorChoice:
     """Local or Ray for a planned job, from the rows of the partitions left to compute."""
     from airflow_provider_dj.engine.execution.reuse import partitions_reusable_whole
     from airflow_provider_dj.engine.storage.context import JobContext
@@ -119,7 +124,7 @@ def _estimated_rows(dataset_path: str) -> int | None:
     return int(sum(f.size for f in files) * lines / len(sample))
 
 
-def ray_sure_before_planning(recipe) -> bool:
+def ray_sure_before_planning(recipe: Recipe) -> bool:
     """Whether a new job's input is so far past ``local_work_max_rows`` that Ray will be chosen whatever
     planning finds, so its start may overlap planning (module docstring)."""
     from airflow_provider_dj.core import fs as storage

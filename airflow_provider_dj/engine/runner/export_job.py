@@ -30,7 +30,7 @@ from airflow_provider_dj.engine.jobdir import ray_jobs
 from airflow_provider_dj.engine.runner.group_job import DriverRun, DriverSpec, driver_main
 
 if TYPE_CHECKING:
-    from airflow_provider_dj.engine.runner.steps import ExportResult
+    from airflow_provider_dj.engine.runner.steps import ExportResult, PartSource
 
 log = logging.getLogger("dj.export_job")
 
@@ -52,13 +52,13 @@ class ExportJobSpec(DriverSpec):
     try_number: int | None = None
     run_id: str | None = None
     step_key: str = ""
-    event_defaults: dict = field(default_factory=dict)
+    event_defaults: dict[str, Any] = field(default_factory=dict)
     namespace: str | None = None
     dashboard_address: str = ""
     submitted_at: float | None = None
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """What the submission carries in Ray's job list."""
         return {"dj_job_id": self.job_id, "dj_step": "export"}
 
@@ -95,7 +95,7 @@ def run_export_job(spec: ExportJobSpec) -> int:
 
     run = DriverRun(spec, record, what="export")
 
-    def part_source():
+    def part_source() -> PartSource | None:
         """The large JSONL export's parts as Ray tasks of this driver, on this cluster (None: in-line)."""
         if is_job_complete(spec.job_dir) or not wants_parallel_export(spec.job_dir):
             return None
@@ -121,7 +121,7 @@ def run_export_job(spec: ExportJobSpec) -> int:
     return run.run(body)
 
 
-def settle_stopped_export(job_dir: str, job_id: str, sid: str, request: dict) -> None:
+def settle_stopped_export(job_dir: str, job_id: str, sid: str, request: dict[str, Any]) -> None:
     """The submitter's side of an export whose Ray Job ended without success while the job's stop request
     was pending: that request stopped it, whatever the driver managed to record before Ray ended it, so
     the submission's record says ``stopped`` by ``stop_request`` (``recorded_by: submitter``)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.jobdir import ray_jobs
@@ -55,20 +55,20 @@ class GlobalJobSpec(DriverSpec):
     try_number: int | None = None
     run_id: str | None = None
     step_key: str = ""
-    event_defaults: dict = field(default_factory=dict)
+    event_defaults: dict[str, Any] = field(default_factory=dict)
     namespace: str | None = None
     #: :data:`STEP_SETTINGS` as the submitter has them set (raw strings; unset ones are absent).
-    settings: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     dashboard_address: str = ""
     submitted_at: float | None = None
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """What the submission carries in Ray's job list."""
         return {"dj_job_id": self.job_id, "dj_global_op": str(self.op_index)}
 
 
-def step_settings() -> dict:
+def step_settings() -> dict[str, Any]:
     """This process's :data:`STEP_SETTINGS` that are set (raw strings): what a submitter puts in the spec."""
     return {k: v for k in STEP_SETTINGS if (v := settings.raw(k)) is not None}
 
@@ -132,7 +132,7 @@ def run_global_job(spec: GlobalJobSpec) -> int:
 
     run = DriverRun(spec, record, what=f"global op {spec.op_index}'s step")
 
-    def run_tasks(fn, args_list: list[tuple]) -> list[Any]:
+    def run_tasks(fn: Callable[..., Any], args_list: list[tuple[Any, ...]]) -> list[Any]:
         run.connect()  # only a sharded step needs Ray: its tasks run on this cluster
         return ray_task_runner(fn, args_list)
 
@@ -144,7 +144,7 @@ def run_global_job(spec: GlobalJobSpec) -> int:
     return run.run(body)
 
 
-def settle_stopped_global(job_dir: str, job_id: str, op_index: int, sid: str, request: dict) -> None:
+def settle_stopped_global(job_dir: str, job_id: str, op_index: int, sid: str, request: dict[str, Any]) -> None:
     """The submitter's side of a global step whose Ray Job ended without success while the job's stop
     request was pending: that request stopped it, whatever the driver managed to record before Ray ended
     it, so the submission's record says ``stopped`` by ``stop_request`` (``recorded_by: submitter``)."""

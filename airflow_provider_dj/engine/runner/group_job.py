@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, TypeVar
 
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core import fs as storage
@@ -56,15 +56,22 @@ class _Terminated(BaseException):
     """SIGTERM from Ray's ``stop_job``: end the group as stopped (a BaseException: no handler swallows it)."""
 
 
+_Spec = TypeVar("_Spec", bound="DriverSpec")
+
+
 class DriverSpec:
     """The JSON form every Ray Job driver's spec travels in (the entrypoint's one argument): its fields
     sorted, and unknown keys ignored on the way back, so a newer submitter's extra field is harmless."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every spec class is a dataclass
+    provider_version: str  # the submitter's, which the driver's must equal (``check_version``)
+    submitter_host: str
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str):
+    def from_json(cls: type[_Spec], text: str) -> _Spec:
         data = json.loads(text)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -77,7 +84,7 @@ class GroupJobSpec(DriverSpec):
     job_dir: str
     job_id: str
     segment_index: int
-    group: dict
+    group: dict[str, Any]
     submission_id: str
     attempt: int
     provider_version: str
@@ -85,7 +92,7 @@ class GroupJobSpec(DriverSpec):
     try_number: int | None = None
     run_id: str | None = None
     step_key: str = ""
-    event_defaults: dict = field(default_factory=dict)
+    event_defaults: dict[str, Any] = field(default_factory=dict)
     num_cpus: float = 1
     namespace: str | None = None
     #: Set by the submitter as it submits (hooks/ray_jobs.py): kept in the group's record, where the job
@@ -94,7 +101,7 @@ class GroupJobSpec(DriverSpec):
     submitted_at: float | None = None
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """What the submission carries in Ray's job list."""
         return {"dj_job_id": self.job_id, "dj_segment": str(self.segment_index)}
 
@@ -108,7 +115,7 @@ def entrypoint(spec: Any, python: str = "python") -> str:
     return f"{shlex.quote(python)} -m {module} --spec {shlex.quote(spec.to_json())}"
 
 
-def check_version(spec: GroupJobSpec, installed: str = __version__) -> None:
+def check_version(spec: DriverSpec, installed: str = __version__) -> None:
     if spec.provider_version != installed:
         raise GroupJobRefusedError(
             f"provider version mismatch: the Ray cluster ({socket.gethostname()}) runs airflow-provider-dj "
@@ -150,9 +157,9 @@ def uncommitted_partitions(job_dir: str, segment_index: int, partition_ids: list
     by_id = {p["partition_id"]: p for p in ctx.partitioning_info["partitions"]}
     store, keys = CheckpointStore(job_dir, ctx.storage_format), keys_store(job_dir)
 
-    def committed(st, i: int, pid: int) -> bool:
+    def committed(st: Any, i: int, pid: int) -> bool:
         op = plan.ops[i]
-        return st.is_committed(i, op.name, pid, by_id[pid]["content_hash"], op.fingerprint)
+        return bool(st.is_committed(i, op.name, pid, by_id[pid]["content_hash"], op.fingerprint))
 
     target = seg.end - 1
     return [
@@ -179,7 +186,7 @@ def verify_group(job_dir: str, segment_index: int, partition_ids: list[int]) -> 
     return not missing, line + (f" (not yet: {missing})" if missing else "")
 
 
-def _identity(spec: Any) -> dict:
+def _identity(spec: Any) -> dict[str, Any]:
     """What the record keeps of this driver: where it runs, and where and when it was submitted."""
     known = {"dashboard_address": spec.dashboard_address, "submitted_at": spec.submitted_at}
     return {
@@ -211,17 +218,17 @@ class DriverRun:
     def record(self, state: str, **fields: Any) -> None:
         self._record(state, identity=_identity(self.spec), **fields)
 
-    def connect(self):
+    def connect(self) -> Any:
         """The ``ray`` module, connected to the cluster this driver runs on (``address="auto"``)."""
         import ray
 
         if not ray.is_initialized():
-            kwargs = {"namespace": self.spec.namespace} if self.spec.namespace else {}
+            kwargs: dict[str, Any] = {"namespace": self.spec.namespace} if self.spec.namespace else {}
             ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
             self.handle_sigterm()  # ray.init put its own handler (a bare exit) in place of ours
         return ray
 
-    def handle_sigterm(self):
+    def handle_sigterm(self) -> Any:
         """Make Ray's ``stop_job`` (SIGTERM) end the work as stopped; returns the handler it replaced."""
         return signal.signal(signal.SIGTERM, lambda signum, frame: self._on_sigterm())
 
@@ -339,7 +346,7 @@ def _fatal(exc: BaseException) -> bool:
     )
 
 
-def _stop_cause(spec: Any) -> dict | None:
+def _stop_cause(spec: Any) -> dict[str, Any] | None:
     """The record's ``stopped_by`` and ``error`` when the job's stop request is pending, else None."""
     try:
         request = stop_control.read_stop_request(spec.job_dir)
@@ -351,7 +358,7 @@ def _stop_cause(spec: Any) -> dict | None:
     return {"stopped_by": "stop_request", "error": f"the job's stop request ({who}) stopped the Ray job"}
 
 
-def _sigterm_cause(spec: Any) -> dict:
+def _sigterm_cause(spec: Any) -> dict[str, Any]:
     """The record's ``stopped_by`` and ``error`` for a SIGTERM: ``stop_request`` when the job's stop request
     is pending (``dj-airflow stop`` asked Ray too: the task ends stopped, without a retry), else
     ``stop_job`` (someone stopped only this Ray Job: a retry submits the work again)."""
@@ -365,11 +372,11 @@ def settle_stopped_group(
     job_dir: str,
     job_id: str,
     segment_index: int,
-    group: dict,
+    group: dict[str, Any],
     sid: str,
-    request: dict,
+    request: dict[str, Any],
     *,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
 ) -> list[int]:
     """The submitter's side of a group whose Ray Job ended without success while the job's stop request
     was pending: that request stopped it, whatever the driver managed to record before Ray ended it.
@@ -409,7 +416,9 @@ def exit_status(body: Callable[[], int]) -> int:
         return EXIT_STOPPED
 
 
-def driver_main(argv: list[str] | None, *, module: str, doc: str | None, spec_cls: type, run: Callable) -> int:
+def driver_main(
+    argv: list[str] | None, *, module: str, doc: str | None, spec_cls: type[DriverSpec], run: Callable[..., Any]
+) -> int:
     """A Ray Job driver's entrypoint: ``--spec`` (the submitter's ``spec_cls`` as JSON) parsed, logging to
     stdout (Ray's job log), ``run(spec)``'s exit status (:func:`exit_status`)."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
@@ -419,7 +428,7 @@ def driver_main(argv: list[str] | None, *, module: str, doc: str | None, spec_cl
     return exit_status(lambda: run(spec_cls.from_json(args.spec)))
 
 
-def apply_submitter_settings(values: dict, allowed: tuple[str, ...]) -> None:
+def apply_submitter_settings(values: dict[str, Any], allowed: tuple[str, ...]) -> None:
     """Make ``values`` (the ``allowed`` ``[dj]`` settings as the submitter has them set, raw strings) this
     driver's: set under the names read first (``AIRFLOW__DJ__<KEY>``), then the settings read again."""
     from airflow_provider_dj import settings

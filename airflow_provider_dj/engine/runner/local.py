@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
@@ -37,6 +37,10 @@ from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, l
 from airflow_provider_dj.engine.runner.steps import finish_job, review_gate, run_global_step, run_group
 from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
 from airflow_provider_dj.engine.storage.context import JobContext
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.runner.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class JobResult:
     rows: int
     checksum: str
     already_complete: bool
-    summary: dict
+    summary: dict[str, Any]
     #: This invocation's identity in the job's lock and events (``local__<time>_<pid>``).
     run_id: str = ""
 
@@ -69,7 +73,7 @@ class JobResult:
 def run_job(
     recipe: str,
     *,
-    overrides: dict | None = None,
+    overrides: dict[str, Any] | None = None,
     work_dir: str | None = None,
     job_id: str | None = None,
     resume: str | None = None,
@@ -119,7 +123,8 @@ def run_job(
             say(f"executor: Ray, whatever the rows: {why}")
     if executor == "ray" and ray_client is None:
         ray_client = functools.partial(local_ray, workers)  # called at most at the first dispatch
-    dispatcher = _dispatcher(executor, workers, ray_client)
+    # None while ``auto`` waits for the plan
+    dispatcher = None if executor == "auto" else _dispatcher(executor, workers, ray_client)
     try:
         gpu_preflight_step(
             recipe,
@@ -154,11 +159,11 @@ def run_job(
             dispatcher.close()
 
 
-def _dispatcher(executor: str, workers: int, ray_client):
-    """The dispatcher of a decided executor; None while ``auto`` waits for the plan."""
+def _dispatcher(executor: str, workers: int, ray_client: Callable[[], Any] | None) -> Dispatcher:
+    """The dispatcher of a decided executor (``local`` or ``ray``)."""
     if executor == "ray":
-        return RayDispatcher(ray_client)
-    return LocalDispatcher(workers) if executor == "local" else None
+        return RayDispatcher(ray_client or functools.partial(local_ray, workers))
+    return LocalDispatcher(workers)
 
 
 def run_prepared_job(
@@ -193,7 +198,13 @@ def run_prepared_job(
         dispatcher.close()
 
 
-def _run_started(started: StartedJob, dispatcher, run_id: str | None, say, review=None) -> JobResult:
+def _run_started(
+    started: StartedJob,
+    dispatcher: Dispatcher,
+    run_id: str | None,
+    say: Callable[[str], None],
+    review: Callable[[Any], bool] | None = None,
+) -> JobResult:
     """Every step after the first, under the stop protocol; a failure is recorded in the job directory."""
     job_dir = started.job_dir
     where = "the first step"
@@ -235,14 +246,20 @@ def _run_started(started: StartedJob, dispatcher, run_id: str | None, say, revie
     )
 
 
-def _step(step: str) -> dict:
+def _step(step: str) -> dict[str, Any]:
     """Event fields naming the step that wrote an event, by the DAG task that runs the same step."""
     return {"step": step}
 
 
 def _run_segment(
-    job_dir: str, segment_index: int, step: str, groups: list[ExecutionGroup], dispatcher, run_id: str, say
-):
+    job_dir: str,
+    segment_index: int,
+    step: str,
+    groups: list[ExecutionGroup],
+    dispatcher: Dispatcher,
+    run_id: str | None,
+    say: Callable[[str], None],
+) -> None:
     """Every group of one segment, as the DAG's mapped instances run: a failing group does not keep its
     siblings from committing their partitions (so a resume has the most to start from); then the first
     failure is raised.  A stop ends the segment at once."""
@@ -259,7 +276,13 @@ def _run_segment(
 
 
 def _run_group_step(
-    job_dir: str, segment_index: int, step: str, group: ExecutionGroup, dispatcher, run_id: str, say
+    job_dir: str,
+    segment_index: int,
+    step: str,
+    group: ExecutionGroup,
+    dispatcher: Dispatcher,
+    run_id: str | None,
+    say: Callable[[str], None],
 ) -> None:
     stoppable(
         job_dir,
@@ -273,7 +296,7 @@ def _run_group_step(
     )
 
 
-def _run_global(job_dir: str, op_index: int, step: str, run_id: str, say) -> None:
+def _run_global(job_dir: str, op_index: int, step: str, run_id: str | None, say: Callable[[str], None]) -> None:
     result = stoppable(
         job_dir,
         lambda: run_global_step(job_dir, op_index, event_defaults=_step(step)),
@@ -292,7 +315,7 @@ def _require_barrier(job_dir: str, segment_index: int) -> None:
         raise BarrierNotReachedError(f"{status.message}: the global step needs every partition's keys")
 
 
-def local_ray(workers: int):
+def local_ray(workers: int) -> Any:
     """The Ray this process is connected to, else the cluster at RAY_ADDRESS, else a private local one."""
     import ray
 
@@ -306,7 +329,7 @@ def local_ray(workers: int):
     return ray
 
 
-def _refuse_unrendered(recipe) -> None:
+def _refuse_unrendered(recipe: Recipe) -> None:
     """A templated recipe with no renderer would read and write the literal ``{{ ... }}`` paths."""
     from airflow_provider_dj.engine.config.recipe import RecipeError
 
@@ -321,7 +344,7 @@ def _refuse_unrendered(recipe) -> None:
         )
 
 
-def _release_quietly(job_dir: str, run_id: str) -> None:
+def _release_quietly(job_dir: str, run_id: str | None) -> None:
     try:
         job_lock.release(job_dir, run_id)
     except Exception as exc:  # noqa: BLE001 - a lock left behind goes stale; the original error matters more

@@ -35,7 +35,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core import fs as storage
@@ -52,6 +52,9 @@ from airflow_provider_dj.engine.runner.group_job import (
     driver_main,
 )
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+
 log = logging.getLogger("dj.plan_job")
 
 MODULE = "airflow_provider_dj.engine.runner.plan_job"
@@ -65,7 +68,7 @@ class PlanJobSpec(DriverSpec):
 
     DRIVER_MODULE: ClassVar[str] = MODULE
 
-    recipe: dict  # the effective recipe, Recipe.to_dict()
+    recipe: dict[str, Any]  # the effective recipe, Recipe.to_dict()
     job_id: str
     submission_id: str
     attempt: int
@@ -73,31 +76,31 @@ class PlanJobSpec(DriverSpec):
     submitter_host: str = ""
     namespace: str | None = None
     #: :data:`PLAN_SETTINGS` as the submitter has them set (raw strings; unset ones are absent).
-    settings: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     #: Set for a resume's input proof: the job directory whose saved partitioning the input must match.
     verify_job_dir: str = ""
     dashboard_address: str = ""
     submitted_at: float | None = None
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """What the submission carries in Ray's job list."""
         return {"dj_job_id": self.job_id, "dj_step": "verify_input" if self.verify_job_dir else "plan"}
 
 
-def recipe_digest(recipe_dict: dict) -> str:
+def recipe_digest(recipe_dict: dict[str, Any]) -> str:
     """What ties a plan to the recipe it was made for: a digest of the effective recipe's JSON."""
     return hashlib.sha256(json.dumps(recipe_dict, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def plan_settings() -> dict:
+def plan_settings() -> dict[str, Any]:
     """This process's :data:`PLAN_SETTINGS` that are set (raw strings): what a submitter puts in the spec."""
     return {k: v for k in PLAN_SETTINGS if (v := settings.raw(k)) is not None}
 
 
 def read_planned(
-    work_dir: str, job_id: str, submission_id: str, recipe_dict: dict, *, proof: bool = False
-) -> dict | None:
+    work_dir: str, job_id: str, submission_id: str, recipe_dict: dict[str, Any], *, proof: bool = False
+) -> dict[str, Any] | None:
     """The plan a Ray Job wrote for this submission and this recipe: ``{"partitioning_info": ...}`` or
     ``{"refused": message, "error_type": name}`` (``proof``: the input proof, ``{"hashed_bytes": n}`` or
     ``{"refused": message, "reason": ...}``); None when there is none (or another submission's, or one
@@ -105,7 +108,7 @@ def read_planned(
     path = (input_proof_file if proof else planned_input_file)(work_dir, job_id)
     if not storage.exists(path):
         return None
-    doc = read_json(path)
+    doc: dict[str, Any] = read_json(path)
     if doc.get("submission_id") != submission_id or doc.get("recipe_digest") != recipe_digest(recipe_dict):
         return None
     return doc
@@ -134,11 +137,11 @@ def run_plan_job(spec: PlanJobSpec) -> int:
     out = planned_input_file(recipe.work_dir, spec.job_id)
     head = {"submission_id": spec.submission_id, "recipe_digest": recipe_digest(spec.recipe), "job_id": spec.job_id}
 
-    def run_tasks(fn, args_list):
+    def run_tasks(fn: Callable[..., Any], args_list: list[tuple[Any, ...]]) -> list[Any]:
         import ray
 
         if not ray.is_initialized():
-            kwargs = {"namespace": spec.namespace} if spec.namespace else {}
+            kwargs: dict[str, Any] = {"namespace": spec.namespace} if spec.namespace else {}
             ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True, **kwargs)
         return ray_task_runner(fn, args_list)
 
@@ -165,7 +168,7 @@ def run_plan_job(spec: PlanJobSpec) -> int:
     return EXIT_OK
 
 
-def _prove_input(spec: PlanJobSpec, recipe, head: dict, run_tasks) -> int:
+def _prove_input(spec: PlanJobSpec, recipe: Recipe, head: dict[str, Any], run_tasks: Callable[..., list[Any]]) -> int:
     """A resume's steps 4 and 5 against ``spec.verify_job_dir``'s saved partitioning; the exit status."""
     from airflow_provider_dj.engine.job.resume import ResumeRefusedError, load_saved_partitioning, prove_input
 

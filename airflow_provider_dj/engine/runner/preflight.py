@@ -11,7 +11,7 @@ step to refuse: this step does not create it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.config.recipe import RecipeError
@@ -25,12 +25,15 @@ from airflow_provider_dj.engine.preflight.preflight import (
 )
 from airflow_provider_dj.engine.runner.start import RunIdentity, choose_job_id, load_effective_recipe
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+
 log = logging.getLogger(__name__)
 
 
 def gpu_preflight_step(
     recipe_path: str,
-    overrides: dict | None = None,
+    overrides: dict[str, Any] | None = None,
     *,
     renderer: Callable[[], Any] | None = None,
     run: RunIdentity | None = None,
@@ -40,7 +43,7 @@ def gpu_preflight_step(
     heartbeat_s: float = 30.0,
     say: Callable[[str], None] = log.info,
     warn: Callable[[str], None] = log.warning,
-) -> dict:
+) -> dict[str, Any]:
     """Probe the recipe's CUDA ops; returns a short summary (the report on disk is the source of truth).
 
     ``renderer`` is called for a template renderer only when the recipe has CUDA ops and templates.
@@ -90,7 +93,7 @@ def gpu_preflight_step(
     }
 
 
-def _require_explicit_resources(recipe, gpu_ops: list) -> None:
+def _require_explicit_resources(recipe: Recipe, gpu_ops: list[Any]) -> None:
     """With probing disabled nothing measures a CUDA op, so each must say its own ``num_gpus``."""
     missing = [o for o in gpu_ops if declared_num_gpus(o) is None]
     if not missing:

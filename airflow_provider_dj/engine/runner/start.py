@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_provider_dj.engine.config.notices import unused_setting_notices
 from airflow_provider_dj.engine.config.overrides import normalize_overrides
@@ -26,6 +26,10 @@ from airflow_provider_dj.engine.jobdir.events import EventLog
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run, new_job_id, resume_command, validate_job_id
 from airflow_provider_dj.engine.jobdir.stop_control import clear_stop_request_before
 from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.config.templates import TemplateRenderer
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,9 @@ class StartedJob:
         return self.prepared.job_complete
 
 
-def load_effective_recipe(recipe_path: str, overrides: dict | None = None, *, renderer=None):
+def load_effective_recipe(
+    recipe_path: str, overrides: dict[str, Any] | None = None, *, renderer: TemplateRenderer | None = None
+) -> Recipe:
     """The recipe file with trigger-time overrides applied (nested or dotted keys), validated.
 
     ``renderer`` renders templated values (``{{ ds }}``); without one they stay as written.
@@ -72,16 +78,17 @@ def load_effective_recipe(recipe_path: str, overrides: dict | None = None, *, re
     return load_recipe(recipe_path, normalize_overrides(dict(overrides or {})), renderer=renderer)
 
 
-def choose_job_id(recipe, run: RunIdentity | None = None) -> str:
+def choose_job_id(recipe: Recipe, run: RunIdentity | None = None) -> str:
     """``job_id`` or ``resume`` from the recipe; else derived from the orchestrator's run; else a new id."""
-    if recipe.job_id or recipe.resume:
-        return validate_job_id(recipe.job_id or recipe.resume, "job_id" if recipe.job_id else "resume")
+    given = recipe.job_id or recipe.resume
+    if given:
+        return validate_job_id(given, "job_id" if recipe.job_id else "resume")
     if run is not None:
         return job_id_for_run(run.dag_id, run.run_id, run.when)
     return new_job_id()
 
 
-def report_recipe(recipe, say: Say = log.info, warn: Say = log.warning) -> None:
+def report_recipe(recipe: Recipe, say: Say = log.info, warn: Say = log.warning) -> None:
     """Log what the recipe resolved to that a person should see before any work: rendered
     templates, settings with no effect (engine/config/notices.py), and a reuse setting that cannot apply."""
     from airflow_provider_dj.engine.execution.reuse import reuse_off_reason
@@ -95,7 +102,7 @@ def report_recipe(recipe, say: Say = log.info, warn: Say = log.warning) -> None:
         warn(f"intermediate_storage.reuse_across_jobs is ignored: {reason}")
 
 
-def group_cap_for(recipe, max_mapped_tasks: int | None) -> int | None:
+def group_cap_for(recipe: Recipe, max_mapped_tasks: int | None) -> int | None:
     """The most execution groups a segment of this recipe may have (``engine.planning.groups.group_cap``):
     ``None`` where nothing maps them; the readable cap does not bind a recipe's explicit integer."""
     from airflow_provider_dj import settings
@@ -107,21 +114,21 @@ def group_cap_for(recipe, max_mapped_tasks: int | None) -> int | None:
 
 
 def _group_size_resolver(
-    recipe,
-    decided: dict,
+    recipe: Recipe,
+    decided: dict[str, Any],
     *,
-    default_group_size,
-    max_active_groups,
-    sequential_tasks,
-    cpu_default,
-    max_groups,
-    max_mapped_tasks,
-):
+    default_group_size: int,
+    max_active_groups: int | None,
+    sequential_tasks: bool,
+    cpu_default: int | None,
+    max_groups: int | None,
+    max_mapped_tasks: int | None,
+) -> Callable[[dict[str, Any], str], int]:
     """What prepare_job calls once the partitioning is known: planning decisions -> group size."""
     from airflow_provider_dj.engine.gpu.profiles import load_report
     from airflow_provider_dj.engine.planning.decisions import decide_run
 
-    def resolve(info: dict, job_dir: str) -> int:
+    def resolve(info: dict[str, Any], job_dir: str) -> int:
         decisions = decide_run(
             recipe,
             info,
@@ -140,7 +147,7 @@ def _group_size_resolver(
 
 
 def start_job(
-    recipe,
+    recipe: Recipe,
     *,
     job_id: str,
     started_at: float | None = None,
@@ -149,7 +156,7 @@ def start_job(
     sequential_tasks: bool = False,
     cpu_default: int | None = None,
     max_mapped_tasks: int | None = None,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     run_id: str | None = None,
     run_pid: int | None = None,
     say: Say = log.info,
@@ -176,7 +183,7 @@ def start_job(
         f"Resume token: {job_id}. Re-trigger with resume={job_id} (or {resume_command(recipe.source_file, job_id)})"
         " to resume this job."
     )
-    decided: dict = {}
+    decided: dict[str, Any] = {}
     max_groups = group_cap_for(recipe, max_mapped_tasks)
     prepared = prepare_job(
         recipe,
@@ -223,7 +230,9 @@ def start_job(
     return started
 
 
-def _clear_older_stop(prepared: PreparedJob, started_at: float, event_defaults: dict | None, say: Say) -> None:
+def _clear_older_stop(
+    prepared: PreparedJob, started_at: float, event_defaults: dict[str, Any] | None, say: Say
+) -> None:
     """Resuming a stopped job: a stop requested before this run started is done with (it did stop the
     job); one requested since belongs to this run and is kept.  After prepare_job, so a refused resume
     changes nothing."""

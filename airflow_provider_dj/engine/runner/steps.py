@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from airflow_provider_dj.engine.execution.global_ops import GlobalStepResult, resolve_global_op
 from airflow_provider_dj.engine.execution.segment_result import SegmentResult
@@ -26,6 +26,8 @@ from airflow_provider_dj.engine.storage.context import JobContext
 log = logging.getLogger(__name__)
 
 Say = Callable[[str], None]
+#: The export's JSONL parts, each partition's in order (engine/output/parts.py); None: serialized in-line.
+PartSource = Callable[[], Iterator[dict[str, Any]]]
 
 
 def run_group(
@@ -86,7 +88,7 @@ def review_gate(
     job_dir: str,
     ask: Callable[[Any], bool] | None,
     *,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     say: Say = log.info,
 ) -> None:
     """The review gate before export (docs/review_gate.md): returns at once when the recipe has no
@@ -172,9 +174,9 @@ class ExportResult:
 def finish_job(
     job_dir: str,
     *,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     run_id: str | None = None,
-    part_source: Callable[[], Any] | None = None,
+    part_source: PartSource | None = None,
     say: Say = log.info,
 ) -> ExportResult:
     """Export atomically in input order and write the summary; a completed job's export is re-verified

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class JobStopped(DJError, RuntimeError):
     """A step ended because a stop was requested: committed work is kept; resume to go on."""
 
-    def __init__(self, message: str, request: dict | None = None) -> None:
+    def __init__(self, message: str, request: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.request = dict(request or {})
 
@@ -41,7 +41,7 @@ def stoppable(
     try_number: int | None = None,
     run_id: str | None = None,
     run_pid: int | None = None,
-    event_defaults: dict | None = None,
+    event_defaults: dict[str, Any] | None = None,
     say: Callable[[str], None] = log.info,
     warn: Callable[[str], None] = log.warning,
 ) -> Any:
@@ -73,7 +73,7 @@ def record_stop(
     step_key: str,
     try_number: int | None,
     run_id: str | None,
-    event_defaults: dict | None,
+    event_defaults: dict[str, Any] | None,
     warn: Callable[[str], None] = log.warning,
 ) -> JobStopped:
     """Record a stop (acknowledgement, ``stopped`` summary, lock released) and build the exception to raise."""
@@ -103,7 +103,12 @@ def record_stop(
 
 
 def record_job_failure(
-    job_dir: str, where: str, exc: BaseException | None, *, stopped: bool = False, event_defaults: dict | None = None
+    job_dir: str,
+    where: str,
+    exc: BaseException | None,
+    *,
+    stopped: bool = False,
+    event_defaults: dict[str, Any] | None = None,
 ) -> None:
     """The job's final failure: ``job_failed`` and a failed ``job_summary.json``; a job ending because of
     a stop (``stopped``, a :class:`JobStopped`, or a request still pending) is left ``stopped`` instead.
