@@ -40,7 +40,10 @@ factory use it); the engine knows nothing of Assets.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 ASSET_GROUP = "data-juicer"
 
@@ -107,7 +110,7 @@ def export_event_extra(
     *,
     recipe_name: str,
     declared_export_path: str,
-    context: Any,
+    context: Context,
     export_path_template: str | None = None,
     job_templates: dict | None = None,
 ) -> dict:

@@ -19,7 +19,7 @@ import glob
 import logging
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 import yaml
@@ -28,6 +28,9 @@ from airflow_provider_dj import settings
 from airflow_provider_dj.engine.config.recipe import RecipeError, load_recipe, sanitize_dag_id
 from airflow_provider_dj.engine.planning.decisions import parse_time_concurrency
 from airflow_provider_dj.engine.planning.plan import build_plan
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +294,7 @@ def _broken_dag(dag_id: str, path: str, message: str):
             super().__init__(**kwargs)
             self.error = error
 
-        def execute(self, context: Any) -> None:
+        def execute(self, context: Context) -> None:
             raise RecipeError(self.error)
 
     with DAG(

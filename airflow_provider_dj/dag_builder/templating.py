@@ -13,11 +13,14 @@ never an empty string) and the task's context.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.config.templates import TemplateRenderer
 from airflow_provider_dj.engine.config.trigger_templates import TRIGGER_TEMPLATE_NAMES
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The context keys that exist only once a DAG run has a logical date.
 _DATE_KEYS = (
@@ -64,7 +67,7 @@ def iso(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else (None if value is None else str(value))
 
 
-def date_values(context: Any) -> dict[str, str]:
+def date_values(context: Context) -> dict[str, str]:
     """The run's dates as plain strings: all that a trigger's own templates may name
     (engine/config/trigger_templates.py).  Empty for a run without a logical date."""
     values: dict[str, str] = {}
@@ -75,7 +78,7 @@ def date_values(context: Any) -> dict[str, str]:
     return values
 
 
-def task_renderer(operator: Any, context: Any) -> TemplateRenderer:
+def task_renderer(operator: Any, context: Context) -> TemplateRenderer:
     """How a task renders the recipe: its operator's ``render_template`` with the DAG's environment."""
     env = strict_env(operator.get_template_env())
     logical_date = context.get("logical_date")

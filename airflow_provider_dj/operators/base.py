@@ -9,12 +9,15 @@ has no side effect.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
 from airflow_provider_dj.operators.openlineage import OpenLineageMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 try:  # Airflow 3 task SDK
     from airflow.sdk.exceptions import AirflowFailException
@@ -33,11 +36,11 @@ class JobStoppedError(AirflowFailException):
     """
 
 
-def _ti(context: Any) -> Any:
+def _ti(context: Context) -> Any:
     return context.get("ti") or context.get("task_instance")
 
 
-def event_defaults(context: Any) -> dict:
+def event_defaults(context: Context) -> dict:
     """Fields every event written on behalf of this task instance carries."""
     ti = _ti(context)
     out: dict = {}
@@ -54,17 +57,17 @@ def event_defaults(context: Any) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def try_number(context: Any) -> int | None:
+def try_number(context: Context) -> int | None:
     return getattr(_ti(context), "try_number", None)
 
 
-def task_key(context: Any) -> str:
+def task_key(context: Context) -> str:
     """One Airflow task instance, across its tries: dag.run.task.map_index."""
     ti = _ti(context)
     return ".".join(str(getattr(ti, k, None)) for k in ("dag_id", "run_id", "task_id", "map_index"))
 
 
-def run_id_of(context: Any) -> str | None:
+def run_id_of(context: Context) -> str | None:
     return getattr(context.get("dag_run"), "run_id", None)
 
 
@@ -88,7 +91,7 @@ def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
         raise
 
 
-def release_lock_on_failure(context: Any) -> None:
+def release_lock_on_failure(context: Context) -> None:
     """Task ``on_failure_callback`` (final failure only, not retries): the run is failing, so it no
     longer holds the job — a new run may resume it at once — and the job records its failure."""
     from airflow_provider_dj.engine.jobdir import lock as job_lock
@@ -127,14 +130,14 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
         # task's start-up cannot iterate.
         super().__init__(**kwargs)
 
-    def pre_execute(self, context: Any) -> None:
+    def pre_execute(self, context: Context) -> None:
         """Airflow's connections and secret masker become the engine's host for this task."""
         from airflow_provider_dj.hooks.host_services import install_airflow_host
 
         install_airflow_host()
         super().pre_execute(context)
 
-    def run_stoppable(self, context: Any, job_dir: str, body: Callable[[], Any]) -> Any:
+    def run_stoppable(self, context: Context, job_dir: str, body: Callable[[], Any]) -> Any:
         """Run ``body`` under the job's stop protocol; a stop fails the task without retry (JobStoppedError)."""
         from airflow_provider_dj.operators.local_run import owner_pid
 

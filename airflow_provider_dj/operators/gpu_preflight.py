@@ -20,7 +20,7 @@ skips probing but then every CUDA op must carry explicit ``num_gpus``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.config.recipe import RecipeError
@@ -28,6 +28,9 @@ from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.operators.base import DJBaseOperator
 from airflow_provider_dj.operators.local_run import ray_cpus
 from airflow_provider_dj.operators.resume_validator import RecipeRefused, run_identity
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class GpuPreflightOperator(DJBaseOperator):
@@ -65,7 +68,7 @@ class GpuPreflightOperator(DJBaseOperator):
 
         return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Context) -> dict:
         from airflow_provider_dj.dag_builder.templating import task_renderer
 
         try:

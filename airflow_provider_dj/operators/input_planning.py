@@ -23,7 +23,7 @@ try of the task, since the input may have changed between tries).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.input.task_map import ray_task_runner, run_in_process
@@ -32,6 +32,9 @@ from airflow_provider_dj.engine.job.resume import InputProof, ResumeRefusedError
 from airflow_provider_dj.engine.jobdir.layout import PARTITIONING_INFO, JobPaths
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.base import AirflowFailException, try_number
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class InputRefused(AirflowFailException):
@@ -42,7 +45,9 @@ class InputPlanningMixin:
     """The validate task's choice of ``InputPlanner`` and ``InputProof`` (module docstring).  The operator
     has ``ray_conn_id``, ``deferrable``, ``poll_interval`` and ``log``."""
 
-    def _where_input_is_read(self, recipe: Any, job_id: str, context: Any) -> tuple[InputPlanner, InputProof | None]:
+    def _where_input_is_read(
+        self, recipe: Any, job_id: str, context: Context
+    ) -> tuple[InputPlanner, InputProof | None]:
         """The planner of a new job and the input proof of a resumed one; in Ray Jobs mode one of them
         runs here as a Ray Job (deferring the task, or waiting for it)."""
         paths = JobPaths(recipe.work_dir, job_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.base import (
@@ -25,6 +25,9 @@ from airflow_provider_dj.operators.base import (
     task_key,
     try_number,
 )
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 @dataclass
@@ -61,10 +64,10 @@ class RayJobStepMixin:
 
     _ray_job: tuple[Any, str] | None = None  # (client, submission id) once submitted or found
 
-    def _ray_job_step(self, context: Any) -> RayJobStep:  # pragma: no cover - every operator defines it
+    def _ray_job_step(self, context: Context) -> RayJobStep:  # pragma: no cover - every operator defines it
         raise NotImplementedError
 
-    def _submit_and_wait(self, context: Any) -> Any:
+    def _submit_and_wait(self, context: Context) -> Any:
         """Submit the step as a Ray Job, or find its earlier submission; then wait (here or deferred)."""
         step = self._ray_job_step(context)
         client = RayHook(ray_conn_id=self.ray_conn_id).get_jobs_client()  # a dead dashboard: refused here
@@ -103,7 +106,7 @@ class RayJobStepMixin:
                 return status
             time.sleep(float(self.poll_interval))
 
-    def execute_complete(self, context: Any, event: dict | None = None) -> Any:
+    def execute_complete(self, context: Context, event: dict | None = None) -> Any:
         """The trigger saw the Ray Job end: verify the step's outputs, or fail with its log tail."""
         if not event or not event.get("submission_id"):
             raise AirflowFailException(f"{self.task_id}: the Ray job trigger returned no event")
@@ -114,7 +117,7 @@ class RayJobStepMixin:
             self.log.warning("the trigger could not follow Ray job %s: %s", sid, event["message"])
         return self._finish(client, sid, client.status(sid) or "UNKNOWN", context)
 
-    def _finish(self, client: Any, sid: str, status: str, context: Any = None) -> Any:
+    def _finish(self, client: Any, sid: str, status: str, context: Context | None = None) -> Any:
         """The step's outcome from its Ray Job's status, the job's stop request, its driver's record and
         its committed outputs (see the module docstring)."""
         from airflow_provider_dj.engine.jobdir import stop_control
@@ -147,7 +150,7 @@ class RayJobStepMixin:
             raise AirflowFailException(message)
         raise RayJobFailedError(message)
 
-    def _stopped(self, step: RayJobStep, sid: str, request: dict, context: Any) -> JobStoppedError:
+    def _stopped(self, step: RayJobStep, sid: str, request: dict, context: Context) -> JobStoppedError:
         """Record the step's stop as the in-worker path does (its Ray job's record, the partitions it cut
         short, this task's acknowledgement, the ``stopped`` summary, the runner lock released)."""
         from airflow_provider_dj.engine.jobdir.stop_control import StopRequested
@@ -175,7 +178,7 @@ class RayJobStepMixin:
         self.log.warning("on_kill: stopping Ray job %s at %s: %s", sid, client.address, client.stop(sid))
         return True
 
-    def _spec_context(self, context: Any) -> dict:
+    def _spec_context(self, context: Context) -> dict:
         """The spec fields every step's driver gets from the task's context."""
         return {
             "try_number": try_number(context),

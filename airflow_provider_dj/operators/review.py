@@ -16,7 +16,7 @@ the terminal, or the task fails at once with ``--no-input``.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
@@ -34,6 +34,9 @@ from airflow_provider_dj.engine.job.review import (
 )
 from airflow_provider_dj.operators.base import event_defaults
 from airflow_provider_dj.operators.local_run import LocalRun
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The XCom key the decided review is pushed under (the answer's messages read it back).
 REVIEW_XCOM_KEY = "review"
@@ -72,7 +75,7 @@ class ReviewOperator(ApprovalOperator):
         self.on_timeout = on_timeout
         self.local_run = local_run
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         from airflow_provider_dj.hooks.host_services import install_airflow_host
 
         install_airflow_host()
@@ -94,7 +97,7 @@ class ReviewOperator(ApprovalOperator):
         self.body = render_markdown(review)
         return super().execute(context)
 
-    def _answer_locally(self, context: Any, review, local: LocalRun) -> None:
+    def _answer_locally(self, context: Context, review, local: LocalRun) -> None:
         """``dj-airflow run --airflow``: ask on the terminal, or fail under ``--no-input``."""
         approved = local.review_input and ask_on_terminal(review)
         record_answer(
@@ -104,7 +107,7 @@ class ReviewOperator(ApprovalOperator):
             note = "" if local.review_input else " (--no-input: nobody to ask)"
             raise ReviewRejectedError(rejection_message(review, REJECTED) + note)
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """The person's answer (or the timeout's): recorded as a ``review_answered`` event; anything but
         an approval fails the task with the bounds crossed and the resume command."""
         from airflow.providers.standard.exceptions import HITLRejectException, HITLTimeoutError
@@ -124,7 +127,7 @@ class ReviewOperator(ApprovalOperator):
         self.log.info("review approved by %s: the export runs", by or "the timeout's default")
         return result
 
-    def _message(self, context: Any, answer: str) -> str:
+    def _message(self, context: Context, answer: str) -> str:
         from airflow_provider_dj.engine.job.review import Review
 
         pushed = context["ti"].xcom_pull(task_ids=self.task_id, key=REVIEW_XCOM_KEY)

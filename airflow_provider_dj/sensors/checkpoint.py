@@ -23,14 +23,18 @@ when the job has failed, rather than waiting for the timeout.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from airflow.configuration import conf
 from airflow.sdk.bases.sensor import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.job.watch import JobFailedError, WaitTargetError, check
 from airflow_provider_dj.engine.jobdir.identity import job_id_for_run
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 def scheduled_job_id(dag_id: str, logical_date: datetime.datetime) -> str:
@@ -52,7 +56,8 @@ class CheckpointSensor(BaseSensorOperator):
     :param wait_for: ``"export"``: wait until the job completed (summary written).
     :param segment_index: the generated DAG's barrier: a segment's output plus dedup keys.
     :param partitions: partition ids to wait for (default all); not with ``wait_for``.
-    :param deferrable: free the worker slot and poll from the triggerer.
+    :param deferrable: free the worker slot and poll from the triggerer (default: Airflow's
+        ``[operators] default_deferrable``, as Airflow's own sensors).
     """
 
     template_fields: Sequence[str] = ("job_dir", "work_dir", "job_id")
@@ -68,7 +73,7 @@ class CheckpointSensor(BaseSensorOperator):
         wait_for: str | None = None,
         segment_index: int | None = None,
         partitions: list[int] | None = None,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5)
@@ -115,7 +120,7 @@ class CheckpointSensor(BaseSensorOperator):
             "partitions": self.partitions,
         }
 
-    def poke(self, context: Any) -> bool:
+    def poke(self, context: Context) -> bool:
         try:
             st = check(self.resolved_job_dir, **self._target())
         except JobFailedError as exc:
@@ -125,7 +130,7 @@ class CheckpointSensor(BaseSensorOperator):
         self.log.info("%s", st.message)
         return st.done
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context=context)
         if self.poke(context):  # already there: no trip through the triggerer
@@ -140,7 +145,7 @@ class CheckpointSensor(BaseSensorOperator):
             timeout=datetime.timedelta(seconds=self.timeout),
         )
 
-    def execute_complete(self, context: Any, event: dict | None = None) -> None:
+    def execute_complete(self, context: Context, event: dict | None = None) -> None:
         if not event:
             raise AirflowFailException(f"{self.task_id}: the trigger returned no event")
         status = event.get("status")

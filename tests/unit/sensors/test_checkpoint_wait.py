@@ -8,6 +8,7 @@ Failures are the real event records the engine writes (EventLog.emit).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -155,3 +156,22 @@ def test_scheduled_job_id_matches_the_recipe_dags_scheduled_run():
     when = pendulum.datetime(2026, 11, 29, tz="UTC")
     run_id = DagRun.generate_run_id(run_type=DagRunType.SCHEDULED, logical_date=when, run_after=when)
     assert scheduled_job_id("dj_demo", when) == job_id_for_run("dj_demo", run_id, when)
+
+
+def test_the_sensor_defers_by_default_where_airflow_says_operators_should():
+    """``deferrable`` defaults to Airflow's ``[operators] default_deferrable``, as Airflow's own sensors
+    do: off unless the deployment turns it on (read when the module is imported, hence a new process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from airflow_provider_dj.sensors.checkpoint import CheckpointSensor;"
+        "print(CheckpointSensor(task_id='t', job_dir='/tmp/j', wait_for='export').deferrable)"
+    )
+    seen = {}
+    for value in ("True", "False"):
+        env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen[value] = out.stdout.strip().splitlines()[-1]
+    assert seen == {"True": "True", "False": "False"}
