@@ -60,6 +60,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.minhash_vs_dj",
         "MinHash near-dedup through dj-airflow run against Data-Juicer's MinHash and Ray BTS ops, same input",
     ),
+    "minhash-kernel": (
+        "bench.minhash_kernel",
+        "MinHash op's CPU seconds per row against its previous kernel, A/B interleaved, same output",
+    ),
     "memory-at-scale": (
         "bench.memory_at_scale",
         "every process's peak RSS of an exact-dedup dj-airflow run at 10M and 30M rows, global step's defaults",

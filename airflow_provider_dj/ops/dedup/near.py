@@ -74,7 +74,7 @@ import functools
 import hashlib
 import itertools
 import operator
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -87,8 +87,10 @@ from airflow_provider_dj.ops.registry import register
 
 MERSENNE_PRIME = np.uint64((1 << 61) - 1)
 MAX_HASH = np.uint64((1 << 32) - 1)
-# Cap on the (tokens x permutations) uint64 block computed at once.
-_BLOCK_BYTES = 8 * 1024 * 1024
+_MAX_HASH32 = np.uint32((1 << 32) - 1)
+# (shingles x permutations) elements per block of the permutation step; its buffers (20 bytes an
+# element) are allocated once per call and reused, so no block pays for fresh pages.
+_BLOCK_ELEMENTS = 1 << 19
 _SUPPORTED_TOKENIZATIONS = ("space", "punctuation", "character")
 
 # DJ's own splitter for punctuation tokenization (its ``punctuation_pattern``).
@@ -144,10 +146,12 @@ class _Shingler:
         w = self.window_size
         if self.tokenization == "character":
             return [text[i : i + w].encode() for i in range(len(text) - w + 1)]
-        if self.tokenization == "punctuation":
-            toks = PUNCTUATION_SPLIT.split(text)
-        else:  # space: split on ' ' only, dropping empty pieces
-            toks = [t for t in text.split(" ") if t]
+        if self.tokenization != "punctuation":  # space: split on ' ' only, dropping empty pieces
+            # Split the UTF-8 bytes: encoding preserves concatenation and no multi-byte sequence holds
+            # b' ', so these are the same shingles, with one encode per text instead of one per shingle.
+            btoks = list(filter(None, text.encode().split(b" ")))
+            return list(map(b" ".join, zip(*[btoks[j:] for j in range(w)])))
+        toks = PUNCTUATION_SPLIT.split(text)
         # w-token windows joined by spaces; map/zip keep the per-shingle work in C
         return list(map(str.encode, map(" ".join, zip(*[toks[j:] for j in range(w)]))))
 
@@ -248,7 +252,7 @@ def minhash_permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
 _DIGEST = operator.methodcaller("digest")
 
 
-def shingle_hashes(shingles: list[bytes]) -> np.ndarray:
+def shingle_hashes(shingles: Iterable[bytes]) -> np.ndarray:
     """DJ's shingle hash: the first 4 bytes of each shingle's SHA-1, little-endian, as uint64.  The
     digests are made by ``map`` over C calls and read back with one ``frombuffer``."""
     digests = b"".join(map(_DIGEST, map(hashlib.sha1, shingles)))
@@ -256,21 +260,83 @@ def shingle_hashes(shingles: list[bytes]) -> np.ndarray:
     return np.ascontiguousarray(first4).view("<u4").ravel().astype(np.uint64)
 
 
-def permuted_hashes(block: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> np.ndarray:
-    """``((h * a + b) mod (2**61 - 1)) & 0xFFFFFFFF`` for every hash and permutation, as uint32.
+def permuted_hashes(
+    block: np.ndarray,
+    perm_a: np.ndarray,
+    perm_b: np.ndarray,
+    out: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
+) -> np.ndarray:
+    """``((h * a + b) mod (2**61 - 1)) & 0xFFFFFFFF`` for every uint64 hash ``h`` of ``block`` and every
+    permutation, as a (hashes, permutations) uint32 array: ``out`` when given, computed through
+    ``scratch``, a (2, hashes, permutations) uint64 buffer, when given.
 
-    ``h * a + b`` wraps at 64 bits as DJ's numpy code does; the modulus then needs no division:
-    2**61 = 1 modulo the Mersenne prime, so folding the top three bits onto the low 61 leaves a value
-    below ``2 * prime``, and one conditional subtraction finishes it."""
-    with np.errstate(over="ignore"):
-        x = np.multiply(block[:, None], perm_a)
-        x += perm_b
-    r = x & MERSENNE_PRIME
-    x >>= np.uint64(61)
-    r += x
-    np.subtract(r, MERSENNE_PRIME, out=r, where=r >= MERSENNE_PRIME)
-    r &= MAX_HASH
-    return r.astype(np.uint32)
+    ``x = h * a + b`` wraps at 64 bits as DJ's numpy code does.  Write ``x = t * 2**61 + y``: as
+    ``2**61 = 1`` modulo the prime ``P = 2**61 - 1``, ``x mod P`` is ``y + t``, less ``P`` when
+    ``y + t >= P``; and the low 32 bits of ``P`` are ``2**32 - 1``, -1 modulo ``2**32``.  So the result is
+    ``low32(x) + t + [y + t >= P]`` modulo ``2**32``: two passes over 64-bit values and one truncating
+    copy.  The bracket is 1 only when ``y >= 2**61 - 8``, and that leaves ``low32(x) + t`` at
+    ``2**32 - 1`` or 0 to 6; a block holding such a value has those elements recomputed exactly."""
+    shape = (len(block), len(perm_a))
+    x, t = np.empty((2, *shape), dtype=np.uint64) if scratch is None else scratch
+    out = np.empty(shape, dtype=np.uint32) if out is None else out
+    np.multiply(block[:, None], perm_a, out=x)
+    x += perm_b
+    np.right_shift(x, np.uint64(61), out=t)
+    t += x
+    np.copyto(out, t, casting="unsafe")  # the low 32 bits
+    if len(block) and (out.min() <= 6 or out.max() == _MAX_HASH32):
+        _exact_where_folded(out, block, perm_a, perm_b)
+    return out
+
+
+def _exact_where_folded(out: np.ndarray, block: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> None:
+    """``permuted_hashes``' elements that may need the subtraction of ``P``, recomputed in full."""
+    i, j = np.nonzero((out <= 6) | (out == _MAX_HASH32))
+    x = block[i] * perm_a[j] + perm_b[j]
+    r = (x & MERSENNE_PRIME) + (x >> np.uint64(61))
+    out[i, j] = np.where(r >= MERSENNE_PRIME, r - MERSENNE_PRIME, r) & MAX_HASH
+
+
+def row_minima(hashes: np.ndarray, counts: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> np.ndarray:
+    """(rows, permutations) uint32: for row ``i``, the minimum over its ``counts[i]`` consecutive entries
+    of ``hashes`` of each permutation's ``permuted_hashes`` value; ``2**32 - 1`` for a row without any.
+
+    Rows are taken in order of length, a block's rows padded to its longest by repeating each row's last
+    hash (a minimum is unchanged by a repeat), so a block reduces as one (rows, length, permutations)
+    array, without a per-segment ``reduceat``.  A row longer than a block is done alone, block by block."""
+    n, p = len(counts), len(perm_a)
+    out = np.full((n, p), _MAX_HASH32, dtype=np.uint32)
+    cap = max(1, _BLOCK_ELEMENTS // max(p, 1))  # shingles per block
+    scratch = np.empty((2, cap * p), dtype=np.uint64)
+    buf = np.empty(cap * p, dtype=np.uint32)
+
+    def minima(block: np.ndarray) -> np.ndarray:
+        k = len(block)
+        return permuted_hashes(block, perm_a, perm_b, buf[: k * p].reshape(k, p), scratch[:, : k * p].reshape(2, k, p))
+
+    starts = np.cumsum(counts) - counts
+    order = np.argsort(counts, kind="stable")
+    order = order[counts[order] > 0]
+    lengths = counts[order]
+    s, m = 0, len(order)
+    while s < m:
+        shortest = int(lengths[s])
+        if shortest > cap:
+            row, first = order[s], starts[order[s]]
+            for a in range(0, shortest, cap):
+                piece = minima(hashes[first + a : first + min(shortest, a + cap)]).min(axis=0)
+                np.minimum(out[row], piece, out=out[row])
+            s += 1
+            continue
+        # rows within 1/8 of this length, as many as fill a block at the longest one's length
+        e = int(np.searchsorted(lengths, shortest + shortest // 8, side="right"))
+        e = min(e, s + max(1, cap // int(lengths[e - 1])))
+        rows, width = order[s:e], int(lengths[e - 1])
+        take = starts[rows][:, None] + np.minimum(np.arange(width), lengths[s:e, None] - 1)
+        out[rows] = minima(hashes[take.ravel()]).reshape(e - s, width, p).min(axis=1)
+        s = e
+    return out
 
 
 GOLDEN_K1 = np.uint64(0x9E3779B97F4A7C15)
@@ -286,17 +352,28 @@ def mix64(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def band_digest(band: np.ndarray) -> np.ndarray:
-    """(n, r) uint64 values below 2**32 -> (n,) uint64; exact for r <= 2."""
-    n, r = band.shape
-    if r == 1:
-        return band[:, 0].copy()
-    if r == 2:
-        return band[:, 0] | (band[:, 1] << np.uint64(32))
+def band_digests(values: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(n, >= bands * rows) values below 2**32 -> (bands, n) uint64: band ``i`` is the digest of values
+    ``i * rows`` to ``(i + 1) * rows``; exact for ``rows <= 2``, else ``mix64`` chained over its values
+    from ``rows * GOLDEN_K1``.  All bands are mixed at once, in place."""
+    n = len(values)
+    v = values[:, : bands * rows].reshape(n, bands, rows).transpose(1, 0, 2)
+    if rows == 1:
+        return v[:, :, 0].astype(np.uint64)
+    if rows == 2:
+        return v[:, :, 0].astype(np.uint64) | (v[:, :, 1].astype(np.uint64) << np.uint64(32))
     with np.errstate(over="ignore"):
-        h = np.full(n, np.uint64(r) * GOLDEN_K1, dtype=np.uint64)
-        for j in range(r):
-            h = mix64(h + band[:, j] * GOLDEN_K1 + np.uint64(j))
+        h = np.full((bands, n), np.uint64(rows) * GOLDEN_K1, dtype=np.uint64)
+    tmp = np.empty_like(h)
+    for j in range(rows):
+        np.multiply(v[:, :, j], GOLDEN_K1, out=tmp)
+        h += tmp
+        h += np.uint64(j)
+        for shift, k in ((30, _K2), (27, _K3), (31, None)):  # mix64, in place
+            np.right_shift(h, np.uint64(shift), out=tmp)
+            h ^= tmp
+            if k is not None:
+                h *= k
     return h
 
 
@@ -359,39 +436,21 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
     def signature_schema(self) -> pa.Schema:
         return pa.schema([(name, pa.uint64()) for name in self.band_columns])
 
-    def minhash_values(self, table: pa.Table) -> np.ndarray:
-        """(rows, num_permutations) uint64 MinHash values, as DJ computes them."""
+    def minhash_values(self, table: pa.Table, permutations: int | None = None) -> np.ndarray:
+        """(rows, permutations) uint32 MinHash values, as DJ computes them: its first ``permutations``
+        (default: all ``num_permutations``)."""
         texts = _texts(table, self.text_key)
-        n, p = len(texts), self.num_permutations
-        out = np.full((n, p), np.uint32(MAX_HASH), dtype=np.uint32)
-        counts = np.zeros(n, dtype=np.int64)
-        shingles: list[bytes] = []
-        for i, text in enumerate(texts):
-            sh = self.shingler.shingles(text)
-            counts[i] = len(sh)
-            shingles.extend(sh)
-        if not shingles:
-            return out.astype(np.uint64)
-        hv = shingle_hashes(shingles)
-        del shingles
-        row_of = np.repeat(np.arange(n), counts)
-        step = max(1, _BLOCK_BYTES // (p * 8))
-        for start in range(0, len(hv), step):
-            block, rows = hv[start : start + step], row_of[start : start + step]
-            phv = permuted_hashes(block, self.perm_a, self.perm_b)
-            seg = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-            mins = np.minimum.reduceat(phv, seg, axis=0)
-            np.minimum.at(out, rows[seg], mins)
-        return out.astype(np.uint64)
+        p = self.num_permutations if permutations is None else permutations
+        per_row = list(map(self.shingler.shingles, texts))
+        counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
+        hv = shingle_hashes(itertools.chain.from_iterable(per_row))
+        del per_row
+        return row_minima(hv, counts, self.perm_a[:p], self.perm_b[:p])
 
     def compute_hash(self, table: pa.Table) -> pa.Table:
-        mh = self.minhash_values(table)
-        r = self.num_rows_per_band
-        cols = {}
-        for i, name in enumerate(self.band_columns):
-            band = mh[:, i * r : (i + 1) * r]
-            cols[name] = pa.array(band_digest(band), type=pa.uint64())
-        return pa.table(cols)
+        b, r = self.num_bands, self.num_rows_per_band
+        digests = band_digests(self.minhash_values(table, b * r), b, r)  # the bands use b * r values only
+        return pa.table({name: pa.array(digests[i], type=pa.uint64()) for i, name in enumerate(self.band_columns)})
 
     def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:
         """Each row's cluster representative (its lowest row; itself when kept).
