@@ -105,14 +105,15 @@ def record_stop(
 def record_job_failure(
     job_dir: str,
     where: str,
-    exc: BaseException | None,
+    exc: BaseException | str | None,
     *,
     stopped: bool = False,
     event_defaults: dict[str, Any] | None = None,
 ) -> None:
     """The job's final failure: ``job_failed`` and a failed ``job_summary.json``; a job ending because of
     a stop (``stopped``, a :class:`JobStopped`, or a request still pending) is left ``stopped`` instead.
-    Never raises: it runs on the way out of a failure."""
+    ``exc``: what ended it, as the runner caught it or as Airflow's context holds it (an exception, or its
+    text).  Never raises: it runs on the way out of a failure."""
     try:
         stopping = stopped or isinstance(exc, JobStopped) or stop_control.read_stop_request(job_dir) is not None
         if stopping:
