@@ -33,3 +33,22 @@ def test_hash128_distinguishes_and_repeats() -> None:
     keys = tk.hash128(arr).to_pylist()
     assert keys[0] == keys[2] and keys[0] != keys[1] and keys[3] == keys[4]
     assert all(len(k) == 16 for k in keys)
+
+
+def test_the_shipped_lowercase_mismatch_class_is_what_the_installed_versions_compute():
+    """``py_lower`` reads the characters Arrow lowercases unlike Python from a table keyed by the Arrow
+    and Unicode versions (scanning every code point costs each process about 0.6 CPU-s).  The suite's
+    pinned versions must be in the table, with exactly the class those versions compute."""
+    import unicodedata
+
+    import pyarrow as pa
+
+    from airflow_provider_dj.ops.kernels import text
+
+    key = (pa.__version__, unicodedata.unidata_version)
+    assert key in text.KNOWN_LOWER_MISMATCH, (
+        f"no lowercase mismatch class for pyarrow {key[0]} with Unicode {key[1]}: add "
+        "text._computed_lower_mismatch_class() for them to KNOWN_LOWER_MISMATCH"
+    )
+    assert text.KNOWN_LOWER_MISMATCH[key] == text._computed_lower_mismatch_class()
+    assert text._lower_mismatch_class() == text.KNOWN_LOWER_MISMATCH[key]
