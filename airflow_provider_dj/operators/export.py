@@ -19,7 +19,7 @@ retry attaches to a running submission instead of starting another; ``on_kill`` 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.job.completed_export import is_job_complete
@@ -34,6 +34,9 @@ from airflow_provider_dj.operators.base import (
 )
 from airflow_provider_dj.operators.local_run import ray_cpus
 from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class ExportOperator(RayJobStepMixin, DJBaseOperator):
@@ -80,7 +83,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         self.poll_interval = poll_interval
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
 
-    def _annotate_asset_events(self, context: Any, result: dict) -> None:
+    def _annotate_asset_events(self, context: Context, result: dict) -> None:
         """Put the export's identity into the outlet Asset's event (emitted by Airflow on success)."""
         from airflow.sdk import Asset
 
@@ -120,7 +123,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         self.log.info("Serializing %d partitions to JSONL on Ray, %d at a time", len(parts), max(1, cpus))
         return export_parts.parts_on_ray(ray, self.job_dir, parts, max_in_flight=max(1, cpus))
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Context) -> dict:
         if is_job_complete(self.job_dir):
             result = self._export(context)  # verified against its summary; nothing submitted in any mode
         elif RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs":
@@ -131,7 +134,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         self._annotate_asset_events(context, result)
         return result
 
-    def _export(self, context: Any) -> dict:
+    def _export(self, context: Context) -> dict:
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
         return fail_fast_on_guard(
@@ -150,17 +153,17 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         self._stop_ray_job()
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
-    def _run_ray_job(self, context: Any) -> dict:
+    def _run_ray_job(self, context: Context) -> dict:
         return self._submit_and_wait(context)
 
-    def execute_complete(self, context: Any, event: dict | None = None) -> dict:
+    def execute_complete(self, context: Context, event: dict | None = None) -> dict:
         """The trigger saw the Ray Job end: verify the export and annotate its Asset event, or fail with
         the Ray Job's log tail."""
         result = super().execute_complete(context, event)
         self._annotate_asset_events(context, result)
         return result
 
-    def _ray_job_step(self, context: Any) -> RayJobStep:
+    def _ray_job_step(self, context: Context) -> RayJobStep:
         from airflow_provider_dj.engine.jobdir import ray_jobs
         from airflow_provider_dj.engine.runner.export_job import export_result, settle_stopped_export, verify_export
         from airflow_provider_dj.hooks.ray_jobs import export_spec

@@ -22,7 +22,7 @@ stops the Ray Job.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.input.task_map import ray_task_runner
@@ -35,6 +35,9 @@ from airflow_provider_dj.operators.base import (
 )
 from airflow_provider_dj.operators.local_run import ray_cpus
 from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
@@ -79,7 +82,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
         RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
         return ray_task_runner(fn, args_list)
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Context) -> dict:
         if is_job_complete(self.job_dir):
             self.log.info("job already completed: nothing to do")
             return {"op_index": self.op_index, "skipped": True}
@@ -102,7 +105,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
         self._stop_ray_job()
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
-    def _run_ray_job(self, context: Any) -> dict:
+    def _run_ray_job(self, context: Context) -> dict:
         from airflow_provider_dj.engine.runner.global_job import verify_global
 
         done, message = verify_global(self.job_dir, self.op_index)
@@ -111,7 +114,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
             return {"op_index": self.op_index, "skipped": True}
         return self._submit_and_wait(context)
 
-    def _ray_job_step(self, context: Any) -> RayJobStep:
+    def _ray_job_step(self, context: Context) -> RayJobStep:
         from airflow_provider_dj.engine.jobdir import ray_jobs
         from airflow_provider_dj.engine.runner.global_job import settle_stopped_global, verify_global
         from airflow_provider_dj.engine.storage.context import JobContext

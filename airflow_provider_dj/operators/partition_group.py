@@ -31,7 +31,7 @@ record, and the cluster and the job directory answer on any Airflow version.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.execution.segment_result import SegmentResult
@@ -48,6 +48,9 @@ from airflow_provider_dj.operators.base import (
 )
 from airflow_provider_dj.operators.local_run import ray_cpus
 from airflow_provider_dj.operators.ray_job_step import RayJobStep, RayJobStepMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 MAP_INDEX_TEMPLATE = "{{ task.execution_group['label'] }}"
 
@@ -97,7 +100,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         self._dispatcher: RayDispatcher | None = None
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
 
-    def execute(self, context: Any) -> list[dict]:
+    def execute(self, context: Context) -> list[dict]:
         if RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs":
             return self.run_stoppable(context, self.job_dir, lambda: self._run_ray_job(context))
         return self.run_stoppable(context, self.job_dir, lambda: self._run_group(context))
@@ -122,7 +125,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
     def _connect(self):
         return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
 
-    def _run_group(self, context: Any) -> list[dict]:
+    def _run_group(self, context: Context) -> list[dict]:
         dispatcher = self._dispatcher = RayDispatcher(self._connect, num_cpus=self.cpus_per_partition)
         results = fail_fast_on_guard(
             lambda: run_group(
@@ -139,13 +142,13 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         return [r.to_dict() for r in results]  # XCom's plain dicts
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
-    def _run_ray_job(self, context: Any) -> list[dict]:
+    def _run_ray_job(self, context: Context) -> list[dict]:
         if not self.execution_group["partition_ids"]:
             self.log.info("Segment %s: no partitions to run", self.segment_index)
             return []
         return self._submit_and_wait(context)
 
-    def _ray_job_step(self, context: Any) -> RayJobStep:
+    def _ray_job_step(self, context: Context) -> RayJobStep:
         from airflow_provider_dj.engine.jobdir import ray_jobs
         from airflow_provider_dj.engine.runner.group_job import settle_stopped_group, verify_group
         from airflow_provider_dj.engine.storage.context import JobContext

@@ -15,7 +15,7 @@ the same job directory and resumes instead of starting over.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.engine.config.recipe import RecipeError
@@ -30,6 +30,9 @@ from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators import local_run as local
 from airflow_provider_dj.operators.base import AirflowFailException, DJBaseOperator, event_defaults
 from airflow_provider_dj.operators.input_planning import InputPlanningMixin, InputRefused
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class RecipeRefused(AirflowFailException):
@@ -46,7 +49,7 @@ def max_map_length() -> int:
     return conf.getint("core", "max_map_length", fallback=1024)
 
 
-def run_identity(context: Any) -> RunIdentity:
+def run_identity(context: Context) -> RunIdentity:
     """The DAG run a job id is derived from when the recipe names none."""
     dag_run = context["dag_run"]
     when = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
@@ -100,7 +103,7 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         self.group_size = group_size
         self.max_active_groups = max_active_groups
 
-    def _effective_recipe(self, context: Any):
+    def _effective_recipe(self, context: Context):
         from airflow_provider_dj.dag_builder.templating import task_renderer
 
         conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
@@ -111,14 +114,14 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
             self.log.error("Recipe refused before any work; nothing was planned or written:\n%s", exc)
             raise RecipeRefused(str(exc)) from exc
 
-    def execute(self, context: Any) -> list[dict]:
+    def execute(self, context: Context) -> list[dict]:
         started_at = time.time()
         recipe = self._effective_recipe(context)
         job_id = choose_job_id(recipe, run_identity(context))
         planner, proof = self._where_input_is_read(recipe, job_id, context)
         return self._start(context, recipe, job_id, started_at, planner, proof)
 
-    def execute_complete(self, context: Any, event: dict | None = None) -> list[dict]:
+    def execute_complete(self, context: Context, event: dict | None = None) -> list[dict]:
         """Ray Jobs mode: the planning's (or the input proof's) Ray Job ended, the trigger's event says
         which: start the job from what it wrote."""
         if not event or not event.get("submission_id"):
@@ -132,7 +135,9 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         planner, proof = self._from_input_ray_job(client, sid, status, recipe.to_dict(), job_id)
         return self._start(context, recipe, job_id, started_at, planner, proof)
 
-    def _start(self, context: Any, recipe: Any, job_id: str, started_at: float, planner: Any, proof: Any) -> list[dict]:
+    def _start(
+        self, context: Context, recipe: Any, job_id: str, started_at: float, planner: Any, proof: Any
+    ) -> list[dict]:
         """``start_job`` with ``planner`` for a new job's input and ``proof`` for a resumed one's; the
         refusals as failures without retries."""
         try:
