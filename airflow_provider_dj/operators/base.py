@@ -120,7 +120,11 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
     """The base of the provider's operators: Airflow context in, one engine step, Airflow's outcome out.
 
     With Airflow's OpenLineage provider installed and enabled, an operator whose class sets
-    ``lineage_step`` reports its datasets and its job to it (``operators/openlineage.py``)."""
+    ``lineage_step`` reports its datasets and its job to it (``operators/openlineage.py``).
+
+    :param kwargs: Airflow's own operator arguments (``task_id``, ``retries``, ``pool``, ...), passed
+        to ``BaseOperator`` unchanged; each subclass documents the arguments it adds.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         # Declared so that Airflow's operator metaclass sees a signature of our own.  Without it the
