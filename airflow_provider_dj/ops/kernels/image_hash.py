@@ -15,6 +15,11 @@ imagededup's, and it changes the pixels.  Per method, the thumbnail (width x hei
   mirror-symmetric ones) while a matrix product gives noise of either sign.  Coefficients within
   ``_DCT_ZERO`` of 0 are therefore set to 0.0 -- true non-zero coefficients of 8-bit pixels are
   many orders of magnitude larger -- which makes flat and symmetric images hash as imagededup's do.
+  The product is summed by numpy's elementwise multiply and add in one fixed order (``_dct_8x8``),
+  never by BLAS: a BLAS product's rounding may depend on its thread count, its kernel for the shape
+  and so on how many images were stacked with this one, and a partition's images are stacked
+  differently in a Ray task, a local pool's process or this one (each remembers the hashes it has
+  computed), so an image's bits must not depend on them (invariant 2, docs/resume.md).
 * ``whash`` (256 x 256): pixels / 255, a 5-level 2-D Haar wavelet decomposition (PyWavelets'
   ``wavedec2``, ``symmetric`` mode: for a power-of-two size no edge extension is involved), its
   8 x 8 approximation, bit = coefficient >= their median.  Each level computes, like PyWavelets,
@@ -72,10 +77,26 @@ def _dhash(thumbs: np.ndarray) -> np.ndarray:
     return thumbs[:, :, 1:] > thumbs[:, :, :-1]
 
 
+def _dct_8x8(thumbs: np.ndarray) -> np.ndarray:
+    """The top-left 8 x 8 block of each (n, N, N) thumbnail's 2-D DCT-II: ``M x M^T`` with ``M`` the first
+    8 rows of the DCT matrix (only those coefficients are kept).  Each coefficient is summed in the same
+    order whatever the thumbnails stacked with it and the machine's threads: over the rows ``i`` in
+    ascending order, then over the columns ``j``, each term one correctly rounded product and sum (numpy's
+    elementwise ``*`` and ``+``; see the module docstring for why not a BLAS product)."""
+    n = thumbs.shape[1]
+    m = _dct_matrix(n)[:8]
+    x = thumbs.astype(np.float64)
+    cols = np.zeros((len(x), 8, n))  # cols[:, k, j] = sum over i of m[k, i] * x[:, i, j]
+    for i in range(n):
+        cols += m[:, i, None] * x[:, None, i, :]
+    coef = np.zeros((len(x), 8, 8))  # coef[:, k, l] = sum over j of cols[:, k, j] * m[l, j]
+    for j in range(n):
+        coef += cols[:, :, j, None] * m[:, j]
+    return coef
+
+
 def _phash(thumbs: np.ndarray) -> np.ndarray:
-    m = _dct_matrix(thumbs.shape[1])[:8]
-    # Only the first 8 coefficients of each axis are kept, so only those 8 rows of the matrix are used.
-    coef = np.einsum("ki,nij,lj->nkl", m, thumbs.astype(np.float64), m, optimize=True)
+    coef = _dct_8x8(thumbs)
     coef[np.abs(coef) < _DCT_ZERO] = 0.0
     flat = coef.reshape(len(coef), 64)
     median = np.median(flat[:, 1:], axis=1)
