@@ -243,24 +243,34 @@ class _SlicedRun:
         self.calls = 0  # op calls made, halvings included
 
     def apply(self, piece: pa.Table) -> None:
+        """The op on ``piece``.  (``apply_op`` does the same for each slice, unrolled, so that a job's call
+        path to the op's ``process_table`` stays short: docs/architecture.md.)"""
         self.calls += 1
         try:
             out, filtered, kept = _apply_whole(self.op, piece)
         except OpFatalError:
             raise
-        except Exception as exc:
-            if piece.num_rows > 1 and (self.skip_op_error or isinstance(exc, RESOURCE_ERRORS)):
-                half = piece.num_rows // 2
-                self.apply(piece.slice(0, half))
-                self.apply(piece.slice(half))
-                return
-            if not self.skip_op_error:
-                raise
-            if piece.num_rows == 0:
-                return  # no row to blame (an op that cannot run on an empty table): nothing failed
-            self.failed.append(piece)  # one row: the sample's failure, recorded with it
-            self.reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
+        except Exception as exc:  # noqa: BLE001 - recover() re-raises what it does not set aside
+            self.recover(piece, exc)
             return
+        self.add(out, filtered, kept)
+
+    def recover(self, piece: pa.Table, exc: Exception) -> None:
+        """``piece`` raised ``exc``: halve it down to the rows that fail (with ``skip_op_error``, or on a
+        resource error), set such a row aside with its reason, or re-raise."""
+        if piece.num_rows > 1 and (self.skip_op_error or isinstance(exc, RESOURCE_ERRORS)):
+            half = piece.num_rows // 2
+            self.apply(piece.slice(0, half))
+            self.apply(piece.slice(half))
+            return
+        if not self.skip_op_error:
+            raise exc
+        if piece.num_rows == 0:
+            return  # no row to blame (an op that cannot run on an empty table): nothing failed
+        self.failed.append(piece)  # one row: the sample's failure, recorded with it
+        self.reasons.append(f"{type(exc).__name__}: {exc}".strip()[:2000] or traceback.format_exc(limit=1))
+
+    def add(self, out: pa.Table, filtered: int, kept: tuple[Any, ...] | None) -> None:
         self.outs.append(out)
         self.filtered += filtered
         if kept is not None:
@@ -292,8 +302,17 @@ def apply_op(op: Op, op_index: int, table: pa.Table, skip_op_error: bool, needs:
     run = _SlicedRun(op, skip_op_error)
     # An empty table still goes through the op (its output columns), unless its rows failed up front.
     slices = byte_slices(table, op.text_key) or ([(0, 0)] if missing_rows is None else [])
-    for offset, length in slices:
-        run.apply(table.slice(offset, length))
+    for offset, length in slices:  # run.apply, unrolled (see there)
+        piece = table.slice(offset, length)
+        run.calls += 1
+        try:
+            result = _apply_whole(op, piece)
+        except OpFatalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recover() re-raises what it does not set aside
+            run.recover(piece, exc)
+            continue
+        run.add(*result)
     failed.extend(run.failed)
     reasons.extend(run.reasons)
     out, filtered, kept = run.result(table)

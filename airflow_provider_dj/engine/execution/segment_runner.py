@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
 
 import pyarrow as pa
 
@@ -100,28 +101,28 @@ def run_segment(
     if rows_done is not None:
         return _report_already_complete(sc, rows_done)
     sc.stop_point(None)  # a stop pending before this partition started: do nothing at all
-    with sc.heartbeat_for_run():
-        return _run_started(sc, progress)
+    with sc.heartbeat_for_run():  # the work once started: resume point, ops, key phase, report
+        plog = _report_start(sc)
+        t_start = time.perf_counter()
+        state = run_ops(sc, plog, _start_state(sc, plog), progress)
+        if sc.seg.keys_for_global is not None and not sc.reused_keys:
+            sc.beat("key_phase", op_index=sc.seg.keys_for_global, rows_in=state.table.num_rows, rows_done=0)
+            key_phase(sc, state.table)
+        return _report_complete(sc, plog, state.table, t_start)
 
 
-def _run_started(sc: SegmentContext, progress: Progress | None) -> SegmentResult:
-    """The segment's work once it has started: resume point, ops, key phase, report."""
-    plog = _report_start(sc)
-    t_start = time.perf_counter()
+def _start_state(sc: SegmentContext, plog: PartitionProgressLog) -> PartitionState:
+    """Where the run starts: the latest valid checkpoint, an earlier job's, or the segment's input."""
     sc.beat("resume", rows_in=sc.part["num_rows"])
     state = resume_from_checkpoint(sc, plog)
     if state is None:
         state = reuse_from_earlier_job(sc, plog)  # nightly reuse; None unless the recipe opts in
     if state is not None:
         sc.result.resumed_from_op = state.op_index
-    else:
-        state = start_without_checkpoint(sc, plog)
-        sc.result.resumed_from_op = -1 if sc.seg.applies_global is None else sc.seg.applies_global - 1
-    state = run_ops(sc, plog, state, progress)
-    if sc.seg.keys_for_global is not None and not sc.reused_keys:
-        sc.beat("key_phase", op_index=sc.seg.keys_for_global, rows_in=state.table.num_rows, rows_done=0)
-        key_phase(sc, state.table)
-    return _report_complete(sc, plog, state.table, t_start)
+        return state
+    state = start_without_checkpoint(sc, plog)
+    sc.result.resumed_from_op = -1 if sc.seg.applies_global is None else sc.seg.applies_global - 1
+    return state
 
 
 def _report_already_complete(sc: SegmentContext, rows_out: int) -> SegmentResult:
@@ -203,7 +204,15 @@ def run_one_op(
     sc.emit_op_start(i, op.name, table.num_rows)
     plog.op_start(i, op.name, table.num_rows, n, total_ops)
     sc.beat("op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=0)
-    outcome = _apply(sc, plog, op, i, table)
+    with _reported(sc, plog, op, i, table):  # the op called here: a short call path (docs/architecture.md)
+        # Inside: an injected op_start fault is an op failure like any other (op_failed + partition_failed
+        # events), not a silent exit.
+        sc.fault(i, point="op_start")
+        if op.expensive:
+            outcome = _expensive(sc, op, i, table)
+        else:
+            needs = tuple(type(op).input_fields(sc.ops_by_index[i].args, sc.recipe.text_key))
+            outcome = apply_op(op, i, table, sc.recipe.skip_op_error, needs)
     if op.writes_media:  # the files the output names, committed with the next checkpoint; the rest removed
         outcome.accounting[MEDIA_MANIFEST_KEY] = commit_media(sc.job_dir, op, i, sc.partition_id, outcome.table)
     if outcome.failed_rows is not None:
@@ -272,31 +281,29 @@ def checkpoint_after_op(
     return i
 
 
-def _apply(sc: SegmentContext, plog: PartitionProgressLog, op: Op, i: int, table: pa.Table) -> OpOutcome:
-    """Run op i; a failure or a stop inside it is reported (after the checkpoint before it commits) and re-raised."""
+def _expensive(sc: SegmentContext, op: Op, i: int, table: pa.Table) -> OpOutcome:
+    """Op i in batches committed with a cursor: a crash or stop loses at most one batch."""
+    return run_expensive_op(
+        op,
+        i,
+        table,
+        job_dir=sc.job_dir,
+        partition_id=sc.partition_id,
+        partition_hash=sc.phash,
+        fingerprint=sc.fp(i),
+        skip_op_error=sc.recipe.skip_op_error,
+        events=sc.events,
+        fault_spec=sc.fault_spec,
+        label=sc.label,
+        on_rows_done=lambda rows: sc.beat("op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=rows),
+    )
+
+
+@contextmanager
+def _reported(sc: SegmentContext, plog: PartitionProgressLog, op: Op, i: int, table: pa.Table) -> Iterator[None]:
+    """A failure or a stop inside op i's run, reported (after the checkpoint before it commits) and re-raised."""
     try:
-        # Inside the try: an injected op_start fault is an op failure like any other (op_failed +
-        # partition_failed events), not a silent exit.
-        sc.fault(i, point="op_start")
-        if op.expensive:  # batches committed with a cursor: a crash or stop loses at most one batch
-            return run_expensive_op(
-                op,
-                i,
-                table,
-                job_dir=sc.job_dir,
-                partition_id=sc.partition_id,
-                partition_hash=sc.phash,
-                fingerprint=sc.fp(i),
-                skip_op_error=sc.recipe.skip_op_error,
-                events=sc.events,
-                fault_spec=sc.fault_spec,
-                label=sc.label,
-                on_rows_done=lambda rows: sc.beat(
-                    "op", op_index=i, op_name=op.name, rows_in=table.num_rows, rows_done=rows
-                ),
-            )
-        needs = tuple(type(op).input_fields(sc.ops_by_index[i].args, sc.recipe.text_key))
-        return apply_op(op, i, table, sc.recipe.skip_op_error, needs)
+        yield
     except stop_control.StopRequested as exc:  # an op's batch loop committed its batch and saw a stop
         sc.checkpoints.flush_quietly()
         exc.partition_ids = [sc.partition_id]

@@ -152,7 +152,10 @@ class LocalDispatcher:
         if (self.workers == 1 or len(partition_ids) == 1) and not watchdog.policy.enabled:
             outcomes: dict[int, Ended] = {}
             for a in args:
-                outcomes[a[2]] = _run_here(a)
+                try:  # the task called here, not through a wrapper: a short call path to the op
+                    outcomes[a[2]] = segment_task(*a)
+                except Exception as exc:  # noqa: BLE001 - every sibling runs to its end; the first error is raised after
+                    outcomes[a[2]] = exc
                 on_progress(_line(segment_index, partition_ids, outcomes, rows_by_partition, t0))
         else:
             run = _PoolRun(self, job_dir, segment_index, partition_ids, args, watchdog)
@@ -267,14 +270,6 @@ def _ignore_terminal_interrupt() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _run_here(args: TaskArgs) -> Ended:
-    """One partition task in this process: its outcome, or the exception it raised."""
-    try:
-        return segment_task(*args)
-    except Exception as exc:  # noqa: BLE001 - every sibling runs to its end; the first error is raised after
-        return exc
 
 
 def _ended(fut: Future[SegmentOutcome]) -> Ended:

@@ -20,8 +20,9 @@ import functools
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
@@ -35,7 +36,7 @@ from airflow_provider_dj.engine.runner.executor_choice import choose_after_plann
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
 from airflow_provider_dj.engine.runner.start import StartedJob, choose_job_id, load_effective_recipe, start_job
 from airflow_provider_dj.engine.runner.steps import finish_job, review_gate, run_global_step, run_group
-from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stopping
 from airflow_provider_dj.engine.storage.context import JobContext
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class JobResult:
     already_complete: bool
     summary: dict[str, Any]
     #: This invocation's identity in the job's lock and events (``local__<time>_<pid>``).
-    run_id: str = ""
+    run_id: str | None = ""
 
     @property
     def resume_token(self) -> str:
@@ -205,30 +206,51 @@ def _run_started(
     say: Callable[[str], None],
     review: Callable[[Any], bool] | None = None,
 ) -> JobResult:
-    """Every step after the first, under the stop protocol; a failure is recorded in the job directory."""
+    """Every step after the first, under the stop protocol; a failure is recorded in the job directory.
+
+    Each segment's groups run as the DAG's mapped instances do: a failing group does not keep its siblings
+    from committing their partitions (so a resume has the most to start from); the segment's first
+    failure is raised once they have all run, and a stop ends the job at once.  The steps are called here,
+    in ``with`` blocks, not handed to wrappers: from here to an op's ``process_table`` is a short path
+    (tests/unit/engine/test_call_depth.py)."""
     job_dir = started.job_dir
+    key = run_id or "local"  # the steps' stop keys, as the DAG's task instances name theirs
     where = "the first step"
     try:
         if not started.job_complete:
             plan = JobContext(job_dir).plan
             for seg in plan.segments:
                 where = seg.task_id()
-                _run_segment(job_dir, seg.index, where, started.groups, dispatcher, run_id, say)
+                failures: list[Exception] = []
+                for group in started.groups:
+                    with (
+                        _kept_apart(failures),
+                        stopping(
+                            job_dir,
+                            step_key=f"{key}.{where}.{group.group_id}",
+                            run_id=run_id,
+                            event_defaults=_step(where),
+                            say=say,
+                        ),
+                    ):
+                        run_group(
+                            job_dir, seg.index, group, dispatcher, event_defaults=_step(where), run_id=run_id, say=say
+                        )
+                if failures:
+                    raise failures[0]
                 if seg.keys_for_global is not None:
                     where = plan.global_task_id(seg.keys_for_global)
                     _require_barrier(job_dir, seg.index)
-                    _run_global(job_dir, seg.keys_for_global, where, run_id, say)
+                    with stopping(
+                        job_dir, step_key=f"{key}.{where}", run_id=run_id, event_defaults=_step(where), say=say
+                    ):
+                        step = run_global_step(job_dir, seg.keys_for_global, event_defaults=_step(where))
+                    say(f"global op {seg.keys_for_global}: {step.to_dict()}")
             where = "review"
             review_gate(job_dir, review, event_defaults=_step(where), say=say)
         where = "export"
-        result = stoppable(
-            job_dir,
-            lambda: finish_job(job_dir, event_defaults=_step(where), run_id=run_id, say=say),
-            step_key=f"{run_id or 'local'}.export",
-            run_id=run_id,
-            event_defaults=_step(where),
-            say=say,
-        )
+        with stopping(job_dir, step_key=f"{key}.export", run_id=run_id, event_defaults=_step(where), say=say):
+            result = finish_job(job_dir, event_defaults=_step(where), run_id=run_id, say=say)
     except BaseException as exc:
         record_job_failure(job_dir, where, exc, event_defaults=_step(where))
         _release_quietly(job_dir, run_id)
@@ -242,7 +264,7 @@ def _run_started(
         checksum=result.checksum,
         already_complete=result.already_complete,
         summary=summary,
-        run_id=run_id or "",
+        run_id=run_id,
     )
 
 
@@ -251,61 +273,15 @@ def _step(step: str) -> dict[str, Any]:
     return {"step": step}
 
 
-def _run_segment(
-    job_dir: str,
-    segment_index: int,
-    step: str,
-    groups: list[ExecutionGroup],
-    dispatcher: Dispatcher,
-    run_id: str | None,
-    say: Callable[[str], None],
-) -> None:
-    """Every group of one segment, as the DAG's mapped instances run: a failing group does not keep its
-    siblings from committing their partitions (so a resume has the most to start from); then the first
-    failure is raised.  A stop ends the segment at once."""
-    failures: list[BaseException] = []
-    for group in groups:
-        try:
-            _run_group_step(job_dir, segment_index, step, group, dispatcher, run_id, say)
-        except JobStopped:
-            raise
-        except Exception as exc:  # noqa: BLE001 - raised below, once the other groups have run
-            failures.append(exc)
-    if failures:
-        raise failures[0]
-
-
-def _run_group_step(
-    job_dir: str,
-    segment_index: int,
-    step: str,
-    group: ExecutionGroup,
-    dispatcher: Dispatcher,
-    run_id: str | None,
-    say: Callable[[str], None],
-) -> None:
-    stoppable(
-        job_dir,
-        lambda: run_group(
-            job_dir, segment_index, group, dispatcher, event_defaults=_step(step), run_id=run_id, say=say
-        ),
-        step_key=f"{run_id or 'local'}.{step}.{group.group_id}",
-        run_id=run_id,
-        event_defaults=_step(step),
-        say=say,
-    )
-
-
-def _run_global(job_dir: str, op_index: int, step: str, run_id: str | None, say: Callable[[str], None]) -> None:
-    result = stoppable(
-        job_dir,
-        lambda: run_global_step(job_dir, op_index, event_defaults=_step(step)),
-        step_key=f"{run_id or 'local'}.{step}",
-        run_id=run_id,
-        event_defaults=_step(step),
-        say=say,
-    )
-    say(f"global op {op_index}: {result.to_dict()}")
+@contextmanager
+def _kept_apart(failures: list[Exception]) -> Iterator[None]:
+    """A group's failure kept in ``failures`` (raised once its siblings have run); a stop goes on at once."""
+    try:
+        yield
+    except JobStopped:
+        raise
+    except Exception as exc:  # noqa: BLE001 - raised by the caller, once the other groups have run
+        failures.append(exc)
 
 
 def _require_barrier(job_dir: str, segment_index: int) -> None:

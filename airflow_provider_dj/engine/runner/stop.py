@@ -1,8 +1,8 @@
 """The stop protocol around each step, and what a job's final failure leaves in its directory.
 
 A stop is state in the job directory (engine/jobdir/stop_control.py).  Each
-step runs inside :func:`stoppable`: a request pending when the step starts
-ends it before any work, unless this very step was stopped by it before and
+step runs inside :func:`stopping` (:func:`stoppable` for a step given as a callable): a request
+pending when the step starts ends it before any work, unless this very step was stopped by it before and
 is now run again (a resume); a ``StopRequested`` raised by the work is
 acknowledged, the summary says ``stopped`` and the runner lock is released.
 The caller turns :class:`JobStopped` into its own way of ending (an Airflow
@@ -12,7 +12,8 @@ task failing without retry, a CLI's exit code).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
@@ -24,6 +25,8 @@ from airflow_provider_dj.engine.jobdir.identity import resume_command
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 class JobStopped(DJError, RuntimeError):
     """A step ended because a stop was requested: committed work is kept; resume to go on."""
@@ -33,9 +36,9 @@ class JobStopped(DJError, RuntimeError):
         self.request = dict(request or {})
 
 
-def stoppable(
+@contextmanager
+def stopping(
     job_dir: str,
-    body: Callable[[], Any],
     *,
     step_key: str,
     try_number: int | None = None,
@@ -44,10 +47,13 @@ def stoppable(
     event_defaults: dict[str, Any] | None = None,
     say: Callable[[str], None] = log.info,
     warn: Callable[[str], None] = log.warning,
-) -> Any:
-    """Run ``body`` under the job's stop protocol; a stop raises :class:`JobStopped`.
+) -> Iterator[None]:
+    """The job's stop protocol around the body of the ``with``: a stop pending before it ends the step
+    before any work, a ``StopRequested`` from it is recorded; either way :class:`JobStopped` is raised.
 
-    ``step_key`` names this step across its tries (an Airflow task instance: dag.run.task.map_index)."""
+    ``step_key`` names this step across its tries (an Airflow task instance: dag.run.task.map_index).
+    A context manager rather than a wrapper taking the step as a callable, so a job's call path from
+    ``run_job`` to an op stays short and reads as the steps themselves (docs/architecture.md)."""
     try:
         cleared = stop_control.handle_pending_stop(job_dir, step_key, try_number)
     except stop_control.StopRequested as exc:
@@ -62,9 +68,35 @@ def stoppable(
             "stop_cleared", status="resumed", note=f"cleared by a re-run of {step_key}"
         )
     try:
-        return body()
+        yield
     except stop_control.StopRequested as exc:
         raise record_stop(job_dir, exc, step_key, try_number, run_id, event_defaults, warn) from None
+
+
+def stoppable(
+    job_dir: str,
+    body: Callable[[], _T],
+    *,
+    step_key: str,
+    try_number: int | None = None,
+    run_id: str | None = None,
+    run_pid: int | None = None,
+    event_defaults: dict[str, Any] | None = None,
+    say: Callable[[str], None] = log.info,
+    warn: Callable[[str], None] = log.warning,
+) -> _T:
+    """``body()`` under the job's stop protocol (:func:`stopping`); a stop raises :class:`JobStopped`."""
+    with stopping(
+        job_dir,
+        step_key=step_key,
+        try_number=try_number,
+        run_id=run_id,
+        run_pid=run_pid,
+        event_defaults=event_defaults,
+        say=say,
+        warn=warn,
+    ):
+        return body()
 
 
 def record_stop(
@@ -115,8 +147,8 @@ def record_job_failure(
     ``exc``: what ended it, as the runner caught it or as Airflow's context holds it (an exception, or its
     text).  Never raises: it runs on the way out of a failure."""
     try:
-        stopping = stopped or isinstance(exc, JobStopped) or stop_control.read_stop_request(job_dir) is not None
-        if stopping:
+        ended_by_stop = stopped or isinstance(exc, JobStopped) or stop_control.read_stop_request(job_dir) is not None
+        if ended_by_stop:
             existing = read_job_summary(job_dir) or {}
             if existing.get("status") != "stopped":
                 write_job_summary(
