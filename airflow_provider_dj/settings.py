@@ -251,10 +251,10 @@ SETTINGS: tuple[Setting, ...] = (
         "global_shard_memory_mb",
         "integer",
         1024,
-        "The memory one task of a sharded global step may use for its data (a key shard, a round of its "
-        "connected components, a partition's keep mask; the Ray worker's own, about 180 MiB, comes on top); "
-        "it sets the shards the planner plans (`global_step_shards: 0`), and a plan whose shard would need "
-        "more is refused with the figures.",
+        "The memory one task of a sharded global step may use, its whole process: about 256 MiB for its Ray "
+        "worker's own, the rest for its data (a key shard, a round of its connected components, a partition's "
+        "keep mask; at least 288); it sets the shards the planner plans (`global_step_shards: 0`), and a plan "
+        "whose shard would need more is refused with the figures.",
         "4096",
     ),
     _s(

@@ -81,6 +81,7 @@ def plan_shards(rows: int, partitions: int, costs: dict, cluster_cores: int, bud
         BYTES_PER_ITEM,
         KEY_BYTES_PER_ROW,
         MASK_BYTES_PER_ROW,
+        WORKER_OWN_BYTES,
         planned_shards,
     )
     from airflow_provider_dj.ops.registry import create_op
@@ -98,8 +99,9 @@ def plan_shards(rows: int, partitions: int, costs: dict, cluster_cores: int, bud
         "node_shards": node_shards,
         "tasks": 2 * partitions + k if shards else 1,
         "scatter_reads": partitions * k if shards else 0,
-        # the single-process step's memory when not sharded, else one key shard's
-        "shard_task_gib": (rows * KEY_BYTES_PER_ROW if not shards else rows * BYTES_PER_ITEM / k) / 2**30,
+        # the single-process step's memory when not sharded, else one key shard task's: its data and its worker
+        "shard_task_gib": (rows * KEY_BYTES_PER_ROW if not shards else rows * BYTES_PER_ITEM / k + WORKER_OWN_BYTES)
+        / 2**30,
         "mask_task_mib": math.ceil(rows / partitions) * MASK_BYTES_PER_ROW / 2**20,
         "spilled_gb": rows * costs["stage_bytes_per_row"] / 1e9,
         "core_hours": core_seconds / 3600,

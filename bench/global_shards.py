@@ -382,12 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minhash-rows", default="100000,300000", help="MinHash sizes, comma-separated ('' for none)")
     p.add_argument("--shards", default="auto,7,64", help="sharded configurations: auto and/or forced K")
     p.add_argument("--partitions", type=int, default=16)
-    p.add_argument("--budget-mb", type=int, default=64, help="global_shard_memory_mb of the sharded exact runs")
+    p.add_argument(
+        "--budget-mb", type=int, default=320, help="global_shard_memory_mb of the sharded exact runs (64 MiB of data)"
+    )
     p.add_argument(
         "--minhash-budget-mb",
         type=int,
-        default=4,
-        help="global_shard_memory_mb of the sharded MinHash runs (auto shards only past rows*78 bytes)",
+        default=288,
+        help="global_shard_memory_mb of the sharded MinHash runs, the least allowed: 32 MiB of data (auto shards "
+        "only past rows*78 bytes)",
     )
     p.add_argument("--quick", action="store_true", help="smoke size: 200k exact, 5k MinHash rows, 4 partitions, K=7")
     p.add_argument("--keep", action="store_true", help="keep the job directories")

@@ -20,7 +20,7 @@ beside the run's log lines, so the step that holds the CLI's memory at its peak 
 line before it).  Written: ``bench/results/memory_at_scale/memory_at_scale.json`` and ``.md``.
 
     .venv/bin/python -m bench memory-at-scale                           # 10M, 30M, and 10M sharded
-    .venv/bin/python -m bench memory-at-scale --rows 1000000 --sharded-rows 1000000 --sharded-budget-mb 16
+    .venv/bin/python -m bench memory-at-scale --rows 1000000 --sharded-rows 1000000 --sharded-budget-mb 300
 
 Corpora and job directories go under ``--tmp`` (``/tmp``) and are deleted after each run (``--keep``
 keeps them); check ``df -h /tmp`` first: 30M rows take about 1.4 GB of input plus the job directory.
@@ -442,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="10000000,30000000", help="sizes at the default budget, comma-separated")
     ap.add_argument("--sharded-rows", default="10000000", help="sizes run again with --sharded-budget-mb ('' none)")
-    ap.add_argument("--sharded-budget-mb", type=int, default=256, help="DJ_GLOBAL_SHARD_MEMORY_MB of those runs")
+    ap.add_argument(
+        "--sharded-budget-mb", type=int, default=384, help="DJ_GLOBAL_SHARD_MEMORY_MB of those runs (128 MiB of data)"
+    )
     ap.add_argument("--interval", type=float, default=0.2, help="seconds between RSS samples")
     ap.add_argument("--airflow", action="store_true", help="run through dag.test() (dj-airflow run --airflow)")
     ap.add_argument("--tmp", default="/tmp", help="where the corpora and job directories go")

@@ -40,7 +40,7 @@ from airflow_provider_dj.engine.execution.dedup_matches import (
 from airflow_provider_dj.engine.execution.shard_components import node_shard
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
-from airflow_provider_dj.engine.planning.global_memory import BYTES_PER_ITEM
+from airflow_provider_dj.engine.planning.global_memory import BYTES_PER_ITEM, budget_words
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
@@ -305,8 +305,8 @@ def _check_shard_size(op_index: int, op_name: str, shard: int, items: int, budge
     if budget and items * BYTES_PER_ITEM > 2 * budget:
         raise ShardTooLargeError(
             f"global op {op_index} ({op_name}): key shard {shard} holds more than {items:,} items "
-            f"(about {items * BYTES_PER_ITEM / 2**20:,.0f} MiB to resolve), over twice what one task may use "
-            f"([dj] global_shard_memory_mb = {budget >> 20}); raise [dj] global_step_shards or "
+            f"(about {items * BYTES_PER_ITEM / 2**20:,.0f} MiB to resolve), over twice the data one task may "
+            f"hold ({budget_words(budget)}); raise [dj] global_step_shards or "
             "[dj] global_shard_memory_mb and clear the global step's task; committed shards are kept"
         )
 

@@ -46,9 +46,14 @@ def max_rows_for_global_step(limit_bytes: int | None = None) -> int:
 #: Peak bytes per item in a key-shard task of the sharded step (engine/execution/shard_stages.py): the
 #: items read batch by batch and their contiguous columns (52), the sort's order and sorted copies (34),
 #: the edges found (16); measured at 100M rows in 2,000 partitions (12.5M items a shard: 98 bytes an item
-#: above the Ray worker's own memory, docs/benchmarks.md), with a margin.  The budget bounds this data;
-#: the Ray worker's interpreter and libraries (about 180 MiB) come on top.
+#: above the Ray worker's own memory, docs/benchmarks.md), with a margin.
 BYTES_PER_ITEM = 104
+#: What a shard task's Ray worker holds before any data (its interpreter, Ray, pyarrow, numpy): 180-246 MiB
+#: measured at 10M to 100M rows (docs/benchmarks.md), with a margin.  ``[dj] global_shard_memory_mb``
+#: bounds the whole process, so a task's data may use the budget less this.
+WORKER_OWN_BYTES = 256 << 20
+#: The least data a task must be allowed beside the worker's own memory for a budget to be usable.
+MIN_DATA_BYTES = 32 << 20
 #: Peak bytes per row of a partition's mask task: its keys, the mask, its removed rows and their partners.
 MASK_BYTES_PER_ROW = 64
 MAX_SHARDS = 4096
@@ -91,15 +96,35 @@ def _whole_setting(key: str, minimum: int) -> int:
 
 def check_shard_settings() -> None:
     """Refuse (SettingError) a shard setting out of range: ``global_step_shards`` and
-    ``global_step_in_process_max_mb`` below 0, ``global_shard_memory_mb`` below 1."""
+    ``global_step_in_process_max_mb`` below 0, ``global_shard_memory_mb`` below what a task's Ray worker
+    holds of its own plus :data:`MIN_DATA_BYTES`."""
     _whole_setting("global_step_shards", 0)
     _whole_setting("global_step_in_process_max_mb", 0)
-    _whole_setting("global_shard_memory_mb", 1)
+    shard_budget_bytes()
 
 
 def shard_budget_bytes() -> int:
-    """``[dj] global_shard_memory_mb`` in bytes (at least 1 MiB)."""
-    return _whole_setting("global_shard_memory_mb", 1) << 20
+    """The data one task of a sharded step may hold: ``[dj] global_shard_memory_mb`` bounds the task's
+    whole process, so this is that less :data:`WORKER_OWN_BYTES`.  A SettingError (naming the variable
+    that set it) when the setting leaves less than :data:`MIN_DATA_BYTES` for data."""
+    least = (WORKER_OWN_BYTES + MIN_DATA_BYTES) >> 20
+    value = int(settings.get("global_shard_memory_mb") or 0)
+    if value < least:
+        where = settings.source("global_shard_memory_mb") or f"[{settings.SECTION}] global_shard_memory_mb"
+        raise settings.SettingError(
+            f"{where}={value}: global_shard_memory_mb must be at least {least}: it bounds a shard task's "
+            f"whole process, whose Ray worker holds about {WORKER_OWN_BYTES >> 20} MiB of its own; set a "
+            f"larger value or unset it for the default ({settings.BY_KEY['global_shard_memory_mb'].default})"
+        )
+    return (value << 20) - WORKER_OWN_BYTES
+
+
+def budget_words(data_budget: int) -> str:
+    """How messages name a task's data budget: the setting it comes from and the worker's share."""
+    return (
+        f"[dj] global_shard_memory_mb = {(data_budget + WORKER_OWN_BYTES) >> 20} MB, of which a task's Ray "
+        f"worker holds about {WORKER_OWN_BYTES >> 20} MiB of its own"
+    )
 
 
 def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
@@ -168,7 +193,7 @@ def _check_shards_fit(index: int, op, op_impl, rows: int, shards: int, max_parti
     )
     raise GlobalStepTooLargeError(
         f"global op {index} ({op.name}) over {rows:,} rows needs {what}, more than one task may use "
-        f"([dj] global_shard_memory_mb = {budget >> 20} MB): {fix}; nothing was written"
+        f"({budget_words(budget)}): {fix}; nothing was written"
     )
 
 

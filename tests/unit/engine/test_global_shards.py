@@ -35,6 +35,7 @@ from airflow_provider_dj.engine.input.task_map import run_in_process
 from airflow_provider_dj.engine.jobdir.layout import FAULT_FILE, GLOBAL_SHARDS_DIR
 from airflow_provider_dj.engine.planning.global_memory import (
     BYTES_PER_ITEM,
+    WORKER_OWN_BYTES,
     GlobalStepTooLargeError,
     check_global_steps_fit,
     planned_shards,
@@ -179,7 +180,7 @@ def test_the_planner_plans_shards_where_one_process_could_not_hold_the_keys(monk
     check_global_steps_fit(plan, 10**9, limit_bytes=limit, recipe=recipe, max_partition_rows=10**6)
     op_impl = create_op("document_deduplicator", {}, "text")
     shards = planned_shards(op_impl, 10**9, limit)
-    assert shards == -(-(10**9 * BYTES_PER_ITEM) // (1024 << 20))
+    assert shards == -(-(10**9 * BYTES_PER_ITEM) // ((1024 << 20) - WORKER_OWN_BYTES))  # the budget less the worker
     assert planned_shards(op_impl, 1000, limit) == 0  # small: the single-process step
     with pytest.raises(GlobalStepTooLargeError, match="a partition's keep mask of 6.40 GB .* use more partitions"):
         check_global_steps_fit(plan, 10**9, limit_bytes=limit, recipe=recipe, max_partition_rows=10**8)
@@ -372,7 +373,9 @@ def test_a_shard_past_twice_the_budget_fails_naming_it_and_keeps_what_committed(
     done = os.path.join(folder, "edges", "key_0000", "done.json")
     os.remove(done)
     before = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(folder, "*", "*.arrow"))}
-    with pytest.raises(ShardTooLargeError, match=r"key shard 0 holds more than .* global_shard_memory_mb = 1\)"):
+    with pytest.raises(
+        ShardTooLargeError, match=r"key shard 0 holds more than .* global_shard_memory_mb = 257 MB, of which"
+    ):
         resolve_key_shard(result.job_dir, 0, folder, 0, 8, 1, 1 << 20)  # 30,000 items need about 2.3 MiB
     assert not os.path.exists(done)
     assert {p: os.stat(p).st_mtime_ns for p in before} == before
@@ -381,7 +384,13 @@ def test_a_shard_past_twice_the_budget_fails_naming_it_and_keeps_what_committed(
 
 @pytest.mark.parametrize(
     "name, value",
-    [("DJ_GLOBAL_SHARD_MEMORY_MB", "0"), ("DJ_GLOBAL_STEP_SHARDS", "-2"), ("DJ_GLOBAL_STEP_IN_PROCESS_MAX_MB", "-1")],
+    [
+        ("DJ_GLOBAL_SHARD_MEMORY_MB", "0"),
+        # the budget bounds a task's whole process: one its Ray worker alone would fill leaves no room for data
+        ("DJ_GLOBAL_SHARD_MEMORY_MB", "256"),
+        ("DJ_GLOBAL_STEP_SHARDS", "-2"),
+        ("DJ_GLOBAL_STEP_IN_PROCESS_MAX_MB", "-1"),
+    ],
 )
 def test_a_bad_shard_setting_is_refused_before_any_work_naming_the_variable(tmp_path, monkeypatch, name, value):
     from airflow_provider_dj.settings import SettingError
