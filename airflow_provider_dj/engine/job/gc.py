@@ -100,7 +100,7 @@ def list_jobs(work_dir: str) -> list[JobEntry]:
         except (FileNotFoundError, ValueError, OSError):
             summary = {}
         lock = job_lock.read_lock(job_dir)
-        running = bool(lock) and not job_lock.is_stale(lock)[0]
+        running = lock is not None and bool(lock) and not job_lock.is_stale(lock)[0]
         status = summary.get("status") or "unfinished"
         ended = float(summary.get("end_time") or 0) or _mtime(job_dir)
         jobs.append(

@@ -134,7 +134,8 @@ def config_diff(old: dict, new: dict) -> tuple[list[str], list[str]]:
     """(result-affecting changes, accepted changes) as readable 'key: old -> new' lines."""
     old, new = _split_engine_op_args(old), _split_engine_op_args(new)
     fo, fn = _flatten(old), _flatten(new)
-    refused, accepted = [], []
+    refused: list[str] = []
+    accepted: list[str] = []
     for key in sorted(set(fo) | set(fn)):
         if key in ("job_id", "resume"):  # identity, not configuration
             continue

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import xxhash
 
@@ -188,7 +189,7 @@ def submitted_at(entry: dict) -> float | None:
     first recorded a state; None when neither is known."""
     if isinstance(entry.get("submitted_at"), (int, float)):
         return float(entry["submitted_at"])
-    first = next(iter(entry.get("transitions") or []), {})
+    first: dict[str, Any] = next(iter(entry.get("transitions") or []), {})
     return float(first["at"]) if isinstance(first.get("at"), (int, float)) else None
 
 

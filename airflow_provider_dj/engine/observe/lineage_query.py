@@ -385,6 +385,7 @@ def why(
         if not rows:
             raise RowNotFoundError(f"no input row has {name} = {value!r}")
     else:
+        assert input_row is not None  # exactly one of the three was given (checked above)
         rows = [input_row]
     return [jl.path(r) for r in rows]
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -456,7 +457,7 @@ def write_duplicate_pairs(
     hist = [] if history is None else list(range(min(n, len(history))))
     wanted = {g for pair in pairs for g in pair if g >= 0} | {int(history.positions[i]) for i in hist}
     rows = _fetch_rows(ctx, op_index, row_counts, sorted(wanted))
-    entries = [{"dup1": rows.get(a), "dup2": rows.get(b)} for a, b in pairs]
+    entries: list[dict[str, Any]] = [{"dup1": rows.get(a), "dup2": rows.get(b)} for a, b in pairs]
     for i in hist:
         entries.append(
             {

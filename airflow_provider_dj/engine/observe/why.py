@@ -56,6 +56,7 @@ def explain(
     elif export_row is not None:
         rows = [JobLineage(job_dir).input_row_of_export_row(export_row)]
     else:
+        assert where is not None  # exactly one of the three was given (checked above)
         name, sep, value = where.partition("=")
         if not sep or not name:
             raise RowNotFoundError(f"--where {where!r}: write FIELD=VALUE, e.g. --where id=doc-17")
