@@ -25,7 +25,8 @@ import posixpath
 import shutil
 import threading
 import uuid
-from typing import IO, TYPE_CHECKING, Iterator
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Callable, Iterator, TypeGuard
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import DJError
@@ -77,7 +78,7 @@ def full_error(exc: OSError, path: str, what: str = "a file", nbytes: int | None
     return StorageFullError(exc.errno, msg, path)
 
 
-def is_full(exc: BaseException) -> bool:
+def is_full(exc: BaseException) -> TypeGuard[OSError]:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS and not isinstance(exc, StorageFullError)
 
 
@@ -133,7 +134,7 @@ def exists(path: str) -> bool:
     if not is_url(path):
         return os.path.exists(path)
     fs, p = get_fs(path)
-    return fs.exists(p)
+    return bool(fs.exists(p))
 
 
 def makedirs(path: str) -> None:
@@ -170,14 +171,16 @@ def read_bytes(path: str) -> bytes:
         with open(path, "rb") as fh:
             return fh.read()
     fs, p = get_fs(path)
-    return fs.cat_file(p)
+    data: bytes = fs.cat_file(p)
+    return data
 
 
 def open_read(path: str) -> IO[bytes]:
     if not is_url(path):
         return open(path, "rb")
     fs, p = get_fs(path)
-    return fs.open(p, "rb")
+    fh: IO[bytes] = fs.open(p, "rb")
+    return fh
 
 
 def remove(path: str) -> None:
@@ -271,7 +274,9 @@ def _atomic_write(path: str, data: bytes, durable: bool = True) -> None:
         _fsync_dir(directory)
 
 
-def append_bytes(path: str, data: bytes, *, prefix_fn=None, what: str | None = None) -> None:
+def append_bytes(
+    path: str, data: bytes, *, prefix_fn: Callable[[int], bytes] | None = None, what: str | None = None
+) -> None:
     """Append ``data`` to a local file with one ``write`` (O_APPEND); all of it or nothing.
 
     ``prefix_fn(fd) -> bytes`` may return bytes to write first (the event log
@@ -342,7 +347,9 @@ class AtomicFileWriter:
             self._fh = open(self._tmp, "wb")  # truncates a crashed attempt's leftover
         return self._fh
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self._fh is not None and self._tmp is not None
         nbytes = None
         try:

@@ -66,7 +66,8 @@ def _from_entry_point() -> HostServices | None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         factory = ep.load()
-        return factory()
+        services: HostServices | None = factory()
+        return services
     return None
 
 

@@ -70,7 +70,7 @@ class StorageOptions:
     __str__ = __repr__
 
 
-_cache: dict[tuple, StorageOptions] = {}
+_cache: dict[tuple[str | None, ...], StorageOptions] = {}  # by connection id and the AWS_* variables read
 _cache_lock = threading.Lock()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import RefusedError
@@ -44,7 +45,9 @@ class WriteOutsideRootsError(RefusedError, PermissionError):
         )
         self.path, self.resolved, self.roots = path, resolved, roots
 
-    def __reduce__(self):  # errors cross process boundaries (Ray, the local process pool)
+    def __reduce__(
+        self,
+    ) -> tuple[type[Any], tuple[Any, ...]]:  # errors cross process boundaries (Ray, the local process pool)
         return (type(self), (self.path, self.resolved, self.roots))
 
 
