@@ -73,8 +73,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import operator
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -249,15 +248,35 @@ def minhash_permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
-_DIGEST = operator.methodcaller("digest")
+# The hash type's own method: called directly, where a methodcaller looks "digest" up on every call.
+_SHA1_DIGEST = type(hashlib.sha1()).digest
+# Shingles made and hashed per group of texts: their bytes and digests are freed while still in the
+# CPU's caches (about 1.7x faster than shingling a whole table before hashing it).
+_HASH_GROUP_SHINGLES = 8192
 
 
 def shingle_hashes(shingles: Iterable[bytes]) -> np.ndarray:
     """DJ's shingle hash: the first 4 bytes of each shingle's SHA-1, little-endian, as uint64.  The
     digests are made by ``map`` over C calls and read back with one ``frombuffer``."""
-    digests = b"".join(map(_DIGEST, map(hashlib.sha1, shingles)))
+    digests = b"".join(map(_SHA1_DIGEST, map(hashlib.sha1, shingles)))
     first4 = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 20)[:, :4]
     return np.ascontiguousarray(first4).view("<u4").ravel().astype(np.uint64)
+
+
+def text_shingle_hashes(shingler: _Shingler, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``shingle_hashes`` of every text's shingles, concatenated in order, and each text's count of them;
+    texts are taken in groups of about ``_HASH_GROUP_SHINGLES`` shingles."""
+    counts = np.empty(len(texts), dtype=np.int64)
+    parts = [np.zeros(0, dtype=np.uint64)]
+    start, step = 0, 64
+    while start < len(texts):
+        per_text = list(map(shingler.shingles, texts[start : start + step]))
+        sizes = list(map(len, per_text))
+        counts[start : start + len(sizes)] = sizes
+        parts.append(shingle_hashes(itertools.chain.from_iterable(per_text)))
+        start += len(sizes)
+        step = max(1, min(4096, _HASH_GROUP_SHINGLES * len(sizes) // max(1, sum(sizes))))
+    return np.concatenate(parts), counts
 
 
 def permuted_hashes(
@@ -300,43 +319,67 @@ def _exact_where_folded(out: np.ndarray, block: np.ndarray, perm_a: np.ndarray, 
 
 def row_minima(hashes: np.ndarray, counts: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> np.ndarray:
     """(rows, permutations) uint32: for row ``i``, the minimum over its ``counts[i]`` consecutive entries
-    of ``hashes`` of each permutation's ``permuted_hashes`` value; ``2**32 - 1`` for a row without any.
+    of ``hashes`` of each permutation's ``permuted_hashes`` value; ``2**32 - 1`` for a row without any."""
+    out = np.empty((len(counts), len(perm_a)), dtype=np.uint32)
+    for rows, minima in row_minima_groups(hashes, counts, perm_a, perm_b):
+        out[rows] = minima
+    return out
+
+
+def row_minima_groups(
+    hashes: np.ndarray, counts: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``row_minima`` a group of rows at a time: pairs ``(rows, minima)``, ``minima[k]`` being row
+    ``rows[k]``'s, that cover every row once.  ``minima`` is a buffer the next pair reuses.
 
     Rows are taken in order of length, a block's rows padded to its longest by repeating each row's last
     hash (a minimum is unchanged by a repeat), so a block reduces as one (rows, length, permutations)
-    array, without a per-segment ``reduceat``.  A row longer than a block is done alone, block by block."""
-    n, p = len(counts), len(perm_a)
-    out = np.full((n, p), _MAX_HASH32, dtype=np.uint32)
-    cap = max(1, _BLOCK_ELEMENTS // max(p, 1))  # shingles per block
+    array, without a per-segment ``reduceat``.  A row longer than a block is done alone, block by block.
+    The buffers are allocated once: a (rows, permutations) array for all rows would cost as much in
+    fresh pages as the arithmetic it holds."""
+    p = len(perm_a)
+    cap = max(1, _BLOCK_ELEMENTS // max(p, 1))  # shingles per block, and at most rows per block
     scratch = np.empty((2, cap * p), dtype=np.uint64)
     buf = np.empty(cap * p, dtype=np.uint32)
+    group = np.empty((max(4096, cap), p), dtype=np.uint32)
 
-    def minima(block: np.ndarray) -> np.ndarray:
+    def permuted(block: np.ndarray) -> np.ndarray:
         k = len(block)
         return permuted_hashes(block, perm_a, perm_b, buf[: k * p].reshape(k, p), scratch[:, : k * p].reshape(2, k, p))
 
+    empty = np.flatnonzero(counts == 0)
+    for a in range(0, len(empty), len(group)):
+        rows = empty[a : a + len(group)]
+        group[: len(rows)] = _MAX_HASH32
+        yield rows, group[: len(rows)]
     starts = np.cumsum(counts) - counts
-    order = np.argsort(counts, kind="stable")
-    order = order[counts[order] > 0]
+    order = np.argsort(counts, kind="stable")[len(empty) :]
     lengths = counts[order]
-    s, m = 0, len(order)
-    while s < m:
+    s, filled = 0, 0
+    while s < len(order):
         shortest = int(lengths[s])
-        if shortest > cap:
-            row, first = order[s], starts[order[s]]
-            for a in range(0, shortest, cap):
-                piece = minima(hashes[first + a : first + min(shortest, a + cap)]).min(axis=0)
-                np.minimum(out[row], piece, out=out[row])
-            s += 1
-            continue
         # rows within 1/8 of this length, as many as fill a block at the longest one's length
         e = int(np.searchsorted(lengths, shortest + shortest // 8, side="right"))
         e = min(e, s + max(1, cap // int(lengths[e - 1])))
-        rows, width = order[s:e], int(lengths[e - 1])
-        take = starts[rows][:, None] + np.minimum(np.arange(width), lengths[s:e, None] - 1)
-        out[rows] = minima(hashes[take.ravel()]).reshape(e - s, width, p).min(axis=1)
+        if filled + e - s > len(group):
+            yield order[s - filled : s], group[:filled]
+            filled = 0
+        if shortest > cap:  # e == s + 1
+            row_min = group[filled]
+            row_min[:] = _MAX_HASH32
+            first = starts[order[s]]
+            for a in range(0, shortest, cap):
+                np.minimum(
+                    row_min, permuted(hashes[first + a : first + min(shortest, a + cap)]).min(axis=0), out=row_min
+                )
+        else:
+            width = int(lengths[e - 1])
+            take = starts[order[s:e]][:, None] + np.minimum(np.arange(width), lengths[s:e, None] - 1)
+            permuted(hashes[take.ravel()]).reshape(e - s, width, p).min(axis=1, out=group[filled : filled + e - s])
+        filled += e - s
         s = e
-    return out
+    if filled:
+        yield order[s - filled : s], group[:filled]
 
 
 GOLDEN_K1 = np.uint64(0x9E3779B97F4A7C15)
@@ -439,17 +482,17 @@ class DocumentMinhashDeduplicator(SignatureDeduplicator):
     def minhash_values(self, table: pa.Table, permutations: int | None = None) -> np.ndarray:
         """(rows, permutations) uint32 MinHash values, as DJ computes them: its first ``permutations``
         (default: all ``num_permutations``)."""
-        texts = _texts(table, self.text_key)
         p = self.num_permutations if permutations is None else permutations
-        per_row = list(map(self.shingler.shingles, texts))
-        counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
-        hv = shingle_hashes(itertools.chain.from_iterable(per_row))
-        del per_row
+        hv, counts = text_shingle_hashes(self.shingler, _texts(table, self.text_key))
         return row_minima(hv, counts, self.perm_a[:p], self.perm_b[:p])
 
     def compute_hash(self, table: pa.Table) -> pa.Table:
         b, r = self.num_bands, self.num_rows_per_band
-        digests = band_digests(self.minhash_values(table, b * r), b, r)  # the bands use b * r values only
+        hv, counts = text_shingle_hashes(self.shingler, _texts(table, self.text_key))
+        digests = np.empty((b, len(counts)), dtype=np.uint64)
+        # only the b * r values the bands use, digested a group of rows at a time
+        for rows, minima in row_minima_groups(hv, counts, self.perm_a[: b * r], self.perm_b[: b * r]):
+            digests[:, rows] = band_digests(minima, b, r)
         return pa.table({name: pa.array(digests[i], type=pa.uint64()) for i, name in enumerate(self.band_columns)})
 
     def duplicate_representatives(self, tables: list[pa.Table]) -> np.ndarray:

@@ -72,3 +72,17 @@ def test_band_digests_equal_one_band_at_a_time():
                     for j in range(rows):
                         want = nd.mix64(want + band[:, j] * nd.GOLDEN_K1 + np.uint64(j))
             assert np.array_equal(got[i], want), (bands, rows, i)
+
+
+def test_row_minima_over_several_groups_of_rows():
+    # more rows (empty ones too) than one group of minima holds
+    rng = np.random.default_rng(4)
+    counts = np.where(rng.random(20_000) < 0.5, 0, rng.integers(1, 4, 20_000))
+    hashes = rng.integers(0, 2**32, int(counts.sum())).astype(np.uint64)
+    perm_a, perm_b = nd.minhash_permutations(2)
+    got = nd.row_minima(hashes, counts, perm_a, perm_b)
+    full = nd.permuted_hashes(hashes, perm_a, perm_b)
+    want = np.full((len(counts), 2), 2**32 - 1, dtype=np.uint32)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    np.minimum.at(want, rows, full)
+    assert np.array_equal(got, want)
