@@ -9,11 +9,12 @@ has no side effect.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stoppable
+from airflow_provider_dj.engine.runner.stop import JobStopped, record_job_failure, stopping
 from airflow_provider_dj.operators.openlineage import OpenLineageMixin
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ def run_id_of(context: Context) -> str | None:
     return getattr(context.get("dag_run"), "run_id", None)
 
 
-def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
-    """Run ``body``; a failure-rate guard trip fails the task *without retry*.
+@contextmanager
+def guard_fails_fast() -> Iterator[None]:
+    """A failure-rate guard trip inside the ``with`` fails the task *without retry*.
 
     A retry would re-run the same op on the same rows and trip the same guard,
     costing the whole op again before the job stops anyway.  The message is
@@ -82,7 +84,7 @@ def fail_fast_on_guard(body: Callable[[], Any]) -> Any:
     from airflow_provider_dj.engine.execution.ray_dispatch import PartitionFailedError
 
     try:
-        return body()
+        yield
     except FailureRateExceededError as exc:
         raise AirflowFailException(str(exc)) from exc
     except PartitionFailedError as exc:
@@ -141,14 +143,15 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
         install_airflow_host()
         super().pre_execute(context)
 
-    def run_stoppable(self, context: Context, job_dir: str, body: Callable[[], Any]) -> Any:
-        """Run ``body`` under the job's stop protocol; a stop fails the task without retry (JobStoppedError)."""
+    @contextmanager
+    def stop_protocol(self, context: Context, job_dir: str) -> Iterator[None]:
+        """The job's stop protocol around the ``with`` (engine/runner/stop.py ``stopping``); a stop fails
+        the task without retry (JobStoppedError)."""
         from airflow_provider_dj.operators.local_run import owner_pid
 
         try:
-            return stoppable(
+            with stopping(
                 job_dir,
-                body,
                 step_key=task_key(context),
                 try_number=try_number(context),
                 run_id=run_id_of(context),
@@ -156,6 +159,7 @@ class DJBaseOperator(OpenLineageMixin, BaseOperator):
                 event_defaults=event_defaults(context),
                 say=lambda m: self.log.info("%s", m),
                 warn=lambda m: self.log.warning("%s", m),
-            )
+            ):
+                yield
         except JobStopped as exc:
             raise JobStoppedError(str(exc)) from None

@@ -29,7 +29,7 @@ from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.base import (
     DJBaseOperator,
     event_defaults,
-    fail_fast_on_guard,
+    guard_fails_fast,
     run_id_of,
 )
 from airflow_provider_dj.operators.local_run import ray_cpus
@@ -127,25 +127,27 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         if is_job_complete(self.job_dir):
             result = self._export(context)  # verified against its summary; nothing submitted in any mode
         elif RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs":
-            result = self.run_stoppable(context, self.job_dir, lambda: self._run_ray_job(context))
+            with self.stop_protocol(context, self.job_dir):
+                result = self._run_ray_job(context)
         else:
             # A stopped job never exports: a pending stop ends this task first (docs/stop_and_kill.md).
-            result = self.run_stoppable(context, self.job_dir, lambda: self._export(context))
+            with self.stop_protocol(context, self.job_dir):
+                result = self._export(context)
         self._annotate_asset_events(context, result)
         return result
 
     def _export(self, context: Context) -> dict:
         # A failure here is reported (job_failed + a failed summary) by the DAG's
         # on_failure_callback once retries are exhausted, not on every try.
-        return fail_fast_on_guard(
-            lambda: finish_job(
+        with guard_fails_fast():
+            result = finish_job(
                 self.job_dir,
                 event_defaults=event_defaults(context),
                 run_id=run_id_of(context),
                 part_source=None if is_job_complete(self.job_dir) else self._part_source(),
                 say=lambda m: self.log.info("%s", m),
-            ).to_dict()  # XCom's plain dict
-        )
+            )
+        return result.to_dict()  # XCom's plain dict
 
     def on_kill(self) -> None:
         """Ray Jobs mode: stop the export's Ray Job (its driver records the stop).  Otherwise a large

@@ -87,15 +87,14 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
             self.log.info("job already completed: nothing to do")
             return {"op_index": self.op_index, "skipped": True}
         if RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs":
-            return self.run_stoppable(context, self.job_dir, lambda: self._run_ray_job(context))
+            with self.stop_protocol(context, self.job_dir):
+                return self._run_ray_job(context)
         # A pending stop ends this task before the whole-dataset step (docs/stop_and_kill.md).
-        result = self.run_stoppable(
-            context,
-            self.job_dir,
-            lambda: run_global_step(
+        with self.stop_protocol(context, self.job_dir):
+            step = run_global_step(
                 self.job_dir, self.op_index, event_defaults=event_defaults(context), run_tasks=self._ray_tasks
-            ).to_dict(),  # XCom's plain dict
-        )
+            )
+        result = step.to_dict()  # XCom's plain dict
         self.log.info("global op %d: %s", self.op_index, result)
         return result
 

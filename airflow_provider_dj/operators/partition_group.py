@@ -42,7 +42,7 @@ from airflow_provider_dj.hooks.ray import RayHook
 from airflow_provider_dj.operators.base import (
     DJBaseOperator,
     event_defaults,
-    fail_fast_on_guard,
+    guard_fails_fast,
     run_id_of,
     try_number,
 )
@@ -101,9 +101,9 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
 
     def execute(self, context: Context) -> list[dict]:
-        if RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs":
-            return self.run_stoppable(context, self.job_dir, lambda: self._run_ray_job(context))
-        return self.run_stoppable(context, self.job_dir, lambda: self._run_group(context))
+        jobs_mode = RayHook(ray_conn_id=self.ray_conn_id).resolve()["mode"] == "jobs"
+        with self.stop_protocol(context, self.job_dir):
+            return self._run_ray_job(context) if jobs_mode else self._run_group(context)
 
     def on_kill(self) -> None:
         """Cancel this task's Ray work (force: the workers die) and wait until it has ended; in Ray Jobs
@@ -127,8 +127,8 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
 
     def _run_group(self, context: Context) -> list[dict]:
         dispatcher = self._dispatcher = RayDispatcher(self._connect, num_cpus=self.cpus_per_partition)
-        results = fail_fast_on_guard(
-            lambda: run_group(
+        with guard_fails_fast():
+            results = run_group(
                 self.job_dir,
                 self.segment_index,
                 ExecutionGroup.from_dict(self.execution_group),  # XCom's plain dict
@@ -138,7 +138,6 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
                 run_id=run_id_of(context),
                 say=lambda m: self.log.info("%s", m),
             )
-        )
         return [r.to_dict() for r in results]  # XCom's plain dicts
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
