@@ -43,7 +43,7 @@ class ConcurrencyDecision:
     source: str  # "recipe", "auto_gpu", "auto_cpu", "parse_default"
     reason: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dj.engine.gpu.planner import ActorPlan, available_batches, plan_actors
 from airflow_provider_dj.engine.gpu.profiles import cluster_from_report, load_report, stages_from_report
@@ -27,6 +28,9 @@ from airflow_provider_dj.engine.planning.concurrency import (
 )
 from airflow_provider_dj.engine.planning.groups import GroupSizeDecision, bound_group_size, resolve_group_size
 from airflow_provider_dj.ops.registry import get_op_class
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ class RunDecisions:
     max_in_flight: int  # Ray tasks one execution group may run at once
     concurrent_groups: int  # execution groups Airflow may run at once (the split of the total)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "execution_group_size": self.group.to_dict(),
             "max_concurrent_partitions": self.concurrency.to_dict(),
@@ -49,11 +53,11 @@ class RunDecisions:
         }
 
 
-def gpu_op_indices(recipe) -> list[int]:
+def gpu_op_indices(recipe: Recipe) -> list[int]:
     return [spec.index for spec in recipe.process if get_op_class(spec.name).uses_cuda]
 
 
-def _plan_from_report(recipe, report: dict, rows: float | None) -> tuple[ActorPlan, float]:
+def _plan_from_report(recipe: Recipe, report: dict[str, Any], rows: float | None) -> tuple[ActorPlan, float]:
     """(actor plan, cluster CPUs) from the report; ``rows`` bounds actors by available batches."""
     extra = recipe.partition.extra
     stages = stages_from_report(report)
@@ -63,9 +67,9 @@ def _plan_from_report(recipe, report: dict, rows: float | None) -> tuple[ActorPl
 
 
 def decide_run(
-    recipe,
-    info: dict,
-    report: dict | None,
+    recipe: Recipe,
+    info: dict[str, Any],
+    report: dict[str, Any] | None,
     *,
     default_group_size: int = 1,
     airflow_max_active: int | None = None,
@@ -124,12 +128,13 @@ def decide_run(
     return RunDecisions(group, conc, plan, in_flight_per_group(conc.value, groups_at_once), groups_at_once)
 
 
-def parse_time_concurrency(recipe, cpu_default: int | None = None) -> ConcurrencyDecision:
+def parse_time_concurrency(recipe: Recipe, cpu_default: int | None = None) -> ConcurrencyDecision:
     """``max_active_tis_per_dagrun`` for the DAG, from the recipe alone (plus a cached report for a fixed job id)."""
     known = recipe.partition.num_of_partitions if recipe.partition.mode == "manual" else None
     configured = recipe.partition.max_concurrent_partitions
     gpu = bool(gpu_op_indices(recipe))
-    if not gpu or configured not in (None, "auto") or not recipe.job_id:
+    # (A Recipe built without the parser may still hold "auto", which the parser reads as None.)
+    if not gpu or configured not in (None, "auto") or not recipe.job_id:  # type: ignore[comparison-overlap]
         return resolve_max_concurrent(configured, num_partitions=known, has_gpu_ops=gpu, cpu_default=cpu_default)
     try:
         report = load_report(os.path.join(recipe.work_dir, recipe.job_id))

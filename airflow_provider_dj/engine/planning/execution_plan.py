@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan, PlannedOp, Segment
 
 PLAN_DOC_VERSION = 2
 VALIDATE_TASK_ID = "validate"
@@ -24,11 +28,11 @@ PREFLIGHT_TASK_ID = "gpu_preflight"
 EXPORT_TASK_ID = "export"
 
 
-def _segment_of(plan, op_index: int):
+def _segment_of(plan: ExecutionPlan, op_index: int) -> Segment:
     return next(s for s in plan.segments if op_index in s.op_indices or op_index == s.keys_for_global)
 
 
-def _node(plan, op, pid: int, group: dict, map_index: int) -> dict:
+def _node(plan: ExecutionPlan, op: PlannedOp, pid: int, group: dict[str, Any], map_index: int) -> dict[str, Any]:
     seg = _segment_of(plan, op.index)
     node = {
         "id": f"op{op.index}_p{pid}",
@@ -55,7 +59,9 @@ def _node(plan, op, pid: int, group: dict, map_index: int) -> dict:
     return node
 
 
-def plan_document(plan, partitioning_info: dict | None = None, *, job_id: str | None = None) -> dict:
+def plan_document(
+    plan: ExecutionPlan, partitioning_info: dict[str, Any] | None = None, *, job_id: str | None = None
+) -> dict[str, Any]:
     """The JSON document for ``plan`` (an engine.planning.plan.ExecutionPlan with its groups set)."""
     groups = plan.groups or []
     parts = {p["partition_id"]: p for p in (partitioning_info or {}).get("partitions", [])}

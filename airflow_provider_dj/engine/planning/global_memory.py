@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 from airflow_provider_dj import settings
 from airflow_provider_dj.core.errors import RefusedError
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import Recipe
+    from airflow_provider_dj.engine.planning.plan import ExecutionPlan, PlannedOp
+    from airflow_provider_dj.ops.base import Op
 
 #: Peak bytes per row of the global step, measured on 10M keys: with lineage (the default) the loaded
 #: keys and input rows (24), one contiguous copy of the keys (16), the sort's order and its working
@@ -59,7 +65,7 @@ MASK_BYTES_PER_ROW = 64
 MAX_SHARDS = 4096
 
 
-def is_shardable(op_impl) -> bool:
+def is_shardable(op_impl: Op) -> bool:
     """Whether the op's global decision is one the sharded step computes (exact keys, MinHash, SimHash);
     the Data-Juicer adapter's near-duplicate ops decide in their own code and stay in one process."""
     from airflow_provider_dj.ops.base import SignatureDeduplicator
@@ -70,7 +76,7 @@ def is_shardable(op_impl) -> bool:
     )
 
 
-def items_per_row(op_impl) -> int:
+def items_per_row(op_impl: Op) -> int:
     """Items each row gives the sharded step (one per LSH band, one per SimHash table, else one)."""
     from airflow_provider_dj.ops.dedup.near import DocumentMinhashDeduplicator, DocumentSimhashDeduplicator
 
@@ -127,7 +133,7 @@ def budget_words(data_budget: int) -> str:
     )
 
 
-def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
+def planned_shards(op_impl: Op, rows: int, limit_bytes: int | None = None) -> int:
     """Key shards for ``rows`` rows: ``[dj] global_step_shards`` when set; else 0 (the step in its
     task's process) while the rows' keys fit both ``[dj] global_step_in_process_max_mb`` and
     ``limit_bytes`` (default :func:`global_step_limit_bytes`), or when the op cannot be sharded; else as
@@ -145,7 +151,12 @@ def planned_shards(op_impl, rows: int, limit_bytes: int | None = None) -> int:
 
 
 def check_global_steps_fit(
-    plan, total_rows: int, limit_bytes: int | None = None, *, recipe=None, max_partition_rows: int = 0
+    plan: ExecutionPlan,
+    total_rows: int,
+    limit_bytes: int | None = None,
+    *,
+    recipe: Recipe | None = None,
+    max_partition_rows: int = 0,
 ) -> None:
     """Raise :class:`GlobalStepTooLargeError` when a global op's step cannot run in the memory it has:
     in one process, ``total_rows`` rows' keys past ``limit_bytes`` (default
@@ -161,13 +172,13 @@ def check_global_steps_fit(
     for index, op in global_ops:
         op_impl = _op_impl(op, recipe)
         shards = 0 if op_impl is None else planned_shards(op_impl, total_rows, limit)
-        if shards:
+        if shards and op_impl is not None:  # (only an op of the recipe is ever planned in shards)
             _check_shards_fit(index, op, op_impl, total_rows, shards, max_partition_rows)
         elif total_rows * KEY_BYTES_PER_ROW > limit:
             raise GlobalStepTooLargeError(_single_step_message(index, op, total_rows, limit, op_impl))
 
 
-def _op_impl(op, recipe):
+def _op_impl(op: PlannedOp, recipe: Recipe | None) -> Op | None:
     if recipe is None:
         return None
     from airflow_provider_dj.ops.registry import create_op
@@ -175,7 +186,7 @@ def _op_impl(op, recipe):
     return create_op(op.name, op.args, recipe.text_key)
 
 
-def _check_shards_fit(index: int, op, op_impl, rows: int, shards: int, max_partition_rows: int) -> None:
+def _check_shards_fit(index: int, op: PlannedOp, op_impl: Op, rows: int, shards: int, max_partition_rows: int) -> None:
     budget = shard_budget_bytes()
     per_shard = math.ceil(rows * items_per_row(op_impl) * BYTES_PER_ITEM / shards)
     mask_need = max_partition_rows * MASK_BYTES_PER_ROW
@@ -197,7 +208,7 @@ def _check_shards_fit(index: int, op, op_impl, rows: int, shards: int, max_parti
     )
 
 
-def _single_step_message(index: int, op, total_rows: int, limit: int, op_impl) -> str:
+def _single_step_message(index: int, op: PlannedOp, total_rows: int, limit: int, op_impl: Op | None) -> str:
     need = total_rows * KEY_BYTES_PER_ROW
     source = (
         "[dj] global_step_memory_limit_gb"

@@ -59,7 +59,7 @@ class GroupSizeDecision:
         """The size to plan groups with (``group_sizes`` applies the cap itself)."""
         return self.chosen_size or self.size
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

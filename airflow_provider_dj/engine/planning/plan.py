@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
 
 import xxhash
 
 from airflow_provider_dj.ops.base import ENGINE_OP_ARGS
 from airflow_provider_dj.ops.registry import get_op_class
 
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.config.schema import OpSpec, Recipe
+
 
 @dataclass(frozen=True)
 class PlannedOp:
     index: int
     name: str
-    args: dict
+    args: dict[str, Any]
     kind: str
     is_global: bool
     fingerprint: str  # of ops 0..index: a checkpoint is reusable only under the same prefix pipeline
@@ -59,7 +63,7 @@ class ExecutionPlan:
     checkpoint_points: list[int]  # "state after op i" is saved for these i
     strategy: str
     text_key: str
-    groups: list[dict] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def final_op_index(self) -> int:
@@ -72,7 +76,7 @@ class ExecutionPlan:
         return f"barrier_seg{segment_index}"
 
 
-def _fingerprints(process, text_key: str) -> list[str]:
+def _fingerprints(process: Sequence[OpSpec], text_key: str) -> list[str]:
     h = xxhash.xxh3_128()
     h.update(json.dumps({"text_key": text_key}, sort_keys=True).encode())
     out = []
@@ -109,7 +113,7 @@ def checkpoint_points(strategy: str, n_ops: int, op_names: tuple[str, ...], ops:
     return sorted(chosen)
 
 
-def build_plan(recipe) -> ExecutionPlan:
+def build_plan(recipe: Recipe) -> ExecutionPlan:
     """Plan from a Recipe (engine.config.recipe.Recipe); no data is read."""
     fps = _fingerprints(recipe.process, recipe.text_key)
     ops = []
@@ -134,13 +138,13 @@ def build_plan(recipe) -> ExecutionPlan:
 
 
 def execution_groups(
-    partitioning_info: dict,
+    partitioning_info: dict[str, Any],
     group_size: int = 1,
-    completed: dict | None = None,
+    completed: dict[int, Any] | None = None,
     *,
     max_groups: int | None = None,
     whole: frozenset[int] = frozenset(),
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Consecutive partitions grouped for one mapped task each (one per group by default).
 
     ``completed`` (on resume: partition id -> {"last_op", "final"}): when
@@ -177,7 +181,9 @@ def execution_groups(
     return groups
 
 
-def _group_spans(parts: list[dict], group_size: int, max_groups: int | None, whole: frozenset[int]) -> list[int]:
+def _group_spans(
+    parts: list[dict[str, Any]], group_size: int, max_groups: int | None, whole: frozenset[int]
+) -> list[int]:
     """The sizes of consecutive groups over ``parts``: each run of ``whole`` partitions one group, the
     other runs in groups of ``group_size``; ``group_sizes`` over all of them instead when that makes
     no more groups (no ``whole``, or runs too short to gain) or the runs would pass ``max_groups``."""
@@ -200,13 +206,13 @@ def _group_spans(parts: list[dict], group_size: int, max_groups: int | None, who
 
 
 def plan_groups(
-    partitioning_info: dict,
+    partitioning_info: dict[str, Any],
     group_size: int = 1,
-    completed: dict | None = None,
+    completed: dict[int, Any] | None = None,
     *,
     max_mapped_tasks: int | None = None,
     explicit: bool = False,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """``execution_groups`` under the cap for a segment mapped by Airflow.
 
     ``max_mapped_tasks``: Airflow's ``[core] max_map_length`` (``None``: nothing
