@@ -752,3 +752,41 @@ def test_a_group_stopped_by_dj_airflow_stop_stays_stopped_whatever_the_timing(
         job_dir, dr, rc = run_round(run_dag, main, recipe, str(tmp_path / "work"), rnd, [0, 1], k)
         assert rc == 0, rnd.name
         check_round(job_dir, dr, rnd, client)
+
+
+POOL_RECIPE = """\
+project_name: {name}
+dataset_path: {data}
+export_path: {export}
+work_dir: {work}
+text_keys: text
+partition: {{mode: manual, num_of_partitions: 4}}
+process:
+  - text_embedding_mapper: {{batch_size: 16, max_seq_length: 32, num_gpus: 0}}
+"""
+
+
+def test_a_group_with_more_partitions_than_the_cluster_has_cpus_runs_its_actor_pool_to_the_end(
+    client, corpus, tmp_path
+):
+    """A stateful op's group of 4 partitions as one Ray Job on this 2-CPU head: the pool starts only the
+    actors the cluster can place (2, one CPU each) and hands them all 4 partitions.  With one actor per
+    partition, two actors could never be placed and the two partitions given to them waited forever."""
+    from airflow_provider_dj.engine.jobdir.events import read_events
+
+    recipe = tmp_path / "rj_pool.yaml"
+    recipe.write_text(
+        POOL_RECIPE.format(name="rj_pool", data=corpus, export=tmp_path / "pool.jsonl", work=tmp_path / "work")
+    )
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.job.setup import prepare_job
+
+    prepared = prepare_job(load_recipe(str(recipe)), job_id="rjpool", group_size=4, airflow_run_id=RUN_ID)
+    (group,) = prepared.groups
+    assert group["partition_ids"] == [0, 1, 2, 3]
+    sub = _submit(client, prepared, 0, group)
+    assert _wait(client, sub.submission_id, timeout=300) == "SUCCEEDED", client.logs_tail(sub.submission_id)
+    assert len(read_events(prepared.job_dir, "actor_start")) == 2
+    done = sorted(e["partition_id"] for e in read_events(prepared.job_dir, "partition_complete"))
+    assert done == [0, 1, 2, 3]
+    assert "bound by what the cluster can place" in client.logs_tail(sub.submission_id)

@@ -141,8 +141,13 @@ def resolve_pool(
     max_in_flight: int | None = None,
     cpus_per_partition: float = 1.0,
     actor_resources: dict[str, Any] | None = None,
+    cluster: dict[str, float] | None = None,
 ) -> PoolSpec | None:
-    """The pool for one group of ``n_partitions`` partitions of ``segment``; None = plain tasks."""
+    """The pool for one group of ``n_partitions`` partitions of ``segment``; None = plain tasks.
+
+    ``cluster`` (``ray.cluster_resources()``) bounds the actors by what the cluster can place at once:
+    the pool hands a partition to each free actor, and an actor Ray can never place would hold its
+    partition forever."""
     stateful = stateful_op_indices(plan, segment)
     if not stateful or n_partitions < 1:
         return None
@@ -158,6 +163,9 @@ def resolve_pool(
     planned = [int(r["actors"]) for r in per_op.values() if r.get("actors")]
     if planned:
         bounds["planned actors"] = min(planned)
+    placeable = _placeable_actors(cluster, num_cpus, num_gpus)
+    if placeable is not None:
+        bounds["what the cluster can place"] = placeable
     which = min(bounds, key=lambda k: bounds[k])
     actors = max(1, bounds[which])
     names = ", ".join(f"{plan.ops[i].name}#{i}" for i in stateful)
@@ -168,11 +176,30 @@ def resolve_pool(
     return PoolSpec(actors, num_cpus, num_gpus, stateful, reason)
 
 
+def _placeable_actors(cluster: dict[str, float] | None, num_cpus: float, num_gpus: float) -> int | None:
+    """How many actors of these resources the cluster's totals hold at once; None when unknown."""
+    if not cluster:
+        return None
+    fits = [
+        int(float(cluster.get(key, 0.0)) / need + 1e-9)
+        for key, need in (("CPU", num_cpus), ("GPU", num_gpus))
+        if need > 0
+    ]
+    return min(fits) if fits else None
+
+
+def cluster_totals(ray: Any) -> dict[str, float] | None:
+    """The cluster's total resources (``ray.cluster_resources()``); None when this client cannot say."""
+    try:
+        return dict(ray.cluster_resources())
+    except Exception:  # noqa: BLE001 - a client without the call: let Ray schedule
+        return None
+
+
 def check_cluster_fits(ray: Any, spec: PoolSpec, segment_index: int) -> None:
     """Refuse, before any actor starts, a pool no node of this cluster can ever place."""
-    try:
-        total = ray.cluster_resources()
-    except Exception:  # noqa: BLE001 - a client without the call: let Ray schedule
+    total = cluster_totals(ray)
+    if total is None:
         return
     for key, need in (("GPU", spec.num_gpus), ("CPU", spec.num_cpus)):
         have = float(total.get(key, 0.0))

@@ -243,7 +243,12 @@ class _GroupDispatch:
     ) -> None:
         """Set how many partitions run at once; for a segment with a stateful op, check the cluster
         fits and start the group's actor pool (its actors are then the bound)."""
-        from airflow_provider_dj.engine.execution.actor_pool import GroupActorPool, check_cluster_fits, resolve_pool
+        from airflow_provider_dj.engine.execution.actor_pool import (
+            GroupActorPool,
+            check_cluster_fits,
+            cluster_totals,
+            resolve_pool,
+        )
 
         self.limit = max(1, int(max_in_flight)) if max_in_flight else len(self.queue)
         spec = resolve_pool(
@@ -253,6 +258,7 @@ class _GroupDispatch:
             max_in_flight=max_in_flight,
             cpus_per_partition=self.num_cpus,
             actor_resources=actor_resources,
+            cluster=cluster_totals(self.ray),
         )
         if spec is None:
             return

@@ -69,3 +69,16 @@ def test_a_pool_the_cluster_can_never_place_is_refused():
     with pytest.raises(PoolResourceError, match=r"needs GPU=0.25 but the Ray cluster has 0"):
         check_cluster_fits(_Cluster({"CPU": 2.0}), spec, 0)
     check_cluster_fits(_Cluster({"CPU": 2.0, "GPU": 1.0}), spec, 0)
+
+
+def test_actors_are_bounded_by_what_the_cluster_can_place():
+    """The pool hands each partition to a free actor, so an actor the cluster can never place would hold
+    its partition forever (a group of 4 on a 2-CPU Ray Jobs head stopped after 2 partitions): the
+    cluster's totals bound the actors, by CPU and by GPU."""
+    plan = _Plan([("whitespace_normalization_mapper", {}), ("text_embedding_mapper", {"num_gpus": 0})])
+    spec = resolve_pool(plan, plan.segments[0], 4, cluster={"CPU": 2.0, "memory": 1e9})
+    assert spec.actors == 2 and "bound by what the cluster can place" in spec.reason
+    assert resolve_pool(plan, plan.segments[0], 4, cluster={"CPU": 8.0}).actors == 4  # the group bounds it
+    assert resolve_pool(plan, plan.segments[0], 4, cluster=None).actors == 4  # unknown: not bounded
+    gpu = _Plan([("text_embedding_mapper", {"num_gpus": 0.5})])
+    assert resolve_pool(gpu, gpu.segments[0], 8, cluster={"CPU": 16.0, "GPU": 1.0}).actors == 2
