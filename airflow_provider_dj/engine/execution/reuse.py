@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
+import os
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -372,7 +374,7 @@ def checkpoint_source(job_id: str, pid: int, marker: dict[str, Any]) -> tuple[st
     return (str(ref["job_id"]), int(ref.get("partition_id", pid))) if ref.get("job_id") else (job_id, pid)
 
 
-def reused_export_part(ctx: JobContext, pid: int, marker: dict[str, Any]) -> bytes | None:
+def reused_export_part(ctx: JobContext, pid: int, marker: dict[str, Any]) -> bytes | memoryview | None:
     """The exported JSONL bytes of partition ``pid`` when an earlier export wrote the same final checkpoint:
     read from that export at the recorded range and trusted only if its length, row count and xxh3 match.
 
@@ -382,7 +384,9 @@ def reused_export_part(ctx: JobContext, pid: int, marker: dict[str, Any]) -> byt
     return None if found is None else found[0]
 
 
-def reused_export_file(ctx: JobContext, pid: int, marker: dict[str, Any]) -> tuple[bytes, str | None, str] | None:
+def reused_export_file(
+    ctx: JobContext, pid: int, marker: dict[str, Any]
+) -> tuple[bytes | memoryview, str | None, str] | None:
     """``reused_export_part``'s bytes; the local file that holds exactly them when the earlier export
     was one shard per partition (``export_layout: partition_shards``), else None: such a file can be
     linked into the new export instead of written again; and their xxh3-128, as checked."""
@@ -393,10 +397,8 @@ def reused_export_file(ctx: JobContext, pid: int, marker: dict[str, Any]) -> tup
     if not entry or int(entry.get("rows", -1)) != int(marker.get("num_rows", -2)):
         return None
     try:
-        with storage.open_read(entry["export_path"]) as fh:
-            fh.seek(int(entry["offset"]))
-            data = fh.read(int(entry["length"]))
-            whole = bool(entry.get("whole_file")) and not fh.read(1)
+        data, to_the_end = _read_part(entry["export_path"], int(entry["offset"]), int(entry["length"]))
+        whole = bool(entry.get("whole_file")) and to_the_end
     except (OSError, KeyError, ValueError) as exc:
         log.info("partition %d: the earlier export part is unreadable (%s); serializing", pid, exc)
         return None
@@ -406,6 +408,22 @@ def reused_export_file(ctx: JobContext, pid: int, marker: dict[str, Any]) -> tup
         return None
     whole = whole and int(entry["offset"]) == 0 and not storage.is_url(entry["export_path"])
     return data, entry["export_path"] if whole else None, digest
+
+
+def _read_part(path: str, offset: int, length: int) -> tuple[bytes | memoryview, bool]:
+    """The bytes at ``[offset, offset + length)`` of ``path`` (fewer where the file is shorter), and
+    whether nothing follows them.  A local file's are mapped, not copied: a night's reused parts are
+    hundreds of MB that are only hashed and linked (copying them cost a quiet night a third of its time)."""
+    if not storage.is_url(path):
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if length > 0 and offset + length <= size:
+                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                return memoryview(mapped)[offset : offset + length], offset + length == size
+    with storage.open_read(path) as fh:
+        fh.seek(offset)
+        data = fh.read(length)
+        return data, not fh.read(1)
 
 
 def mostly_reused_export(ctx: JobContext) -> bool:
