@@ -109,11 +109,11 @@ def render(path: str, size: int = DEFAULT_SIZE) -> tuple[bytes, str, str | None]
     if not os.path.isfile(path):  # gone, or no longer a regular file (a FIFO would block the read)
         return placeholder("the image file is missing", size)
     try:
-        with Image.open(path) as img:
-            if img.width * img.height > MAX_PIXELS:
-                return placeholder(f"image too large to preview ({img.width}x{img.height})", size)
-            img.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
-            img = ImageOps.exif_transpose(img)
+        with Image.open(path) as opened:
+            if opened.width * opened.height > MAX_PIXELS:
+                return placeholder(f"image too large to preview ({opened.width}x{opened.height})", size)
+            opened.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
+            img = ImageOps.exif_transpose(opened)
             img.thumbnail((size, size))
             alpha = img.mode in ("RGBA", "LA", "P", "PA") and (img.mode != "P" or "transparency" in img.info)
             out = io.BytesIO()
