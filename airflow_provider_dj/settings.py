@@ -338,9 +338,10 @@ SETTINGS: tuple[Setting, ...] = (
         "ray_jobs_deferrable",
         "boolean",
         True,
-        "In Ray Jobs mode a partition task waits for its group's Ray job in the triggerer, holding no "
-        "worker slot; `0` waits in the worker instead (a deployment without a triggerer). Either way "
-        "a retry reattaches to the running Ray job.",
+        "In Ray Jobs mode the generated DAGs' tasks (validate, partition groups, global steps, the export) "
+        "wait for their Ray Jobs in the triggerer, holding no worker slot; `0` waits in the worker instead "
+        "(a deployment without a triggerer). A recipe's `partition.ray_jobs_deferrable` overrides it for its "
+        "DAG. Either way a retry reattaches to the running Ray job.",
         "0",
     ),
     _s(

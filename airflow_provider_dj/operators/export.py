@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_dj import settings
+from airflow.configuration import conf
+
 from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import finish_job, wants_parallel_export
 from airflow_provider_dj.engine.storage.context import JobContext
@@ -50,8 +51,9 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
     :param export_path_template: the recipe's template of ``export_path``, when it has one.
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
-    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
-        ``[dj] ray_jobs_deferrable``.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); default:
+        Airflow's ``[operators] default_deferrable``, as Airflow's own operators (the generated DAGs
+        pass ``[dj] ray_jobs_deferrable`` or the recipe's ``partition.ray_jobs_deferrable``).
     :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
     """
 
@@ -68,7 +70,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         recipe_name: str | None = None,
         declared_export_path: str | None = None,
         export_path_template: str | None = None,
-        deferrable: bool | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
@@ -79,7 +81,7 @@ class ExportOperator(RayJobStepMixin, DJBaseOperator):
         self.recipe_name = recipe_name
         self.declared_export_path = declared_export_path
         self.export_path_template = export_path_template
-        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
+        self.deferrable = bool(deferrable)
         self.poll_interval = poll_interval
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
 

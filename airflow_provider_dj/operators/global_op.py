@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_dj import settings
+from airflow.configuration import conf
+
 from airflow_provider_dj.engine.input.task_map import ray_task_runner
 from airflow_provider_dj.engine.job.completed_export import is_job_complete
 from airflow_provider_dj.engine.runner.steps import run_global_step
@@ -48,8 +49,9 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
     :param ray_conn_id: the Ray connection its sharded tasks run on (or, in Ray Jobs mode, the step).
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
-    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
-        ``[dj] ray_jobs_deferrable``.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); default:
+        Airflow's ``[operators] default_deferrable``, as Airflow's own operators (the generated DAGs
+        pass ``[dj] ray_jobs_deferrable`` or the recipe's ``partition.ray_jobs_deferrable``).
     :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job.
     """
 
@@ -64,7 +66,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
         op_index: int,
         ray_conn_id: str | None = RayHook.default_conn_name,
         local_run: dict | None = None,
-        deferrable: bool | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
@@ -73,7 +75,7 @@ class GlobalOpOperator(RayJobStepMixin, DJBaseOperator):
         self.op_index = op_index
         self.ray_conn_id = ray_conn_id
         self.local_run = local_run
-        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
+        self.deferrable = bool(deferrable)
         self.poll_interval = poll_interval
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)
 

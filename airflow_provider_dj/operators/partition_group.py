@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_dj import settings
+from airflow.configuration import conf
+
 from airflow_provider_dj.engine.execution.segment_result import SegmentResult
 from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner.dispatch import RayDispatcher
@@ -65,8 +66,9 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
     :param local_run: set only by ``dj-airflow run``: its in-process Ray's CPUs and CPU-only concurrency
         (operators/local_run.py); None under a scheduler.
     :param cpus_per_partition: CPUs each partition's Ray task holds.
-    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); None:
-        ``[dj] ray_jobs_deferrable``.
+    :param deferrable: Ray Jobs mode: wait in the triggerer (True) or the worker (False); default:
+        Airflow's ``[operators] default_deferrable``, as Airflow's own operators (the generated DAGs
+        pass ``[dj] ray_jobs_deferrable`` or the recipe's ``partition.ray_jobs_deferrable``).
     :param poll_interval: Ray Jobs mode: seconds between looks at the Ray Job and the group's progress.
     """
 
@@ -83,7 +85,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         ray_conn_id: str | None = RayHook.default_conn_name,
         local_run: dict | None = None,
         cpus_per_partition: float = 1,
-        deferrable: bool | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
@@ -94,8 +96,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         self.ray_conn_id = ray_conn_id
         self.local_run = local_run  # what `dj-airflow run` decided (operators/local_run.py)
         self.cpus_per_partition = cpus_per_partition
-        # Ray Jobs mode: wait in the triggerer (True) or in the worker; None: [dj] ray_jobs_deferrable
-        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
+        self.deferrable = bool(deferrable)
         self.poll_interval = poll_interval  # Ray Jobs mode: seconds between looks at the Ray Job
         self._dispatcher: RayDispatcher | None = None
         self._ray_job: tuple[Any, str] | None = None  # Ray Jobs mode: (client, submission id)

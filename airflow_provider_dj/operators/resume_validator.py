@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_dj import settings
+from airflow.configuration import conf
+
 from airflow_provider_dj.engine.config.recipe import RecipeError
 from airflow_provider_dj.engine.history.index import HistoryIndexError
 from airflow_provider_dj.engine.input.partition_memory import PartitionTooLargeError
@@ -68,7 +69,8 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         indexed and hashed by Ray tasks on it (planning time falls with the cluster's cores); in Ray Jobs
         mode by a Ray Job on the cluster (operators/input_planning.py); else by this worker's threads.
     :param deferrable: Ray Jobs mode: wait for the planning's Ray Job in the triggerer (True) or the
-        worker (False); None: ``[dj] ray_jobs_deferrable``.
+        worker (False); default: Airflow's ``[operators] default_deferrable``, as Airflow's own
+        operators (the generated DAGs pass ``[dj] ray_jobs_deferrable`` or the recipe's choice).
     :param poll_interval: Ray Jobs mode: seconds between looks at the planning's Ray Job.
     """
 
@@ -84,14 +86,14 @@ class ResumeValidatorOperator(InputPlanningMixin, DJBaseOperator):
         max_active_groups: int | None = None,
         local_run: dict | None = None,
         ray_conn_id: str | None = RayHook.default_conn_name,
-        deferrable: bool | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.recipe_path = recipe_path
         self.ray_conn_id = ray_conn_id
-        self.deferrable = bool(settings.get("ray_jobs_deferrable")) if deferrable is None else bool(deferrable)
+        self.deferrable = bool(deferrable)
         self.poll_interval = poll_interval
         # local_run: what `dj-airflow run` decided (operators/local_run.py); None under a scheduler.
         self.local_run = local_run
