@@ -55,6 +55,8 @@ HOLD_UNTIL_STOP = {
     "seconds": 120,
     "until": STOP_REQUEST,
 }
+#: On the resume, partition 0 waits a second as op 4 (segment 1) starts: long enough for progress lines.
+RESUME_PAUSE = {"point": "op_start", "partition_id": 0, "op_index": 4, "kind": "delay", "seconds": 1.0}
 #: Partition 1 hangs after op 0 (only a forced stop ends it).
 HANG = {"point": "after_op", "partition_id": 1, "op_index": 0, "kind": "hang", "seconds": 120}
 
@@ -232,6 +234,10 @@ def test_ctrl_c_once_stops_gracefully_and_the_resume_exports_what_a_clean_run_ex
     assert "STOPPED on request (graceful" in log_text  # the engine's log went to the log file
 
     # The resume, with its output in a pipe: plain lines (no escape codes), a progress line, the summary.
+    # Progress lines come every interval while a step runs, and the resume's work can take less than
+    # one: partition 0 waits a second as segment 1 starts it (the hold above has fired and stays spent).
+    with open(os.path.join(job_dir, "_fault_injection.json"), "w") as fh:
+        json.dump([HOLD_UNTIL_STOP, {**RESUME_PAUSE, "times": 1}], fh)
     resumed = subprocess.run(
         [DJ_AIRFLOW, "run", recipe, "--executor", "local", "--num-cpus", "2", "--resume", "graceful"],
         stdout=subprocess.PIPE,
