@@ -40,6 +40,10 @@ import sys
 import tempfile
 import time
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 
 RUN_ID = "ray-jobs-bench-run"
 MODES = ("driver", "jobs")
@@ -77,14 +81,14 @@ def task_context() -> dict:
     return {"ti": ti, "dag_run": SimpleNamespace(run_id=RUN_ID)}
 
 
-def operator(job_dir: str, group: dict, mode: str, poll_interval: float):
+def operator(job_dir: str, group: ExecutionGroup, mode: str, poll_interval: float):
     from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
 
     return PartitionGroupOperator(
         task_id="partitions_seg0",
         job_dir=job_dir,
         segment_index=0,
-        execution_group=group,
+        execution_group=group.to_dict(),  # as XCom hands it to the task
         ray_conn_id=CONN[mode],
         poll_interval=poll_interval,
     )

@@ -44,6 +44,7 @@ from typing import Any, Callable
 from airflow_provider_dj import __version__
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner.export_job import ExportJobSpec, verify_export
 from airflow_provider_dj.engine.runner.global_job import GlobalJobSpec, step_settings, verify_global
 from airflow_provider_dj.engine.runner.group_job import (
@@ -277,17 +278,17 @@ class RayJobsClient:
         job_dir: str,
         job_id: str,
         segment_index: int,
-        group: dict,
+        group: ExecutionGroup,
     ) -> GroupSubmission:
         """Find the group's current submission and decide: attach, trust, or submit the next attempt.
 
         ``spec_for(submission_id, attempt)`` builds the driver's spec for a new submission."""
-        gid = int(group["group_id"])
+        gid = group.group_id
         return self._submit_or_attach(
             spec_for,
             ray_jobs.base_submission_id(job_dir, job_id, segment_index, gid),
             ray_jobs.latest_submission(ray_jobs.read_record(job_dir, segment_index, gid)),
-            lambda: verify_group(job_dir, segment_index, group["partition_ids"]),
+            lambda: verify_group(job_dir, segment_index, list(group.partition_ids)),
             "the group",
         )
 
@@ -409,10 +410,10 @@ def _submitted(spec_cls, *, attempt: int, event_defaults: dict | None = None, **
     )
 
 
-def group_spec(*, segment_index: int, group: dict, num_cpus: float = 1, **fields) -> GroupJobSpec:
+def group_spec(*, segment_index: int, group: ExecutionGroup, num_cpus: float = 1, **fields) -> GroupJobSpec:
     """A partition group's driver spec (``fields``: ``job_dir``, ``job_id``, ``submission_id``, ``attempt``
     and the task's ``namespace``, ``try_number``, ``run_id``, ``step_key``, ``event_defaults``)."""
-    return _submitted(GroupJobSpec, segment_index=int(segment_index), group=dict(group), num_cpus=num_cpus, **fields)
+    return _submitted(GroupJobSpec, segment_index=int(segment_index), group=group, num_cpus=num_cpus, **fields)
 
 
 def global_spec(*, op_index: int, **fields) -> GlobalJobSpec:

@@ -119,9 +119,14 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         self.log.warning(
             "on_kill: cancelled %d Ray task(s)/actor(s) of partitions %s; %d still running",
             n,
-            self.execution_group.get("partition_ids"),
+            list(self._group.partition_ids),
             left,
         )
+
+    @property
+    def _group(self) -> ExecutionGroup:
+        """The task's group: XCom hands it over as a plain dict, the engine takes the dataclass."""
+        return ExecutionGroup.of(self.execution_group)
 
     def _connect(self):
         return RayHook(ray_conn_id=self.ray_conn_id, in_process_cpus=ray_cpus(self.local_run)).get_client()
@@ -132,7 +137,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
             results = run_group(
                 self.job_dir,
                 self.segment_index,
-                ExecutionGroup.from_dict(self.execution_group),  # XCom's plain dict
+                self._group,
                 dispatcher,
                 try_number=try_number(context),
                 event_defaults=event_defaults(context),
@@ -143,7 +148,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
 
     # -- Ray Jobs mode (operators/ray_job_step.py) ------------------------------
     def _run_ray_job(self, context: Context) -> list[dict]:
-        if not self.execution_group["partition_ids"]:
+        if not self._group.partition_ids:
             self.log.info("Segment %s: no partitions to run", self.segment_index)
             return []
         return self._submit_and_wait(context)
@@ -154,7 +159,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
         from airflow_provider_dj.engine.storage.context import JobContext
         from airflow_provider_dj.hooks.ray_jobs import group_spec
 
-        job_dir, group, seg = self.job_dir, self.execution_group, self.segment_index
+        job_dir, group, seg = self.job_dir, self._group, self.segment_index
         job_id = JobContext(job_dir).job_id
 
         def succeeded(entry: dict, sid: str, message: str) -> list[dict]:
@@ -165,7 +170,7 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
             return results
 
         return RayJobStep(
-            label=f"Segment {seg}, execution group {group['group_id']} ({group['label']})",
+            label=f"Segment {seg}, execution group {group.group_id} ({group.label})",
             again="run the group again",
             submit=lambda client, spec_for: client.submit_or_attach(
                 spec_for, job_dir=job_dir, job_id=job_id, segment_index=seg, group=group
@@ -181,12 +186,10 @@ class PartitionGroupOperator(RayJobStepMixin, DJBaseOperator):
                 namespace=client.namespace,
                 **self._spec_context(context),
             ),
-            poll=lambda client, sid: client.poll(sid, job_dir, seg, group["partition_ids"]),
-            trigger={"segment_index": seg, "partition_ids": list(group["partition_ids"])},
-            record_entry=lambda sid: ray_jobs.find_submission(
-                ray_jobs.read_record(job_dir, seg, int(group["group_id"])), sid
-            ),
-            verify=lambda: verify_group(job_dir, seg, group["partition_ids"]),
+            poll=lambda client, sid: client.poll(sid, job_dir, seg, list(group.partition_ids)),
+            trigger={"segment_index": seg, "partition_ids": list(group.partition_ids)},
+            record_entry=lambda sid: ray_jobs.find_submission(ray_jobs.read_record(job_dir, seg, group.group_id), sid),
+            verify=lambda: verify_group(job_dir, seg, list(group.partition_ids)),
             succeeded=succeeded,
             settle_stopped=lambda sid, request, defaults: settle_stopped_group(
                 job_dir, job_id, seg, group, sid, request, event_defaults=defaults

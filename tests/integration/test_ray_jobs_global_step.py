@@ -155,7 +155,7 @@ def test_a_step_whose_keep_masks_are_committed_submits_nothing_and_asks_no_dashb
 # -- the export's Ray Job (engine/runner/export_job.py) ---------------------------------------------
 
 
-def _run_to_export(job_dir: str, groups: list[dict]) -> None:
+def _run_to_export(job_dir: str, groups: list) -> None:
     """Every step before the export, in this process."""
     from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher
     from airflow_provider_dj.engine.runner.steps import run_global_step, run_group

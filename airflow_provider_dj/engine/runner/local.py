@@ -30,7 +30,6 @@ from airflow_provider_dj.engine.job.setup import PreparedJob
 from airflow_provider_dj.engine.job.summary import read_job_summary
 from airflow_provider_dj.engine.job.watch import check as barrier_check
 from airflow_provider_dj.engine.jobdir import lock as job_lock
-from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner.dispatch import LocalDispatcher, RayDispatcher
 from airflow_provider_dj.engine.runner.executor_choice import choose_after_planning, ray_needed_before_planning
 from airflow_provider_dj.engine.runner.preflight import gpu_preflight_step
@@ -184,8 +183,7 @@ def run_prepared_job(
     if executor not in EXECUTORS:
         raise ValueError(f"executor={executor!r}: use one of {', '.join(EXECUTORS)}")
     workers = max(1, workers)
-    groups = [ExecutionGroup.from_dict(g) for g in prepared.groups]
-    started = StartedJob(recipe=None, prepared=prepared, groups=groups)
+    started = StartedJob(recipe=None, prepared=prepared, groups=list(prepared.groups))
     if executor == "auto":
         choice = choose_after_planning(started, workers)
         say(f"executor: {choice.line}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -206,7 +206,7 @@ def start_job(
         input_planner=input_planner,
         input_proof=input_proof,
     )
-    started = StartedJob(recipe, prepared, decisions=decided.get("decisions"))
+    started = StartedJob(recipe, prepared, list(prepared.groups), decisions=decided.get("decisions"))
     _clear_older_stop(prepared, started_at, event_defaults, say)
     if prepared.job_complete:
         say(f"Job {job_id} already completed: nothing to do; the export will be re-verified.")
@@ -224,9 +224,8 @@ def start_job(
     )
     _apply_decisions(started, events, say, warn)
     if prepared.resumed:
-        final = sum(1 for g in prepared.groups for c in g["completed"].values() if c["final"])
+        final = sum(1 for g in prepared.groups for c in (g.completed or {}).values() if c["final"])
         say(f"{final}/{prepared.num_partitions} partitions already final; the rest resume from their last checkpoint")
-    started.groups = [ExecutionGroup.from_dict(g) for g in prepared.groups]
     return started
 
 
@@ -261,17 +260,18 @@ def _apply_decisions(started: StartedJob, events: EventLog, say: Say, warn: Say 
     from airflow_provider_dj.engine.execution.actor_pool import stage_resources
     from airflow_provider_dj.engine.planning.concurrency import in_flight_per_group
 
-    groups = started.prepared.groups
+    groups = started.groups
     if groups and len(groups) < decisions.concurrent_groups:
         # Fewer groups than planned (runs of reused partitions packed into one): the in-flight total
         # is split over the groups there are.
         decisions.concurrent_groups = len(groups)
         decisions.max_in_flight = in_flight_per_group(decisions.concurrency.value, len(groups))
     resources = stage_resources(started.job_dir, decisions.actor_plan)
-    for g in groups:
-        g["max_in_flight"] = decisions.max_in_flight
-        if resources:  # sizes the actor pool of a group whose segment holds a stateful op
-            g["actor_resources"] = resources
+    # actor_resources sizes the actor pool of a group whose segment holds a stateful op
+    started.groups = [
+        replace(g, max_in_flight=decisions.max_in_flight, actor_resources=resources or g.actor_resources)
+        for g in groups
+    ]
     say(
         f"Planning: {decisions.group.size} partition(s) per execution group ({decisions.group.reason}); at most "
         f"{decisions.concurrency.value} partition(s) in flight ({decisions.concurrency.reason}), "

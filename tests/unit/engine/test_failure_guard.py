@@ -151,7 +151,7 @@ def test_failures_spread_thinly_over_partitions_stop_the_export(tmp_path):
         )
     )
     resumed = prepare_job(load_recipe(rpath, {"resume": "g3"}), job_id="g3")
-    assert all(c["final"] for g in resumed.groups for c in g["completed"].values())  # every checkpoint reused
+    assert all(c["final"] for g in resumed.groups for c in g.completed.values())  # every checkpoint reused
     assert any("max_failed_ratio" in line for line in resumed.accepted_changes)
     summary = export_job(job.job_dir)
     assert summary["export"]["rows"] == 8 and [json.loads(x)["id"] for x in open(out)] == [

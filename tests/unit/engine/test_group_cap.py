@@ -8,6 +8,7 @@ import json
 import pytest
 
 from airflow_provider_dj.engine.planning.decisions import decide_run
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.planning.groups import (
     balanced_sizes,
     bound_group_size,
@@ -27,18 +28,18 @@ def _info(n: int, rows: int = 1) -> dict:
     }
 
 
-def _check_groups(groups: list[dict], n: int, rows: int, cap: int) -> None:
+def _check_groups(groups: list[ExecutionGroup], n: int, rows: int, cap: int) -> None:
     """At most ``cap`` groups; contiguous, in order, covering every partition once; sizes within one."""
     assert 0 < len(groups) <= cap
-    assert [pid for g in groups for pid in g["partition_ids"]] == list(range(n))
-    sizes = [len(g["partition_ids"]) for g in groups]
+    assert [pid for g in groups for pid in g.partition_ids] == list(range(n))
+    sizes = [len(g.partition_ids) for g in groups]
     assert max(sizes) - min(sizes) <= 1
-    assert [g["group_id"] for g in groups] == list(range(len(groups)))
+    assert [g.group_id for g in groups] == list(range(len(groups)))
     for before, after in zip(groups, groups[1:]):
-        assert before["end_row"] == after["start_row"]
-    assert groups[0]["start_row"] == 0 and groups[-1]["end_row"] == n * rows
+        assert before.end_row == after.start_row
+    assert groups[0].start_row == 0 and groups[-1].end_row == n * rows
     first = groups[0]
-    assert first["label"] == f"p0-p{sizes[0] - 1} rows 0-{sizes[0] * rows - 1}"
+    assert first.label == f"p0-p{sizes[0] - 1} rows 0-{sizes[0] * rows - 1}"
 
 
 def test_the_cap_is_airflows_limit_and_the_readable_one_for_planned_sizes():
@@ -67,7 +68,7 @@ def test_1100_partitions_fit_airflows_default_1024_with_the_readable_cap_off(mon
     groups = plan_groups(_info(1100), 1, max_mapped_tasks=1024)
     assert len(groups) == 1024
     _check_groups(groups, 1100, 1, 1024)
-    assert groups[0]["label"] == "p0-p1 rows 0-1" and groups[-1]["label"] == "p1099 rows 1099-1099"
+    assert groups[0].label == "p0-p1 rows 0-1" and groups[-1].label == "p1099 rows 1099-1099"
 
 
 def test_1100_partitions_under_the_readable_cap():
@@ -123,7 +124,7 @@ def test_decide_run_bounds_the_default_size(tmp_path):
     d = decide_run(recipe, _info(1100), None, max_groups=256, max_mapped_tasks=1024, airflow_max_active=4)
     assert d.group.size == 5 and d.group.bounded_by == "[dj] max_groups_per_segment=256"
     assert d.group.planned_size == 1  # the groups are planned from it, balanced under the cap
-    sizes = [len(g["partition_ids"]) for g in execution_groups(_info(1100), d.group.planned_size, max_groups=256)]
+    sizes = [len(g.partition_ids) for g in execution_groups(_info(1100), d.group.planned_size, max_groups=256)]
     assert len(sizes) == 256 and set(sizes) == {4, 5}
     assert d.concurrent_groups == 4
 
@@ -133,12 +134,12 @@ def test_runs_of_partitions_reused_whole_are_one_group_each():
     rest keep their size; packing that would not make fewer groups, or would pass the cap, is skipped."""
 
     def ids(groups):
-        return [g["partition_ids"] for g in groups]
+        return [list(g.partition_ids) for g in groups]
 
     assert ids(execution_groups(_info(6), 1, whole=frozenset({0, 1, 2, 4}))) == [[0, 1, 2], [3], [4], [5]]
     assert ids(execution_groups(_info(7), 2, whole=frozenset(range(5)))) == [[0, 1, 2, 3, 4], [5, 6]]
     groups = execution_groups(_info(4, rows=10), 1, whole=frozenset({1, 2}))
-    assert groups[1]["label"] == "p1-p2 rows 10-29" and (groups[1]["start_row"], groups[1]["end_row"]) == (10, 30)
+    assert groups[1].label == "p1-p2 rows 10-29" and (groups[1].start_row, groups[1].end_row) == (10, 30)
     # alternating runs with a group size of 2: packing would make more groups than plain sizing
     assert ids(execution_groups(_info(4), 2, whole=frozenset({0, 2}))) == [[0, 1], [2, 3]]
     # more runs than the cap allows: the cap's balanced groups

@@ -15,6 +15,7 @@ from airflow_provider_dj import __version__
 from airflow_provider_dj.engine.config.recipe import load_recipe
 from airflow_provider_dj.engine.job.setup import prepare_job
 from airflow_provider_dj.engine.jobdir import ray_jobs
+from airflow_provider_dj.engine.planning.execution_group import ExecutionGroup
 from airflow_provider_dj.engine.runner import group_job
 from airflow_provider_dj.engine.runner.group_job import EXIT_REFUSED, GroupJobSpec, run_group_job
 from airflow_provider_dj.testing.sample_corpus import write_corpus
@@ -32,8 +33,8 @@ def planned(tmp_path):
     return prepared.job_dir, prepared.groups
 
 
-def _spec(job_dir: str, group: dict, **kw) -> GroupJobSpec:
-    base = ray_jobs.base_submission_id(job_dir, "j1", 0, group["group_id"])
+def _spec(job_dir: str, group: ExecutionGroup, **kw) -> GroupJobSpec:
+    base = ray_jobs.base_submission_id(job_dir, "j1", 0, group.group_id)
     fields = dict(
         job_dir=job_dir,
         job_id="j1",
@@ -99,21 +100,21 @@ def test_submission_ids_are_deterministic_per_job_dir_segment_group_and_attempt(
 def test_the_record_keeps_each_submission_and_its_transitions(planned):
     job_dir, groups = planned
     g = groups[1]
-    base = ray_jobs.base_submission_id(job_dir, "j1", 0, g["group_id"])
-    assert ray_jobs.read_record(job_dir, 0, g["group_id"]) is None
+    base = ray_jobs.base_submission_id(job_dir, "j1", 0, g.group_id)
+    assert ray_jobs.read_record(job_dir, 0, g.group_id) is None
     ray_jobs.record_transition(job_dir, 0, g, base, "started", job_id="j1", attempt=0, identity={"host": "n1"})
     ray_jobs.record_transition(job_dir, 0, g, base, "failed", job_id="j1", attempt=0, error="boom")
     r1 = ray_jobs.submission_id(base, 1)
     ray_jobs.record_transition(job_dir, 0, g, r1, "started", job_id="j1", attempt=1)
     ray_jobs.record_transition(job_dir, 0, g, r1, "succeeded", job_id="j1", attempt=1, results=[{"partition_id": 1}])
-    record = ray_jobs.read_record(job_dir, 0, g["group_id"])
-    assert record["partition_ids"] == g["partition_ids"] and record["job_id"] == "j1"
+    record = ray_jobs.read_record(job_dir, 0, g.group_id)
+    assert record["partition_ids"] == list(g.partition_ids) and record["job_id"] == "j1"
     first = ray_jobs.find_submission(record, base)
     assert [t["state"] for t in first["transitions"]] == ["started", "failed"]
     assert first["host"] == "n1" and first["error"] == "boom"
     assert ray_jobs.latest_submission(record)["submission_id"] == r1
     assert ray_jobs.latest_submission(record)["results"] == [{"partition_id": 1}]
-    assert os.path.exists(os.path.join(job_dir, "ray_jobs", f"seg0_group{g['group_id']}.json"))
+    assert os.path.exists(os.path.join(job_dir, "ray_jobs", f"seg0_group{g.group_id}.json"))
 
 
 def test_the_spec_travels_as_one_quoted_shell_argument(planned):
@@ -132,15 +133,15 @@ def test_verify_group_reads_the_commit_markers_and_ignores_other_groups_failures
 
     job_dir, groups = planned
     g0, g1 = groups
-    assert group_job.verify_group(job_dir, 0, g0["partition_ids"]) == (
+    assert group_job.verify_group(job_dir, 0, list(g0.partition_ids)) == (
         False,
-        f"segment 0: 0/1 partitions of the group committed (not yet: {g0['partition_ids']})",
+        f"segment 0: 0/1 partitions of the group committed (not yet: {list(g0.partition_ids)})",
     )
-    for pid in g0["partition_ids"]:
+    for pid in list(g0.partition_ids):
         run_segment(job_dir, 0, pid)
     record_job_failure(job_dir, "partitions_seg0 (map index 1)", RuntimeError("group 1 failed"))
-    assert group_job.verify_group(job_dir, 0, g0["partition_ids"]) == (
+    assert group_job.verify_group(job_dir, 0, list(g0.partition_ids)) == (
         True,
         "segment 0: 1/1 partitions of the group committed",
     )
-    assert group_job.verify_group(job_dir, 0, g1["partition_ids"])[0] is False
+    assert group_job.verify_group(job_dir, 0, list(g1.partition_ids))[0] is False

@@ -79,7 +79,7 @@ def test_clean_resume_reports_completed_checkpoints_and_accepts_non_result_chang
     assert p.resumed and not p.job_complete and p.num_partitions == 3  # saved boundaries win
     assert any("partition.num_of_partitions" in c for c in p.accepted_changes)
     assert any("checkpoint.strategy" in c for c in p.accepted_changes)
-    assert all(g["completed"][str(g["partition_ids"][0])]["last_op"] == 1 for g in p.groups)
+    assert all(g.completed[str(g.partition_ids[0])]["last_op"] == 1 for g in p.groups)
     from airflow_provider_dj.engine.jobdir.events import read_events
 
     steps = [e["name"] for e in read_events(job["dir"], "validation_step")]

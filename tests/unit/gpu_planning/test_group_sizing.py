@@ -78,8 +78,8 @@ def test_resume_with_mixed_checkpoint_positions_runs_one_partition_per_group():
     }
     assert not uniform_positions(completed)
     groups = execution_groups(_info(4), 4, completed)
-    assert [g["partition_ids"] for g in groups] == [[0], [1], [2], [3]]
-    assert groups[2]["label"] == "p2 rows 20-29"
+    assert [list(g.partition_ids) for g in groups] == [[0], [1], [2], [3]]
+    assert groups[2].label == "p2 rows 20-29"
 
 
 def test_resume_with_one_position_keeps_the_group_size():
@@ -91,5 +91,5 @@ def test_resume_with_one_position_keeps_the_group_size():
         3: {"last_op": 1, "final": False},
     }
     assert uniform_positions(completed)
-    assert [g["partition_ids"] for g in execution_groups(_info(4), 2, completed)] == [[0, 1], [2, 3]]
-    assert [g["partition_ids"] for g in execution_groups(_info(4), 4)] == [[0, 1, 2, 3]]
+    assert [list(g.partition_ids) for g in execution_groups(_info(4), 2, completed)] == [[0, 1], [2, 3]]
+    assert [list(g.partition_ids) for g in execution_groups(_info(4), 4)] == [[0, 1, 2, 3]]

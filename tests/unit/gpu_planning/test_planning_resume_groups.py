@@ -49,7 +49,7 @@ def test_mixed_positions_on_resume_give_groups_of_one(recipe):
         return 4
 
     new = prepare_job(recipe, job_id="j1", group_size=size, airflow_run_id="run1")
-    assert [g["partition_ids"] for g in new.groups] == [[0, 1, 2, 3]]
+    assert [list(g.partition_ids) for g in new.groups] == [[0, 1, 2, 3]]
     assert sizes_asked == [(4, "j1")]
 
     with open(os.path.join(new.job_dir, FAULT_FILE), "w") as fh:
@@ -60,8 +60,8 @@ def test_mixed_positions_on_resume_give_groups_of_one(recipe):
 
     resumed = prepare_job(recipe, job_id="j1", group_size=size, airflow_run_id="run1")
     assert resumed.resumed
-    assert [g["partition_ids"] for g in resumed.groups] == [[0], [1], [2], [3]]
-    positions = {pid: c["last_op"] for g in resumed.groups for pid, c in g["completed"].items()}
+    assert [list(g.partition_ids) for g in resumed.groups] == [[0], [1], [2], [3]]
+    positions = {pid: c["last_op"] for g in resumed.groups for pid, c in g.completed.items()}
     assert positions == {"0": 0, "1": 2, "2": -1, "3": -1}
     with open(os.path.join(new.job_dir, "dag_execution_plan.json")) as fh:
         plan = json.load(fh)
@@ -72,4 +72,4 @@ def test_same_position_on_resume_keeps_the_group(recipe):
     new = prepare_job(recipe, job_id="j2", group_size=2, airflow_run_id="run1")
     run_segment(new.job_dir, 0, 0)  # partition 0 final; 1-3 all before op 0
     resumed = prepare_job(recipe, job_id="j2", group_size=2, airflow_run_id="run1")
-    assert [g["partition_ids"] for g in resumed.groups] == [[0, 1], [2, 3]]
+    assert [list(g.partition_ids) for g in resumed.groups] == [[0, 1], [2, 3]]

@@ -43,7 +43,10 @@ def test_a_dead_dashboard_is_refused_naming_it_and_nothing_is_written(tmp_path, 
     address = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps({"conn_type": "ray", "host": address}))
     op = PartitionGroupOperator(
-        task_id="partitions_seg0", job_dir=prepared.job_dir, segment_index=0, execution_group=prepared.groups[0]
+        task_id="partitions_seg0",
+        job_dir=prepared.job_dir,
+        segment_index=0,
+        execution_group=prepared.groups[0].to_dict(),
     )
     ti = SimpleNamespace(dag_id="d", run_id="run1", task_id="partitions_seg0", map_index=0, try_number=1)
     before = _tree(prepared.job_dir)

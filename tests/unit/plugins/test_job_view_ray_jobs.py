@@ -36,8 +36,8 @@ def planned(tmp_path):
 def _write_records(prepared) -> tuple[str, str]:
     """Group 0 failed once and runs again (attempt 1); group 1 succeeded at its first submission."""
     g0, g1 = prepared.groups[0], prepared.groups[1]
-    b0 = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, g0["group_id"])
-    b1 = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, g1["group_id"])
+    b0 = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, g0.group_id)
+    b1 = ray_jobs.base_submission_id(prepared.job_dir, prepared.job_id, 0, g1.group_id)
     r1 = ray_jobs.submission_id(b0, 1)
     who = {"host": "node1", "dashboard_address": DASHBOARD}
     write = ray_jobs.record_transition
@@ -54,16 +54,16 @@ def _write_records(prepared) -> tuple[str, str]:
 def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
     assert len(planned.groups) == 3
     r1, b1 = _write_records(planned)
-    record1 = ray_jobs.read_record(planned.job_dir, 0, planned.groups[1]["group_id"])
+    record1 = ray_jobs.read_record(planned.job_dir, 0, planned.groups[1].group_id)
     started1 = record1["submissions"][0]["transitions"][0]["at"]  # no submitted_at: the driver's first record
     view = job_data.job_overview(planned.job_dir)
     assert view["ray_jobs"] == [
         {
             "segment_index": 0,
-            "group_id": planned.groups[0]["group_id"],
+            "group_id": planned.groups[0].group_id,
             "op_index": None,
             "step": None,
-            "partition_ids": planned.groups[0]["partition_ids"],
+            "partition_ids": list(planned.groups[0].partition_ids),
             "submission_id": r1,
             "state": "started",
             "submitted_at": SUBMITTED,
@@ -72,10 +72,10 @@ def test_each_groups_latest_ray_job_is_shown_from_its_record(planned):
         },
         {
             "segment_index": 0,
-            "group_id": planned.groups[1]["group_id"],
+            "group_id": planned.groups[1].group_id,
             "op_index": None,
             "step": None,
-            "partition_ids": planned.groups[1]["partition_ids"],
+            "partition_ids": list(planned.groups[1].partition_ids),
             "submission_id": b1,
             "state": "succeeded",
             "submitted_at": started1,
