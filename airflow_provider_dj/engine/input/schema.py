@@ -25,6 +25,8 @@ warnings here.
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -60,7 +62,7 @@ class RequiredField:
     ops: list[str] = field(default_factory=list)  # "process[i] <op name>"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileSchema:
     """What one file's rows hold, as far as was read."""
 
@@ -129,8 +131,45 @@ def _has_path(schema: pa.Schema, path: str) -> bool:
     return True
 
 
+#: ``sample_schema``'s answers in this process, by a local file's identity: ``dj-airflow run`` checks the
+#: input before Ray or Airflow start, then planning checks it again in the same process.
+_SAMPLED: dict[tuple, FileSchema] = {}
+
+
+#: A file modified this recently is not remembered: a file system's clock for modification times is
+#: coarse (milliseconds), so a rewrite of the same size just after could keep the same time.
+_SETTLED_NS = 2_000_000_000
+
+
+def _file_identity(f: InputFile) -> tuple | None:
+    """(path, device, inode, size, mtime) of a settled local file; None for a URL or a file modified in
+    the last two seconds.  A later rewrite gives the file a new modification time, so a new key."""
+    if storage.is_url(f.path):
+        return None
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        return None
+    if time.time_ns() - st.st_mtime_ns < _SETTLED_NS:
+        return None
+    return (f.path, f.format, f.compression, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def sample_schema(f: InputFile) -> FileSchema:
-    """The fields of one file: its Parquet footer, or its first JSONL rows (a bad row there is refused)."""
+    """The fields of one file: its Parquet footer, or its first JSONL rows (a bad row there is refused).
+    A local file unchanged since this process last sampled it is not read again."""
+    key = _file_identity(f)
+    if key is not None and key in _SAMPLED:
+        return _SAMPLED[key]
+    found = _read_sample_schema(f)
+    if key is not None:
+        if len(_SAMPLED) >= 4096:
+            _SAMPLED.clear()
+        _SAMPLED[key] = found
+    return found
+
+
+def _read_sample_schema(f: InputFile) -> FileSchema:
     if f.format == "parquet":
         with storage.open_read(f.path) as fh:
             pf = pq.ParquetFile(fh)

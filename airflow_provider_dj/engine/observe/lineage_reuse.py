@@ -93,17 +93,17 @@ def _with_this_jobs_matches(sc, table: pa.Table, entries: pa.Table, start: int, 
             before = entries.filter(
                 pc.and_(pc.less(entries.column("op_index"), g), pc.is_in(entries.column("fate"), _REMOVED))
             )
-            reached = np.setdiff1d(np.arange(start, end), before.column("input_row").to_numpy())
+            # the rows of this partition no op before g removed (arange is sorted and unique, so is the result)
+            reached = np.setdiff1d(np.arange(start, end), before.column("input_row").to_numpy(), assume_unique=True)
             dropped = reached[~keep] if len(reached) == len(keep) else None
             if dropped is not None and np.array_equal(dropped, table.column("input_row").to_numpy()[at]):
                 new = match_values(mask_cp.table, keep, len(at)) or {}
+        at_mask = np.zeros(table.num_rows, dtype=bool)
+        at_mask[at] = True
         for name, typ in MATCH_FIELDS:  # this job's match, or none (never the source's)
             values = new.get(name) if new is not None else None
-            col = columns[name].to_pylist()
-            fill = values.to_pylist() if values is not None else [None] * len(at)
-            for i, v in zip(at, fill):
-                col[i] = v
-            columns[name] = pa.array(col, typ)
+            fill = pa.array(values.to_pylist(), typ) if values is not None else pa.nulls(len(at), typ)
+            columns[name] = pc.replace_with_mask(columns[name], pa.array(at_mask), fill)
     for name, typ in MATCH_FIELDS:
         table = table.set_column(table.schema.get_field_index(name), pa.field(name, typ), columns[name])
     return table

@@ -204,7 +204,15 @@ _REGEX_WORD_RANGES = (
     "1EEA5-1EEA9 1EEAB-1EEBB 1F130-1F149 1F150-1F169 1F170-1F189 1FBF0-1FBF9 20000-2A6DF 2A700-2B81E 2B820-2CEAD "
     "2CEB0-2EBE0 2EBF0-2EE5D 2F800-2FA1D 30000-3134A 31350-33479 3D000-3FC3F E0100-E01EF "
 )
-REGEX_WORD = charset(_REGEX_WORD_RANGES)
+
+
+@functools.cache
+def regex_word() -> frozenset[str]:
+    """What the ``regex`` module's \\w matches (about 140,000 code points): built on first use, not
+    on import, since only the link patterns (themselves built once) need it."""
+    return charset(_REGEX_WORD_RANGES)
+
+
 # What the default pattern's "(?i)[a-z]" matches in the regex module: ASCII
 # letters plus U+0130, U+017F (long s) and U+212A (Kelvin sign).
 CI_LETTERS = charset("41-5A 61-7A 130 17F 212A")
@@ -231,7 +239,7 @@ def _link_parts(cls: Any, capture: bool, run: str = "+") -> dict[str, str]:
     paren = r"\(" + g + ns + run + "|" + g + r"\(" + ns + run + r"\)))*\)"
     end = cls(REGEX_SPACE | _LINK_END_EXCLUDED, True)
     return {
-        "scheme": letter + cls(REGEX_WORD | {"-"}) + "+:(?:/{1,3}|" + cls(CI_LETTERS | _DIGITS | {"%"}) + ")",
+        "scheme": letter + cls(regex_word() | {"-"}) + "+:(?:/{1,3}|" + cls(CI_LETTERS | _DIGITS | {"%"}) + ")",
         "www": cls(frozenset("wW")) * 3 + cls(REGEX_DIGIT) + "{0,3}[.]",
         "domain_tail": cls(CI_LETTERS | _DIGITS | {".", "-"}) + "*[.]" + letter + "{2,4}/",
         "lead": cls(CI_LETTERS | _DIGITS),
@@ -260,7 +268,7 @@ def links_re2_pattern(capture_link: bool = False) -> str:
     p = _link_parts(re2_class, capture=False)
     head_word = "(?:" + p["scheme"] + "|" + p["www"] + "|" + p["lead"] + p["domain_tail"] + ")"
     head_punct = "[.\\-]" + p["domain_tail"]
-    word, not_word = re2_class(REGEX_WORD), re2_class(REGEX_WORD, True)
+    word, not_word = re2_class(regex_word()), re2_class(regex_word(), True)
     o, c = ("(", ")") if capture_link else ("", "")
     return f"(\\A|{not_word}){o}{head_word}{p['rest']}{c}|({word}){o}{head_punct}{p['rest']}{c}"
 
@@ -282,7 +290,7 @@ def links_python_pattern(boundary: bool = True) -> re.Pattern[str]:
     ns = _py_cls(REGEX_SPACE | frozenset("()<>"), True)
     p = _link_parts(_py_cls, capture=True, run="++")
     rest = "(?:" + ns + "|" + p["paren"] + ")+(?:" + p["paren"] + "|" + p["end"] + ")"
-    word = _py_cls(REGEX_WORD)
+    word = _py_cls(regex_word())
     before = f"(?:(?<!{word})(?={word})|(?<={word})(?!{word}))" if boundary else ""
     head = "(?:" + p["scheme"] + "|" + p["www"] + "|" + p["lead_any"] + p["domain_tail"] + ")"
     return re.compile(before + "(" + head + rest + ")", re.DOTALL)

@@ -276,3 +276,24 @@ def test_a_truncated_line_names_its_line(tmp_path):
     info = plan_partitions(f, PartitionConfig(mode="manual", num_of_partitions=1))
     with pytest.raises(InputError, match=r"line 2 \(byte 14\): not valid JSON"):
         read_partition(info, 0)
+
+
+def test_a_settled_file_is_sampled_once_per_process_and_a_rewrite_is_seen(tmp_path):
+    """``dj-airflow run`` checks the input, then planning checks it again: a file untouched for a while
+    is read once.  A rewrite of the same size gives it a new modification time, so it is read again; a
+    file written in the last two seconds is never remembered (modification times are coarse)."""
+    from airflow_provider_dj.engine.input import schema
+
+    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "one"}])
+    (f,) = list_input_files(path)
+    os.utime(path, ns=(10**18, 10**18))  # settled: modified long before now
+    first = schema.sample_schema(f)
+    assert first.schema.names == ["text"]
+    write_jsonl(tmp_path / "a.jsonl", [{"body": "one"}])  # the same size, other field
+    os.utime(path, ns=(10**18, 10**18))  # the same time: only the cache can answer "text" now
+    assert schema.sample_schema(f) is first
+    os.utime(path, ns=(10**18 + 1, 10**18 + 1))  # what a rewrite does: a new modification time
+    assert schema.sample_schema(f).schema.names == ["body"]
+    fresh = write_jsonl(tmp_path / "b.jsonl", [{"text": "x"}])
+    (g,) = list_input_files(fresh)
+    assert schema.sample_schema(g) is not schema.sample_schema(g)  # just written: read each time
