@@ -18,6 +18,7 @@ ratios ours vs each Data-Juicer op; written: ``bench/results/minhash_vs_dj/minha
 
     .venv/bin/python -m bench minhash-vs-dj                        # 30k, 100k and 300k rows
     .venv/bin/python -m bench minhash-vs-dj --sizes 30000 --skip-dj  # ours only, quick
+    .venv/bin/python -m bench minhash-vs-dj --sizes 300000 1000000 --skip-dj-default  # ours and BTS, larger
 
 Data-Juicer runs in a side virtualenv (``bench.run_bench.default_dj_venv``: ``$DJ_VENV``, else
 ``bench/.djvenv``, created with ``py-data-juicer==1.6.1`` when missing; its Ray executor also needs
@@ -363,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[30_000, 100_000, 300_000], help="input rows")
     ap.add_argument("--skip-dj", action="store_true", help="ours only (no Data-Juicer virtualenv needed)")
+    ap.add_argument(
+        "--skip-dj-default", action="store_true", help="ours and the BTS op only (the default executor is the slowest)"
+    )
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="cores each run is given")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (printed)")
@@ -373,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     dj_exe = ensure_dj(args.skip_dj)
     if not args.skip_dj and dj_exe is None:
         log("Data-Juicer is not available: measuring ours only")
-    kinds = [OURS] + ([DJ_DEFAULT, DJ_BTS] if dj_exe else [])
+    kinds = [OURS] + (([DJ_BTS] if args.skip_dj_default else [DJ_DEFAULT, DJ_BTS]) if dj_exe else [])
     results: list[dict] = []
     corpora: list[dict] = []
     for size in args.sizes:
