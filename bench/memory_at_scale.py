@@ -21,6 +21,7 @@ line before it).  Written: ``bench/results/memory_at_scale/memory_at_scale.json`
 
     .venv/bin/python -m bench memory-at-scale                           # 10M, 30M, and 10M sharded
     .venv/bin/python -m bench memory-at-scale --rows 1000000 --sharded-rows 1000000 --sharded-budget-mb 300
+    .venv/bin/python -m bench memory-at-scale --op minhash --rows 10000000 --sharded-rows ''  # MinHash
 
 Corpora and job directories go under ``--tmp`` (``/tmp``) and are deleted after each run (``--keep``
 keeps them); check ``df -h /tmp`` first: 30M rows take about 1.4 GB of input plus the job directory.
@@ -49,8 +50,14 @@ export_path: {export}
 work_dir: {work}
 checkpoint: {{strategy: disabled}}
 process:
-  - document_deduplicator:
-"""
+{process}"""
+
+#: ``--op``: the recipe's one op.  ``minhash`` is the near-dedup of bench/minhash_vs_dj.py (256
+#: permutations, Jaccard 0.7) over that bench's 40-word rows; its kept rows are not known in advance.
+OPS = {
+    "exact": "  - document_deduplicator:\n",
+    "minhash": "  - document_minhash_deduplicator: {num_permutations: 256, jaccard_threshold: 0.7}\n",
+}
 
 MiB = 2**20
 CLI, RAY_WORKER, RAYLET, GCS, POOL, OTHER = "cli", "ray_worker", "raylet", "gcs_server", "pool_worker", "other"
@@ -94,6 +101,16 @@ def short_corpus(path: str, rows: int, seed: int = 1, dup_share: float = 0.2) ->
             )
     distinct = int(rows - dup.sum())
     return {"rows": rows, "distinct_texts": distinct, "bytes": os.path.getsize(path)}
+
+
+def _corpus(op: str, path: str, rows: int) -> dict:
+    """The input for ``op``: short rows with known distinct texts, or MinHash's near-duplicate rows."""
+    if op == "exact":
+        return short_corpus(path, rows)
+    from bench.minhash_vs_dj import near_dup_corpus
+
+    made = near_dup_corpus(path, rows)
+    return {**made, "distinct_texts": None, "bytes": os.path.getsize(path)}
 
 
 # --- the sampler ----------------------------------------------------------------------------------------
@@ -264,7 +281,15 @@ def _count_lines(path: str) -> int:
 
 # --- one run --------------------------------------------------------------------------------------------
 def run_one(
-    label: str, data: str, corpus: dict, tmp: str, *, budget_mb: int | None, interval: float, airflow: bool
+    label: str,
+    data: str,
+    corpus: dict,
+    tmp: str,
+    *,
+    budget_mb: int | None,
+    interval: float,
+    airflow: bool,
+    op: str = "exact",
 ) -> dict:
     from bench.run_bench import base_env
 
@@ -272,7 +297,7 @@ def run_one(
     export = os.path.join(tmp, f"export_{label}.jsonl")
     recipe = os.path.join(tmp, f"{label}.yaml")
     with open(recipe, "w") as fh:
-        fh.write(RECIPE.format(data=data, export=export, work=work))
+        fh.write(RECIPE.format(data=data, export=export, work=work, process=OPS[op]))
     env = base_env()  # a private RAY_TMPDIR, no RAY_ADDRESS, offline
     env["DJ_AIRFLOW_HOME"] = env["AIRFLOW_HOME"] = os.path.join(tmp, "airflow_home")
     for k in ("DJ_GLOBAL_SHARD_MEMORY_MB", "DJ_GLOBAL_STEP_SHARDS"):
@@ -317,8 +342,9 @@ def run_one(
         "wall_s": wall,
         "executor": chose,
         "rows_exported": exported,
+        "op": op,
         "rows_expected": corpus["distinct_texts"],
-        "export_ok": exported == corpus["distinct_texts"],
+        "export_ok": None if corpus["distinct_texts"] is None else exported == corpus["distinct_texts"],
         "job_dir_bytes": _dir_size(job_dir) if os.path.isdir(job_dir) else None,
         "export_bytes": os.path.getsize(export) if os.path.exists(export) else None,
         "cli_peak_rss": cli["peak_rss"],
@@ -395,11 +421,17 @@ def table_rows(results: list[dict]) -> list[list[str]]:
                 _mib(r["peak_sum_rss"]),
                 f"{_mib(kinds.get(RAYLET, {}).get('largest_peak_rss'))} / {_mib(kinds.get(GCS, {}).get('largest_peak_rss'))}",
                 f"{r['rows_exported'] if r['rows_exported'] is None else format(r['rows_exported'], ',')} "
-                f"({r['rows_expected']:,}{'' if r['export_ok'] else ', MISMATCH'})",
+                f"({_expected(r)})",
                 _mib(r["job_dir_bytes"]),
             ]
         )
     return rows
+
+
+def _expected(r: dict) -> str:
+    if r["rows_expected"] is None:
+        return "not known in advance"
+    return f"{r['rows_expected']:,}{'' if r['export_ok'] else ', MISMATCH'}"
 
 
 PHASE_HEADER = ["rows", "budget", "phase", "starts at s", "seconds", "CLI peak MiB", "largest worker MiB", "sum MiB"]
@@ -446,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         "--sharded-budget-mb", type=int, default=384, help="DJ_GLOBAL_SHARD_MEMORY_MB of those runs (128 MiB of data)"
     )
     ap.add_argument("--interval", type=float, default=0.2, help="seconds between RSS samples")
+    ap.add_argument("--op", choices=sorted(OPS), default="exact", help="the recipe's one deduplicator")
     ap.add_argument("--airflow", action="store_true", help="run through dag.test() (dj-airflow run --airflow)")
     ap.add_argument("--tmp", default="/tmp", help="where the corpora and job directories go")
     ap.add_argument("--keep", action="store_true", help="keep corpora and job directories (printed)")
@@ -467,14 +500,16 @@ def main(argv: list[str] | None = None) -> int:
         for n, budget in plan:
             if corpus is None or corpus["rows"] != n:
                 t0 = time.perf_counter()
-                corpus = short_corpus(data, n)
+                corpus = _corpus(args.op, data, n)
                 log(
                     f"{n:,} rows: corpus {corpus['bytes'] / 2**30:.2f} GiB in {time.perf_counter() - t0:.0f} s, "
-                    f"{corpus['distinct_texts']:,} distinct texts"
+                    f"{corpus['distinct_texts'] or 'unknown'} distinct texts"
                 )
             label = f"{n}_{budget or 'default'}"
             log(f"{n:,} rows, budget {budget or 'default'}: dj-airflow run ...")
-            r = run_one(label, data, corpus, tmp, budget_mb=budget, interval=args.interval, airflow=args.airflow)
+            r = run_one(
+                label, data, corpus, tmp, budget_mb=budget, interval=args.interval, airflow=args.airflow, op=args.op
+            )
             r["corpus_bytes"] = corpus["bytes"]
             results.append(r)
             log(
