@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     write_text(os.path.join(out, "memory_at_scale.md"), table + "\n")
     write_json(os.path.join(out, "memory_at_scale.json"), {"code": code_state(), "results": results})
-    return 0 if all(r["rc"] == 0 and r["export_ok"] for r in results) else 1
+    return 0 if all(r["rc"] == 0 and r["export_ok"] is not False for r in results) else 1
 
 
 if __name__ == "__main__":
