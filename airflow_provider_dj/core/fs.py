@@ -20,6 +20,7 @@ on (default: the first), as a full disk would; for tests and fire drills.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import posixpath
 import shutil
@@ -173,6 +174,16 @@ def read_bytes(path: str) -> bytes:
     fs, p = get_fs(path)
     data: bytes = fs.cat_file(p)
     return data
+
+
+def map_read(path: str) -> mmap.mmap | None:
+    """The local file ``path`` mapped read-only (its pages are read as touched, never copied into
+    Python bytes); None for an empty file, which cannot be mapped.  The caller closes the map, or
+    lets it go with the last view of it."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def open_read(path: str) -> IO[bytes]:

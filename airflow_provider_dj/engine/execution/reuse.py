@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
-import os
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -414,12 +412,10 @@ def _read_part(path: str, offset: int, length: int) -> tuple[bytes | memoryview,
     """The bytes at ``[offset, offset + length)`` of ``path`` (fewer where the file is shorter), and
     whether nothing follows them.  A local file's are mapped, not copied: a night's reused parts are
     hundreds of MB that are only hashed and linked (copying them cost a quiet night a third of its time)."""
-    if not storage.is_url(path):
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if length > 0 and offset + length <= size:
-                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                return memoryview(mapped)[offset : offset + length], offset + length == size
+    if not storage.is_url(path) and length > 0:
+        mapped = storage.map_read(path)
+        if mapped is not None and offset + length <= len(mapped):
+            return memoryview(mapped)[offset : offset + length], offset + length == len(mapped)
     with storage.open_read(path) as fh:
         fh.seek(offset)
         data = fh.read(length)

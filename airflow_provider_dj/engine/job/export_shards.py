@@ -28,8 +28,6 @@ process as before.
 
 from __future__ import annotations
 
-import mmap
-import os
 from typing import Callable, Iterator
 
 import pyarrow as pa
@@ -211,10 +209,9 @@ def _linkable(part: dict) -> bool:
 
 def _count_file(path: str, out: HashingWriter) -> None:
     """Feed the local file ``path``'s bytes to ``out``'s hash and count, mapped rather than copied."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+    view = storage.map_read(path)
+    if view is not None:
+        with view:
             out.count(view)
 
 
