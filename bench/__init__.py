@@ -68,6 +68,14 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "bench.memory_at_scale",
         "every process's peak RSS of an exact-dedup dj-airflow run at 10M and 30M rows, global step's defaults",
     ),
+    "memory-ray-jobs": (
+        "bench.memory_ray_jobs",
+        "every process's peak RSS of a DAG run in Ray Jobs mode under airflow standalone, by kind of process",
+    ),
+    "masks-scaling": (
+        "bench.shard_masks_scaling",
+        "the sharded global step's partner look-up and masks against the partition count, A/B with a checkout",
+    ),
     "planning": (
         "bench.planning_bench",
         "planning (index + partition hashes) by 1 task at a time against threads and Ray tasks: time vs cores",

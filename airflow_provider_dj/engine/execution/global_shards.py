@@ -1,7 +1,7 @@
 """A global op's step in shards: bounded memory per task, committed shard by shard.
 
 The single-process step (``global_ops.py``) holds a key for every row at once.  Here the same decision,
-"keep the first occurrence by input row", is made in four stages of tasks (``shard_stages.py``), each
+"keep the first occurrence by input row", is made in stages of tasks (``shard_stages.py``), each
 task committing its own output in the job directory (``layout.global_shards_dir``):
 
 1. *scatter*, one task per partition: its keys become items, one file batch per key shard;
@@ -11,7 +11,9 @@ task committing its own output in the job directory (``layout.global_shards_dir`
 3. *components* (MinHash, SimHash): edges found in different shards chain rows into clusters, so the
    clusters' smallest rows come from rounds of Large-Star/Small-Star over the node shards
    (``shard_components.py``); exact keys need none (each key's edges already point at its first row);
-4. *masks*, one task per partition: its removed rows from its node shard, committed as its keep mask;
+4. *partners*, with lineage on and rows removed: the representatives' input rows and MinHash bands,
+   each partition's keys read once for the whole step (``shard_partners.py``);
+5. *masks*, one task per partition (``shard_masks.py``): its removed rows, committed as its keep mask;
    with ``dedup_history`` or the tracer on the op, a task per partition first looks its kept rows up in
    the pinned history and picks its first duplicate pairs, and this process writes the op's history
    duplicates and trace file from them before any mask commits (``_history_and_trace``).
@@ -36,6 +38,8 @@ import numpy as np
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.engine.execution import shard_stages
 from airflow_provider_dj.engine.execution.shard_components import node_shard, sharded_components
+from airflow_provider_dj.engine.execution.shard_masks import commit_partition_mask
+from airflow_provider_dj.engine.execution.shard_partners import find_partners
 from airflow_provider_dj.engine.history.lookup import (
     checks_history,
     concat_history_duplicates,
@@ -85,7 +89,7 @@ def resolve_sharded(
     events: EventLog,
     run_tasks: RunTasks | None = None,
 ) -> dict[str, Any]:
-    """Run the four stages for global op ``op_index`` over ``shards`` key shards and commit every
+    """Run the stages for global op ``op_index`` over ``shards`` key shards and commit every
     partition's keep mask; return the op's counts as the single-process step does."""
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
@@ -123,22 +127,31 @@ def resolve_sharded(
             run_tasks=run,
         )
         files_of = [[results[int(node_of[p])]] for p in range(count)]
-    else:  # exact keys: a row's local edge, then its first row's key-shard edge (shard_stages._removed_rows)
+    else:  # exact keys: a row's local edge, then its first row's key-shard edge (shard_stages.removed_rows)
         files_of = [edge_files[int(node_of[p])] + [local_files[p]] for p in range(count)]
     t3 = time.perf_counter()
     lineage = lineage_enabled()
     history, part_history = _history_and_trace(ctx, op_index, op_impl, files_of, rows, run)
     history_band = history is not None and bool(np.any(history.bands >= 0))
+    t4 = time.perf_counter()
+    partners = lineage and edges > 0
+    if partners:
+        find_partners(job_dir, op_index, folder, files_of, node_shards, run)
+    t5 = time.perf_counter()
     counts = run(
-        shard_stages.commit_partition_mask,
-        [(job_dir, op_index, p, files_of[p], edges > 0, lineage, part_history[p], history_band) for p in range(count)],
+        commit_partition_mask,
+        [
+            (job_dir, op_index, p, files_of[p], edges > 0, lineage, part_history[p], history_band)
+            + ((folder, node_shards) if partners else ())
+            for p in range(count)
+        ],
     )
     total, kept = int(sum(rows)), int(sum(c["kept"] for c in counts))
     log.info(
         "global op %d (%s) in %d key shards, %d node shards: %d rows, %d edges, %d kept; scatter %.2fs, "
-        "resolve %.2fs, components %.2fs, masks %.2fs",
+        "resolve %.2fs, components %.2fs, history and trace %.2fs, partners %.2fs, masks %.2fs",
         op_index, op.name, shards, node_shards, total, edges, kept,
-        t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3,
+        t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, time.perf_counter() - t5,
     )  # fmt: skip
     events.emit(
         "global_op_shards",
@@ -151,7 +164,9 @@ def resolve_sharded(
             "scatter": round(t1 - t0, 6),
             "resolve": round(t2 - t1, 6),
             "components": round(t3 - t2, 6),
-            "masks": round(time.perf_counter() - t3, 6),
+            "history_and_trace": round(t4 - t3, 6),
+            "partners": round(t5 - t4, 6),
+            "masks": round(time.perf_counter() - t5, 6),
         },
     )
     return {"rows": total, "kept": kept, "history": history}

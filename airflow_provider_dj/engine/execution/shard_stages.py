@@ -31,12 +31,6 @@ import pyarrow.ipc as ipc
 
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
-from airflow_provider_dj.engine.execution.dedup_matches import (
-    DUP_BAND_COLUMN,
-    DUP_OF_COLUMN,
-    HISTORY_JOB_COLUMN,
-    HISTORY_ROW_COLUMN,
-)
 from airflow_provider_dj.engine.execution.shard_components import node_shard
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
@@ -44,15 +38,10 @@ from airflow_provider_dj.engine.planning.global_memory import BYTES_PER_ITEM, bu
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.engine.storage.global_op_state import (
     KEYS_COLUMN,
-    MASK_COLUMN,
     MissingKeysError,
-    key_errors,
     keys_store,
-    mask_store,
-    save_keep_mask,
     unkeyed_rows,
 )
-from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
 from airflow_provider_dj.ops.dedup.near import (
     GOLDEN_K1,
     DocumentMinhashDeduplicator,
@@ -120,7 +109,7 @@ def key_shard(t: np.ndarray, k0: np.ndarray, k1: np.ndarray, shards: int) -> np.
     return shard
 
 
-def _ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict[str, Any] | None = None) -> bytes:
+def ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict[str, Any] | None = None) -> bytes:
     if metadata:
         schema = schema.with_metadata({k: json.dumps(v) for k, v in metadata.items()})
     sink = io.BytesIO()
@@ -134,7 +123,7 @@ def _open(path: str) -> ipc.RecordBatchFileReader:
     return ipc.open_file(pa.BufferReader(storage.read_bytes(path)))
 
 
-def _read_batch(path: str, index: int) -> pa.RecordBatch:
+def read_batch(path: str, index: int) -> pa.RecordBatch:
     """Batch ``index`` of an Arrow IPC file, reading only its footer and that batch's buffers (a key
     shard's task must not hold every partition's whole scatter file)."""
     with storage.open_read(path) as fh:
@@ -150,7 +139,7 @@ def _scatter_meta(path: str, key: str) -> int:
         return int(json.loads(ipc.open_file(fh).schema.metadata[key.encode()]))
 
 
-def _load_partition_keys(ctx: JobContext, op_index: int, part: dict[str, Any]) -> pa.Table:
+def load_partition_keys(ctx: JobContext, op_index: int, part: dict[str, Any]) -> pa.Table:
     op = ctx.plan.ops[op_index]
     cp = keys_store(ctx.job_dir).load_valid(
         op_index, op.name, part["partition_id"], part["content_hash"], op.fingerprint
@@ -175,11 +164,11 @@ def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index:
         return {"rows": _scatter_rows(path), "local_edges": _scatter_meta(path, "local_edges")}
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
-    keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
+    keys = load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     t, k0, k1, pos, lu, lv = _combined_items(*row_items(op_impl, keys, partition_index))
     local = pa.record_batch([pa.array(lu, pa.int64()), pa.array(lv, pa.int64())], schema=EDGE_SCHEMA)
-    storage.atomic_write_bytes(local_path, _ipc_bytes(EDGE_SCHEMA, [local]))
+    storage.atomic_write_bytes(local_path, ipc_bytes(EDGE_SCHEMA, [local]))
     # SimHash compares every value of a (t, k0) bucket, so its bucket key leaves the full value out.
     bucket_k1 = np.zeros_like(k1) if isinstance(op_impl, DocumentSimhashDeduplicator) else k1
     shard = key_shard(t, k0, bucket_k1, shards)
@@ -192,7 +181,7 @@ def scatter_partition(job_dir: str, op_index: int, folder: str, partition_index:
     ]
     batches = [b[0] if b else pa.RecordBatch.from_pylist([], schema=ITEM_SCHEMA) for b in batches]
     meta = {"rows": keys.num_rows, "local_edges": len(lu)}
-    storage.atomic_write_bytes(path, _ipc_bytes(ITEM_SCHEMA, batches, meta))
+    storage.atomic_write_bytes(path, ipc_bytes(ITEM_SCHEMA, batches, meta))
     return {"rows": keys.num_rows, "local_edges": len(lu)}
 
 
@@ -277,7 +266,7 @@ def resolve_key_shard(
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     batches, items_read = [], 0
     for p in range(partitions):
-        batches.append(_read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard))
+        batches.append(read_batch(storage.join(folder, layout.shard_scatter_file(p)), shard))
         items_read += batches[-1].num_rows
         _check_shard_size(op_index, op.name, shard, items_read, budget)
     items = pa.Table.from_batches(batches, schema=ITEM_SCHEMA)
@@ -293,7 +282,7 @@ def resolve_key_shard(
         sel = order[bounds[r] : bounds[r + 1]]
         batch = pa.record_batch([pa.array(u[sel], pa.int64()), pa.array(v[sel], pa.int64())], schema=EDGE_SCHEMA)
         storage.atomic_write_bytes(
-            storage.join(folder, layout.shard_edges_file(shard, r)), _ipc_bytes(EDGE_SCHEMA, [batch])
+            storage.join(folder, layout.shard_edges_file(shard, r)), ipc_bytes(EDGE_SCHEMA, [batch])
         )
     maybe_fail(job_dir, load_faults(job_dir), None, op_index, point="global_shard")
     summary = {"shard": shard, "edges": int(len(u))}
@@ -311,7 +300,7 @@ def _check_shard_size(op_index: int, op_name: str, shard: int, items: int, budge
         )
 
 
-def _removed_rows(result_files: list[str], partition_index: int) -> tuple[np.ndarray, np.ndarray]:
+def removed_rows(result_files: list[str], partition_index: int) -> tuple[np.ndarray, np.ndarray]:
     """Local rows of partition ``partition_index`` removed as duplicates, and each one's representative
     position, from the node shard's ``(node, rep)`` files (the smallest rep when a file repeats a node)."""
     nodes, reps = [], []
@@ -367,8 +356,8 @@ def decide_partition(
 
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
-    keys = _load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
-    rows, reps = _removed_rows(result_files, partition_index)
+    keys = load_partition_keys(ctx, op_index, ctx.partitioning_info["partitions"][partition_index])
+    rows, reps = removed_rows(result_files, partition_index)
     out: dict[str, Any] = {"rows": keys.num_rows, "pairs": _trace_pairs(rows, reps, partition_index, trace_num)}
     if history_memory:
         keep = np.ones(keys.num_rows, dtype=bool)
@@ -381,106 +370,3 @@ def decide_partition(
             job_dir, op_impl, keys, cand, memory_bytes=history_memory, query_bytes=query_memory
         )
     return out
-
-
-def _history_columns(n: int, history: Any) -> dict[str, Any]:
-    """``history_job`` / ``history_row`` of one partition (``history.positions``: its rows)."""
-    job: list[Any] = [None] * n
-    hrow = np.full(n, -1, dtype=np.int64)
-    for r, j in zip(history.positions.tolist(), history.job_ids):
-        job[r] = j
-    hrow[history.positions] = history.export_rows
-    return {HISTORY_JOB_COLUMN: pa.array(job, pa.string()), HISTORY_ROW_COLUMN: pa.array(hrow, pa.int64())}
-
-
-def _lineage_columns(
-    ctx: JobContext,
-    op_index: int,
-    op_impl: Op,
-    keys: pa.Table,
-    rows: np.ndarray,
-    reps: np.ndarray,
-    any_removed: bool,
-    history: Any = None,
-    history_band: bool = False,
-) -> dict[str, Any]:
-    """The lineage match columns of one partition, as ``dedup_matches.match_columns`` gives them: the input
-    row of each removed row's representative; with ``history``, each history duplicate's earlier job and
-    export row; for MinHash, the first band a removed row shares with its representative, or that matched
-    the history row (``history_band``: some partition has a history duplicate with a band)."""
-    n = keys.num_rows
-    dup_of = np.full(n, -1, dtype=np.int64)
-    parts = ctx.partitioning_info["partitions"]
-    partner_tables = []
-    part_of = reps >> np.int64(32)
-    order = np.argsort(part_of, kind="stable")
-    for q in np.unique(part_of):
-        sel = order[part_of[order] == q]
-        table = _load_partition_keys(ctx, op_index, parts[int(q)])
-        partner_tables.append((sel, table.take(pa.array(reps[sel] & np.int64(0xFFFFFFFF)))))
-    partners = None
-    if partner_tables:
-        positions = np.concatenate([sel for sel, _ in partner_tables])
-        # (A partition with rows its key phase could not key has their reasons in one more column.)
-        partners = pa.concat_tables([t for _, t in partner_tables], promote_options="permissive").take(
-            pa.array(np.argsort(positions))
-        )
-    cols: dict[str, Any] = {DUP_OF_COLUMN: pa.array(dup_of, pa.int64())}
-    if partners is not None and INPUT_ROW_COLUMN in keys.column_names:
-        dup_of[rows] = partners.column(INPUT_ROW_COLUMN).to_numpy()
-        cols[DUP_OF_COLUMN] = pa.array(dup_of, pa.int64())
-    if history is not None:
-        cols.update(_history_columns(n, history))
-    in_night_band = any_removed and isinstance(op_impl, DocumentMinhashDeduplicator)
-    if in_night_band or history_band:
-        band = np.full(n, -1, dtype=np.int16)
-        if in_night_band and partners is not None and isinstance(op_impl, DocumentMinhashDeduplicator):
-            m = len(rows)
-            own = keys.take(pa.array(rows))
-            band[rows] = op_impl.matching_band([own, partners], np.arange(m), m + np.arange(m))
-        if history_band and history is not None and len(history):
-            band[history.positions] = history.bands
-        cols[DUP_BAND_COLUMN] = pa.array(band, pa.int16())
-    return cols
-
-
-def commit_partition_mask(
-    job_dir: str,
-    op_index: int,
-    partition_index: int,
-    result_files: list[str],
-    any_removed: bool,
-    lineage: bool,
-    history: Any = None,
-    history_band: bool = False,
-) -> dict[str, Any]:
-    """Commit partition ``partition_index``'s keep mask (and, with ``lineage``, its match columns) from
-    the node shard's results; returns its rows and rows kept. An already committed mask is counted, not
-    rewritten.  ``lineage`` comes from the orchestrating process's settings, not this worker's.
-    ``history``: the partition's history duplicates (``decide_partition``), removed too; None when the op
-    checks no history."""
-    ctx = JobContext(job_dir)
-    op = ctx.plan.ops[op_index]
-    part = ctx.partitioning_info["partitions"][partition_index]
-    ms = mask_store(job_dir)
-    args = (op_index, op.name, part["partition_id"], part["content_hash"], op.fingerprint)
-    if ms.is_committed(*args):
-        done = ms.load_valid(*args)
-        if done is not None:
-            keep = done.table.column(MASK_COLUMN).to_numpy(zero_copy_only=False)
-            return {"rows": len(keep), "kept": int(keep.sum())}
-    keys = _load_partition_keys(ctx, op_index, part)
-    rows, reps = _removed_rows(result_files, partition_index)
-    keep = np.ones(keys.num_rows, dtype=bool)
-    keep[rows] = False
-    if history is not None:
-        keep[history.positions] = False
-    op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
-    matches = (
-        _lineage_columns(ctx, op_index, op_impl, keys, rows, reps, any_removed, history, history_band)
-        if lineage
-        else {}
-    )
-    save_keep_mask(job_dir, op, op_index, part, keep, {**matches, **key_errors(keys)})
-    maybe_fail(job_dir, load_faults(job_dir), part["partition_id"], op_index, point="global_mid")
-    return {"rows": int(keys.num_rows), "kept": int(keep.sum())}

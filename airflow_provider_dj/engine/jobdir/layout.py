@@ -162,6 +162,18 @@ def shard_done_file(key_shard: int) -> str:
     return f"edges/key_{key_shard:04d}/done.json"
 
 
+def shard_partner_requests_file(partition_index: int) -> str:
+    """Relative to :func:`global_shards_dir`: partition ``partition_index``'s removed rows and their
+    representatives, one batch per node shard of the representative (lineage's look-up of partners)."""
+    return f"partners/requests/part_{partition_index:05d}.arrow"
+
+
+def shard_partner_answers_file(node_shard: int) -> str:
+    """Relative to :func:`global_shards_dir`: what node shard ``node_shard``'s partitions hold of the
+    representatives asked of them (their input rows, MinHash's bands), one batch per asking partition."""
+    return f"partners/answers/node_{node_shard:04d}.arrow"
+
+
 SHARD_COMPONENTS_DIR = "components"
 SHARD_PLAN = "shard_plan.json"
 

@@ -125,6 +125,11 @@ def test_export_and_lineage_identical_for_any_shard_count(tmp_path, monkeypatch,
         folders = sorted(glob.glob(os.path.join(result.job_dir, GLOBAL_SHARDS_DIR, "op_*")))
         assert len(folders) == 3
         assert all(len(glob.glob(os.path.join(f, "edges", "key_*", "done.json"))) == shards for f in folders)
+        # lineage's representatives were looked up through the partner files: a request file per
+        # partition, an answer file per node shard (at most one per partition)
+        for f in folders:
+            assert len(glob.glob(os.path.join(f, "partners", "requests", "*.arrow"))) == 8
+            assert len(glob.glob(os.path.join(f, "partners", "answers", "*.arrow"))) == min(shards, 8)
         got, ref = _lineage_bytes(result.job_dir), _lineage_bytes(single.job_dir)
         assert sorted(got) == sorted(ref)
         for rel in ref:
@@ -151,6 +156,30 @@ def test_a_failed_shard_task_is_redone_alone(tmp_path, monkeypatch, corpus):
     )
     # scatter files committed before the failure were not rewritten
     assert {p: os.stat(p).st_mtime_ns for p in scatter} == scatter
+
+
+def test_a_failed_mask_task_redoes_neither_the_partner_look_up_nor_other_masks(tmp_path, monkeypatch, corpus):
+    (tmp_path / "in.jsonl").write_bytes(corpus.read_bytes())
+    ref = _run(tmp_path, monkeypatch, 0, "ref")
+    job_dir = tmp_path / "work" / "faulty"
+    job_dir.mkdir(parents=True)
+    # partition 5's mask task of the MinHash op raises after committing its mask; masks 0-4 committed before it
+    (job_dir / FAULT_FILE).write_text(
+        json.dumps([{"point": "global_mid", "op_index": 1, "partition_id": 5, "times": 1}])
+    )
+    with pytest.raises(Exception, match="injected fault at global_mid"):
+        _run(tmp_path, monkeypatch, 3, "faulty")
+    (folder,) = glob.glob(os.path.join(job_dir, GLOBAL_SHARDS_DIR, "op_001_*"))
+    partner_files = glob.glob(os.path.join(folder, "partners", "*", "*.arrow"))
+    assert len(partner_files) == 8 + 3  # a request file per partition, an answer file per node shard
+    before = {p: os.stat(p).st_mtime_ns for p in partner_files}
+    _run(tmp_path, monkeypatch, 3, "faulty", resume="faulty")
+    assert_same_bytes(
+        (tmp_path / "faulty.jsonl").read_bytes(), (tmp_path / "ref.jsonl").read_bytes(), "export after the retry"
+    )
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+    got, want = _lineage_bytes(str(job_dir)), _lineage_bytes(ref.job_dir)
+    assert sorted(got) == sorted(want) and all(got[k].equals(want[k]) for k in want)
 
 
 def test_shard_edges_link_each_duplicate_to_its_first_row():
