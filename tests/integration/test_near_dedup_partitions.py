@@ -114,3 +114,30 @@ def test_a_shard_task_whose_ray_worker_dies_is_retried(tmp_path, run_dag, monkey
     assert got == want
     (ti,) = [t for t in dr.get_task_instances() if t.task_id.startswith("global_op1")]
     assert ti.try_number == 1  # Ray retried the task; Airflow did not retry the step
+
+
+def test_a_budget_bound_task_runs_in_a_worker_of_its_own(ray_cluster):
+    """``in_fresh_worker`` tasks (a key shard's resolve, a node shard's partner answers) each get a Ray
+    worker that exits after them, so a task's peak never includes what an earlier task left in a reused
+    worker's heap; unmarked tasks share the pool's workers."""
+    from airflow_provider_dj.engine.execution.shard_partners import answer_partners
+    from airflow_provider_dj.engine.execution.shard_stages import resolve_key_shard
+    from airflow_provider_dj.engine.input.task_map import FRESH_WORKER, in_fresh_worker, ray_task_runner
+
+    assert getattr(resolve_key_shard, FRESH_WORKER) and getattr(answer_partners, FRESH_WORKER)
+
+    def worker_pid(_i: int) -> int:  # a closure: pickled by value, as the workers cannot import tests/
+        import os
+
+        return os.getpid()
+
+    shared = ray_task_runner(worker_pid, [(i,) for i in range(6)])
+    assert len(set(shared)) < 6  # two CPUs: six short tasks reuse workers
+
+    def fresh_pid(_i: int) -> int:
+        import os
+
+        return os.getpid()
+
+    pids = ray_task_runner(in_fresh_worker(fresh_pid), [(i,) for i in range(6)])
+    assert len(set(pids)) == 6  # a worker per task

@@ -72,7 +72,10 @@ log = logging.getLogger(__name__)
 MAX_PASSES = 64
 SCATTER, LARGE_STAR, SMALL_STAR = "scatter", "large-star", "small-star"
 _EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
-_RESULT_SCHEMA = pa.schema([("node", pa.int64()), ("rep", pa.int64())])
+#: Schema metadata of a file whose rows are sorted by their first column (the results by ``node``, a key
+#: shard's edges by ``u``): a partition's rows are one range of it, found by binary search.
+SORTED_BY_FIRST = {b"sorted_by_first": b"1"}
+_RESULT_SCHEMA = pa.schema([("node", pa.int64()), ("rep", pa.int64())], metadata=SORTED_BY_FIRST)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)

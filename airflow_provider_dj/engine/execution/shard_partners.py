@@ -36,6 +36,7 @@ from airflow_provider_dj.engine.execution.shard_stages import (
     read_batch,
     removed_rows,
 )
+from airflow_provider_dj.engine.input.task_map import in_fresh_worker
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.storage.context import JobContext
 from airflow_provider_dj.ops.columns import INPUT_ROW_COLUMN
@@ -82,6 +83,7 @@ def request_partners(
     return int(len(rows))
 
 
+@in_fresh_worker
 def answer_partners(job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int) -> int:
     """Write node shard ``shard``'s answers file: for every request into the shard, the asking row and its
     representative's partner columns, one batch per asking partition in row order; returns the answers."""

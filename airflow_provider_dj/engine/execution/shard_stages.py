@@ -32,6 +32,7 @@ import pyarrow.ipc as ipc
 from airflow_provider_dj.core import fs as storage
 from airflow_provider_dj.core.errors import DJError
 from airflow_provider_dj.engine.execution.shard_components import node_shard
+from airflow_provider_dj.engine.input.task_map import in_fresh_worker
 from airflow_provider_dj.engine.jobdir import layout
 from airflow_provider_dj.engine.jobdir.faults import load_faults, maybe_fail
 from airflow_provider_dj.engine.planning.global_memory import BYTES_PER_ITEM, budget_words
@@ -121,6 +122,24 @@ def ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch], metadata: dict[s
 
 def _open(path: str) -> ipc.RecordBatchFileReader:
     return ipc.open_file(pa.BufferReader(storage.read_bytes(path)))
+
+
+def _open_mapped(path: str) -> ipc.RecordBatchFileReader:
+    """The file memory-mapped where it is local (only the pages a reader touches are read), else read."""
+    return _open(path) if storage.is_url(path) else ipc.open_file(pa.memory_map(path))
+
+
+def _partition_pairs(path: str, partition_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a node shard's two-column file whose first column lies in partition
+    ``partition_index``: one binary-searched range of a file marked ``SORTED_BY_FIRST``, else a scan."""
+    table = _open_mapped(path).read_all()
+    first, second = table.column(0).to_numpy(), table.column(1).to_numpy()
+    if (table.schema.metadata or {}).get(b"sorted_by_first") == b"1":
+        bounds = (np.int64(partition_index) + np.arange(2, dtype=np.int64)) << np.int64(32)
+        lo, hi = np.searchsorted(first, bounds)
+        return first[lo:hi].copy(), second[lo:hi].copy()
+    sel = (first >> np.int64(32)) == partition_index
+    return first[sel], second[sel]
 
 
 def read_batch(path: str, index: int) -> pa.RecordBatch:
@@ -250,6 +269,7 @@ class ShardTooLargeError(DJError, MemoryError):
     the settings to change.  Nothing committed is lost: the other shards' outputs are kept."""
 
 
+@in_fresh_worker
 def resolve_key_shard(
     job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int, budget: int = 0
 ) -> dict[str, Any]:
@@ -305,11 +325,9 @@ def removed_rows(result_files: list[str], partition_index: int) -> tuple[np.ndar
     position, from the node shard's ``(node, rep)`` files (the smallest rep when a file repeats a node)."""
     nodes, reps = [], []
     for path in result_files:
-        table = _open(path).read_all()
-        node = table.column(0).to_numpy()
-        sel = (node >> np.int64(32)) == partition_index
-        nodes.append(node[sel])
-        reps.append(table.column(1).to_numpy()[sel])
+        node, rep = _partition_pairs(path, partition_index)
+        nodes.append(node)
+        reps.append(rep)
     node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
     rep = np.concatenate(reps) if reps else np.zeros(0, np.int64)
     order = np.lexsort((rep, node))

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from airflow_provider_dj.core.errors import DJError
 
 RunTasks = Callable[[Callable[..., Any], list[tuple]], list[Any]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def run_in_process(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
@@ -32,13 +33,28 @@ def run_on_threads(fn: Callable[..., Any], args_list: list[tuple], workers: int 
         return list(pool.map(lambda a: fn(*a), args_list))
 
 
+#: The attribute ``in_fresh_worker`` sets on a task function.
+FRESH_WORKER = "_dj_fresh_worker"
+
+
+def in_fresh_worker(fn: F) -> F:
+    """Mark ``fn`` as a task whose memory is bounded by a budget (a key shard of a global step): as a Ray
+    task it runs in a worker of its own that exits after it (``max_calls=1``), so neither what an earlier
+    task left in a reused worker's heap nor what this one leaves counts against another task's budget."""
+    setattr(fn, FRESH_WORKER, True)
+    return fn
+
+
 def ray_task_runner(fn: Callable[..., Any], args_list: list[tuple]) -> list[Any]:
     """The tasks as Ray tasks of the Ray this process is connected to (a task whose worker dies is retried
     by Ray).  A task that raised one of this package's errors re-raises it here as itself, so its message
     (the file, row or setting to fix) is what the caller reports, not Ray's wrapper around it."""
     import ray
 
-    remote = ray.remote(num_cpus=1, max_retries=3)(fn)
+    if getattr(fn, FRESH_WORKER, False):
+        remote = ray.remote(num_cpus=1, max_retries=3, max_calls=1)(fn)
+    else:
+        remote = ray.remote(num_cpus=1, max_retries=3)(fn)
     refs = [remote.remote(*args) for args in args_list]
     try:
         return ray.get(refs)
@@ -58,4 +74,11 @@ def default_task_runner() -> RunTasks:
     return ray_task_runner if ray.is_initialized() else run_in_process
 
 
-__all__ = ["RunTasks", "default_task_runner", "ray_task_runner", "run_in_process", "run_on_threads"]
+__all__ = [
+    "RunTasks",
+    "default_task_runner",
+    "in_fresh_worker",
+    "ray_task_runner",
+    "run_in_process",
+    "run_on_threads",
+]
