@@ -244,10 +244,10 @@ def _result(label, corpus, state, wall, states, sampler, work, export, ti_names)
     job_dir = os.path.join(work, JOB_ID)
     ok = state == "success"
     exported = _count_lines(export) if ok and os.path.exists(export) else None
-    runners = [p for p in procs if p["kind"] == TASK_RUNNER]
+    runners = [p for p in procs if p["kind"] == TASK_RUNNER and p["peak_rss"]]
     per_task: dict[str, dict] = {}
     for p in runners:
-        ti = next((ti_names[t] for t in p["tasks"] if t in ti_names), "?")
+        ti = next((ti_names[t] for t in p["tasks"] if t in ti_names), "(not identified)")
         tid = ti.split("[", 1)[0]
         best = per_task.setdefault(tid, {"task_id": tid, "instances": 0, "peak_rss": 0, "uss_at_peak": None})
         best["instances"] += 1
@@ -272,8 +272,28 @@ def _result(label, corpus, state, wall, states, sampler, work, export, ti_names)
         "samples": sampler.samples,
         "unsorted": sorted({p["name"] for p in procs if p["kind"] == AIRFLOW_OTHER})[:20],
         "events": {k: len(v) for k, v in _events(job_dir).items()} if os.path.isdir(job_dir) else {},
+        "phases_s": _phase_starts(job_dir),
         "timeline": sampler.timeline[:: max(1, len(sampler.timeline) // 400)],
     }
+
+
+#: (what, the event that marks it, first or last of its kind)
+_MARKS = (
+    ("partitions start", "partition_start", min),
+    ("global step starts", "global_op_start", min),
+    ("global step ends", "global_op_complete", max),
+    ("export starts", "export_start", min),
+    ("export ends", "export_complete", max),
+)
+
+
+def _phase_starts(job_dir: str) -> dict[str, float]:
+    """Seconds from the job's start (its ``job_start`` event) to each mark of ``_MARKS`` it reached."""
+    events = _events(job_dir) if os.path.isdir(job_dir) else {}
+    if not events.get("job_start"):
+        return {}
+    t0 = min(events["job_start"])
+    return {name: round(pick(events[ev]) - t0, 1) for name, ev, pick in _MARKS if events.get(ev)}
 
 
 def _by_kind(procs: list[dict]) -> dict:
