@@ -44,7 +44,18 @@ import time
 import psutil
 
 from bench._proc import RESULTS_DIR
-from bench.memory_at_scale import OPS, RECIPE, _corpus, _count_lines, _dir_size, _events, _sizes, code_state, log
+from bench.memory_at_scale import (
+    OPS,
+    RECIPE,
+    _corpus,
+    _count_lines,
+    _dir_size,
+    _events,
+    _peak_by_kind,
+    _sizes,
+    code_state,
+    log,
+)
 from bench.memory_at_scale import shard_info as global_shards
 from bench.report import md_table, write_json, write_text
 
@@ -264,7 +275,7 @@ def _result(label, corpus, state, wall, states, sampler, work, export, ti_names)
         "task_states": states,
         "global_shards": global_shards(job_dir),
         "job_dir_bytes": _dir_size(job_dir) if os.path.isdir(job_dir) else None,
-        "by_kind": _by_kind(procs),
+        "by_kind": _peak_by_kind(procs),
         "per_task": sorted(per_task.values(), key=lambda t: -t["peak_rss"]),
         "largest": {k: _largest(procs, k) for k in (TASK_RUNNER, SUPERVISOR, DRIVER, RAY_WORKER)},
         "peak_sum_rss": sampler.peak_sum,
@@ -294,15 +305,6 @@ def _phase_starts(job_dir: str) -> dict[str, float]:
         return {}
     t0 = min(events["job_start"])
     return {name: round(pick(events[ev]) - t0, 1) for name, ev, pick in _MARKS if events.get(ev)}
-
-
-def _by_kind(procs: list[dict]) -> dict:
-    out: dict[str, dict] = {}
-    for p in procs:
-        k = out.setdefault(p["kind"], {"processes": 0, "largest_peak_rss": 0})
-        k["processes"] += 1
-        k["largest_peak_rss"] = max(k["largest_peak_rss"], p["peak_rss"])
-    return out
 
 
 def _largest(procs: list[dict], kind: str) -> dict | None:
