@@ -10,15 +10,18 @@ keys read once:
 1. *requests*, one task per partition: its removed rows and their representatives (from the node
    shard's results, as the mask task reads them), written as one batch per node shard of the
    representative: ``layout.shard_partner_requests_file``;
-2. *answers*, one task per node shard ``r``: batch ``r`` of every request file, then each partition of
-   the shard's keys once, taking the representatives' partner columns (the input row, MinHash's band
-   digests), written as one batch per asking partition: ``layout.shard_partner_answers_file``.
+2. *answers*, one task per node shard ``r``: the distinct representatives in batch ``r`` of every
+   request file, then each partition of the shard's keys once, taking the representatives' partner
+   columns (the input row, MinHash's band digests), written once per representative, sorted by it:
+   ``layout.shard_partner_answers_file``.
 
-The mask task of a partition then reads its request file (its removed rows) and its batch of every
-answer file (``partners_of``).  Memory: a request task holds its partition's removed rows; an answer
-task the requests into its node shard, their answers, and one partition's keys at a time.  Each file is
-written atomically and a task whose file exists writes nothing, so a retried step redoes only what did
-not commit; both stages are deterministic.
+The mask task of a partition then reads its request file (its removed rows) and finds its
+representatives in each answer file by binary search (``removed_and_partners``).  Memory: a request
+task holds its partition's removed rows; an answer task one request batch at a time, the distinct
+representatives asked of its shard with their answers, and one partition's keys at a time, so one huge
+cluster of duplicates costs it one row; a mask task its own rows' answers.  Each file is written
+atomically and a task whose file exists writes nothing, so a retried step redoes only what did not
+commit; both stages are deterministic.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dj.core import fs as storage
-from airflow_provider_dj.engine.execution.shard_components import node_shard
+from airflow_provider_dj.engine.execution.shard_components import SORTED_BY_FIRST, node_shard
 from airflow_provider_dj.engine.execution.shard_stages import (
     ipc_bytes,
     load_partition_keys,
+    open_mapped,
     read_batch,
     removed_rows,
 )
@@ -48,8 +52,8 @@ if TYPE_CHECKING:
     from airflow_provider_dj.ops.base import Op
 
 #: A request: a removed row's position and its representative's (``(partition << 32) | local_row``).
-REQUEST_SCHEMA = pa.schema([("row", pa.int64()), ("rep", pa.int64())])
-ROW = "row"
+ROW, REP = "row", "rep"
+REQUEST_SCHEMA = pa.schema([(ROW, pa.int64()), (REP, pa.int64())])
 
 
 def partner_columns(op_impl: Op, keys: pa.Table) -> list[str]:
@@ -85,88 +89,70 @@ def request_partners(
 
 @in_fresh_worker
 def answer_partners(job_dir: str, op_index: int, folder: str, shard: int, partitions: int, node_shards: int) -> int:
-    """Write node shard ``shard``'s answers file: for every request into the shard, the asking row and its
-    representative's partner columns, one batch per asking partition in row order; returns the answers."""
+    """Write node shard ``shard``'s answers file: every representative asked of the shard, once, with its
+    partner columns, sorted by representative; returns how many.  An answer depends on the
+    representative alone, so the task holds one request batch at a time and the distinct
+    representatives: one huge cluster of duplicates costs it one row, not one per duplicate."""
     path = storage.join(folder, layout.shard_partner_answers_file(shard))
     if storage.exists(path):
-        return sum(b.num_rows for b in _all_batches(path))
-    requests = pa.Table.from_batches(
-        [read_batch(storage.join(folder, layout.shard_partner_requests_file(p)), shard) for p in range(partitions)],
-        schema=REQUEST_SCHEMA,
-    )
-    row, rep = requests.column(ROW).to_numpy(), requests.column("rep").to_numpy()
-    del requests
+        return int(open_mapped(path).read_all().num_rows)
+    distinct = [np.zeros(0, np.int64)]
+    for p in range(partitions):
+        batch = read_batch(storage.join(folder, layout.shard_partner_requests_file(p)), shard)
+        distinct.append(np.unique(batch.column(REP).to_numpy()))
+    reps = np.unique(np.concatenate(distinct))
+    del distinct
     ctx = JobContext(job_dir)
     op = ctx.plan.ops[op_index]
     op_impl = create_op(op.name, op.args, ctx.recipe.text_key)
     parts = ctx.partitioning_info["partitions"]
-    rep_part = rep >> np.int64(32)
-    order = np.argsort(rep_part, kind="stable")
-    taken = []
+    rep_part = reps >> np.int64(32)
+    taken = [pa.table({REP: pa.array([], pa.int64())})]
     for q in np.unique(rep_part).tolist():
-        sel = order[np.searchsorted(rep_part[order], q) : np.searchsorted(rep_part[order], q, side="right")]
+        lo, hi = np.searchsorted(rep_part, [q, q + 1])
         keys = load_partition_keys(ctx, op_index, parts[q])
-        local = pa.array(rep[sel] & np.int64(0xFFFFFFFF))
-        columns = {ROW: pa.array(row[sel], pa.int64())}
+        local = pa.array(reps[lo:hi] & np.int64(0xFFFFFFFF))
+        columns = {REP: pa.array(reps[lo:hi], pa.int64())}
         columns.update({c: keys.column(c).take(local) for c in partner_columns(op_impl, keys)})
         taken.append(pa.table(columns))
         del keys
-    if taken:
-        answers = pa.concat_tables(taken, promote_options="permissive")
-        rows = answers.column(ROW).to_numpy()
-        by_row = np.argsort(rows, kind="stable")
-        rows, answers = rows[by_row], answers.take(pa.array(by_row))
-    else:
-        rows, answers = np.zeros(0, np.int64), pa.table({ROW: pa.array([], pa.int64())})
-    answers = answers.combine_chunks()
-    bounds = np.searchsorted(rows >> np.int64(32), np.arange(partitions + 1))
-    batches = [
-        _one_batch(answers.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])), answers.schema)
-        for p in range(partitions)
-    ]
-    storage.atomic_write_bytes(path, ipc_bytes(answers.schema, batches))
-    return int(len(rows))
-
-
-def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
-    batches = table.combine_chunks().to_batches(max_chunksize=None)
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
-
-
-def _all_batches(path: str) -> list[pa.RecordBatch]:
-    import pyarrow.ipc as ipc
-
-    with storage.open_read(path) as fh:
-        reader = ipc.open_file(fh)
-        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    answers = pa.concat_tables(taken, promote_options="permissive").combine_chunks()
+    answers = answers.replace_schema_metadata(SORTED_BY_FIRST)  # reps ascending: np.unique's order
+    storage.atomic_write_bytes(path, ipc_bytes(answers.schema, answers.to_batches(max_chunksize=None)))
+    return int(len(reps))
 
 
 def removed_and_partners(
     folder: str, partition_index: int, node_shards: int
 ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
     """Partition ``partition_index``'s removed local rows (ascending), their representatives' positions,
-    and the representatives' partner columns in the same order, from the two stages' files."""
+    and the representatives' partner columns in the same order: its request file, and its
+    representatives looked up by binary search in each node shard's answers file (memory-mapped where
+    local, so only the pages it needs are read)."""
     req_path = storage.join(folder, layout.shard_partner_requests_file(partition_index))
-    requests = [read_batch(req_path, r) for r in range(node_shards)]
-    pos = np.concatenate([b.column(0).to_numpy() for b in requests]) if requests else np.zeros(0, np.int64)
-    reps = np.concatenate([b.column(1).to_numpy() for b in requests]) if requests else np.zeros(0, np.int64)
+    positions, reps, found = [], [], []
+    for r in range(node_shards):
+        batch = read_batch(req_path, r)
+        want = batch.column(REP).to_numpy()
+        answers = open_mapped(storage.join(folder, layout.shard_partner_answers_file(r))).read_all()
+        have = answers.column(REP).to_numpy()
+        at = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
+        if len(want) and (not len(have) or not np.array_equal(have[at], want)):
+            raise RuntimeError(
+                f"partition {partition_index}: node shard {r}'s partner answers in {folder} lack representatives "
+                "it asked for; delete that folder's partners/ and clear the global step's task"
+            )
+        positions.append(batch.column(ROW).to_numpy())
+        reps.append(want)
+        found.append(answers.drop_columns([REP]).take(pa.array(at)) if len(want) else None)
+    pos = np.concatenate([np.zeros(0, np.int64), *positions])
+    rep = np.concatenate([np.zeros(0, np.int64), *reps])
+    tables = [t for t in found if t is not None]
+    partners = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
     order = np.argsort(pos, kind="stable")
-    pos, reps = pos[order], reps[order]
-    got = [
-        read_batch(storage.join(folder, layout.shard_partner_answers_file(r)), partition_index)
-        for r in range(node_shards)
-    ]
-    answers = pa.concat_tables([pa.Table.from_batches([b]) for b in got], promote_options="permissive")
-    rows = answers.column(ROW).to_numpy()
-    by_row = np.argsort(rows, kind="stable")
-    if not np.array_equal(rows[by_row], pos):
-        raise RuntimeError(
-            f"partition {partition_index}: the partner answers in {folder} do not match its requests "
-            f"({len(rows)} answers for {len(pos)} removed rows); delete that folder's partners/ and clear "
-            "the global step's task"
-        )
-    partners = answers.take(pa.array(by_row)).drop_columns([ROW])
-    return pos & np.int64(0xFFFFFFFF), reps, partners
+    if partners.num_columns:
+        partners = partners.take(pa.array(order))
+    return pos[order] & np.int64(0xFFFFFFFF), rep[order], partners
 
 
 def find_partners(

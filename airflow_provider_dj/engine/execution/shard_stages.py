@@ -124,7 +124,7 @@ def _open(path: str) -> ipc.RecordBatchFileReader:
     return ipc.open_file(pa.BufferReader(storage.read_bytes(path)))
 
 
-def _open_mapped(path: str) -> ipc.RecordBatchFileReader:
+def open_mapped(path: str) -> ipc.RecordBatchFileReader:
     """The file memory-mapped where it is local (only the pages a reader touches are read), else read."""
     return _open(path) if storage.is_url(path) else ipc.open_file(pa.memory_map(path))
 
@@ -132,7 +132,7 @@ def _open_mapped(path: str) -> ipc.RecordBatchFileReader:
 def _partition_pairs(path: str, partition_index: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a node shard's two-column file whose first column lies in partition
     ``partition_index``: one binary-searched range of a file marked ``SORTED_BY_FIRST``, else a scan."""
-    table = _open_mapped(path).read_all()
+    table = open_mapped(path).read_all()
     first, second = table.column(0).to_numpy(), table.column(1).to_numpy()
     if (table.schema.metadata or {}).get(b"sorted_by_first") == b"1":
         bounds = (np.int64(partition_index) + np.arange(2, dtype=np.int64)) << np.int64(32)

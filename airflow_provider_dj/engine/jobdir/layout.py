@@ -170,7 +170,7 @@ def shard_partner_requests_file(partition_index: int) -> str:
 
 def shard_partner_answers_file(node_shard: int) -> str:
     """Relative to :func:`global_shards_dir`: what node shard ``node_shard``'s partitions hold of the
-    representatives asked of them (their input rows, MinHash's bands), one batch per asking partition."""
+    representatives asked of them (their input rows, MinHash's bands), once each, sorted by position."""
     return f"partners/answers/node_{node_shard:04d}.arrow"
 
 

@@ -182,6 +182,29 @@ def test_a_failed_mask_task_redoes_neither_the_partner_look_up_nor_other_masks(t
     assert sorted(got) == sorted(want) and all(got[k].equals(want[k]) for k in want)
 
 
+def test_one_huge_cluster_costs_the_partner_answers_one_row(tmp_path, monkeypatch):
+    """Every row a copy of the first (case changed): each removed row asks for the same representative,
+    so the answer files hold it once, however many rows ask; the export and lineage are the single step's."""
+    rows = [{"id": i, "text": ("Same Text " * 8) if i % 2 else ("same text " * 8)} for i in range(400)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    single = _run(tmp_path, monkeypatch, 0, "single")
+    sharded = _run(tmp_path, monkeypatch, 3, "k3")
+    assert single.rows == 1
+    assert_same_bytes((tmp_path / "k3.jsonl").read_bytes(), (tmp_path / "single.jsonl").read_bytes(), "export")
+    (folder,) = glob.glob(os.path.join(sharded.job_dir, GLOBAL_SHARDS_DIR, "op_000_*"))
+    import pyarrow.ipc as ipc
+
+    asked = sum(
+        ipc.open_file(p).read_all().num_rows for p in glob.glob(os.path.join(folder, "partners", "requests", "*"))
+    )
+    answered = sum(
+        ipc.open_file(p).read_all().num_rows for p in glob.glob(os.path.join(folder, "partners", "answers", "*"))
+    )
+    assert (asked, answered) == (399, 1)
+    got, want = _lineage_bytes(sharded.job_dir), _lineage_bytes(single.job_dir)
+    assert sorted(got) == sorted(want) and all(got[k].equals(want[k]) for k in want)
+
+
 def test_shard_edges_link_each_duplicate_to_its_first_row():
     op = create_op("document_deduplicator", {}, "text")
     table = pa.table({"text": ["a", "b", "a", "c", "b", "a"]})
