@@ -36,12 +36,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Run in a fresh interpreter whose ``airflow_provider_dj`` is the version under measure: forget the
 #: step's outputs, resolve it in shards in this process, print the stage times and the masks' digest.
 CHILD = r"""
-import glob, hashlib, json, os, shutil, sys, time
+import glob, hashlib, json, os, sys, time
 job_dir, shards = sys.argv[1], sys.argv[2]
 os.environ["DJ_GLOBAL_STEP_SHARDS"] = shards
-for d in glob.glob(os.path.join(job_dir, "checkpoints", "dedup_mask_op_*")):
-    shutil.rmtree(d)
-shutil.rmtree(os.path.join(job_dir, "global_shards"), ignore_errors=True)
+from bench.global_shards import clear_step  # the measured checkout's bench: the step's outputs forgotten
+clear_step(job_dir)
 import airflow_provider_dj
 from airflow_provider_dj.engine.execution.global_ops import resolve_global_op
 from airflow_provider_dj.engine.input.task_map import run_in_process

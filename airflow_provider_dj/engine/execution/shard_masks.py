@@ -113,7 +113,7 @@ def commit_partition_mask(
             return {"rows": len(keep), "kept": int(keep.sum())}
     keys = load_partition_keys(ctx, op_index, part)
     partners = None
-    if partners_folder is not None and lineage:
+    if partners_folder is not None:
         rows, _reps, partners = removed_and_partners(partners_folder, partition_index, node_shards)
     else:
         rows, _reps = removed_rows(result_files, partition_index)
